@@ -1,0 +1,338 @@
+//! Opaque handles: how C pointers map to Rust objects, and how wrong, destroyed or NULL
+//! handles are caught.
+//!
+//! Every handle is a heap object whose first field is a `magic` word naming its kind. A
+//! handle of the wrong kind is caught by that word. A destroyed handle gets the `DEAD` word
+//! and is kept allocated in a bounded quarantine (the most recent [`QUARANTINE`] destroyed
+//! handles), so using it soon after is caught without reading freed memory; beyond that
+//! window detection is best effort, as in the Vulkan loader. This is the only module of the C
+//! API that turns raw pointers into references.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
+use devplug_core::Result;
+
+use crate::status::bad_arg;
+
+/// Handles kept allocated after destruction.
+pub(crate) const QUARANTINE: usize = 4096;
+
+const DEAD: u64 = 0xdead_dead_dead_dead;
+
+static GRAVEYARD: Mutex<VecDeque<Box<dyn Send>>> = Mutex::new(VecDeque::new());
+
+fn bury(b: Box<dyn Send>) {
+    let evicted = {
+        let mut g = GRAVEYARD.lock();
+        g.push_back(b);
+        if g.len() > QUARANTINE {
+            g.pop_front()
+        } else {
+            None
+        }
+    };
+    drop(evicted);
+}
+
+/// The kind names by magic word, for messages about handles of the wrong kind.
+static KINDS: Mutex<Vec<(u64, &'static str)>> = Mutex::new(Vec::new());
+
+fn kind_name(magic: u64) -> Option<&'static str> {
+    KINDS
+        .lock()
+        .iter()
+        .find(|(m, _)| *m == magic)
+        .map(|(_, n)| *n)
+}
+
+/// The layout every handle shares: the magic word first.
+#[repr(C)]
+pub struct Object<T> {
+    magic: AtomicU64,
+    refs: AtomicUsize,
+    value: Option<T>,
+}
+
+/// A handle kind: its magic word and its C name.
+pub trait Kind: Sized + Send + 'static {
+    const MAGIC: u64;
+    const NAME: &'static str;
+    type Value: Send + 'static;
+    fn wrap(o: Object<Self::Value>) -> Self;
+    fn object(&self) -> &Object<Self::Value>;
+    fn object_mut(&mut self) -> &mut Object<Self::Value>;
+}
+
+/// Declares a C handle type `$name` holding a `$value`.
+macro_rules! handle {
+    ($(#[$doc:meta])* $name:ident, $value:ty, $magic:expr) => {
+        $(#[$doc])*
+        #[repr(C)]
+        pub struct $name(crate::handle::Object<$value>);
+        impl crate::handle::Kind for $name {
+            const MAGIC: u64 = $magic;
+            const NAME: &'static str = stringify!($name);
+            type Value = $value;
+            fn wrap(o: crate::handle::Object<$value>) -> Self {
+                $name(o)
+            }
+            fn object(&self) -> &crate::handle::Object<$value> {
+                &self.0
+            }
+            fn object_mut(&mut self) -> &mut crate::handle::Object<$value> {
+                &mut self.0
+            }
+        }
+    };
+}
+pub(crate) use handle;
+
+/// Makes a new handle with one reference.
+pub fn new<K: Kind>(value: K::Value) -> *mut K {
+    {
+        let mut kinds = KINDS.lock();
+        if !kinds.iter().any(|(m, _)| *m == K::MAGIC) {
+            kinds.push((K::MAGIC, K::NAME));
+        }
+    }
+    Box::into_raw(Box::new(K::wrap(Object {
+        magic: AtomicU64::new(K::MAGIC),
+        refs: AtomicUsize::new(1),
+        value: Some(value),
+    })))
+}
+
+/// Checks `ptr` and returns the handle's value. `arg` names the argument in errors.
+///
+/// # Safety
+/// `ptr` is NULL or points to memory at least 8 bytes long that devplug handed out as a
+/// handle (of any kind), destroyed or not; the value is borrowed for as long as the caller
+/// keeps the handle alive (the C API contract).
+pub unsafe fn get<'a, K: Kind>(ptr: *const K, arg: &str) -> Result<&'a K::Value> {
+    // SAFETY: forwarded.
+    let obj = unsafe { check::<K>(ptr, arg)? };
+    obj.value
+        .as_ref()
+        .ok_or_else(|| bad_arg(arg, &format!("is a destroyed {}", K::NAME)))
+}
+
+/// The value of a live handle that no other code holds yet, for finishing its construction.
+///
+/// # Safety
+/// `ptr` was just made by [`new`] and is not shared.
+pub unsafe fn get_mut<'a, K: Kind>(ptr: *mut K) -> Result<&'a mut K::Value> {
+    // SAFETY: forwarded: a fresh, unshared handle.
+    let obj = unsafe { &mut *ptr }.object_mut();
+    obj.value
+        .as_mut()
+        .ok_or_else(|| bad_arg("handle", &format!("is a destroyed {}", K::NAME)))
+}
+
+/// # Safety
+/// As for [`get`].
+unsafe fn check<'a, K: Kind>(ptr: *const K, arg: &str) -> Result<&'a Object<K::Value>> {
+    if ptr.is_null() {
+        return Err(bad_arg(arg, &format!("is NULL (expected a {})", K::NAME)));
+    }
+    if (ptr as usize) % std::mem::align_of::<AtomicU64>() != 0 {
+        return Err(bad_arg(arg, &format!("is not a valid {} handle", K::NAME)));
+    }
+    // SAFETY: every handle starts with the magic word (`Object` is `repr(C)`, and handles are
+    // `repr(C)` wrappers of it); the caller guarantees the memory is a devplug handle.
+    let magic = unsafe { &*(ptr as *const AtomicU64) }.load(Ordering::Acquire);
+    if magic == K::MAGIC {
+        // SAFETY: the magic word says this is a live `K`.
+        return Ok(unsafe { &*ptr }.object());
+    }
+    if magic == DEAD {
+        return Err(bad_arg(
+            arg,
+            &format!("is a destroyed or released {}", K::NAME),
+        ));
+    }
+    Err(match kind_name(magic) {
+        Some(other) => bad_arg(arg, &format!("is a {other}, not a {}", K::NAME)),
+        None => bad_arg(arg, &format!("is not a valid {} handle", K::NAME)),
+    })
+}
+
+/// Destroys a handle: drops its value and quarantines its memory. NULL is a no-op; an
+/// invalid handle is an error and nothing is done.
+///
+/// # Safety
+/// As for [`get`]; no other thread uses the handle concurrently.
+pub unsafe fn destroy<K: Kind>(ptr: *mut K, arg: &str) -> Result<()> {
+    if ptr.is_null() {
+        return Ok(());
+    }
+    // SAFETY: forwarded; validates the kind and liveness before taking ownership.
+    unsafe { check::<K>(ptr, arg)? };
+    // SAFETY: `ptr` is a live handle made by `new::<K>` through `Box::into_raw`; the caller
+    // gives up its use. The box goes to the quarantine, not back to the allocator.
+    let mut b = unsafe { Box::from_raw(ptr) };
+    let obj = b.object_mut();
+    obj.magic.store(DEAD, Ordering::Release);
+    let value = obj.value.take();
+    bury(b);
+    drop(value);
+    Ok(())
+}
+
+/// Adds a reference to a shared handle.
+///
+/// # Safety
+/// As for [`get`].
+pub unsafe fn retain<K: Kind>(ptr: *const K, arg: &str) -> Result<()> {
+    // SAFETY: forwarded.
+    let obj = unsafe { check::<K>(ptr, arg)? };
+    obj.refs.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Drops a reference to a shared handle, destroying it with the last. NULL is a no-op.
+///
+/// # Safety
+/// As for [`destroy`] when this is the last reference.
+pub unsafe fn release<K: Kind>(ptr: *mut K, arg: &str) -> Result<()> {
+    if ptr.is_null() {
+        return Ok(());
+    }
+    // SAFETY: forwarded.
+    let obj = unsafe { check::<K>(ptr, arg)? };
+    if obj.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // SAFETY: that was the last reference.
+        unsafe { destroy(ptr, arg) }
+    } else {
+        Ok(())
+    }
+}
+
+/// Writes an out-parameter after checking it is not NULL.
+///
+/// # Safety
+/// `out` is NULL or valid for a write of `T`.
+pub unsafe fn write_out<T>(out: *mut T, arg: &str, value: T) -> Result<()> {
+    if out.is_null() {
+        return Err(bad_arg(arg, "is NULL"));
+    }
+    // SAFETY: non-NULL, and valid by the caller's contract.
+    unsafe { out.write(value) };
+    Ok(())
+}
+
+/// Checks an out-parameter before work is done, so that a NULL one fails early.
+pub fn check_out<T>(out: *mut T, arg: &str) -> Result<()> {
+    if out.is_null() {
+        Err(bad_arg(arg, "is NULL"))
+    } else {
+        Ok(())
+    }
+}
+
+/// A host memory range from C as a slice.
+///
+/// # Safety
+/// `ptr` is NULL or valid for reads of `len` bytes for `'a`.
+pub unsafe fn bytes<'a>(ptr: *const u8, len: usize, arg: &str) -> Result<&'a [u8]> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(bad_arg(arg, &format!("is NULL but the size is {len}")));
+    }
+    if isize::try_from(len).is_err() {
+        return Err(bad_arg(arg, &format!("has an impossible size {len}")));
+    }
+    // SAFETY: non-NULL, valid by the caller's contract, size within isize.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+/// A writable host memory range from C as a slice.
+///
+/// # Safety
+/// `ptr` is NULL or valid for writes of `len` bytes for `'a`, and not aliased.
+pub unsafe fn bytes_mut<'a>(ptr: *mut u8, len: usize, arg: &str) -> Result<&'a mut [u8]> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if ptr.is_null() {
+        return Err(bad_arg(arg, &format!("is NULL but the size is {len}")));
+    }
+    if isize::try_from(len).is_err() {
+        return Err(bad_arg(arg, &format!("has an impossible size {len}")));
+    }
+    // SAFETY: non-NULL, valid and unaliased by the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+}
+
+/// A NUL-terminated string from C.
+///
+/// # Safety
+/// `ptr` is NULL or a NUL-terminated string.
+pub unsafe fn c_str<'a>(ptr: *const std::ffi::c_char, arg: &str) -> Result<&'a str> {
+    if ptr.is_null() {
+        return Err(bad_arg(arg, "is NULL"));
+    }
+    // SAFETY: non-NULL and NUL-terminated by the caller's contract.
+    unsafe { std::ffi::CStr::from_ptr(ptr) }
+        .to_str()
+        .map_err(|_| bad_arg(arg, "is not valid UTF-8"))
+}
+
+/// Reads a caller's versioned struct (`struct_size` first): at least `min` bytes must be
+/// declared; fields past what the caller declared keep their defaults.
+///
+/// # Safety
+/// `ptr` is NULL or points to a struct whose first field is a `size_t` giving its size, valid
+/// for reads of that many bytes.
+pub unsafe fn read_sized<T: Copy>(ptr: *const T, default: T, min: usize, arg: &str) -> Result<T> {
+    if ptr.is_null() {
+        return Err(bad_arg(arg, "is NULL"));
+    }
+    // SAFETY: the first field is a size_t (the caller's contract).
+    let declared = unsafe { *(ptr as *const usize) };
+    if declared < min {
+        return Err(bad_arg(
+            arg,
+            &format!("has struct_size {declared}, smaller than the smallest supported size {min}"),
+        ));
+    }
+    let n = declared.min(std::mem::size_of::<T>());
+    let mut out = default;
+    // SAFETY: both sides hold at least `n` bytes; `T` is a plain C struct.
+    unsafe { std::ptr::copy_nonoverlapping(ptr as *const u8, &mut out as *mut T as *mut u8, n) };
+    Ok(out)
+}
+
+/// Writes a versioned struct into the caller's, up to the size the caller declared (at least
+/// `min`). The caller's `struct_size` is left as it was.
+///
+/// # Safety
+/// As for [`read_sized`], for writes.
+pub unsafe fn write_sized<T: Copy>(ptr: *mut T, value: T, min: usize, arg: &str) -> Result<()> {
+    if ptr.is_null() {
+        return Err(bad_arg(arg, "is NULL"));
+    }
+    // SAFETY: the first field is a size_t (the caller's contract).
+    let declared = unsafe { *(ptr as *const usize) };
+    if declared < min {
+        return Err(bad_arg(
+            arg,
+            &format!("has struct_size {declared}, smaller than the smallest supported size {min}"),
+        ));
+    }
+    let n = declared.min(std::mem::size_of::<T>());
+    let skip = std::mem::size_of::<usize>();
+    // SAFETY: both sides hold at least `n` bytes; the caller's struct_size is not overwritten.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            (&value as *const T as *const u8).add(skip),
+            (ptr as *mut u8).add(skip),
+            n - skip,
+        )
+    };
+    Ok(())
+}

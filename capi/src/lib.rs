@@ -1,0 +1,14 @@
+//! devplug's C API: `libdevplug.so` / `libdevplug.a` and the generated header
+//! `include/devplug/devplug.h`.
+//!
+//! Every export checks its pointers, validates enums and sizes, and runs behind a panic
+//! boundary ([`status::guard`]); raw pointers become references only in [`handle`].
+#![allow(non_camel_case_types)]
+
+pub mod handle;
+pub mod memory;
+pub mod runtime;
+pub mod status;
+pub mod stream;
+pub mod tensor;
+pub mod version;

@@ -1,0 +1,521 @@
+//! `dp_runtime_*` and `dp_device_*`: the runtime object and its devices.
+
+use std::ffi::{c_char, CString};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use devplug_core::{Device, Error, Runtime, RuntimeOptions};
+
+use crate::handle::{self, check_out, get, handle, write_out};
+use crate::status::{bad_arg, dp_status_t, guard, guard_value};
+use crate::stream::{default_stream_handle, destroy_default_stream_handle, dp_stream_t};
+
+/// Options of [`dp_runtime_create`]. Initialize with [`dp_runtime_options_init`], then change
+/// fields. Fields are only ever appended; `struct_size` says which the caller knows.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct dp_runtime_options_t {
+    /// `sizeof(dp_runtime_options_t)` as the caller was compiled; set by the init function.
+    pub struct_size: usize,
+    /// Logical devices of the built-in `HOST` platform (device type `CPU`): 1 to 64; default 1.
+    pub cpu_device_count: u32,
+    /// Bytes each CPU device may hold; 0 (the default) means no limit. Past the limit,
+    /// allocations fail with `DP_RESOURCE_EXHAUSTED`.
+    pub cpu_memory_limit: u64,
+}
+
+impl Default for dp_runtime_options_t {
+    fn default() -> Self {
+        dp_runtime_options_t {
+            struct_size: std::mem::size_of::<dp_runtime_options_t>(),
+            cpu_device_count: 1,
+            cpu_memory_limit: 0,
+        }
+    }
+}
+
+/// Sets `*options` to the defaults, `struct_size` included. NULL is a no-op.
+///
+/// # Safety
+/// `options` is NULL or points to a writable `dp_runtime_options_t`.
+#[no_mangle]
+pub unsafe extern "C" fn dp_runtime_options_init(options: *mut dp_runtime_options_t) {
+    if !options.is_null() {
+        // SAFETY: non-NULL and writable by the contract.
+        unsafe { options.write(dp_runtime_options_t::default()) };
+    }
+}
+
+#[doc(hidden)]
+pub struct RuntimeObj {
+    runtime: Runtime,
+    /// The device handles, in the runtime's device order.
+    devices: RwLock<Vec<DevicePtr>>,
+}
+
+/// A device handle's address; handles live until their runtime is destroyed.
+#[derive(Clone, Copy)]
+pub(crate) struct DevicePtr(pub *mut dp_device_t);
+// SAFETY: a device handle is immutable after creation and its value is Send + Sync; the
+// pointer is only dereferenced through `handle::get`.
+unsafe impl Send for DevicePtr {}
+// SAFETY: as above.
+unsafe impl Sync for DevicePtr {}
+
+handle!(
+    /// The runtime: owns platforms, devices and their memory. Create with
+    /// [`dp_runtime_create`], destroy with [`dp_runtime_destroy`].
+    dp_runtime_t,
+    RuntimeObj,
+    0x6470_5254_0000_0001
+);
+
+#[doc(hidden)]
+pub struct DeviceObj {
+    pub(crate) device: Arc<Device>,
+    name: CString,
+    device_type: CString,
+    platform: CString,
+    vendor: CString,
+    hardware_name: CString,
+    /// The handle of the device's default stream, owned by this device handle.
+    pub(crate) default_stream: StreamPtr,
+}
+
+/// The address of a default stream's handle, owned by its device handle.
+#[derive(Clone, Copy)]
+pub(crate) struct StreamPtr(pub *mut dp_stream_t);
+// SAFETY: as for `DevicePtr`.
+unsafe impl Send for StreamPtr {}
+// SAFETY: as for `DevicePtr`.
+unsafe impl Sync for StreamPtr {}
+
+handle!(
+    /// A device, borrowed from its runtime: valid until the runtime is destroyed; never
+    /// destroyed by the host.
+    dp_device_t,
+    DeviceObj,
+    0x6470_4456_0000_0002
+);
+
+fn cstring(s: &str) -> CString {
+    CString::new(s.replace('\0', "")).unwrap_or_default()
+}
+
+impl RuntimeObj {
+    /// Makes handles for devices the runtime has and the list does not yet.
+    fn sync_devices(&self) {
+        let devices = self.runtime.devices();
+        let mut handles = self.devices.write();
+        for d in devices.into_iter().skip(handles.len()) {
+            let p = d.properties();
+            let h = handle::new::<dp_device_t>(DeviceObj {
+                name: cstring(&p.name),
+                device_type: cstring(&p.device_type),
+                platform: cstring(&p.platform),
+                vendor: cstring(&p.description.vendor),
+                hardware_name: cstring(&p.description.hardware_name),
+                default_stream: StreamPtr(std::ptr::null_mut()),
+                device: d.clone(),
+            });
+            let stream = default_stream_handle(&d, h);
+            // SAFETY: `h` was just made and is not shared yet.
+            unsafe { set_default_stream(h, stream) };
+            handles.push(DevicePtr(h));
+        }
+    }
+
+    /// The handle of `device`, which belongs to this runtime.
+    pub(crate) fn handle_of(&self, device: &Arc<Device>) -> Option<*mut dp_device_t> {
+        self.devices.read().iter().map(|p| p.0).find(|&p| {
+            // SAFETY: the list holds live device handles of this runtime.
+            unsafe { get(p, "device") }.is_ok_and(|o| Arc::ptr_eq(&o.device, device))
+        })
+    }
+}
+
+/// # Safety
+/// `h` is a device handle not yet shared with any other code.
+unsafe fn set_default_stream(h: *mut dp_device_t, stream: *mut dp_stream_t) {
+    // SAFETY: forwarded; the handle is exclusively ours.
+    if let Ok(obj) = unsafe { handle::get_mut(h) } {
+        obj.default_stream = StreamPtr(stream);
+    }
+}
+
+/// Creates a runtime. `options` may be NULL for the defaults.
+///
+/// # Safety
+/// `options` is NULL or a `dp_runtime_options_t` whose `struct_size` is right;
+/// `out_runtime` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_runtime_create(
+    options: *const dp_runtime_options_t,
+    out_runtime: *mut *mut dp_runtime_t,
+) -> dp_status_t {
+    guard("dp_runtime_create", || {
+        check_out(out_runtime, "out_runtime")?;
+        let o = if options.is_null() {
+            dp_runtime_options_t::default()
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe {
+                handle::read_sized(
+                    options,
+                    dp_runtime_options_t::default(),
+                    std::mem::size_of::<dp_runtime_options_t>(),
+                    "options",
+                )?
+            }
+        };
+        let runtime = Runtime::new(RuntimeOptions {
+            cpu_device_count: o.cpu_device_count as usize,
+            cpu_memory_limit: (o.cpu_memory_limit != 0).then_some(o.cpu_memory_limit),
+        })?;
+        let obj = RuntimeObj {
+            runtime,
+            devices: RwLock::new(Vec::new()),
+        };
+        obj.sync_devices();
+        // SAFETY: checked above.
+        unsafe { write_out(out_runtime, "out_runtime", handle::new::<dp_runtime_t>(obj)) }
+    })
+}
+
+/// Destroys a runtime after waiting for all its work. Its device handles become invalid;
+/// buffers, tensors and streams the host still holds stay usable until released. NULL is a
+/// no-op.
+///
+/// # Safety
+/// `runtime` is NULL or a runtime handle no other thread is using.
+#[no_mangle]
+pub unsafe extern "C" fn dp_runtime_destroy(runtime: *mut dp_runtime_t) {
+    guard("dp_runtime_destroy", || {
+        // SAFETY: the caller's contract.
+        let devices: Vec<DevicePtr> = match unsafe { handle::get(runtime, "runtime") } {
+            Ok(obj) => obj.devices.read().clone(),
+            Err(_) if runtime.is_null() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        // SAFETY: the caller's contract.
+        unsafe { handle::destroy(runtime, "runtime")? };
+        for d in devices {
+            // SAFETY: the device handles (and their default streams' handles) belonged to the
+            // runtime just destroyed.
+            unsafe {
+                if let Ok(obj) = get(d.0, "device") {
+                    destroy_default_stream_handle(obj.default_stream.0);
+                }
+                handle::destroy(d.0, "device")?;
+            }
+        }
+        Ok(())
+    });
+}
+
+pub(crate) unsafe fn runtime_obj<'a>(
+    runtime: *const dp_runtime_t,
+) -> devplug_core::Result<&'a RuntimeObj> {
+    // SAFETY: forwarded.
+    unsafe { get(runtime, "runtime") }
+}
+
+pub(crate) unsafe fn device<'a>(
+    device: *const dp_device_t,
+    arg: &str,
+) -> devplug_core::Result<&'a Arc<Device>> {
+    // SAFETY: forwarded.
+    Ok(&unsafe { get(device, arg) }?.device)
+}
+
+/// Writes the number of devices of all platforms into `*out_count`.
+///
+/// # Safety
+/// `runtime` is a runtime handle; `out_count` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_runtime_device_count(
+    runtime: *const dp_runtime_t,
+    out_count: *mut usize,
+) -> dp_status_t {
+    guard("dp_runtime_device_count", || {
+        // SAFETY: the caller's contract.
+        let rt = unsafe { runtime_obj(runtime)? };
+        rt.sync_devices();
+        let n = rt.devices.read().len();
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_count, "out_count", n) }
+    })
+}
+
+/// Writes device `index` (in platform registration order, then ordinal) into `*out_device`;
+/// `DP_OUT_OF_RANGE` past the end.
+///
+/// # Safety
+/// `runtime` is a runtime handle; `out_device` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_runtime_device(
+    runtime: *const dp_runtime_t,
+    index: usize,
+    out_device: *mut *mut dp_device_t,
+) -> dp_status_t {
+    guard("dp_runtime_device", || {
+        // SAFETY: the caller's contract.
+        let rt = unsafe { runtime_obj(runtime)? };
+        check_out(out_device, "out_device")?;
+        rt.sync_devices();
+        let d = rt.devices.read().get(index).copied().ok_or_else(|| {
+            Error::out_of_range(format!(
+                "device index {index} is past the end: the runtime has {} device(s)",
+                rt.devices.read().len()
+            ))
+        })?;
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_device, "out_device", d.0) }
+    })
+}
+
+/// Finds a device by spec: `"CPU"`, `"cpu:1"`, `"/device:CPU:0"` (a device type and ordinal:
+/// the active platform of that type) or `"HOST:0"` (a platform name and ordinal).
+/// `DP_INVALID_ARGUMENT` for a malformed spec, `DP_NOT_FOUND` when no such device exists.
+///
+/// # Safety
+/// `runtime` is a runtime handle; `spec` is a NUL-terminated string; `out_device` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_runtime_find_device(
+    runtime: *const dp_runtime_t,
+    spec: *const c_char,
+    out_device: *mut *mut dp_device_t,
+) -> dp_status_t {
+    guard("dp_runtime_find_device", || {
+        // SAFETY: the caller's contract.
+        let rt = unsafe { runtime_obj(runtime)? };
+        // SAFETY: the caller's contract.
+        let spec = unsafe { handle::c_str(spec, "spec")? };
+        check_out(out_device, "out_device")?;
+        let d = rt.runtime.find_device(spec)?;
+        rt.sync_devices();
+        let h = rt
+            .handle_of(&d)
+            .ok_or_else(|| Error::internal(format!("device {} has no handle", d.name())))?;
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_device, "out_device", h) }
+    })
+}
+
+/// Waits for all work on all devices of the runtime.
+///
+/// # Safety
+/// `runtime` is a runtime handle.
+#[no_mangle]
+pub unsafe extern "C" fn dp_runtime_synchronize(runtime: *mut dp_runtime_t) -> dp_status_t {
+    guard("dp_runtime_synchronize", || {
+        // SAFETY: the caller's contract.
+        unsafe { runtime_obj(runtime)? }.runtime.synchronize()
+    })
+}
+
+/// A device's properties. Set `struct_size = sizeof(dp_device_properties_t)` before calling
+/// [`dp_device_get_properties`]; the runtime fills the fields that fit. Strings stay valid
+/// until the runtime is destroyed.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct dp_device_properties_t {
+    /// Set by the caller.
+    pub struct_size: usize,
+    /// Canonical spec of the device type, e.g. `"CPU:0"`.
+    pub name: *const c_char,
+    /// The device type, e.g. `"CPU"`.
+    pub device_type: *const c_char,
+    /// The platform's name, e.g. `"HOST"`.
+    pub platform: *const c_char,
+    pub vendor: *const c_char,
+    pub hardware_name: *const c_char,
+    pub ordinal: i32,
+    /// The platform's priority among platforms of its device type.
+    pub priority: i32,
+    /// 1 when `"TYPE:i"` resolves to this device's platform.
+    pub is_active_platform: u32,
+    /// 1 when device memory is host memory.
+    pub host_visible: u32,
+    /// Bytes: the memory limit if one is set, else the device's physical memory.
+    pub total_memory: u64,
+}
+
+/// Fills `*out_properties` (whose `struct_size` the caller set).
+///
+/// # Safety
+/// `device` is a device handle; `out_properties` points to a `dp_device_properties_t` with
+/// `struct_size` set.
+#[no_mangle]
+pub unsafe extern "C" fn dp_device_get_properties(
+    device: *const dp_device_t,
+    out_properties: *mut dp_device_properties_t,
+) -> dp_status_t {
+    guard("dp_device_get_properties", || {
+        // SAFETY: the caller's contract.
+        let obj = unsafe { get(device, "device")? };
+        let p = obj.device.properties();
+        let props = dp_device_properties_t {
+            struct_size: std::mem::size_of::<dp_device_properties_t>(),
+            name: obj.name.as_ptr(),
+            device_type: obj.device_type.as_ptr(),
+            platform: obj.platform.as_ptr(),
+            vendor: obj.vendor.as_ptr(),
+            hardware_name: obj.hardware_name.as_ptr(),
+            ordinal: p.ordinal as i32,
+            priority: p.priority,
+            is_active_platform: p.is_active_platform as u32,
+            host_visible: p.host_visible as u32,
+            total_memory: p.total_memory,
+        };
+        // SAFETY: the caller's contract.
+        unsafe {
+            handle::write_sized(
+                out_properties,
+                props,
+                std::mem::size_of::<dp_device_properties_t>(),
+                "out_properties",
+            )
+        }
+    })
+}
+
+/// The device's canonical name, e.g. `"CPU:0"`, valid until the runtime is destroyed; NULL
+/// for an invalid handle.
+///
+/// # Safety
+/// `device` is a device handle.
+#[no_mangle]
+pub unsafe extern "C" fn dp_device_name(device: *const dp_device_t) -> *const c_char {
+    guard_value("dp_device_name", std::ptr::null(), || {
+        // SAFETY: the caller's contract.
+        Ok(unsafe { get(device, "device")? }.name.as_ptr())
+    })
+}
+
+/// Memory statistics of a device's allocator. Set `struct_size` before calling.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct dp_memory_stats_t {
+    /// Set by the caller: `sizeof(dp_memory_stats_t)`.
+    pub struct_size: usize,
+    /// Bytes of live allocations (rounded to the allocator's granularity).
+    pub bytes_in_use: u64,
+    /// The most bytes in use at once.
+    pub peak_bytes_in_use: u64,
+    /// Allocations ever made.
+    pub num_allocs: u64,
+    /// Live allocations.
+    pub active_allocs: u64,
+    /// The largest allocation made.
+    pub largest_alloc_size: u64,
+    /// The memory limit; 0 when there is none.
+    pub bytes_limit: u64,
+    /// Bytes held from the device (in use or cached).
+    pub bytes_reserved: u64,
+    /// The largest free block among the reserved bytes.
+    pub largest_free_block: u64,
+}
+
+/// Fills `*out_stats` (whose `struct_size` the caller set).
+///
+/// # Safety
+/// `device` is a device handle; `out_stats` points to a `dp_memory_stats_t` with
+/// `struct_size` set.
+#[no_mangle]
+pub unsafe extern "C" fn dp_device_memory_stats(
+    device: *const dp_device_t,
+    out_stats: *mut dp_memory_stats_t,
+) -> dp_status_t {
+    guard("dp_device_memory_stats", || {
+        // SAFETY: the caller's contract.
+        let s = unsafe { self::device(device, "device")? }.memory_stats();
+        let stats = dp_memory_stats_t {
+            struct_size: std::mem::size_of::<dp_memory_stats_t>(),
+            bytes_in_use: s.bytes_in_use,
+            peak_bytes_in_use: s.peak_bytes_in_use,
+            num_allocs: s.num_allocs,
+            active_allocs: s.active_allocs,
+            largest_alloc_size: s.largest_alloc_size,
+            bytes_limit: s.bytes_limit.unwrap_or(0),
+            bytes_reserved: s.bytes_reserved,
+            largest_free_block: s.largest_free_block,
+        };
+        // SAFETY: the caller's contract.
+        unsafe {
+            handle::write_sized(
+                out_stats,
+                stats,
+                std::mem::size_of::<dp_memory_stats_t>(),
+                "out_stats",
+            )
+        }
+    })
+}
+
+/// Waits for all work on all streams of the device.
+///
+/// # Safety
+/// `device` is a device handle.
+#[no_mangle]
+pub unsafe extern "C" fn dp_device_synchronize(device: *mut dp_device_t) -> dp_status_t {
+    guard("dp_device_synchronize", || {
+        // SAFETY: the caller's contract.
+        unsafe { self::device(device, "device")? }.synchronize()
+    })
+}
+
+/// Allocates `size` bytes of pinned host memory of the device's platform (fast for
+/// stream-ordered copies). Free with [`dp_device_host_free`] on the same device.
+///
+/// # Safety
+/// `device` is a device handle; `out_ptr` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_device_host_allocate(
+    device: *mut dp_device_t,
+    size: usize,
+    out_ptr: *mut *mut std::ffi::c_void,
+) -> dp_status_t {
+    guard("dp_device_host_allocate", || {
+        // SAFETY: the caller's contract.
+        let d = unsafe { self::device(device, "device")? };
+        check_out(out_ptr, "out_ptr")?;
+        let p = d.host_allocate(size as u64)?;
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_ptr, "out_ptr", p.cast()) }
+    })
+}
+
+/// Frees memory from [`dp_device_host_allocate`]; `DP_INVALID_ARGUMENT` for a pointer this
+/// device did not allocate (or freed already).
+///
+/// # Safety
+/// `device` is a device handle.
+#[no_mangle]
+pub unsafe extern "C" fn dp_device_host_free(
+    device: *mut dp_device_t,
+    ptr: *mut std::ffi::c_void,
+) -> dp_status_t {
+    guard("dp_device_host_free", || {
+        // SAFETY: the caller's contract.
+        let d = unsafe { self::device(device, "device")? };
+        if ptr.is_null() {
+            return Err(bad_arg("ptr", "is NULL"));
+        }
+        d.host_free(ptr.cast())
+    })
+}
+
+/// Returns cached, wholly free device memory to the platform.
+///
+/// # Safety
+/// `device` is a device handle.
+#[no_mangle]
+pub unsafe extern "C" fn dp_device_release_cached_memory(device: *mut dp_device_t) -> dp_status_t {
+    guard("dp_device_release_cached_memory", || {
+        // SAFETY: the caller's contract.
+        unsafe { self::device(device, "device")? }.release_cached_memory();
+        Ok(())
+    })
+}

@@ -1,0 +1,434 @@
+//! `dp_stream_*` and `dp_event_*`: ordered work queues of one device, and markers in them.
+
+use std::ffi::c_void;
+
+use devplug_core::{Error, Event, EventStatus, Stream};
+
+use crate::handle::{self, check_out, get, handle, write_out};
+use crate::memory::{buffer, dp_buffer_t};
+use crate::runtime::{device, dp_device_t, DevicePtr};
+use crate::status::{bad_arg, dp_status_t, guard, guard_value};
+
+#[doc(hidden)]
+pub struct StreamObj {
+    stream: Stream,
+    device: DevicePtr,
+}
+
+handle!(
+    /// A stream: an ordered queue of work on one device. Created streams are owned
+    /// ([`dp_stream_destroy`]); a device's default stream is borrowed from the device.
+    dp_stream_t,
+    StreamObj,
+    0x6470_5354_0000_0003
+);
+
+#[doc(hidden)]
+pub struct EventObj {
+    event: Event,
+}
+
+handle!(
+    /// An event: a marker recorded in a stream that other streams and the host can wait for.
+    dp_event_t,
+    EventObj,
+    0x6470_4556_0000_0004
+);
+
+/// Makes the handle of a device's default stream (owned by the device handle).
+pub(crate) fn default_stream_handle(
+    device: &std::sync::Arc<devplug_core::Device>,
+    handle: *mut dp_device_t,
+) -> *mut dp_stream_t {
+    handle::new::<dp_stream_t>(StreamObj {
+        stream: device.default_stream(),
+        device: DevicePtr(handle),
+    })
+}
+
+/// Destroys a default stream's handle along with its device handle.
+///
+/// # Safety
+/// `stream` was made by [`default_stream_handle`] and is not used afterwards.
+pub(crate) unsafe fn destroy_default_stream_handle(stream: *mut dp_stream_t) {
+    // SAFETY: forwarded.
+    let _ = unsafe { handle::destroy(stream, "stream") };
+}
+
+unsafe fn stream<'a>(s: *const dp_stream_t, arg: &str) -> devplug_core::Result<&'a StreamObj> {
+    // SAFETY: forwarded.
+    unsafe { get(s, arg) }
+}
+
+unsafe fn event<'a>(e: *const dp_event_t, arg: &str) -> devplug_core::Result<&'a EventObj> {
+    // SAFETY: forwarded.
+    unsafe { get(e, arg) }
+}
+
+/// Creates a stream on `device`: an asynchronous ordered queue.
+///
+/// # Safety
+/// `device` is a device handle; `out_stream` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_stream_create(
+    device: *mut dp_device_t,
+    out_stream: *mut *mut dp_stream_t,
+) -> dp_status_t {
+    guard("dp_stream_create", || {
+        // SAFETY: the caller's contract.
+        let d = unsafe { self::device(device, "device")? };
+        check_out(out_stream, "out_stream")?;
+        let s = d.create_stream()?;
+        let h = handle::new::<dp_stream_t>(StreamObj {
+            stream: s,
+            device: DevicePtr(device),
+        });
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_stream, "out_stream", h) }
+    })
+}
+
+/// Destroys a stream after its enqueued work is done. NULL, and a device's default stream,
+/// are no-ops.
+///
+/// # Safety
+/// `stream` is NULL or a stream handle no other thread is using.
+#[no_mangle]
+pub unsafe extern "C" fn dp_stream_destroy(stream: *mut dp_stream_t) {
+    guard("dp_stream_destroy", || {
+        if stream.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the caller's contract.
+        if unsafe { self::stream(stream, "stream")? }
+            .stream
+            .is_default()
+        {
+            return Ok(());
+        }
+        // SAFETY: the caller's contract.
+        unsafe { handle::destroy(stream, "stream") }
+    });
+}
+
+/// Writes the device's default stream (borrowed: valid until the runtime is destroyed) into
+/// `*out_stream`. On the CPU it runs work inline on the calling thread.
+///
+/// # Safety
+/// `device` is a device handle; `out_stream` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_device_default_stream(
+    device: *mut dp_device_t,
+    out_stream: *mut *mut dp_stream_t,
+) -> dp_status_t {
+    guard("dp_device_default_stream", || {
+        // SAFETY: the caller's contract.
+        let obj = unsafe { get(device, "device")? };
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_stream, "out_stream", obj.default_stream.0) }
+    })
+}
+
+/// The stream's device; NULL for an invalid handle.
+///
+/// # Safety
+/// `stream` is a stream handle.
+#[no_mangle]
+pub unsafe extern "C" fn dp_stream_device(stream: *const dp_stream_t) -> *mut dp_device_t {
+    // SAFETY: the caller's contract.
+    guard_value("dp_stream_device", std::ptr::null_mut(), || {
+        Ok(unsafe { self::stream(stream, "stream")? }.device.0)
+    })
+}
+
+/// Blocks until all work enqueued on the stream so far is done.
+///
+/// # Safety
+/// `stream` is a stream handle.
+#[no_mangle]
+pub unsafe extern "C" fn dp_stream_synchronize(stream: *mut dp_stream_t) -> dp_status_t {
+    // SAFETY: the caller's contract.
+    guard("dp_stream_synchronize", || {
+        unsafe { self::stream(stream, "stream")? }
+            .stream
+            .synchronize()
+    })
+}
+
+/// Work enqueued on `stream` after this call waits until `event` is reached. The event may
+/// belong to another device (the stream then waits on the host side).
+///
+/// # Safety
+/// `stream` is a stream handle; `event` an event handle.
+#[no_mangle]
+pub unsafe extern "C" fn dp_stream_wait_event(
+    stream: *mut dp_stream_t,
+    event: *mut dp_event_t,
+) -> dp_status_t {
+    guard("dp_stream_wait_event", || {
+        // SAFETY: the caller's contract.
+        let (s, e) = unsafe {
+            (
+                self::stream(stream, "stream")?,
+                self::event(event, "event")?,
+            )
+        };
+        s.stream.wait_event(&e.event)
+    })
+}
+
+/// Work enqueued on `stream` after this call waits for the work enqueued on `other` before
+/// it. Both streams must belong to one device (`DP_INVALID_ARGUMENT` otherwise; use an event).
+///
+/// # Safety
+/// `stream` and `other` are stream handles.
+#[no_mangle]
+pub unsafe extern "C" fn dp_stream_wait_stream(
+    stream: *mut dp_stream_t,
+    other: *mut dp_stream_t,
+) -> dp_status_t {
+    guard("dp_stream_wait_stream", || {
+        // SAFETY: the caller's contract.
+        let (s, o) = unsafe {
+            (
+                self::stream(stream, "stream")?,
+                self::stream(other, "other")?,
+            )
+        };
+        s.stream.wait_stream(&o.stream)
+    })
+}
+
+/// A host function run by a stream.
+pub type dp_host_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+
+struct UserData(*mut c_void);
+// SAFETY: the host promises (documented on `dp_stream_host_callback`) that its callback may
+// run on another thread with this pointer.
+unsafe impl Send for UserData {}
+
+/// Runs `fn(user_data)` exactly once, after all earlier work of the stream: on a runtime
+/// worker thread, or inline on the calling thread for a synchronous stream (the CPU's default
+/// stream). The function must not destroy or synchronize the stream that runs it. If the
+/// call fails, `fn` is not run.
+///
+/// # Safety
+/// `stream` is a stream handle; `fn` may be called from another thread with `user_data`.
+#[no_mangle]
+pub unsafe extern "C" fn dp_stream_host_callback(
+    stream: *mut dp_stream_t,
+    r#fn: dp_host_fn,
+    user_data: *mut c_void,
+) -> dp_status_t {
+    guard("dp_stream_host_callback", || {
+        // SAFETY: the caller's contract.
+        let s = unsafe { self::stream(stream, "stream")? };
+        let f = r#fn.ok_or_else(|| bad_arg("fn", "is NULL"))?;
+        let data = UserData(user_data);
+        s.stream.host_callback(Box::new(move || {
+            let data = data;
+            // SAFETY: the host gave this function and data for exactly this call.
+            unsafe { f(data.0) }
+        }))
+    })
+}
+
+/// Enqueues a copy of `size` bytes of host memory into `dst` at `dst_offset`. `src` must stay
+/// valid until the stream reaches the copy. `dst` must live on the stream's device.
+///
+/// # Safety
+/// `stream` and `dst` are handles; `src` is readable for `size` bytes until the copy ran.
+#[no_mangle]
+pub unsafe extern "C" fn dp_stream_write(
+    stream: *mut dp_stream_t,
+    dst: *mut dp_buffer_t,
+    dst_offset: usize,
+    src: *const c_void,
+    size: usize,
+) -> dp_status_t {
+    guard("dp_stream_write", || {
+        // SAFETY: the caller's contract.
+        let (s, b) = unsafe { (self::stream(stream, "stream")?, buffer(dst, "dst")?) };
+        // SAFETY: checks NULL and size; the memory stays valid by the caller's contract.
+        let data = unsafe { handle::bytes(src.cast(), size, "src")? };
+        // SAFETY: as above, until the stream reaches the copy.
+        unsafe {
+            s.stream
+                .write_raw(&b.buffer, dst_offset as u64, data.as_ptr(), size as u64)
+        }
+    })
+}
+
+/// Enqueues a copy of `size` bytes of `src` at `src_offset` into host memory. `dst` must stay
+/// valid, and unread, until the stream reaches the copy (synchronize the stream or an event
+/// recorded after it). `src` must live on the stream's device.
+///
+/// # Safety
+/// `stream` and `src` are handles; `dst` is writable for `size` bytes until the copy ran.
+#[no_mangle]
+pub unsafe extern "C" fn dp_stream_read(
+    stream: *mut dp_stream_t,
+    src: *const dp_buffer_t,
+    src_offset: usize,
+    dst: *mut c_void,
+    size: usize,
+) -> dp_status_t {
+    guard("dp_stream_read", || {
+        // SAFETY: the caller's contract.
+        let (s, b) = unsafe { (self::stream(stream, "stream")?, buffer(src, "src")?) };
+        // SAFETY: checks NULL and size; the memory stays valid by the caller's contract.
+        let out = unsafe { handle::bytes_mut(dst.cast(), size, "dst")? };
+        // SAFETY: as above, until the stream reaches the copy.
+        unsafe {
+            s.stream
+                .read_raw(&b.buffer, src_offset as u64, out.as_mut_ptr(), size as u64)
+        }
+    })
+}
+
+/// Enqueues a copy between buffers. One of them must live on the stream's device; the other
+/// may live on any device.
+///
+/// # Safety
+/// `stream`, `dst` and `src` are handles.
+#[no_mangle]
+pub unsafe extern "C" fn dp_stream_copy(
+    stream: *mut dp_stream_t,
+    dst: *mut dp_buffer_t,
+    dst_offset: usize,
+    src: *const dp_buffer_t,
+    src_offset: usize,
+    size: usize,
+) -> dp_status_t {
+    guard("dp_stream_copy", || {
+        // SAFETY: the caller's contract.
+        let (s, d, b) = unsafe {
+            (
+                self::stream(stream, "stream")?,
+                buffer(dst, "dst")?,
+                buffer(src, "src")?,
+            )
+        };
+        s.stream.copy(
+            &d.buffer,
+            dst_offset as u64,
+            &b.buffer,
+            src_offset as u64,
+            size as u64,
+        )
+    })
+}
+
+/// Enqueues setting `size` bytes of `dst` at `offset` to `value`.
+///
+/// # Safety
+/// `stream` and `dst` are handles.
+#[no_mangle]
+pub unsafe extern "C" fn dp_stream_memset(
+    stream: *mut dp_stream_t,
+    dst: *mut dp_buffer_t,
+    offset: usize,
+    value: u8,
+    size: usize,
+) -> dp_status_t {
+    guard("dp_stream_memset", || {
+        // SAFETY: the caller's contract.
+        let (s, d) = unsafe { (self::stream(stream, "stream")?, buffer(dst, "dst")?) };
+        s.stream
+            .memset(&d.buffer, offset as u64, value, size as u64)
+    })
+}
+
+/// Creates an event on `device`.
+///
+/// # Safety
+/// `device` is a device handle; `out_event` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_event_create(
+    device: *mut dp_device_t,
+    out_event: *mut *mut dp_event_t,
+) -> dp_status_t {
+    guard("dp_event_create", || {
+        // SAFETY: the caller's contract.
+        let d = unsafe { self::device(device, "device")? };
+        check_out(out_event, "out_event")?;
+        let h = handle::new::<dp_event_t>(EventObj {
+            event: d.create_event()?,
+        });
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_event, "out_event", h) }
+    })
+}
+
+/// Destroys an event. NULL is a no-op. Streams already waiting for it still see it reached.
+///
+/// # Safety
+/// `event` is NULL or an event handle no other thread is using.
+#[no_mangle]
+pub unsafe extern "C" fn dp_event_destroy(event: *mut dp_event_t) {
+    // SAFETY: the caller's contract.
+    guard("dp_event_destroy", || unsafe {
+        handle::destroy(event, "event")
+    });
+}
+
+/// Records the event at the current end of `stream`, which must belong to the event's
+/// device (`DP_INVALID_ARGUMENT` otherwise).
+///
+/// # Safety
+/// `event` and `stream` are handles.
+#[no_mangle]
+pub unsafe extern "C" fn dp_event_record(
+    event: *mut dp_event_t,
+    stream: *mut dp_stream_t,
+) -> dp_status_t {
+    guard("dp_event_record", || {
+        // SAFETY: the caller's contract.
+        let (e, s) = unsafe {
+            (
+                self::event(event, "event")?,
+                self::stream(stream, "stream")?,
+            )
+        };
+        e.event.record(&s.stream)
+    })
+}
+
+/// Writes 1 into `*out_complete` when the event was reached (or never recorded), else 0.
+///
+/// # Safety
+/// `event` is an event handle; `out_complete` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_event_query(
+    event: *const dp_event_t,
+    out_complete: *mut i32,
+) -> dp_status_t {
+    guard("dp_event_query", || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { self::event(event, "event")? };
+        check_out(out_complete, "out_complete")?;
+        let done = match e.event.status()? {
+            EventStatus::Complete => 1,
+            EventStatus::Pending => 0,
+            EventStatus::Error => {
+                return Err(Error::internal(
+                    "the stream failed before reaching the event",
+                ))
+            }
+        };
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_complete, "out_complete", done) }
+    })
+}
+
+/// Blocks until the event is reached.
+///
+/// # Safety
+/// `event` is an event handle.
+#[no_mangle]
+pub unsafe extern "C" fn dp_event_synchronize(event: *mut dp_event_t) -> dp_status_t {
+    // SAFETY: the caller's contract.
+    guard("dp_event_synchronize", || {
+        unsafe { self::event(event, "event")? }.event.synchronize()
+    })
+}

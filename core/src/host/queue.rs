@@ -1,0 +1,315 @@
+//! The CPU device's streams and events.
+//!
+//! A stream the host creates is a [`WorkQueue`]: an ordered queue run by its own worker
+//! thread. The default stream is [`CpuStream::Inline`]: work runs on the calling thread at
+//! once, which is what makes cheap eager ops possible. Events are generation counters: a
+//! record bumps the generation, and the queue marks that generation complete when it gets
+//! there.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{Error, Result};
+
+type Task = Box<dyn FnOnce() + Send + 'static>;
+
+/// A CPU stream: inline (the default stream) or an asynchronous ordered queue.
+pub enum CpuStream {
+    Inline,
+    Queue(Arc<WorkQueue>),
+}
+
+impl CpuStream {
+    /// Runs `task` in stream order.
+    pub fn submit(&self, task: Task) -> Result<()> {
+        match self {
+            CpuStream::Inline => {
+                task();
+                Ok(())
+            }
+            CpuStream::Queue(q) => q.submit(task),
+        }
+    }
+
+    pub fn synchronize(&self) {
+        if let CpuStream::Queue(q) = self {
+            q.synchronize();
+        }
+    }
+}
+
+struct QueueState {
+    tasks: VecDeque<Task>,
+    submitted: u64,
+    completed: u64,
+    shutting_down: bool,
+}
+
+struct QueueShared {
+    state: Mutex<QueueState>,
+    /// Signals the worker that a task arrived (or shutdown).
+    work: Condvar,
+    /// Signals waiters that `completed` advanced.
+    done: Condvar,
+}
+
+/// An ordered queue with one worker thread.
+pub struct WorkQueue {
+    shared: Arc<QueueShared>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl WorkQueue {
+    pub fn new(name: String) -> Result<WorkQueue> {
+        let shared = Arc::new(QueueShared {
+            state: Mutex::new(QueueState {
+                tasks: VecDeque::new(),
+                submitted: 0,
+                completed: 0,
+                shutting_down: false,
+            }),
+            work: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let s = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || run_worker(&s))
+            .map_err(|e| Error::resource_exhausted(format!("cannot start a stream thread: {e}")))?;
+        Ok(WorkQueue {
+            shared,
+            worker: Some(worker),
+        })
+    }
+
+    pub fn submit(&self, task: Task) -> Result<()> {
+        let mut st = self.shared.state.lock();
+        st.tasks.push_back(task);
+        st.submitted += 1;
+        drop(st);
+        self.shared.work.notify_one();
+        Ok(())
+    }
+
+    /// Blocks until every task submitted before the call has run.
+    pub fn synchronize(&self) {
+        let mut st = self.shared.state.lock();
+        let target = st.submitted;
+        while st.completed < target {
+            self.shared.done.wait(&mut st);
+        }
+    }
+}
+
+fn run_worker(shared: &QueueShared) {
+    loop {
+        let task = {
+            let mut st = shared.state.lock();
+            loop {
+                if let Some(t) = st.tasks.pop_front() {
+                    break t;
+                }
+                if st.shutting_down {
+                    return;
+                }
+                shared.work.wait(&mut st);
+            }
+        };
+        // A panicking task must not take the stream down; its panic is reported by the
+        // task itself where it matters (tasks are runtime closures that do not panic).
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task));
+        let mut st = shared.state.lock();
+        st.completed += 1;
+        drop(st);
+        shared.done.notify_all();
+    }
+}
+
+impl Drop for WorkQueue {
+    fn drop(&mut self) {
+        // A queue dropped by its own worker (a callback that held the last reference) cannot
+        // wait for itself: it lets the worker drain the queue and end on its own.
+        let on_worker = self
+            .worker
+            .as_ref()
+            .is_some_and(|w| w.thread().id() == std::thread::current().id());
+        if !on_worker {
+            self.synchronize();
+        }
+        self.shared.state.lock().shutting_down = true;
+        self.shared.work.notify_all();
+        if let Some(w) = self.worker.take() {
+            if !on_worker {
+                let _ = w.join();
+            }
+        }
+    }
+}
+
+struct EventState {
+    /// Bumped by each record.
+    recorded: u64,
+    /// The highest generation reached.
+    reached: u64,
+}
+
+/// A CPU event.
+#[derive(Clone)]
+pub struct CpuEvent {
+    inner: Arc<(Mutex<EventState>, Condvar)>,
+}
+
+impl Default for CpuEvent {
+    fn default() -> Self {
+        CpuEvent {
+            inner: Arc::new((
+                Mutex::new(EventState {
+                    recorded: 0,
+                    reached: 0,
+                }),
+                Condvar::new(),
+            )),
+        }
+    }
+}
+
+impl CpuEvent {
+    /// Records the event on `stream`.
+    pub fn record(&self, stream: &CpuStream) -> Result<()> {
+        let generation = {
+            let mut st = self.inner.0.lock();
+            st.recorded += 1;
+            st.recorded
+        };
+        let me = self.clone();
+        stream.submit(Box::new(move || me.reach(generation)))
+    }
+
+    fn reach(&self, generation: u64) {
+        let mut st = self.inner.0.lock();
+        if generation > st.reached {
+            st.reached = generation;
+        }
+        drop(st);
+        self.inner.1.notify_all();
+    }
+
+    pub fn is_complete(&self) -> bool {
+        let st = self.inner.0.lock();
+        st.reached >= st.recorded
+    }
+
+    /// Blocks until the generation recorded last (at the time of the call) is reached.
+    pub fn synchronize(&self) {
+        let mut st = self.inner.0.lock();
+        let target = st.recorded;
+        self.wait_for(&mut st, target);
+    }
+
+    fn wait_for(&self, st: &mut parking_lot::MutexGuard<'_, EventState>, generation: u64) {
+        while st.reached < generation {
+            self.inner.1.wait(st);
+        }
+    }
+
+    /// Makes `stream` wait for the generation recorded last at the time of the call.
+    pub fn wait_on(&self, stream: &CpuStream) -> Result<()> {
+        let target = self.inner.0.lock().recorded;
+        let me = self.clone();
+        stream.submit(Box::new(move || {
+            let mut st = me.inner.0.lock();
+            me.wait_for(&mut st, target);
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn queue_runs_tasks_in_order_off_thread() {
+        let q = CpuStream::Queue(Arc::new(WorkQueue::new("t".into()).unwrap()));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let caller = std::thread::current().id();
+        for i in 0..100 {
+            let log = log.clone();
+            q.submit(Box::new(move || {
+                assert_ne!(std::thread::current().id(), caller);
+                log.lock().push(i);
+            }))
+            .unwrap();
+        }
+        q.synchronize();
+        assert_eq!(*log.lock(), (0..100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn inline_stream_runs_at_once() {
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        CpuStream::Inline
+            .submit(Box::new(move || {
+                h.fetch_add(1, Ordering::SeqCst);
+            }))
+            .unwrap();
+        assert_eq!(hits.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn event_orders_two_queues() {
+        let a = CpuStream::Queue(Arc::new(WorkQueue::new("a".into()).unwrap()));
+        let b = CpuStream::Queue(Arc::new(WorkQueue::new("b".into()).unwrap()));
+        let value = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        // a: wait for the gate, then write 7, then record.
+        let g = gate.clone();
+        a.submit(Box::new(move || {
+            let mut open = g.0.lock();
+            while !*open {
+                g.1.wait(&mut open);
+            }
+        }))
+        .unwrap();
+        let v = value.clone();
+        a.submit(Box::new(move || v.store(7, Ordering::SeqCst)))
+            .unwrap();
+        let ev = CpuEvent::default();
+        assert!(ev.is_complete(), "a never-recorded event is complete");
+        ev.record(&a).unwrap();
+        assert!(!ev.is_complete());
+        ev.wait_on(&b).unwrap();
+        let seen = Arc::new(AtomicUsize::new(99));
+        let (v, s) = (value.clone(), seen.clone());
+        b.submit(Box::new(move || {
+            s.store(v.load(Ordering::SeqCst), Ordering::SeqCst)
+        }))
+        .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(seen.load(Ordering::SeqCst), 99, "b must still be waiting");
+        *gate.0.lock() = true;
+        gate.1.notify_all();
+        b.synchronize();
+        assert_eq!(seen.load(Ordering::SeqCst), 7);
+        ev.synchronize();
+        assert!(ev.is_complete());
+    }
+
+    #[test]
+    fn a_panicking_task_does_not_stop_the_queue() {
+        let q = WorkQueue::new("p".into()).unwrap();
+        q.submit(Box::new(|| panic!("task panic"))).unwrap();
+        let hit = Arc::new(AtomicUsize::new(0));
+        let h = hit.clone();
+        q.submit(Box::new(move || {
+            h.fetch_add(1, Ordering::SeqCst);
+        }))
+        .unwrap();
+        q.synchronize();
+        assert_eq!(hit.load(Ordering::SeqCst), 1);
+    }
+}

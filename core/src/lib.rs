@@ -1,0 +1,34 @@
+//! devplug-core: the devplug runtime.
+//!
+//! Start at [`Runtime`]: it owns the platforms (the built-in `HOST` platform with its `CPU`
+//! devices, and those plugins register) and their [`Device`]s. Devices allocate
+//! [`Buffer`]s, run [`Stream`]s and [`Event`]s, and hold [`Tensor`]s.
+//!
+//! ```
+//! use devplug_core::{Runtime, RuntimeOptions, Tensor};
+//! let rt = Runtime::new(RuntimeOptions { cpu_device_count: 2, ..Default::default() })?;
+//! let cpu1 = rt.find_device("cpu:1")?;
+//! let t = Tensor::from_slice(&cpu1, &[2, 2], &[1.0f32, 2.0, 3.0, 4.0])?;
+//! assert_eq!(t.copy_to(&rt.find_device("CPU:0")?)?.to_vec::<f32>()?, [1.0, 2.0, 3.0, 4.0]);
+//! # Ok::<(), devplug_core::Error>(())
+//! ```
+
+pub mod device;
+pub mod error;
+pub mod host;
+pub mod log;
+pub mod memory;
+pub mod platform;
+pub mod runtime;
+pub mod spec;
+pub mod stream;
+pub mod tensor;
+
+pub use device::{Device, DeviceProperties, PlatformEntry};
+pub use error::{Code, Error, Result};
+pub use memory::{Buffer, DevicePtr, MemoryStats};
+pub use platform::{EventStatus, Platform, PlatformInfo, StreamExecutor};
+pub use runtime::{Runtime, RuntimeOptions};
+pub use spec::DeviceSpec;
+pub use stream::{Event, Stream};
+pub use tensor::{DType, Element, Tensor};

@@ -1,0 +1,149 @@
+//! Buffers: reference-counted device memory, and the synchronous copies between buffers and
+//! host memory.
+
+use std::sync::Arc;
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::memory::DevicePtr;
+
+/// A block of one device's memory. Freed (back to the device's suballocator) when the last
+/// reference goes; streams hold references to the buffers their pending work uses.
+pub struct Buffer {
+    device: Arc<Device>,
+    ptr: DevicePtr,
+    size: u64,
+}
+
+impl Buffer {
+    pub(crate) fn new(device: Arc<Device>, ptr: DevicePtr, size: u64) -> Buffer {
+        Buffer { device, ptr, size }
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The device address. Only host-visible platforms' addresses may be dereferenced.
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// Checks that `[offset, offset + size)` lies inside the buffer; returns its address.
+    pub fn range(&self, offset: u64, size: u64) -> Result<DevicePtr> {
+        match offset.checked_add(size) {
+            Some(end) if end <= self.size => Ok(self.ptr.offset(offset)),
+            _ => Err(Error::out_of_range(format!(
+                "range [{offset}, {offset} + {size}) lies outside a buffer of {} bytes on {}",
+                self.size,
+                self.device.name()
+            ))),
+        }
+    }
+
+    /// Copies host bytes into the buffer at `offset`, after the device's default stream.
+    pub fn write(&self, offset: u64, src: &[u8]) -> Result<()> {
+        let dst = self.range(offset, src.len() as u64)?;
+        self.device.synchronize_default_stream()?;
+        // SAFETY: `src` is a live slice of exactly that many bytes.
+        unsafe {
+            self.device
+                .executor()
+                .memcpy_htod(dst, src.as_ptr(), src.len() as u64)
+        }
+    }
+
+    /// Copies buffer bytes at `offset` into `dst`, after the device's default stream.
+    pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
+        let src = self.range(offset, dst.len() as u64)?;
+        self.device.synchronize_default_stream()?;
+        // SAFETY: `dst` is a live, exclusively borrowed slice of exactly that many bytes.
+        unsafe {
+            self.device
+                .executor()
+                .memcpy_dtoh(dst.as_mut_ptr(), src, dst.len() as u64)
+        }
+    }
+
+    /// Sets `size` bytes at `offset` to `value`.
+    pub fn memset(&self, offset: u64, value: u8, size: u64) -> Result<()> {
+        let dst = self.range(offset, size)?;
+        self.device.synchronize_default_stream()?;
+        self.device.executor().memset(dst, value, size)
+    }
+
+    /// Copies `size` bytes from `src` at `src_offset` into this buffer at `dst_offset`; the
+    /// buffers may live on any devices (staged through host memory where neither platform
+    /// can reach the other).
+    pub fn copy_from(
+        &self,
+        dst_offset: u64,
+        src: &Buffer,
+        src_offset: u64,
+        size: u64,
+    ) -> Result<()> {
+        let d = self.range(dst_offset, size)?;
+        let s = src.range(src_offset, size)?;
+        self.device.synchronize_default_stream()?;
+        if !Arc::ptr_eq(&self.device, &src.device) {
+            src.device.synchronize_default_stream()?;
+        }
+        copy_between(&self.device, d, &src.device, s, size)
+    }
+}
+
+/// Copies device memory between any two devices, synchronously.
+pub(crate) fn copy_between(
+    dst_dev: &Arc<Device>,
+    dst: DevicePtr,
+    src_dev: &Arc<Device>,
+    src: DevicePtr,
+    size: u64,
+) -> Result<()> {
+    if size == 0 {
+        return Ok(());
+    }
+    if Arc::ptr_eq(dst_dev, src_dev) {
+        return dst_dev.executor().memcpy_dtod(dst, src, size);
+    }
+    if src_dev.host_visible() {
+        // SAFETY: a host-visible platform's device addresses are host addresses; the range
+        // was checked against a live buffer.
+        return unsafe {
+            dst_dev
+                .executor()
+                .memcpy_htod(dst, src.0 as *const u8, size)
+        };
+    }
+    if dst_dev.host_visible() {
+        // SAFETY: as above, for the destination.
+        return unsafe { src_dev.executor().memcpy_dtoh(dst.0 as *mut u8, src, size) };
+    }
+    let len = usize::try_from(size).map_err(|_| {
+        Error::resource_exhausted(format!("cannot stage {size} bytes in host memory"))
+    })?;
+    let mut staging = vec![0u8; len];
+    // SAFETY: `staging` is a live vector of `size` bytes, used only by these two calls.
+    unsafe {
+        src_dev
+            .executor()
+            .memcpy_dtoh(staging.as_mut_ptr(), src, size)?;
+        dst_dev.executor().memcpy_htod(dst, staging.as_ptr(), size)
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        self.device.free(self.ptr);
+    }
+}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Buffer({} bytes on {})", self.size, self.device.name())
+    }
+}

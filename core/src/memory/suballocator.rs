@@ -1,0 +1,1587 @@
+//! The caching best-fit suballocator (BFC-style) that the core puts over each platform's raw
+//! device allocation.
+//!
+//! The suballocator reserves large *regions* from a [`RawAllocator`] and carves them into
+//! *chunks*. Every chunk is either in use (handed out by [`Suballocator::allocate`]) or free.
+//! Chunks of one region are linked in address order, so a freed chunk is merged with its free
+//! neighbours at once (never across regions). Free chunks are indexed by size in power-of-two
+//! bins, each ordered by `(size, address)` (a sorted vector while the bin is small, a B-tree
+//! when it grows large), so the best fit (the smallest free chunk that fits, the lowest address
+//! among equals) is one or two ordered look-ups away, as in TensorFlow's `BFCAllocator`. Live
+//! allocations are found by address in a hash map; the hot path allocates nothing once warm.
+//!
+//! When no free chunk fits, a new region is reserved: the larger of the request and the growth
+//! size, which starts at [`SuballocatorOptions::min_region_size`] and doubles with each region.
+//! A byte limit caps what is held from the device in total; when it would be exceeded, wholly
+//! free regions are given back first, and if the request still does not fit the result is a
+//! [`Code::ResourceExhausted`](crate::error::Code::ResourceExhausted) error, never an abort.
+//!
+//! Device addresses are opaque `u64`s: the suballocator never dereferences them.
+//!
+//! One [`parking_lot::Mutex`] guards the whole state. The raw allocator is called with that lock
+//! held (so the limit stays exact), so it must not call back into the suballocator.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::DevicePtr;
+use crate::error::{Error, Result};
+
+/// The platform side of the suballocator: raw allocations from the device.
+///
+/// Implemented by the core's device layer over each platform's allocation functions. Both
+/// methods are called with the suballocator's lock held, so they must not call back into it.
+pub trait RawAllocator: Send + Sync {
+    /// Allocates `size` bytes of device memory. A failure is returned as is; the suballocator
+    /// releases its cached regions, retries once and then passes the error on with context.
+    ///
+    /// An address that is not a multiple of the suballocator's alignment is accepted: the
+    /// suballocator then asks once more for `size + alignment` bytes and aligns inside them.
+    fn raw_allocate(&self, size: u64) -> Result<DevicePtr>;
+
+    /// Returns memory that [`raw_allocate`](RawAllocator::raw_allocate) gave out; `size` is
+    /// the size that was asked for then.
+    fn raw_deallocate(&self, ptr: DevicePtr, size: u64);
+}
+
+/// The default alignment of addresses and chunk sizes, in bytes.
+const DEFAULT_ALIGNMENT: u64 = 256;
+/// The default size of the first region, in bytes.
+const DEFAULT_MIN_REGION_SIZE: u64 = 1 << 20;
+
+/// How a [`Suballocator`] reserves and carves device memory.
+#[derive(Clone, Debug)]
+pub struct SuballocatorOptions {
+    /// Bytes the suballocator may hold from the device in total; `None` means unlimited.
+    pub limit: Option<u64>,
+    /// Every returned address and every chunk size is a multiple of this (default 256). A
+    /// value that is not a power of two is rounded up to the next one (0 becomes 1).
+    pub alignment: u64,
+    /// The smallest raw allocation (default 1 MiB). Regions grow (each one twice the size of
+    /// the one before) as more memory is needed, capped by what the limit leaves.
+    pub min_region_size: u64,
+}
+
+impl Default for SuballocatorOptions {
+    fn default() -> SuballocatorOptions {
+        SuballocatorOptions {
+            limit: None,
+            alignment: DEFAULT_ALIGNMENT,
+            min_region_size: DEFAULT_MIN_REGION_SIZE,
+        }
+    }
+}
+
+/// A snapshot of a suballocator's statistics. All figures are exact at the time of the call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// The sum of the (rounded) sizes of the live allocations.
+    pub bytes_in_use: u64,
+    /// The highest `bytes_in_use` since creation or the last [`Suballocator::reset_peak`].
+    pub peak_bytes_in_use: u64,
+    /// Successful allocations ever made.
+    pub num_allocs: u64,
+    /// Live allocations now.
+    pub active_allocs: u64,
+    /// The largest (rounded) allocation ever made.
+    pub largest_alloc_size: u64,
+    /// The limit from the options, if any.
+    pub bytes_limit: Option<u64>,
+    /// Bytes currently held from the raw allocator.
+    pub bytes_reserved: u64,
+    /// The largest free chunk inside the reserved regions.
+    pub largest_free_block: u64,
+}
+
+/// A caching best-fit suballocator over a [`RawAllocator`]. Thread-safe: every method takes
+/// `&self`.
+///
+/// Dropping it returns every region to the raw allocator, including those that still hold
+/// live allocations.
+pub struct Suballocator {
+    raw: Arc<dyn RawAllocator>,
+    state: Mutex<State>,
+}
+
+impl Suballocator {
+    /// A suballocator that reserves its regions from `raw`. Nothing is reserved until the
+    /// first allocation.
+    pub fn new(raw: Arc<dyn RawAllocator>, options: SuballocatorOptions) -> Suballocator {
+        let alignment = options.alignment.max(1).checked_next_power_of_two();
+        // A request for an alignment above 2^63 cannot be honoured; use the largest there is.
+        let alignment = alignment.unwrap_or(1 << 63);
+        let min_region = round_up(options.min_region_size.max(1), alignment).unwrap_or(alignment);
+        let config = Config {
+            limit: options.limit,
+            alignment,
+            min_region,
+        };
+        Suballocator {
+            raw,
+            state: Mutex::new(State::new(config)),
+        }
+    }
+
+    /// Allocates `size` bytes, rounded up to the alignment. Size 0 is allowed and returns a
+    /// distinct chunk of the minimum size.
+    ///
+    /// Fails with `RESOURCE_EXHAUSTED` when the limit does not leave room for the request
+    /// (after giving back cached regions), or with the raw allocator's error when the device
+    /// refuses a new region.
+    pub fn allocate(&self, size: u64) -> Result<DevicePtr> {
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        let Some(rounded) = round_up(size.max(1), state.config.alignment) else {
+            drop(guard);
+            return Err(Error::resource_exhausted(format!(
+                "cannot allocate {size} bytes: the size exceeds the address space"
+            )));
+        };
+        let id = match state.free.best_fit(rounded) {
+            Some(id) => id,
+            None => state.grow(&*self.raw, size, rounded)?,
+        };
+        Ok(state.take(id, rounded))
+    }
+
+    /// Frees an allocation made by [`allocate`](Suballocator::allocate).
+    ///
+    /// An address that is not a live allocation of this suballocator (never allocated, already
+    /// freed, or not the start of an allocation) gives `INVALID_ARGUMENT` and changes nothing.
+    pub fn deallocate(&self, ptr: DevicePtr) -> Result<()> {
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        match state.live.remove(&ptr.0) {
+            Some(id) => {
+                state.release(id);
+                Ok(())
+            }
+            None => {
+                drop(guard);
+                Err(Error::invalid_argument(format!(
+                    "deallocate: {:#x} is not a live allocation of this suballocator \
+                     (never allocated, already freed, or not the start of an allocation)",
+                    ptr.0
+                )))
+            }
+        }
+    }
+
+    /// The rounded size of the live allocation at `ptr`, or `None` if there is none.
+    pub fn size_of(&self, ptr: DevicePtr) -> Option<u64> {
+        let state = self.state.lock();
+        state.live.get(&ptr.0).map(|&id| state.chunk(id).size)
+    }
+
+    /// A snapshot of the statistics.
+    pub fn stats(&self) -> MemoryStats {
+        let state = self.state.lock();
+        MemoryStats {
+            bytes_in_use: state.bytes_in_use,
+            peak_bytes_in_use: state.peak_bytes_in_use,
+            num_allocs: state.num_allocs,
+            active_allocs: state.live.len() as u64,
+            largest_alloc_size: state.largest_alloc_size,
+            bytes_limit: state.config.limit,
+            bytes_reserved: state.bytes_reserved,
+            largest_free_block: state.free.largest(),
+        }
+    }
+
+    /// Returns every wholly free region to the raw allocator and the number of bytes given
+    /// back.
+    pub fn release_cached(&self) -> u64 {
+        self.state.lock().release_cached(&*self.raw)
+    }
+
+    /// Sets the peak to the bytes in use now.
+    pub fn reset_peak(&self) {
+        let mut state = self.state.lock();
+        state.peak_bytes_in_use = state.bytes_in_use;
+    }
+}
+
+impl Drop for Suballocator {
+    fn drop(&mut self) {
+        let state = self.state.get_mut();
+        for region in state.regions.drain(..) {
+            self.raw
+                .raw_deallocate(DevicePtr(region.raw_ptr), region.raw_size);
+        }
+        state.bytes_reserved = 0;
+    }
+}
+
+impl fmt::Debug for Suballocator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Suballocator")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// `value` rounded up to a multiple of `alignment` (a power of two), or `None` on overflow.
+fn round_up(value: u64, alignment: u64) -> Option<u64> {
+    let mask = alignment - 1;
+    value.checked_add(mask).map(|v| v & !mask)
+}
+
+/// The growth size stops doubling here (a multiple of every alignment up to 2^62).
+const MAX_GROWTH: u64 = 1 << 62;
+
+/// The options after normalisation.
+#[derive(Clone, Copy, Debug)]
+struct Config {
+    limit: Option<u64>,
+    alignment: u64,
+    min_region: u64,
+}
+
+/// An index into [`State::chunks`].
+type ChunkId = u32;
+/// The absent link.
+const NONE: ChunkId = ChunkId::MAX;
+
+/// A piece of one region, in use or free.
+#[derive(Clone, Copy, Debug)]
+struct Chunk {
+    addr: u64,
+    size: u64,
+    /// The chunk just below in the same region, or [`NONE`].
+    prev: ChunkId,
+    /// The chunk just above in the same region, or [`NONE`].
+    next: ChunkId,
+    in_use: bool,
+}
+
+/// One raw allocation.
+#[derive(Clone, Copy, Debug)]
+struct Region {
+    /// What the raw allocator returned and was asked for: what goes back to it.
+    raw_ptr: u64,
+    raw_size: u64,
+    /// The usable, aligned part.
+    size: u64,
+    /// The chunk at the region's base. Merges always keep the lower chunk, so this never
+    /// changes for the life of the region.
+    first: ChunkId,
+}
+
+/// Everything behind the lock.
+struct State {
+    config: Config,
+    /// The chunks; slots on `spare` are unused.
+    chunks: Vec<Chunk>,
+    spare: Vec<ChunkId>,
+    /// Live allocations: address to chunk.
+    live: HashMap<u64, ChunkId, BuildHasherDefault<AddrHasher>>,
+    free: FreeIndex,
+    regions: Vec<Region>,
+    /// The size of the next region, unless the request needs more.
+    growth: u64,
+    bytes_in_use: u64,
+    peak_bytes_in_use: u64,
+    num_allocs: u64,
+    largest_alloc_size: u64,
+    bytes_reserved: u64,
+}
+
+impl State {
+    fn new(config: Config) -> State {
+        State {
+            config,
+            chunks: Vec::new(),
+            spare: Vec::new(),
+            live: HashMap::default(),
+            free: FreeIndex::new(),
+            regions: Vec::new(),
+            growth: config.min_region,
+            bytes_in_use: 0,
+            peak_bytes_in_use: 0,
+            num_allocs: 0,
+            largest_alloc_size: 0,
+            bytes_reserved: 0,
+        }
+    }
+
+    fn chunk(&self, id: ChunkId) -> &Chunk {
+        &self.chunks[id as usize]
+    }
+
+    fn chunk_mut(&mut self, id: ChunkId) -> &mut Chunk {
+        &mut self.chunks[id as usize]
+    }
+
+    /// Stores a chunk in a spare slot or a new one; `None` when every id is taken.
+    fn new_chunk(&mut self, chunk: Chunk) -> Option<ChunkId> {
+        if let Some(id) = self.spare.pop() {
+            self.chunks[id as usize] = chunk;
+            return Some(id);
+        }
+        let id = ChunkId::try_from(self.chunks.len())
+            .ok()
+            .filter(|&id| id != NONE)?;
+        self.chunks.push(chunk);
+        Some(id)
+    }
+
+    fn drop_chunk(&mut self, id: ChunkId) {
+        self.spare.push(id);
+    }
+
+    /// Hands out the free chunk `id` (at least `rounded` bytes) for `rounded` bytes, splitting
+    /// off the rest as a new free chunk.
+    fn take(&mut self, id: ChunkId, rounded: u64) -> DevicePtr {
+        let Chunk {
+            addr, size, next, ..
+        } = *self.chunk(id);
+        self.free.remove(size, addr);
+        // All sizes are multiples of the alignment, so a remainder is at least one unit.
+        if size > rounded {
+            let rest = Chunk {
+                addr: addr + rounded,
+                size: size - rounded,
+                prev: id,
+                next,
+                in_use: false,
+            };
+            // Without a free id (4 billion chunks) the whole chunk is handed out instead.
+            if let Some(rest_id) = self.new_chunk(rest) {
+                if next != NONE {
+                    self.chunk_mut(next).prev = rest_id;
+                }
+                let chunk = self.chunk_mut(id);
+                chunk.next = rest_id;
+                chunk.size = rounded;
+                self.free.insert(rest.size, rest.addr, rest_id);
+            }
+        }
+        let chunk = self.chunk_mut(id);
+        chunk.in_use = true;
+        let size = chunk.size;
+        self.live.insert(addr, id);
+        self.bytes_in_use += size;
+        self.peak_bytes_in_use = self.peak_bytes_in_use.max(self.bytes_in_use);
+        self.num_allocs += 1;
+        self.largest_alloc_size = self.largest_alloc_size.max(size);
+        DevicePtr(addr)
+    }
+
+    /// Frees the in-use chunk `id` (already removed from `live`), merges it with its free
+    /// neighbours and indexes the result.
+    fn release(&mut self, id: ChunkId) {
+        let chunk = self.chunk_mut(id);
+        chunk.in_use = false;
+        let (size, prev, next) = (chunk.size, chunk.prev, chunk.next);
+        self.bytes_in_use -= size;
+        let mut id = id;
+        if next != NONE {
+            let upper = *self.chunk(next);
+            if !upper.in_use {
+                self.free.remove(upper.size, upper.addr);
+                self.merge(id, next);
+            }
+        }
+        if prev != NONE {
+            let lower = *self.chunk(prev);
+            if !lower.in_use {
+                self.free.remove(lower.size, lower.addr);
+                self.merge(prev, id);
+                id = prev;
+            }
+        }
+        let chunk = *self.chunk(id);
+        self.free.insert(chunk.size, chunk.addr, id);
+    }
+
+    /// Merges the chunk `upper` into `lower`, its neighbour just below; neither is indexed.
+    fn merge(&mut self, lower: ChunkId, upper: ChunkId) {
+        let up = *self.chunk(upper);
+        let chunk = self.chunk_mut(lower);
+        chunk.size += up.size;
+        chunk.next = up.next;
+        if up.next != NONE {
+            self.chunk_mut(up.next).prev = lower;
+        }
+        self.drop_chunk(upper);
+    }
+
+    /// Reserves a region that fits `rounded` bytes and returns its (free, indexed) chunk.
+    fn grow(&mut self, raw: &dyn RawAllocator, size: u64, rounded: u64) -> Result<ChunkId> {
+        if let Some(limit) = self.config.limit {
+            if rounded > limit.saturating_sub(self.bytes_reserved) {
+                self.release_cached(raw);
+                if rounded > limit.saturating_sub(self.bytes_reserved) {
+                    return Err(Error::resource_exhausted(format!(
+                        "device memory limit exceeded: requested {size} bytes, {} in use, \
+                         limit {limit} ({} reserved, largest free block {})",
+                        self.bytes_in_use,
+                        self.bytes_reserved,
+                        self.free.largest()
+                    )));
+                }
+            }
+        }
+        let wanted = rounded.max(self.growth);
+        let region_size = match self.config.limit {
+            Some(limit) if wanted > limit - self.bytes_reserved => rounded,
+            _ => wanted,
+        };
+        match self.reserve(raw, region_size) {
+            Ok(id) => {
+                self.growth = self
+                    .growth
+                    .saturating_mul(2)
+                    .min(MAX_GROWTH)
+                    .max(self.config.min_region);
+                Ok(id)
+            }
+            Err(_) => {
+                // The device may be short of memory that cached regions hold, or of a region
+                // as large as the growth size: give back what is cached and ask for no more
+                // than the request needs. Growth backs off so later regions ask for less.
+                self.release_cached(raw);
+                if region_size > rounded {
+                    self.growth = (self.growth / 2).max(self.config.min_region);
+                }
+                self.reserve(raw, rounded).map_err(|e| {
+                    e.context(format!(
+                        "allocating {size} bytes: reserving a {rounded}-byte region \
+                         ({} bytes in use, {} reserved)",
+                        self.bytes_in_use, self.bytes_reserved
+                    ))
+                })
+            }
+        }
+    }
+
+    /// Takes `size` bytes from the raw allocator as a new region, whose single free chunk is
+    /// indexed and returned.
+    fn reserve(&mut self, raw: &dyn RawAllocator, size: u64) -> Result<ChunkId> {
+        let alignment = self.config.alignment;
+        let ptr = raw.raw_allocate(size)?;
+        let (raw_ptr, raw_size, base) = if ptr.0 & (alignment - 1) == 0 {
+            (ptr.0, size, ptr.0)
+        } else {
+            // Misaligned: ask for one alignment unit more and align inside it.
+            raw.raw_deallocate(ptr, size);
+            let Some(padded) = size.checked_add(alignment) else {
+                return Err(Error::resource_exhausted(format!(
+                    "cannot reserve {size} bytes aligned to {alignment}: size overflow"
+                )));
+            };
+            if let Some(limit) = self.config.limit {
+                if padded > limit.saturating_sub(self.bytes_reserved) {
+                    return Err(Error::resource_exhausted(format!(
+                        "device memory limit exceeded: the raw allocator returned an address \
+                         not aligned to {alignment}, and {padded} bytes to align {size} do not \
+                         fit the limit {limit} ({} reserved)",
+                        self.bytes_reserved
+                    )));
+                }
+            }
+            let ptr = raw.raw_allocate(padded)?;
+            (ptr.0, padded, round_up(ptr.0, alignment).unwrap_or(0))
+        };
+        // A region must lie within the address space (and `base` be a real aligned address).
+        let fits = base >= raw_ptr && base.checked_add(size).is_some();
+        let chunk = Chunk {
+            addr: base,
+            size,
+            prev: NONE,
+            next: NONE,
+            in_use: false,
+        };
+        let Some(id) = fits.then(|| self.new_chunk(chunk)).flatten() else {
+            raw.raw_deallocate(DevicePtr(raw_ptr), raw_size);
+            return Err(Error::internal(format!(
+                "cannot track a {size}-byte region at {raw_ptr:#x}"
+            )));
+        };
+        self.regions.push(Region {
+            raw_ptr,
+            raw_size,
+            size,
+            first: id,
+        });
+        self.bytes_reserved += raw_size;
+        self.free.insert(size, base, id);
+        Ok(id)
+    }
+
+    /// Gives every wholly free region back to the raw allocator; returns the bytes released.
+    fn release_cached(&mut self, raw: &dyn RawAllocator) -> u64 {
+        let mut released = 0;
+        let mut i = 0;
+        while i < self.regions.len() {
+            let region = self.regions[i];
+            let first = *self.chunk(region.first);
+            if first.in_use || first.size != region.size {
+                i += 1;
+                continue;
+            }
+            self.free.remove(first.size, first.addr);
+            self.drop_chunk(region.first);
+            self.regions.swap_remove(i);
+            self.bytes_reserved -= region.raw_size;
+            released += region.raw_size;
+            raw.raw_deallocate(DevicePtr(region.raw_ptr), region.raw_size);
+        }
+        released
+    }
+}
+
+#[cfg(test)]
+impl State {
+    /// Panics unless every structural invariant holds.
+    fn check_invariants(&self) {
+        let alignment = self.config.alignment;
+        let (mut free_chunks, mut live_chunks, mut in_use, mut reserved) = (0, 0, 0, 0);
+        for region in &self.regions {
+            reserved += region.raw_size;
+            let base = self.chunk(region.first).addr;
+            assert_eq!(base % alignment, 0, "region base {base:#x} misaligned");
+            assert!(
+                base >= region.raw_ptr && base + region.size <= region.raw_ptr + region.raw_size
+            );
+            let (mut id, mut prev, mut addr, mut prev_free) = (region.first, NONE, base, false);
+            while id != NONE {
+                let c = *self.chunk(id);
+                assert_eq!(c.addr, addr, "chunks not contiguous");
+                assert_eq!(c.prev, prev, "broken prev link");
+                assert!(
+                    c.size > 0 && c.size & (alignment - 1) == 0,
+                    "bad chunk size {}",
+                    c.size
+                );
+                if c.in_use {
+                    assert_eq!(self.live.get(&c.addr), Some(&id), "in-use chunk not live");
+                    in_use += c.size;
+                    live_chunks += 1;
+                } else {
+                    assert!(!prev_free, "two adjacent free chunks at {addr:#x}");
+                    let bin = &self.free.bins[FreeIndex::bin(c.size)];
+                    assert_eq!(bin.get(c.size, c.addr), Some(id), "free chunk not indexed");
+                    free_chunks += 1;
+                }
+                prev_free = !c.in_use;
+                addr += c.size;
+                prev = id;
+                id = c.next;
+            }
+            assert_eq!(addr, base + region.size, "chunks do not cover the region");
+        }
+        assert_eq!(live_chunks, self.live.len());
+        assert_eq!(in_use, self.bytes_in_use);
+        assert_eq!(reserved, self.bytes_reserved);
+        if let Some(limit) = self.config.limit {
+            assert!(reserved <= limit, "reserved {reserved} over limit {limit}");
+        }
+        let indexed: usize = self.free.bins.iter().map(Bin::len).sum();
+        assert_eq!(indexed, free_chunks, "stale entries in the free index");
+        for (b, bin) in self.free.bins.iter().enumerate() {
+            match bin {
+                Bin::Sorted(v) => assert!(v.windows(2).all(|w| w[0].key() < w[1].key())),
+                Bin::Tree(t) => assert!(t.len() >= SORTED_BELOW, "a small tree bin"),
+            }
+            assert_eq!(
+                self.free.nonempty & (1 << b) != 0,
+                !bin.is_empty(),
+                "bin mask"
+            );
+        }
+        let mut spare = self.spare.clone();
+        spare.sort_unstable();
+        spare.dedup();
+        assert_eq!(spare.len(), self.spare.len(), "a spare slot listed twice");
+        assert_eq!(
+            self.chunks.len(),
+            free_chunks + live_chunks + spare.len(),
+            "leaked chunk slots"
+        );
+    }
+}
+
+/// Free chunks by size: bin `b` holds the chunks whose size has its highest set bit at `b`,
+/// ordered by `(size, address)`.
+struct FreeIndex {
+    bins: [Bin; 64],
+    /// Bit `b` is set when bin `b` is not empty.
+    nonempty: u64,
+}
+
+impl FreeIndex {
+    fn new() -> FreeIndex {
+        FreeIndex {
+            bins: std::array::from_fn(|_| Bin::Sorted(Vec::new())),
+            nonempty: 0,
+        }
+    }
+
+    /// The bin of a size (> 0).
+    fn bin(size: u64) -> usize {
+        63 - size.leading_zeros() as usize
+    }
+
+    fn insert(&mut self, size: u64, addr: u64, id: ChunkId) {
+        let b = FreeIndex::bin(size);
+        self.bins[b].insert(FreeEntry { size, addr, id });
+        self.nonempty |= 1 << b;
+    }
+
+    fn remove(&mut self, size: u64, addr: u64) {
+        let b = FreeIndex::bin(size);
+        let bin = &mut self.bins[b];
+        bin.remove(size, addr);
+        if bin.is_empty() {
+            self.nonempty &= !(1 << b);
+        }
+    }
+
+    /// The smallest free chunk of at least `size` bytes, the lowest address among equals.
+    fn best_fit(&self, size: u64) -> Option<ChunkId> {
+        let b = FreeIndex::bin(size);
+        if self.nonempty & (1 << b) != 0 {
+            if let Some(id) = self.bins[b].first_at_least(size) {
+                return Some(id);
+            }
+        }
+        // Every chunk in a higher bin is larger than any in bin `b`: the first one wins.
+        let higher = self.nonempty & (u64::MAX << b << 1);
+        if higher == 0 {
+            return None;
+        }
+        self.bins[higher.trailing_zeros() as usize].first_at_least(0)
+    }
+
+    /// The size of the largest free chunk, 0 if there is none.
+    fn largest(&self) -> u64 {
+        if self.nonempty == 0 {
+            return 0;
+        }
+        self.bins[63 - self.nonempty.leading_zeros() as usize].largest()
+    }
+}
+
+/// A free chunk as the index keeps it.
+#[derive(Clone, Copy, Debug)]
+struct FreeEntry {
+    size: u64,
+    addr: u64,
+    id: ChunkId,
+}
+
+impl FreeEntry {
+    fn key(&self) -> (u64, u64) {
+        (self.size, self.addr)
+    }
+}
+
+/// A bin holding more entries than this becomes a tree.
+const TREE_ABOVE: usize = 64;
+/// A tree holding fewer entries than this becomes a sorted vector again.
+const SORTED_BELOW: usize = 16;
+
+/// One size bin, ordered by `(size, address)`. Most bins hold few chunks: a sorted vector
+/// (binary search, and no allocation once its capacity is there) is then the fastest. A bin
+/// that grows large becomes a tree, so insertion and removal stay logarithmic.
+#[derive(Debug)]
+enum Bin {
+    Sorted(Vec<FreeEntry>),
+    Tree(BTreeMap<(u64, u64), ChunkId>),
+}
+
+impl Bin {
+    fn insert(&mut self, entry: FreeEntry) {
+        match self {
+            Bin::Sorted(v) => {
+                let key = entry.key();
+                let at = v.partition_point(|e| e.key() < key);
+                v.insert(at, entry);
+                if v.len() > TREE_ABOVE {
+                    let tree = v.iter().map(|e| (e.key(), e.id)).collect();
+                    *self = Bin::Tree(tree);
+                }
+            }
+            Bin::Tree(t) => {
+                t.insert(entry.key(), entry.id);
+            }
+        }
+    }
+
+    fn remove(&mut self, size: u64, addr: u64) {
+        match self {
+            Bin::Sorted(v) => {
+                if let Ok(at) = v.binary_search_by(|e| e.key().cmp(&(size, addr))) {
+                    v.remove(at);
+                }
+            }
+            Bin::Tree(t) => {
+                t.remove(&(size, addr));
+                if t.len() < SORTED_BELOW {
+                    let mut v = Vec::with_capacity(TREE_ABOVE + 1);
+                    v.extend(
+                        t.iter()
+                            .map(|(&(size, addr), &id)| FreeEntry { size, addr, id }),
+                    );
+                    *self = Bin::Sorted(v);
+                }
+            }
+        }
+    }
+
+    /// The first chunk (in `(size, address)` order) of at least `size` bytes.
+    fn first_at_least(&self, size: u64) -> Option<ChunkId> {
+        match self {
+            Bin::Sorted(v) => v.get(v.partition_point(|e| e.size < size)).map(|e| e.id),
+            Bin::Tree(t) => t.range((size, 0)..).next().map(|(_, &id)| id),
+        }
+    }
+
+    fn largest(&self) -> u64 {
+        match self {
+            Bin::Sorted(v) => v.last().map_or(0, |e| e.size),
+            Bin::Tree(t) => t.last_key_value().map_or(0, |(&(size, _), _)| size),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Bin::Sorted(v) => v.len(),
+            Bin::Tree(t) => t.len(),
+        }
+    }
+
+    #[cfg(test)]
+    fn get(&self, size: u64, addr: u64) -> Option<ChunkId> {
+        match self {
+            Bin::Sorted(v) => v
+                .binary_search_by(|e| e.key().cmp(&(size, addr)))
+                .ok()
+                .map(|at| v[at].id),
+            Bin::Tree(t) => t.get(&(size, addr)).copied(),
+        }
+    }
+}
+
+/// A fast hasher for device addresses (which have their low bits zero): a folded 64×64→128
+/// multiply, so high and low bits of the hash both depend on every bit of the address.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0 ^ u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        let p = u128::from(x ^ 0x243f_6a88_85a3_08d3) * 0x9e37_79b9_7f4a_7c15;
+        self.0 = (p as u64) ^ ((p >> 64) as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Code;
+
+    const KIB: u64 = 1 << 10;
+    const MIB: u64 = 1 << 20;
+
+    /// A fake device: each raw region is a real `Vec<u8>` at a fake address, with gaps between
+    /// regions so that they are never contiguous.
+    struct FakeDevice {
+        state: Mutex<FakeState>,
+    }
+
+    struct FakeState {
+        regions: BTreeMap<u64, Vec<u8>>,
+        next_slot: u64,
+        /// Bytes handed out and not yet returned.
+        outstanding: u64,
+        /// Device memory size: raw allocations beyond it fail.
+        capacity: u64,
+        /// How many of the next raw allocations fail.
+        fail_next: u32,
+        /// Added to every returned address (to test misaligned raw allocators).
+        misalign: u64,
+        /// Sizes of the successful raw allocations, in order.
+        allocations: Vec<u64>,
+        deallocations: u64,
+        /// Deallocations that did not match a live raw allocation (address and size).
+        bad_frees: u64,
+    }
+
+    impl FakeDevice {
+        fn new() -> Arc<FakeDevice> {
+            Arc::new(FakeDevice {
+                state: Mutex::new(FakeState {
+                    regions: BTreeMap::new(),
+                    next_slot: 1,
+                    outstanding: 0,
+                    capacity: 1 << 30,
+                    fail_next: 0,
+                    misalign: 0,
+                    allocations: Vec::new(),
+                    deallocations: 0,
+                    bad_frees: 0,
+                }),
+            })
+        }
+
+        fn outstanding(&self) -> u64 {
+            self.state.lock().outstanding
+        }
+
+        fn allocations(&self) -> Vec<u64> {
+            self.state.lock().allocations.clone()
+        }
+
+        fn raw_allocs(&self) -> usize {
+            self.state.lock().allocations.len()
+        }
+
+        fn deallocations(&self) -> u64 {
+            self.state.lock().deallocations
+        }
+
+        fn bad_frees(&self) -> u64 {
+            self.state.lock().bad_frees
+        }
+
+        /// The region bytes `[addr, addr + len)`, which must lie inside one raw region.
+        fn with_bytes<R>(&self, addr: u64, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+            let mut state = self.state.lock();
+            let (&base, bytes) = state
+                .regions
+                .range_mut(..=addr)
+                .next_back()
+                .expect("address below every region");
+            let offset = (addr - base) as usize;
+            assert!(
+                offset + len <= bytes.len(),
+                "{addr:#x}+{len} outside its region"
+            );
+            f(&mut bytes[offset..offset + len])
+        }
+
+        fn write(&self, addr: u64, data: &[u8]) {
+            self.with_bytes(addr, data.len(), |b| b.copy_from_slice(data));
+        }
+
+        fn holds(&self, addr: u64, data: &[u8]) -> bool {
+            self.with_bytes(addr, data.len(), |b| *b == *data)
+        }
+    }
+
+    impl RawAllocator for FakeDevice {
+        fn raw_allocate(&self, size: u64) -> Result<DevicePtr> {
+            let mut s = self.state.lock();
+            if s.fail_next > 0 {
+                s.fail_next -= 1;
+                return Err(Error::new(Code::Unavailable, "fake device refused"));
+            }
+            if s.outstanding + size > s.capacity {
+                return Err(Error::new(Code::Unavailable, "fake device is full"));
+            }
+            let addr = 0x1000_0000 * s.next_slot + s.misalign;
+            // One empty slot at least between regions.
+            s.next_slot += size / 0x1000_0000 + 2;
+            s.regions.insert(addr, vec![0; size as usize]);
+            s.outstanding += size;
+            s.allocations.push(size);
+            Ok(DevicePtr(addr))
+        }
+
+        fn raw_deallocate(&self, ptr: DevicePtr, size: u64) {
+            let mut s = self.state.lock();
+            s.deallocations += 1;
+            match s.regions.remove(&ptr.0) {
+                Some(bytes) if bytes.len() as u64 == size => s.outstanding -= size,
+                Some(bytes) => {
+                    s.bad_frees += 1;
+                    s.regions.insert(ptr.0, bytes);
+                }
+                None => s.bad_frees += 1,
+            }
+        }
+    }
+
+    /// xorshift64*: deterministic, no crate.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        /// 0 ..= 2 MiB, mostly small: half below 4 KiB, 40 % below 64 KiB, 10 % up to 2 MiB.
+        fn size(&mut self) -> u64 {
+            match self.below(10) {
+                0..=4 => self.below(4 * KIB + 1),
+                5..=8 => self.below(64 * KIB + 1),
+                _ => self.below(2 * MIB + 1),
+            }
+        }
+    }
+
+    /// The bytes an allocation holds: its id at the start of every 256-byte granule (so an
+    /// overlap of at least a granule shows), a byte derived from the id elsewhere.
+    fn canary(id: u64, len: u64) -> Vec<u8> {
+        let len = len as usize;
+        let fill = (id.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8 | 1;
+        let mut bytes = vec![fill; len];
+        let tag = id.to_le_bytes();
+        for start in (0..len).step_by(256) {
+            let n = (len - start).min(8);
+            bytes[start..start + n].copy_from_slice(&tag[..n]);
+        }
+        bytes
+    }
+
+    fn rounded(size: u64) -> u64 {
+        round_up(size.max(1), 256).unwrap()
+    }
+
+    fn options(limit: Option<u64>) -> SuballocatorOptions {
+        SuballocatorOptions {
+            limit,
+            ..SuballocatorOptions::default()
+        }
+    }
+
+    fn new_sub(limit: Option<u64>) -> (Arc<FakeDevice>, Suballocator) {
+        let dev = FakeDevice::new();
+        let sub = Suballocator::new(dev.clone(), options(limit));
+        (dev, sub)
+    }
+
+    impl Suballocator {
+        fn check(&self) {
+            self.state.lock().check_invariants();
+        }
+    }
+
+    /// What the statistics must say, kept independently.
+    #[derive(Default)]
+    struct Model {
+        in_use: u64,
+        peak: u64,
+        allocs: u64,
+        active: u64,
+        largest: u64,
+    }
+
+    impl Model {
+        fn alloc(&mut self, rounded: u64) {
+            self.in_use += rounded;
+            self.peak = self.peak.max(self.in_use);
+            self.allocs += 1;
+            self.active += 1;
+            self.largest = self.largest.max(rounded);
+        }
+
+        fn free(&mut self, rounded: u64) {
+            self.in_use -= rounded;
+            self.active -= 1;
+        }
+
+        fn check(&self, sub: &Suballocator, dev: &FakeDevice) {
+            let s = sub.stats();
+            assert_eq!(s.bytes_in_use, self.in_use);
+            assert_eq!(s.peak_bytes_in_use, self.peak);
+            assert_eq!(s.num_allocs, self.allocs);
+            assert_eq!(s.active_allocs, self.active);
+            assert_eq!(s.largest_alloc_size, self.largest);
+            assert_eq!(s.bytes_reserved, dev.outstanding());
+            assert!(s.bytes_in_use + s.largest_free_block <= s.bytes_reserved);
+        }
+    }
+
+    struct Live {
+        ptr: DevicePtr,
+        id: u64,
+        size: u64,
+    }
+
+    fn run_random(seed: u64, steps: u64, limit: Option<u64>) {
+        let (dev, sub) = new_sub(limit);
+        let mut rng = Rng(seed);
+        let mut model = Model::default();
+        let mut live: Vec<Live> = Vec::new();
+        for step in 0..steps {
+            // Mostly growing in the first half, mostly shrinking in the second.
+            let alloc_percent = if step < steps / 2 { 65 } else { 35 };
+            if live.is_empty() || rng.below(100) < alloc_percent {
+                let size = rng.size();
+                let ptr = match sub.allocate(size) {
+                    Ok(ptr) => ptr,
+                    Err(e) if limit.is_some() => {
+                        assert_eq!(e.code, Code::ResourceExhausted, "{e}");
+                        continue;
+                    }
+                    Err(e) => panic!("allocate({size}): {e}"),
+                };
+                assert_eq!(ptr.0 % 256, 0, "{ptr:?} misaligned");
+                assert_eq!(sub.size_of(ptr), Some(rounded(size)));
+                dev.write(ptr.0, &canary(step, size));
+                model.alloc(rounded(size));
+                live.push(Live {
+                    ptr,
+                    id: step,
+                    size,
+                });
+            } else {
+                let a = live.swap_remove(rng.below(live.len() as u64) as usize);
+                assert!(
+                    dev.holds(a.ptr.0, &canary(a.id, a.size)),
+                    "canary of {} broken",
+                    a.id
+                );
+                sub.deallocate(a.ptr).unwrap();
+                assert_eq!(sub.size_of(a.ptr), None);
+                model.free(rounded(a.size));
+            }
+            model.check(&sub, &dev);
+            sub.check();
+        }
+        for a in live.drain(..) {
+            assert!(
+                dev.holds(a.ptr.0, &canary(a.id, a.size)),
+                "canary of {} broken",
+                a.id
+            );
+            sub.deallocate(a.ptr).unwrap();
+            model.free(rounded(a.size));
+        }
+        model.check(&sub, &dev);
+        let stats = sub.stats();
+        assert_eq!(stats.bytes_in_use, 0);
+        assert_eq!(stats.active_allocs, 0);
+        let reserved = stats.bytes_reserved;
+        assert!(reserved > 0);
+        assert_eq!(sub.release_cached(), reserved);
+        let stats = sub.stats();
+        assert_eq!(stats.bytes_reserved, 0);
+        assert_eq!(stats.largest_free_block, 0);
+        assert_eq!(dev.outstanding(), 0, "leaked raw memory");
+        sub.check();
+        drop(sub);
+        assert_eq!(dev.bad_frees(), 0);
+    }
+
+    #[test]
+    fn random_sequences_keep_canaries_and_exact_stats() {
+        for seed in [0x1234_5678_9abc_def1, 42, 0xdead_beef] {
+            run_random(seed, 1500, None);
+        }
+    }
+
+    #[test]
+    fn random_sequences_under_a_limit() {
+        run_random(7, 1500, Some(24 * MIB));
+    }
+
+    #[test]
+    fn drop_returns_every_region() {
+        let (dev, sub) = new_sub(None);
+        let a = sub.allocate(100).unwrap();
+        let _b = sub.allocate(3 * MIB).unwrap();
+        let _c = sub.allocate(600 * KIB).unwrap();
+        sub.deallocate(a).unwrap();
+        assert!(dev.outstanding() > 0);
+        drop(sub);
+        assert_eq!(dev.outstanding(), 0);
+        assert_eq!(dev.bad_frees(), 0);
+    }
+
+    #[test]
+    fn addresses_and_sizes_are_aligned() {
+        for (alignment, expect) in [(256, 256), (4096, 4096), (300, 512), (0, 1), (1, 1)] {
+            let dev = FakeDevice::new();
+            let sub = Suballocator::new(
+                dev.clone(),
+                SuballocatorOptions {
+                    alignment,
+                    ..SuballocatorOptions::default()
+                },
+            );
+            let mut rng = Rng(alignment + 1);
+            let mut ptrs = Vec::new();
+            for _ in 0..200 {
+                let size = rng.below(10_000);
+                let p = sub.allocate(size).unwrap();
+                assert_eq!(p.0 % expect, 0, "{p:?} not aligned to {expect}");
+                let got = sub.size_of(p).unwrap();
+                assert_eq!(got % expect, 0);
+                assert!(got >= size.max(1) && got < size.max(1) + expect);
+                ptrs.push(p);
+            }
+            sub.check();
+            for p in ptrs {
+                sub.deallocate(p).unwrap();
+            }
+            sub.check();
+        }
+    }
+
+    #[test]
+    fn zero_size_gives_distinct_minimum_chunks() {
+        let (_dev, sub) = new_sub(None);
+        let a = sub.allocate(0).unwrap();
+        let b = sub.allocate(0).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(sub.size_of(a), Some(256));
+        assert_eq!(sub.size_of(b), Some(256));
+        assert_eq!(sub.stats().bytes_in_use, 512);
+        sub.deallocate(a).unwrap();
+        sub.deallocate(b).unwrap();
+        assert_eq!(sub.stats().bytes_in_use, 0);
+        sub.check();
+    }
+
+    #[test]
+    fn adjacent_free_chunks_coalesce_in_any_order() {
+        let orders = [
+            [0, 1, 2],
+            [0, 2, 1],
+            [1, 0, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [2, 1, 0],
+        ];
+        for order in orders {
+            let (dev, sub) = new_sub(None);
+            let chunks: Vec<DevicePtr> = (0..3).map(|_| sub.allocate(64 * KIB).unwrap()).collect();
+            // A guard after C keeps the region's free tail apart from C.
+            let guard = sub.allocate(256).unwrap();
+            assert_eq!(chunks[1].0, chunks[0].0 + 64 * KIB);
+            assert_eq!(chunks[2].0, chunks[1].0 + 64 * KIB);
+            for i in order {
+                sub.deallocate(chunks[i]).unwrap();
+                sub.check();
+            }
+            let raw_before = dev.raw_allocs();
+            let all = sub.allocate(3 * 64 * KIB).unwrap();
+            assert_eq!(all, chunks[0], "order {order:?}: merged chunk not reused");
+            assert_eq!(dev.raw_allocs(), raw_before, "a new region was reserved");
+            sub.deallocate(all).unwrap();
+            sub.deallocate(guard).unwrap();
+            // Everything merged back into one free chunk: the region is wholly free.
+            assert_eq!(sub.stats().largest_free_block, MIB);
+            assert_eq!(sub.release_cached(), MIB);
+            sub.check();
+        }
+    }
+
+    #[test]
+    fn chunks_never_coalesce_across_regions() {
+        let (dev, sub) = new_sub(None);
+        let a = sub.allocate(MIB).unwrap(); // region 1, exactly
+        let b = sub.allocate(2 * MIB).unwrap(); // region 2, exactly
+        assert_eq!(dev.allocations(), vec![MIB, 2 * MIB]);
+        sub.deallocate(a).unwrap();
+        sub.deallocate(b).unwrap();
+        sub.check();
+        assert_eq!(sub.stats().largest_free_block, 2 * MIB);
+        // 3 MiB fits neither region: a third one is needed.
+        let c = sub.allocate(3 * MIB).unwrap();
+        assert_eq!(dev.raw_allocs(), 3);
+        sub.deallocate(c).unwrap();
+        sub.check();
+    }
+
+    #[test]
+    fn best_fit_takes_the_smallest_fitting_chunk_then_the_lowest_address() {
+        let (_dev, sub) = new_sub(None);
+        let sizes = [4096, 1024, 2048, 1024];
+        let mut holes = Vec::new();
+        let mut guards = Vec::new();
+        for size in sizes {
+            holes.push(sub.allocate(size).unwrap());
+            guards.push(sub.allocate(256).unwrap());
+        }
+        for w in holes.windows(2) {
+            assert!(w[0] < w[1]);
+        }
+        for &h in &holes {
+            sub.deallocate(h).unwrap();
+        }
+        sub.check();
+        // Two 1 KiB holes: the lower one first, then the other.
+        assert_eq!(sub.allocate(1000).unwrap(), holes[1]);
+        assert_eq!(sub.allocate(1024).unwrap(), holes[3]);
+        // 1.5 KiB: the 2 KiB hole (split), not the 4 KiB one nor the large tail.
+        assert_eq!(sub.allocate(1500).unwrap(), holes[2]);
+        // The 512-byte rest of the 2 KiB hole is now the best fit for 300 bytes.
+        assert_eq!(sub.allocate(300).unwrap(), holes[2].offset(1536));
+        assert_eq!(sub.allocate(3000).unwrap(), holes[0]);
+        sub.check();
+    }
+
+    #[test]
+    fn a_crowded_bin_becomes_a_tree_and_back_with_the_same_choices() {
+        let (dev, sub) = new_sub(None);
+        // 200 free 512-byte holes and 100 free 768-byte holes (all in bin 9), kept apart by
+        // guards.
+        let mut holes = Vec::new();
+        let mut guards = Vec::new();
+        for i in 0..300 {
+            holes.push(sub.allocate(if i % 3 == 2 { 768 } else { 512 }).unwrap());
+            guards.push(sub.allocate(256).unwrap());
+        }
+        for &h in &holes {
+            sub.deallocate(h).unwrap();
+        }
+        let bin_is_tree = |sub: &Suballocator| {
+            matches!(
+                sub.state.lock().free.bins[FreeIndex::bin(512)],
+                Bin::Tree(_)
+            )
+        };
+        assert!(bin_is_tree(&sub));
+        sub.check();
+        // Best fit in address order: first every 512-byte hole, lowest first, then 768.
+        let (h512, h768): (Vec<usize>, Vec<usize>) = (0..300).partition(|i| i % 3 != 2);
+        let mut again = Vec::new();
+        for (n, &i) in h512.iter().chain(&h768).enumerate() {
+            let p = sub
+                .allocate(if n < h512.len() { 400 } else { 700 })
+                .unwrap();
+            assert_eq!(p, holes[i], "allocation {n}");
+            again.push(p);
+            if n % 50 == 0 {
+                sub.check();
+            }
+        }
+        assert!(!bin_is_tree(&sub));
+        assert_eq!(dev.raw_allocs(), 1);
+        for p in again.into_iter().chain(guards) {
+            sub.deallocate(p).unwrap();
+        }
+        sub.check();
+        assert_eq!(sub.stats().largest_free_block, MIB);
+    }
+
+    #[test]
+    fn regions_double_in_size() {
+        let (dev, sub) = new_sub(None);
+        let _a = sub.allocate(MIB).unwrap(); // 1 MiB region
+        let _b = sub.allocate(MIB).unwrap(); // 2 MiB region
+        let _c = sub.allocate(MIB).unwrap(); // rest of the 2 MiB region
+        let _d = sub.allocate(256).unwrap(); // 4 MiB region
+        let _e = sub.allocate(10 * MIB).unwrap(); // larger than the 8 MiB growth size
+        assert_eq!(dev.allocations(), vec![MIB, 2 * MIB, 4 * MIB, 10 * MIB]);
+        assert_eq!(sub.stats().bytes_reserved, 17 * MIB);
+    }
+
+    #[test]
+    fn exceeding_the_limit_is_resource_exhausted_until_memory_is_freed() {
+        let (dev, sub) = new_sub(Some(4 * MIB));
+        let a = sub.allocate(3 * MIB).unwrap();
+        let before = sub.stats();
+        let err = sub.allocate(2 * MIB).unwrap_err();
+        assert_eq!(err.code, Code::ResourceExhausted);
+        assert!(
+            err.message
+                .contains("device memory limit exceeded: requested 2097152 bytes")
+                && err.message.contains("3145728 in use")
+                && err.message.contains("limit 4194304"),
+            "{err}"
+        );
+        assert_eq!(
+            sub.stats(),
+            before,
+            "a failed allocation changed the statistics"
+        );
+        let err = sub.allocate(u64::MAX).unwrap_err();
+        assert_eq!(err.code, Code::ResourceExhausted);
+        let err = sub.allocate(u64::MAX - 300).unwrap_err();
+        assert_eq!(err.code, Code::ResourceExhausted);
+        sub.deallocate(a).unwrap();
+        let b = sub.allocate(2 * MIB).unwrap();
+        assert_eq!(b, a, "the cached region is reused");
+        assert_eq!(dev.raw_allocs(), 1);
+        sub.check();
+    }
+
+    #[test]
+    fn the_limit_releases_cached_regions_and_reuses_the_room() {
+        let (dev, sub) = new_sub(Some(4 * MIB));
+        let a = sub.allocate(MIB).unwrap();
+        let b = sub.allocate(2 * MIB).unwrap();
+        sub.deallocate(a).unwrap();
+        sub.deallocate(b).unwrap();
+        assert_eq!(sub.stats().bytes_reserved, 3 * MIB);
+        // Fits no cached chunk, and only 1 MiB is left under the limit: both cached regions
+        // go back, then one 4 MiB region (the growth size) is reserved.
+        let c = sub.allocate(3 * MIB).unwrap();
+        assert_eq!(dev.deallocations(), 2);
+        assert_eq!(dev.allocations(), vec![MIB, 2 * MIB, 4 * MIB]);
+        assert_eq!(sub.stats().bytes_reserved, 4 * MIB);
+        assert_eq!(dev.outstanding(), 4 * MIB);
+        sub.deallocate(c).unwrap();
+        let d = sub.allocate(3 * MIB).unwrap();
+        assert_eq!(dev.raw_allocs(), 3, "the cached region is reused");
+        sub.deallocate(d).unwrap();
+        sub.check();
+    }
+
+    #[test]
+    fn near_the_limit_a_region_is_just_what_is_needed() {
+        let limit = 2 * MIB + MIB / 2;
+        let (dev, sub) = new_sub(Some(limit));
+        let _a = sub.allocate(MIB).unwrap(); // 1 MiB region; growth now 2 MiB
+        let _b = sub.allocate(MIB).unwrap(); // 1.5 MiB left < 2 MiB: exactly 1 MiB
+        let _c = sub.allocate(300).unwrap(); // 512 bytes
+        assert_eq!(dev.allocations(), vec![MIB, MIB, 512]);
+        let stats = sub.stats();
+        assert_eq!(stats.bytes_reserved, 2 * MIB + 512);
+        assert_eq!(stats.bytes_limit, Some(limit));
+        let err = sub.allocate(MIB / 2).unwrap_err();
+        assert_eq!(err.code, Code::ResourceExhausted);
+        let _d = sub.allocate(MIB / 2 - 512).unwrap(); // exactly what is left
+        assert_eq!(sub.stats().bytes_reserved, limit);
+        sub.check();
+    }
+
+    #[test]
+    fn raw_failure_is_an_error_and_the_next_allocation_succeeds() {
+        let (dev, sub) = new_sub(None);
+        dev.state.lock().fail_next = 2; // the attempt and the retry
+        let err = sub.allocate(1000).unwrap_err();
+        assert_eq!(
+            err.code,
+            Code::Unavailable,
+            "the raw allocator's code is kept"
+        );
+        assert!(
+            err.message.contains("fake device refused") && err.message.contains("1000 bytes"),
+            "{err}"
+        );
+        assert_eq!(sub.stats(), MemoryStats::default());
+        let p = sub.allocate(1000).unwrap();
+        assert_eq!(sub.size_of(p), Some(1024));
+        sub.check();
+    }
+
+    #[test]
+    fn raw_failure_releases_cached_regions_and_retries_once() {
+        let (dev, sub) = new_sub(None);
+        let a = sub.allocate(256).unwrap();
+        sub.deallocate(a).unwrap(); // a cached 1 MiB region
+        dev.state.lock().capacity = 3 * MIB;
+        // 2 MiB + 256 does not fit next to the cached region on the device.
+        let b = sub.allocate(2 * MIB + 256).unwrap();
+        assert_eq!(dev.deallocations(), 1);
+        assert_eq!(dev.outstanding(), 2 * MIB + 256);
+        assert_eq!(sub.stats().bytes_reserved, 2 * MIB + 256);
+        sub.deallocate(b).unwrap();
+        // A first failure alone is absorbed by the retry, which asks only for the request.
+        dev.state.lock().fail_next = 1;
+        let c = sub.allocate(3 * MIB).unwrap();
+        assert_eq!(dev.allocations().last(), Some(&(3 * MIB)));
+        sub.deallocate(c).unwrap();
+        sub.check();
+    }
+
+    #[test]
+    fn double_free_and_unknown_pointers_are_invalid_arguments() {
+        let (_dev, sub) = new_sub(None);
+        let p = sub.allocate(1024).unwrap();
+        let q = sub.allocate(1024).unwrap();
+        let before = sub.stats();
+        for bad in [DevicePtr(0xdead_bee0), p.offset(256), DevicePtr(0)] {
+            let err = sub.deallocate(bad).unwrap_err();
+            assert_eq!(err.code, Code::InvalidArgument);
+            assert!(err.message.contains(&format!("{:#x}", bad.0)), "{err}");
+        }
+        assert_eq!(sub.stats(), before);
+        sub.deallocate(p).unwrap();
+        let err = sub.deallocate(p).unwrap_err();
+        assert_eq!(err.code, Code::InvalidArgument);
+        assert!(err.message.contains(&format!("{:#x}", p.0)), "{err}");
+        assert_eq!(sub.size_of(q), Some(1024));
+        sub.deallocate(q).unwrap();
+        assert_eq!(sub.stats().active_allocs, 0);
+        sub.check();
+    }
+
+    #[test]
+    fn largest_free_block_and_bytes_reserved_follow_the_regions() {
+        let (dev, sub) = new_sub(Some(64 * MIB));
+        assert_eq!(
+            sub.stats(),
+            MemoryStats {
+                bytes_limit: Some(64 * MIB),
+                ..MemoryStats::default()
+            }
+        );
+        let a = sub.allocate(1000).unwrap();
+        let s = sub.stats();
+        assert_eq!((s.bytes_reserved, s.largest_free_block), (MIB, MIB - 1024));
+        let b = sub.allocate(2 * MIB).unwrap(); // a second region, used whole
+        let s = sub.stats();
+        assert_eq!(
+            (s.bytes_reserved, s.largest_free_block),
+            (3 * MIB, MIB - 1024)
+        );
+        sub.deallocate(b).unwrap();
+        let s = sub.stats();
+        assert_eq!((s.bytes_reserved, s.largest_free_block), (3 * MIB, 2 * MIB));
+        assert_eq!(sub.release_cached(), 2 * MIB);
+        let s = sub.stats();
+        assert_eq!((s.bytes_reserved, s.largest_free_block), (MIB, MIB - 1024));
+        sub.deallocate(a).unwrap();
+        assert_eq!(sub.stats().largest_free_block, MIB);
+        assert_eq!(sub.release_cached(), MIB);
+        assert_eq!(sub.release_cached(), 0);
+        let s = sub.stats();
+        assert_eq!((s.bytes_reserved, s.largest_free_block), (0, 0));
+        assert_eq!(dev.outstanding(), 0);
+        sub.check();
+    }
+
+    #[test]
+    fn release_cached_keeps_regions_in_use() {
+        let (dev, sub) = new_sub(None);
+        let a = sub.allocate(MIB).unwrap(); // region 1
+        let b = sub.allocate(256).unwrap(); // region 2 (2 MiB)
+        sub.deallocate(a).unwrap();
+        assert_eq!(sub.release_cached(), MIB);
+        assert_eq!(dev.outstanding(), 2 * MIB);
+        assert_eq!(sub.size_of(b), Some(256));
+        sub.deallocate(b).unwrap();
+        sub.check();
+    }
+
+    #[test]
+    fn size_of_and_reset_peak() {
+        let (_dev, sub) = new_sub(None);
+        let a = sub.allocate(5000).unwrap();
+        let b = sub.allocate(100).unwrap();
+        assert_eq!(sub.size_of(a), Some(5120));
+        assert_eq!(sub.size_of(DevicePtr(a.0 + 256)), None);
+        sub.deallocate(a).unwrap();
+        assert_eq!(sub.size_of(a), None);
+        let s = sub.stats();
+        assert_eq!((s.bytes_in_use, s.peak_bytes_in_use), (256, 5376));
+        assert_eq!(
+            (s.largest_alloc_size, s.num_allocs, s.active_allocs),
+            (5120, 2, 1)
+        );
+        sub.reset_peak();
+        assert_eq!(sub.stats().peak_bytes_in_use, 256);
+        sub.deallocate(b).unwrap();
+        assert_eq!(sub.stats().peak_bytes_in_use, 256);
+    }
+
+    #[test]
+    fn misaligned_raw_addresses_are_aligned_inside_a_padded_region() {
+        let dev = FakeDevice::new();
+        dev.state.lock().misalign = 16;
+        let sub = Suballocator::new(dev.clone(), SuballocatorOptions::default());
+        let ptrs: Vec<DevicePtr> = (0..20)
+            .map(|i| sub.allocate(i * 100 * KIB).unwrap())
+            .collect();
+        for (i, &p) in ptrs.iter().enumerate() {
+            assert_eq!(p.0 % 256, 0);
+            dev.write(p.0, &canary(i as u64, i as u64 * 100 * KIB));
+        }
+        for (i, &p) in ptrs.iter().enumerate() {
+            assert!(dev.holds(p.0, &canary(i as u64, i as u64 * 100 * KIB)));
+        }
+        assert_eq!(sub.stats().bytes_reserved, dev.outstanding());
+        sub.check();
+        drop(sub);
+        assert_eq!(dev.outstanding(), 0);
+        assert_eq!(dev.bad_frees(), 0);
+    }
+
+    #[test]
+    fn huge_requests_are_errors_without_a_limit() {
+        let (_dev, sub) = new_sub(None);
+        assert!(sub.allocate(u64::MAX).is_err());
+        assert!(sub.allocate(1 << 62).is_err());
+        assert_eq!(sub.stats().num_allocs, 0);
+        assert!(sub.allocate(1).is_ok());
+        sub.check();
+    }
+
+    #[test]
+    fn threads_share_one_suballocator() {
+        let dev = FakeDevice::new();
+        let sub = Arc::new(Suballocator::new(
+            dev.clone(),
+            SuballocatorOptions::default(),
+        ));
+        const THREADS: u64 = 4;
+        const OPS: u64 = 2000;
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (dev, sub) = (dev.clone(), sub.clone());
+                std::thread::spawn(move || {
+                    let mut rng = Rng(0x9e37_79b9 + t);
+                    let mut live: Vec<Live> = Vec::new();
+                    let mut allocs = 0;
+                    for op in 0..OPS {
+                        if live.is_empty() || rng.below(2) == 0 {
+                            let size = rng.size() / 4;
+                            let ptr = sub.allocate(size).unwrap();
+                            let id = t << 32 | op;
+                            dev.write(ptr.0, &canary(id, size));
+                            live.push(Live { ptr, id, size });
+                            allocs += 1;
+                        } else {
+                            let a = live.swap_remove(rng.below(live.len() as u64) as usize);
+                            assert!(dev.holds(a.ptr.0, &canary(a.id, a.size)));
+                            sub.deallocate(a.ptr).unwrap();
+                        }
+                    }
+                    for a in live {
+                        assert!(dev.holds(a.ptr.0, &canary(a.id, a.size)));
+                        sub.deallocate(a.ptr).unwrap();
+                    }
+                    allocs
+                })
+            })
+            .collect();
+        let allocs: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        let s = sub.stats();
+        assert_eq!(
+            (s.bytes_in_use, s.active_allocs, s.num_allocs),
+            (0, 0, allocs)
+        );
+        sub.check();
+        assert_eq!(sub.release_cached(), s.bytes_reserved);
+        assert_eq!(dev.outstanding(), 0);
+    }
+
+    #[test]
+    fn suballocator_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Suballocator>();
+        assert_send_sync::<Arc<dyn RawAllocator>>();
+    }
+}

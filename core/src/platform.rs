@@ -1,0 +1,193 @@
+//! Platforms and the StreamExecutor interface.
+//!
+//! A [`Platform`] is one implementation of devices: the built-in `HOST` platform (device type
+//! `CPU`) or one registered by a plugin. Each of its devices is driven through a
+//! [`StreamExecutor`], the per-device interface of DESIGN.md: memory, copies, streams, events,
+//! host callbacks and properties. The core builds everything else (suballocation, buffers,
+//! tensors, dispatch) on top of these two traits.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::memory::DevicePtr;
+
+/// What a platform says about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlatformInfo {
+    /// Unique name, `[A-Z][A-Z0-9_]*` (e.g. `HOST`, `SIM`, `CUDA`).
+    pub name: String,
+    /// The device type users place on, `[A-Z][A-Z0-9_]*` (e.g. `CPU`, `GPU`).
+    pub device_type: String,
+    /// Among platforms of one device type, the highest priority is what `TYPE:i` means.
+    pub priority: i32,
+    pub vendor: String,
+    pub version: String,
+    /// Device memory is host memory: the runtime may dereference device pointers.
+    pub host_visible: bool,
+    /// The core puts its caching suballocator over the platform's raw allocations.
+    pub use_suballocator: bool,
+}
+
+/// What a device says about itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceDescription {
+    pub hardware_name: String,
+    pub vendor: String,
+    pub pci_bus_id: String,
+    /// Physical memory in bytes (0 when unknown).
+    pub total_memory: u64,
+    /// NUMA node, or -1 when unknown.
+    pub numa_node: i32,
+    /// Compute units (cores, SMs), 0 when unknown.
+    pub compute_units: u32,
+}
+
+/// One implementation of devices.
+pub trait Platform: Send + Sync {
+    fn info(&self) -> &PlatformInfo;
+    fn device_count(&self) -> usize;
+    /// Creates the executor of device `ordinal` (`0..device_count()`); called once per device.
+    fn create_executor(&self, ordinal: usize) -> Result<Arc<dyn StreamExecutor>>;
+}
+
+/// A platform's own stream object. Executors downcast it to their type.
+pub type RawStream = Box<dyn Any + Send + Sync>;
+/// A platform's own event object. Executors downcast it to their type.
+pub type RawEvent = Box<dyn Any + Send + Sync>;
+/// Work run by a stream once everything enqueued before it is done.
+pub type HostFn = Box<dyn FnOnce() + Send + 'static>;
+
+/// The state of an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventStatus {
+    /// Recorded and not yet reached by its stream.
+    Pending,
+    /// Reached, or never recorded.
+    Complete,
+    /// The stream failed before reaching it.
+    Error,
+}
+
+/// The per-device interface a platform implements (TensorFlow's `SP_StreamExecutor`).
+///
+/// Host pointers handed to the `unsafe` methods must be valid for `size` bytes; for the
+/// `_async` ones until the stream has reached the operation. Device pointers and sizes have
+/// been checked by the caller against live allocations.
+pub trait StreamExecutor: Send + Sync {
+    fn description(&self) -> &DeviceDescription;
+
+    // ---- memory ----
+    fn allocate(&self, size: u64) -> Result<DevicePtr>;
+    fn deallocate(&self, ptr: DevicePtr, size: u64);
+    /// Pinned host memory usable for fast async copies.
+    fn host_allocate(&self, size: u64) -> Result<*mut u8>;
+    /// # Safety
+    /// `ptr` came from `host_allocate(size)` of this executor and is not used afterwards.
+    unsafe fn host_deallocate(&self, ptr: *mut u8, size: u64);
+    /// Free and total device memory in bytes.
+    fn memory_usage(&self) -> Result<(u64, u64)>;
+
+    // ---- synchronous copies ----
+    /// # Safety
+    /// `src` is valid for reads of `size` bytes.
+    unsafe fn memcpy_htod(&self, dst: DevicePtr, src: *const u8, size: u64) -> Result<()>;
+    /// # Safety
+    /// `dst` is valid for writes of `size` bytes.
+    unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: DevicePtr, size: u64) -> Result<()>;
+    fn memcpy_dtod(&self, dst: DevicePtr, src: DevicePtr, size: u64) -> Result<()>;
+    fn memset(&self, dst: DevicePtr, value: u8, size: u64) -> Result<()>;
+
+    // ---- streams ----
+    fn create_stream(&self) -> Result<RawStream>;
+    /// The device's default stream. Platforms may make it synchronous.
+    fn create_default_stream(&self) -> Result<RawStream> {
+        self.create_stream()
+    }
+    /// Waits for the stream's work, then releases it.
+    fn destroy_stream(&self, stream: RawStream);
+    /// True when work enqueued on this stream has completed by the time the call returns.
+    fn stream_is_synchronous(&self, _stream: &RawStream) -> bool {
+        false
+    }
+    fn synchronize_stream(&self, stream: &RawStream) -> Result<()>;
+    /// Work enqueued on `stream` after this call waits for all work enqueued on `other` before it.
+    fn stream_wait_stream(&self, stream: &RawStream, other: &RawStream) -> Result<()>;
+    /// # Safety
+    /// `src` is valid for reads of `size` bytes until the stream reaches the copy.
+    unsafe fn memcpy_htod_async(
+        &self,
+        stream: &RawStream,
+        dst: DevicePtr,
+        src: *const u8,
+        size: u64,
+    ) -> Result<()>;
+    /// # Safety
+    /// `dst` is valid for writes of `size` bytes until the stream reaches the copy.
+    unsafe fn memcpy_dtoh_async(
+        &self,
+        stream: &RawStream,
+        dst: *mut u8,
+        src: DevicePtr,
+        size: u64,
+    ) -> Result<()>;
+    fn memcpy_dtod_async(
+        &self,
+        stream: &RawStream,
+        dst: DevicePtr,
+        src: DevicePtr,
+        size: u64,
+    ) -> Result<()>;
+    fn memset_async(&self, stream: &RawStream, dst: DevicePtr, value: u8, size: u64) -> Result<()>;
+    /// Runs `f` exactly once after all earlier work of `stream`. When enqueueing fails the
+    /// executor drops `f` without running it and returns the error.
+    fn host_callback(&self, stream: &RawStream, f: HostFn) -> Result<()>;
+
+    // ---- events ----
+    fn create_event(&self) -> Result<RawEvent>;
+    fn destroy_event(&self, event: RawEvent);
+    fn record_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()>;
+    fn event_status(&self, event: &RawEvent) -> Result<EventStatus>;
+    fn stream_wait_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()>;
+    fn event_synchronize(&self, event: &RawEvent) -> Result<()>;
+
+    /// Waits for all work on all streams of this device.
+    fn synchronize_all(&self) -> Result<()>;
+}
+
+/// Downcasts a raw stream or event to the executor's own type, or explains the mix-up.
+pub fn downcast<'a, T: 'static>(raw: &'a (dyn Any + Send + Sync), what: &str) -> Result<&'a T> {
+    raw.downcast_ref::<T>()
+        .ok_or_else(|| Error::invalid_argument(format!("{what} belongs to a different platform")))
+}
+
+/// Checks a platform or device-type name against `[A-Z][A-Z0-9_]*` (at most 64 characters).
+pub fn validate_name(what: &str, name: &str) -> Result<()> {
+    let mut chars = name.chars();
+    let ok = name.len() <= 64
+        && chars.next().is_some_and(|c| c.is_ascii_uppercase())
+        && chars.all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid_argument(format!(
+            "invalid {what} '{name}': must match [A-Z][A-Z0-9_]* and be at most 64 characters"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_pattern() {
+        for good in ["CPU", "GPU", "SIM_CUDA2", "X"] {
+            validate_name("platform name", good).unwrap();
+        }
+        for bad in ["", "cpu", "1GPU", "GPU-X", "G P U", &"A".repeat(65)] {
+            let e = validate_name("platform name", bad).unwrap_err();
+            assert!(e.message.contains("platform name"), "{e}");
+        }
+    }
+}

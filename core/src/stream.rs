@@ -1,0 +1,318 @@
+//! Streams and events as the host sees them: ordered work queues of one device, and markers
+//! in them.
+//!
+//! Stream-ordered operations keep the buffers they touch alive until the stream has reached
+//! them, so a host may drop its references right after enqueueing.
+
+use std::sync::Arc;
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::memory::{copy_between, Buffer};
+use crate::platform::{EventStatus, HostFn, RawEvent, RawStream};
+
+enum StreamKind {
+    /// The device's default stream (owned by the device).
+    Default,
+    /// A stream the host created; destroyed with this object.
+    Owned(RawStream),
+}
+
+/// An ordered queue of work on one device.
+pub struct Stream {
+    device: Arc<Device>,
+    kind: StreamKind,
+}
+
+impl Stream {
+    pub(crate) fn default_of(device: Arc<Device>) -> Stream {
+        Stream {
+            device,
+            kind: StreamKind::Default,
+        }
+    }
+
+    pub(crate) fn create(device: Arc<Device>) -> Result<Stream> {
+        let raw = device
+            .executor()
+            .create_stream()
+            .map_err(|e| e.context(format!("creating a stream on {}", device.name())))?;
+        Ok(Stream {
+            device,
+            kind: StreamKind::Owned(raw),
+        })
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    pub fn is_default(&self) -> bool {
+        matches!(self.kind, StreamKind::Default)
+    }
+
+    fn raw(&self) -> &RawStream {
+        match &self.kind {
+            StreamKind::Default => self.device.default_raw_stream(),
+            StreamKind::Owned(r) => r,
+        }
+    }
+
+    fn is_synchronous(&self) -> bool {
+        self.device.executor().stream_is_synchronous(self.raw())
+    }
+
+    fn check_device(&self, buffer: &Buffer, what: &str) -> Result<()> {
+        if Arc::ptr_eq(buffer.device(), &self.device) {
+            Ok(())
+        } else {
+            Err(Error::invalid_argument(format!(
+                "{what} lives on {} but the stream belongs to {}",
+                buffer.device().name(),
+                self.device.name()
+            )))
+        }
+    }
+
+    /// Keeps `keep` alive until the stream has reached this point.
+    fn hold<T: Send + 'static>(&self, keep: T) -> Result<()> {
+        if self.is_synchronous() {
+            return Ok(());
+        }
+        self.host_callback(Box::new(move || drop(keep)))
+    }
+
+    /// Enqueues a copy of host memory into `dst` at `offset`.
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `size` bytes until the stream reaches the copy.
+    pub unsafe fn write_raw(
+        &self,
+        dst: &Arc<Buffer>,
+        offset: u64,
+        src: *const u8,
+        size: u64,
+    ) -> Result<()> {
+        self.check_device(dst, "the destination buffer")?;
+        let d = dst.range(offset, size)?;
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.device
+                .executor()
+                .memcpy_htod_async(self.raw(), d, src, size)?
+        };
+        self.hold(dst.clone())
+    }
+
+    /// Enqueues a copy of `src` at `offset` into host memory.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `size` bytes until the stream reaches the copy, and
+    /// not be read before then.
+    pub unsafe fn read_raw(
+        &self,
+        src: &Arc<Buffer>,
+        offset: u64,
+        dst: *mut u8,
+        size: u64,
+    ) -> Result<()> {
+        self.check_device(src, "the source buffer")?;
+        let s = src.range(offset, size)?;
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.device
+                .executor()
+                .memcpy_dtoh_async(self.raw(), dst, s, size)?
+        };
+        self.hold(src.clone())
+    }
+
+    /// Enqueues a copy of owned host bytes into `dst` at `offset` (safe: the stream owns them).
+    pub fn write(&self, dst: &Arc<Buffer>, offset: u64, data: Vec<u8>) -> Result<()> {
+        let data: Arc<[u8]> = data.into();
+        // SAFETY: the bytes are kept alive below until the stream has reached the copy.
+        unsafe { self.write_raw(dst, offset, data.as_ptr(), data.len() as u64)? };
+        self.hold(data)
+    }
+
+    /// Enqueues a device-to-device copy. One of the buffers must live on this stream's
+    /// device; the other may live anywhere (a copy between devices is done when the stream
+    /// gets there, through host memory where needed).
+    pub fn copy(
+        &self,
+        dst: &Arc<Buffer>,
+        dst_offset: u64,
+        src: &Arc<Buffer>,
+        src_offset: u64,
+        size: u64,
+    ) -> Result<()> {
+        let d = dst.range(dst_offset, size)?;
+        let s = src.range(src_offset, size)?;
+        let on_dst = Arc::ptr_eq(dst.device(), &self.device);
+        let on_src = Arc::ptr_eq(src.device(), &self.device);
+        if on_dst && on_src {
+            self.device
+                .executor()
+                .memcpy_dtod_async(self.raw(), d, s, size)?;
+            return self.hold((dst.clone(), src.clone()));
+        }
+        if !on_dst && !on_src {
+            return Err(Error::invalid_argument(format!(
+                "neither buffer of the copy lives on the stream's device {} (source on {}, destination on {})",
+                self.device.name(),
+                src.device().name(),
+                dst.device().name()
+            )));
+        }
+        let (dst, src) = (dst.clone(), src.clone());
+        self.host_callback(Box::new(move || {
+            let other = if on_dst { src.device() } else { dst.device() };
+            let result = other
+                .synchronize_default_stream()
+                .and_then(|_| copy_between(dst.device(), d, src.device(), s, size));
+            if let Err(e) = result {
+                crate::log::error(&format!("stream copy between devices failed: {e}"));
+            }
+        }))
+    }
+
+    /// Enqueues setting `size` bytes of `dst` at `offset` to `value`.
+    pub fn memset(&self, dst: &Arc<Buffer>, offset: u64, value: u8, size: u64) -> Result<()> {
+        self.check_device(dst, "the buffer")?;
+        let d = dst.range(offset, size)?;
+        self.device
+            .executor()
+            .memset_async(self.raw(), d, value, size)?;
+        self.hold(dst.clone())
+    }
+
+    /// Runs `f` once all earlier work of the stream is done (on a worker thread, or inline
+    /// for a synchronous stream).
+    pub fn host_callback(&self, f: HostFn) -> Result<()> {
+        self.device.executor().host_callback(self.raw(), f)
+    }
+
+    /// Work enqueued after this call waits for `event` (which may belong to any device).
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        if Arc::ptr_eq(&event.device, &self.device) {
+            return self
+                .device
+                .executor()
+                .stream_wait_event(self.raw(), event.raw());
+        }
+        // Another device's event: block this stream in a host callback until it is reached.
+        let ev = event.snapshot();
+        if self.is_synchronous() {
+            return ev.synchronize();
+        }
+        self.host_callback(Box::new(move || {
+            if let Err(e) = ev.synchronize() {
+                crate::log::error(&format!(
+                    "waiting for an event of another device failed: {e}"
+                ));
+            }
+        }))
+    }
+
+    /// Work enqueued on this stream after this call waits for the work enqueued on `other`
+    /// before it. Both streams must belong to the same device.
+    pub fn wait_stream(&self, other: &Stream) -> Result<()> {
+        if !Arc::ptr_eq(&other.device, &self.device) {
+            return Err(Error::invalid_argument(format!(
+                "a stream of {} cannot wait for a stream of {}; record an event instead",
+                self.device.name(),
+                other.device.name()
+            )));
+        }
+        self.device
+            .executor()
+            .stream_wait_stream(self.raw(), other.raw())
+    }
+
+    /// Blocks until all work enqueued so far is done.
+    pub fn synchronize(&self) -> Result<()> {
+        self.device.executor().synchronize_stream(self.raw())
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if let StreamKind::Owned(raw) = std::mem::replace(&mut self.kind, StreamKind::Default) {
+            self.device.executor().destroy_stream(raw);
+        }
+    }
+}
+
+/// A marker recorded in a stream; others can wait for it.
+pub struct Event {
+    device: Arc<Device>,
+    raw: Arc<RawEventHolder>,
+}
+
+/// Keeps a raw event alive while waits on other devices still need it.
+struct RawEventHolder {
+    device: Arc<Device>,
+    raw: RawEvent,
+}
+
+impl Drop for RawEventHolder {
+    fn drop(&mut self) {
+        let raw = std::mem::replace(&mut self.raw, Box::new(()));
+        self.device.executor().destroy_event(raw);
+    }
+}
+
+impl Event {
+    pub(crate) fn create(device: Arc<Device>) -> Result<Event> {
+        let raw = device
+            .executor()
+            .create_event()
+            .map_err(|e| e.context(format!("creating an event on {}", device.name())))?;
+        Ok(Event {
+            raw: Arc::new(RawEventHolder {
+                device: device.clone(),
+                raw,
+            }),
+            device,
+        })
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    fn raw(&self) -> &RawEvent {
+        &self.raw.raw
+    }
+
+    /// A handle to the same event that may travel to another thread.
+    fn snapshot(&self) -> Event {
+        Event {
+            device: self.device.clone(),
+            raw: self.raw.clone(),
+        }
+    }
+
+    /// Marks the current end of `stream`, which must belong to the event's device.
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        if !Arc::ptr_eq(&stream.device, &self.device) {
+            return Err(Error::invalid_argument(format!(
+                "an event of {} cannot be recorded on a stream of {}",
+                self.device.name(),
+                stream.device.name()
+            )));
+        }
+        self.device
+            .executor()
+            .record_event(stream.raw(), self.raw())
+    }
+
+    pub fn status(&self) -> Result<EventStatus> {
+        self.device.executor().event_status(self.raw())
+    }
+
+    /// Blocks until the stream has reached the last record.
+    pub fn synchronize(&self) -> Result<()> {
+        self.device.executor().event_synchronize(self.raw())
+    }
+}

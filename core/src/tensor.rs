@@ -1,0 +1,299 @@
+//! Tensors: a dtype, a shape, and a reference-counted buffer on one device.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::memory::Buffer;
+
+/// Element types. The numeric values are the C API's `DP_DTYPE_*`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum DType {
+    F32 = 1,
+    F64 = 2,
+    I32 = 3,
+    I64 = 4,
+    U8 = 5,
+    /// One byte per element, 0 or 1.
+    Bool = 6,
+}
+
+impl DType {
+    pub const ALL: [DType; 6] = [
+        DType::F32,
+        DType::F64,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::Bool,
+    ];
+
+    pub fn from_i32(v: i32) -> Option<DType> {
+        DType::ALL.iter().copied().find(|d| *d as i32 == v)
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F64 | DType::I64 => 8,
+            DType::U8 | DType::Bool => 1,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::U8 => "u8",
+            DType::Bool => "bool",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Rust element types of tensors.
+pub trait Element: Copy + Send + Sync + 'static {
+    const DTYPE: DType;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+}
+impl Element for f64 {
+    const DTYPE: DType = DType::F64;
+}
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+}
+impl Element for i64 {
+    const DTYPE: DType = DType::I64;
+}
+impl Element for u8 {
+    const DTYPE: DType = DType::U8;
+}
+impl Element for bool {
+    const DTYPE: DType = DType::Bool;
+}
+
+/// The largest rank a tensor may have.
+pub const MAX_RANK: usize = 8;
+
+/// Checks a shape and returns its element count.
+pub fn num_elements(shape: &[i64]) -> Result<u64> {
+    if shape.len() > MAX_RANK {
+        return Err(Error::invalid_argument(format!(
+            "rank {} exceeds the maximum rank {MAX_RANK}",
+            shape.len()
+        )));
+    }
+    let mut n: u64 = 1;
+    for (i, &d) in shape.iter().enumerate() {
+        let d = u64::try_from(d).map_err(|_| {
+            Error::invalid_argument(format!("dimension {i} of shape {shape:?} is negative"))
+        })?;
+        n = n.checked_mul(d).ok_or_else(|| {
+            Error::invalid_argument(format!("shape {shape:?} has too many elements"))
+        })?;
+    }
+    Ok(n)
+}
+
+/// A dense, row-major tensor on one device. Cloning shares the buffer.
+#[derive(Clone)]
+pub struct Tensor {
+    dtype: DType,
+    shape: Vec<i64>,
+    buffer: Arc<Buffer>,
+}
+
+impl Tensor {
+    /// A tensor of zeros.
+    pub fn zeros(device: &Arc<Device>, dtype: DType, shape: &[i64]) -> Result<Tensor> {
+        let t = Tensor::uninit(device, dtype, shape)?;
+        t.buffer.memset(0, 0, t.buffer.size())?;
+        Ok(t)
+    }
+
+    /// A tensor whose contents are unspecified (for outputs that are written next).
+    pub fn uninit(device: &Arc<Device>, dtype: DType, shape: &[i64]) -> Result<Tensor> {
+        let bytes = byte_size(dtype, shape)?;
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            buffer: device.allocate(bytes)?,
+        })
+    }
+
+    /// A tensor holding `data`: row-major bytes, exactly `num_elements * dtype.size()` of them.
+    pub fn from_bytes(
+        device: &Arc<Device>,
+        dtype: DType,
+        shape: &[i64],
+        data: &[u8],
+    ) -> Result<Tensor> {
+        let bytes = byte_size(dtype, shape)?;
+        if data.len() as u64 != bytes {
+            return Err(Error::invalid_argument(format!(
+                "a {dtype} tensor of shape {shape:?} holds {bytes} bytes, but {} were given",
+                data.len()
+            )));
+        }
+        if dtype == DType::Bool {
+            if let Some(i) = data.iter().position(|b| *b > 1) {
+                return Err(Error::invalid_argument(format!(
+                    "bool element {i} is {}, not 0 or 1",
+                    data[i]
+                )));
+            }
+        }
+        let t = Tensor::uninit(device, dtype, shape)?;
+        t.buffer.write(0, data)?;
+        Ok(t)
+    }
+
+    /// A tensor holding `data` in row-major order.
+    pub fn from_slice<T: Element>(
+        device: &Arc<Device>,
+        shape: &[i64],
+        data: &[T],
+    ) -> Result<Tensor> {
+        Tensor::from_bytes(device, T::DTYPE, shape, as_bytes(data))
+    }
+
+    /// A tensor over an existing buffer, which must be at least as large as the shape needs.
+    pub fn from_buffer(buffer: Arc<Buffer>, dtype: DType, shape: &[i64]) -> Result<Tensor> {
+        let bytes = byte_size(dtype, shape)?;
+        if bytes > buffer.size() {
+            return Err(Error::invalid_argument(format!(
+                "a {dtype} tensor of shape {shape:?} needs {bytes} bytes; the buffer has {}",
+                buffer.size()
+            )));
+        }
+        Ok(Tensor {
+            dtype,
+            shape: shape.to_vec(),
+            buffer,
+        })
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn shape(&self) -> &[i64] {
+        &self.shape
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    pub fn num_elements(&self) -> u64 {
+        self.shape.iter().map(|d| *d as u64).product()
+    }
+
+    pub fn byte_size(&self) -> u64 {
+        self.num_elements() * self.dtype.size() as u64
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        self.buffer.device()
+    }
+
+    pub fn buffer(&self) -> &Arc<Buffer> {
+        &self.buffer
+    }
+
+    /// Reads the contents into `dst`, which must have exactly `byte_size()` bytes.
+    pub fn read_bytes(&self, dst: &mut [u8]) -> Result<()> {
+        if dst.len() as u64 != self.byte_size() {
+            return Err(Error::invalid_argument(format!(
+                "the tensor holds {} bytes but the destination has {}",
+                self.byte_size(),
+                dst.len()
+            )));
+        }
+        self.buffer.read(0, dst)
+    }
+
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; self.byte_size() as usize];
+        self.read_bytes(&mut v)?;
+        Ok(v)
+    }
+
+    /// The elements, in row-major order. `T` must match the dtype.
+    pub fn to_vec<T: Element + Default>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::invalid_argument(format!(
+                "the tensor holds {} elements, not {}",
+                self.dtype,
+                T::DTYPE
+            )));
+        }
+        let mut v = vec![T::default(); self.num_elements() as usize];
+        if self.dtype == DType::Bool {
+            // Device memory may hold any byte; only 0 and 1 are valid `bool`s.
+            let bytes = self.to_bytes()?;
+            if let Some(i) = bytes.iter().position(|b| *b > 1) {
+                return Err(Error::new(
+                    crate::error::Code::DataLoss,
+                    format!("bool element {i} holds {}, not 0 or 1", bytes[i]),
+                ));
+            }
+            as_bytes_mut(&mut v).copy_from_slice(&bytes);
+        } else {
+            self.buffer.read(0, as_bytes_mut(&mut v))?;
+        }
+        Ok(v)
+    }
+
+    /// A copy of this tensor on `device`.
+    pub fn copy_to(&self, device: &Arc<Device>) -> Result<Tensor> {
+        let t = Tensor::uninit(device, self.dtype, &self.shape)?;
+        t.buffer.copy_from(0, &self.buffer, 0, self.byte_size())?;
+        Ok(t)
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Tensor({} {:?} on {})",
+            self.dtype,
+            self.shape,
+            self.device().name()
+        )
+    }
+}
+
+fn byte_size(dtype: DType, shape: &[i64]) -> Result<u64> {
+    num_elements(shape)?
+        .checked_mul(dtype.size() as u64)
+        .ok_or_else(|| Error::invalid_argument(format!("shape {shape:?} has too many elements")))
+}
+
+fn as_bytes<T: Element>(data: &[T]) -> &[u8] {
+    // SAFETY: every `Element` is a plain value type without padding (f32, f64, i32, i64, u8,
+    // bool); viewing its memory as bytes is valid for the slice's whole length.
+    unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
+}
+
+fn as_bytes_mut<T: Element>(data: &mut [T]) -> &mut [u8] {
+    // SAFETY: as in `as_bytes`; every bit pattern is a valid f32/f64/i32/i64/u8, and callers
+    // write only 0 or 1 into the bytes of a `bool` (see `Tensor::to_vec`).
+    unsafe {
+        std::slice::from_raw_parts_mut(data.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(data))
+    }
+}
