@@ -137,7 +137,7 @@ unsafe fn check<'a, K: Kind>(ptr: *const K, arg: &str) -> Result<&'a Object<K::V
     if ptr.is_null() {
         return Err(bad_arg(arg, &format!("is NULL (expected a {})", K::NAME)));
     }
-    if (ptr as usize) % std::mem::align_of::<AtomicU64>() != 0 {
+    if !(ptr as usize).is_multiple_of(std::mem::align_of::<AtomicU64>()) {
         return Err(bad_arg(arg, &format!("is not a valid {} handle", K::NAME)));
     }
     // SAFETY: every handle starts with the magic word (`Object` is `repr(C)`, and handles are

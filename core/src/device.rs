@@ -186,7 +186,9 @@ impl Device {
         Ok(p)
     }
 
-    /// Frees memory from [`Device::host_allocate`].
+    /// Frees memory from [`Device::host_allocate`]. Safe: a pointer this device did not hand
+    /// out (or freed already) is refused without being touched.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
     pub fn host_free(&self, ptr: *mut u8) -> Result<()> {
         let size = self
             .host_allocations
