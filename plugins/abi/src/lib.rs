@@ -1,0 +1,342 @@
+//! The devplug plugin ABI, version 1.0: every type that crosses between the host and a device
+//! plugin. `include/devplug/plugin.h` is generated from this file by the pinned cbindgen and
+//! committed (the `header` test fails when it is stale).
+//!
+//! Rules (see docs/plugin-guide.md and docs/plugin-abi-changelog.md):
+//! - A plugin exports one symbol, [`DPP_ENTRY_SYMBOL`] (`devplug_plugin_entry`), of type
+//!   [`dpp_entry_fn`]. It returns a static [`dpp_plugin_api_t`] saying which ABI version the
+//!   plugin was built against; the host checks it (same major, plugin minor ≤ host minor)
+//!   before it runs any other plugin code.
+//! - Every struct starts with `struct_size` and a reserved `ext` pointer (NULL). Fields are
+//!   only appended; readers check `struct_size` before reading a field; `DPP_*_STRUCT_SIZE`
+//!   constants give the size of each struct in ABI 1.0.
+//! - Every function returns a [`dpp_status_t`]; on failure the plugin may first call
+//!   `host->set_error(host->context, message)` to say why (per thread).
+//! - No Rust panic or C++ exception may cross the boundary.
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_char, c_void};
+
+/// The ABI major version this header describes. Plugins of another major are refused.
+pub const DPP_ABI_MAJOR: u32 = 1;
+/// The ABI minor version this header describes. A host refuses plugins with a newer minor.
+pub const DPP_ABI_MINOR: u32 = 0;
+
+/// A status code. The values are the host API's `DP_*` codes.
+pub type dpp_status_t = i32;
+/// Success.
+pub const DPP_OK: dpp_status_t = 0;
+/// An argument is invalid.
+pub const DPP_INVALID_ARGUMENT: dpp_status_t = 3;
+/// A named thing does not exist.
+pub const DPP_NOT_FOUND: dpp_status_t = 5;
+/// A thing with that name exists already.
+pub const DPP_ALREADY_EXISTS: dpp_status_t = 6;
+/// Out of memory or another resource.
+pub const DPP_RESOURCE_EXHAUSTED: dpp_status_t = 8;
+/// The state does not allow the operation.
+pub const DPP_FAILED_PRECONDITION: dpp_status_t = 9;
+/// Not implemented.
+pub const DPP_UNIMPLEMENTED: dpp_status_t = 12;
+/// A bug.
+pub const DPP_INTERNAL: dpp_status_t = 13;
+/// The device is unavailable.
+pub const DPP_UNAVAILABLE: dpp_status_t = 14;
+/// Incompatible ABI versions.
+pub const DPP_ABI_MISMATCH: dpp_status_t = 100;
+
+/// Log levels of `dpp_host_api_t::log`.
+pub const DPP_LOG_ERROR: i32 = 1;
+/// Warning.
+pub const DPP_LOG_WARN: i32 = 2;
+/// Information.
+pub const DPP_LOG_INFO: i32 = 3;
+/// Debugging detail.
+pub const DPP_LOG_DEBUG: i32 = 4;
+
+/// Platform flag: device memory is host memory (the host may dereference device addresses).
+pub const DPP_PLATFORM_HOST_VISIBLE: u32 = 1;
+/// Platform flag: the host must not put its caching suballocator over `allocate`.
+pub const DPP_PLATFORM_NO_SUBALLOCATOR: u32 = 2;
+
+/// Event state reported by `event_status`: recorded, not yet reached.
+pub const DPP_EVENT_PENDING: i32 = 0;
+/// Reached, or never recorded.
+pub const DPP_EVENT_COMPLETE: i32 = 1;
+/// The stream failed before reaching it.
+pub const DPP_EVENT_ERROR: i32 = 2;
+
+/// An address in a device's memory. Offsets are meaningful: for an allocation at `a` of `n`
+/// bytes, `a + k` (k < n) addresses its byte k. Opaque to the host unless the platform is
+/// `DPP_PLATFORM_HOST_VISIBLE`. 0 is never a valid allocation.
+pub type dpp_addr_t = u64;
+
+/// The host's context, passed back to every host function. Opaque.
+pub type dpp_host_context_t = *mut c_void;
+
+/// A host function a stream must call exactly once, after all earlier work of the stream.
+pub type dpp_host_fn = Option<unsafe extern "C" fn(arg: *mut c_void)>;
+
+/// Functions the host offers the plugin. Filled by the host; valid from `init` until after
+/// `shutdown` returns (the plugin may keep the pointer).
+#[repr(C)]
+pub struct dpp_host_api_t {
+    /// `DPP_HOST_API_STRUCT_SIZE` or more.
+    pub struct_size: usize,
+    /// Reserved; NULL.
+    pub ext: *mut c_void,
+    /// The host's ABI version.
+    pub abi_major: u32,
+    /// The host's ABI minor version: functions added in later minors are absent (check
+    /// `struct_size`) in older hosts.
+    pub abi_minor: u32,
+    /// Passed back as the first argument of every function below.
+    pub context: dpp_host_context_t,
+    /// Says why the call the plugin is about to fail failed (per thread; the last one wins).
+    /// May be called from any thread, at any time.
+    pub set_error: Option<unsafe extern "C" fn(context: dpp_host_context_t, message: *const c_char)>,
+    /// Writes a log line (`DPP_LOG_*`). Any thread, any time.
+    pub log: Option<unsafe extern "C" fn(context: dpp_host_context_t, level: i32, message: *const c_char)>,
+    /// The value of load option `key` (NULL when not given). The string is valid during
+    /// `init` only. Keys and values are free-form; the plugin documents its own.
+    pub get_option: Option<unsafe extern "C" fn(context: dpp_host_context_t, key: *const c_char) -> *const c_char>,
+    /// Registers a platform. Only during `init`. The host copies the strings and keeps the
+    /// `dpp_platform_t`'s function pointers and `platform_data` until shutdown.
+    pub register_platform:
+        Option<unsafe extern "C" fn(context: dpp_host_context_t, platform: *const dpp_platform_t) -> dpp_status_t>,
+}
+
+/// What a device plugin is. Filled by the plugin: a static object returned by the entry
+/// symbol; it must stay valid while the library is loaded.
+#[repr(C)]
+pub struct dpp_plugin_api_t {
+    /// `DPP_PLUGIN_API_STRUCT_SIZE` (as compiled by the plugin).
+    pub struct_size: usize,
+    /// Reserved; NULL.
+    pub ext: *mut c_void,
+    /// `DPP_ABI_MAJOR` as the plugin was compiled.
+    pub abi_major: u32,
+    /// `DPP_ABI_MINOR` as the plugin was compiled.
+    pub abi_minor: u32,
+    /// The plugin's name, `[A-Za-z0-9_.-]+`, for messages. Static.
+    pub name: *const c_char,
+    /// The plugin's version, free-form. Static.
+    pub version: *const c_char,
+    /// Required. Registers the plugin's platforms through `host`. `*out_plugin_data` is
+    /// passed to `shutdown`. On failure, everything it registered is rolled back by the host.
+    pub init: Option<unsafe extern "C" fn(host: *const dpp_host_api_t, out_plugin_data: *mut *mut c_void) -> dpp_status_t>,
+    /// Optional. Called once, after every device and platform of the plugin was destroyed.
+    pub shutdown: Option<unsafe extern "C" fn(plugin_data: *mut c_void)>,
+}
+
+/// The entry symbol's type: returns the plugin's static description (never NULL).
+pub type dpp_entry_fn = Option<unsafe extern "C" fn() -> *const dpp_plugin_api_t>;
+
+/// The name of the one symbol a plugin exports.
+pub const DPP_ENTRY_SYMBOL: &str = "devplug_plugin_entry";
+
+/// A platform: one implementation of devices. Filled by the plugin and passed to
+/// `register_platform`; the host copies the strings during the call.
+#[repr(C)]
+pub struct dpp_platform_t {
+    /// `DPP_PLATFORM_STRUCT_SIZE` or more.
+    pub struct_size: usize,
+    /// Reserved; NULL.
+    pub ext: *mut c_void,
+    /// Unique name, `[A-Z][A-Z0-9_]*`, at most 64 characters (e.g. `SIM`).
+    pub name: *const c_char,
+    /// The device type users place on, same pattern (e.g. `GPU`, `NPU`).
+    pub device_type: *const c_char,
+    /// Among platforms of one device type, the highest priority is what `TYPE:i` means.
+    /// Equal priorities on one type are refused.
+    pub priority: i32,
+    /// `DPP_PLATFORM_*` flags.
+    pub flags: u32,
+    /// Free-form vendor name (may be NULL).
+    pub vendor: *const c_char,
+    /// Free-form version (may be NULL).
+    pub version: *const c_char,
+    /// Number of devices, 0 to 1024.
+    pub device_count: i32,
+    /// Passed to the functions below.
+    pub platform_data: *mut c_void,
+    /// Required. Fills `*device` (whose `struct_size` the host set) for device `ordinal`.
+    pub create_device:
+        Option<unsafe extern "C" fn(platform_data: *mut c_void, ordinal: i32, device: *mut dpp_device_t) -> dpp_status_t>,
+    /// Required. Releases what `create_device` made. The host has waited for the device's
+    /// work and freed its memory first.
+    pub destroy_device: Option<unsafe extern "C" fn(platform_data: *mut c_void, device: *mut dpp_device_t)>,
+    /// Optional. Called after the platform's last device was destroyed (or when a
+    /// registration is rolled back).
+    pub destroy_platform: Option<unsafe extern "C" fn(platform_data: *mut c_void)>,
+}
+
+/// One device. The host allocates it and sets `struct_size`; the plugin's `create_device`
+/// fills the rest. Strings and `se` stay valid until `destroy_device`.
+#[repr(C)]
+pub struct dpp_device_t {
+    /// Set by the host: `DPP_DEVICE_STRUCT_SIZE` or more.
+    pub struct_size: usize,
+    /// Reserved; NULL.
+    pub ext: *mut c_void,
+    /// Set by the host.
+    pub ordinal: i32,
+    /// The plugin's per-device state, passed as `device` to every executor function.
+    pub device_data: *mut c_void,
+    /// May be NULL.
+    pub hardware_name: *const c_char,
+    /// May be NULL.
+    pub vendor: *const c_char,
+    /// May be NULL.
+    pub pci_bus_id: *const c_char,
+    /// Bytes of device memory (0 when unknown).
+    pub total_memory: u64,
+    /// -1 when unknown.
+    pub numa_node: i32,
+    /// Cores, SMs, … (0 when unknown).
+    pub compute_units: u32,
+    /// Required: the device's function table.
+    pub se: *const dpp_stream_executor_t,
+}
+
+/// Allocator statistics a platform with `DPP_PLATFORM_NO_SUBALLOCATOR` may report.
+#[repr(C)]
+pub struct dpp_allocator_stats_t {
+    /// Set by the host.
+    pub struct_size: usize,
+    /// Reserved; NULL.
+    pub ext: *mut c_void,
+    pub num_allocs: u64,
+    pub bytes_in_use: u64,
+    pub peak_bytes_in_use: u64,
+    pub largest_alloc_size: u64,
+    /// 0 = no limit.
+    pub bytes_limit: u64,
+    pub bytes_reserved: u64,
+    pub largest_free_block: u64,
+}
+
+/// The StreamExecutor: a device's function table. Filled by the plugin; valid until
+/// `destroy_device`. `device` is the device's `device_data`; `stream` and `event` are what
+/// the plugin's `create_stream` / `create_event` returned. Functions marked required must not
+/// be NULL. Every function may be called from any thread.
+#[repr(C)]
+pub struct dpp_stream_executor_t {
+    /// `DPP_STREAM_EXECUTOR_STRUCT_SIZE` or more.
+    pub struct_size: usize,
+    /// Reserved; NULL.
+    pub ext: *mut c_void,
+
+    /// Required. Allocates `size` bytes (> 0) of device memory.
+    pub allocate: Option<unsafe extern "C" fn(device: *mut c_void, size: u64, out_addr: *mut dpp_addr_t) -> dpp_status_t>,
+    /// Required. Frees what `allocate(size)` returned.
+    pub deallocate: Option<unsafe extern "C" fn(device: *mut c_void, addr: dpp_addr_t, size: u64)>,
+    /// Optional: pinned host memory. When NULL the host uses its own allocator.
+    pub host_allocate: Option<unsafe extern "C" fn(device: *mut c_void, size: u64, out_ptr: *mut *mut c_void) -> dpp_status_t>,
+    /// Required when `host_allocate` is given.
+    pub host_deallocate: Option<unsafe extern "C" fn(device: *mut c_void, ptr: *mut c_void, size: u64)>,
+    /// Optional: memory both sides can address.
+    pub unified_allocate:
+        Option<unsafe extern "C" fn(device: *mut c_void, size: u64, out_ptr: *mut *mut c_void) -> dpp_status_t>,
+    /// Required when `unified_allocate` is given.
+    pub unified_deallocate: Option<unsafe extern "C" fn(device: *mut c_void, ptr: *mut c_void, size: u64)>,
+    /// Optional: free and total bytes.
+    pub memory_usage:
+        Option<unsafe extern "C" fn(device: *mut c_void, out_free: *mut u64, out_total: *mut u64) -> dpp_status_t>,
+    /// Optional: statistics of the plugin's own allocator (for `DPP_PLATFORM_NO_SUBALLOCATOR`).
+    pub allocator_stats:
+        Option<unsafe extern "C" fn(device: *mut c_void, out_stats: *mut dpp_allocator_stats_t) -> dpp_status_t>,
+
+    /// Required. Synchronous copy host → device.
+    pub memcpy_htod:
+        Option<unsafe extern "C" fn(device: *mut c_void, dst: dpp_addr_t, src: *const c_void, size: u64) -> dpp_status_t>,
+    /// Required. Synchronous copy device → host.
+    pub memcpy_dtoh:
+        Option<unsafe extern "C" fn(device: *mut c_void, dst: *mut c_void, src: dpp_addr_t, size: u64) -> dpp_status_t>,
+    /// Required. Synchronous copy within the device (ranges may overlap).
+    pub memcpy_dtod:
+        Option<unsafe extern "C" fn(device: *mut c_void, dst: dpp_addr_t, src: dpp_addr_t, size: u64) -> dpp_status_t>,
+    /// Required. Synchronous memset.
+    pub memset: Option<unsafe extern "C" fn(device: *mut c_void, dst: dpp_addr_t, value: u8, size: u64) -> dpp_status_t>,
+
+    /// Required. Creates a stream: an ordered queue, asynchronous to the host.
+    pub create_stream: Option<unsafe extern "C" fn(device: *mut c_void, out_stream: *mut *mut c_void) -> dpp_status_t>,
+    /// Required. Waits for the stream's work, then destroys it.
+    pub destroy_stream: Option<unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void)>,
+    /// Required. Blocks until the stream's work is done; returns the first error it met.
+    pub synchronize_stream: Option<unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void) -> dpp_status_t>,
+    /// Required. Later work on `stream` waits for the work enqueued on `other` so far.
+    pub stream_wait_stream:
+        Option<unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, other: *mut c_void) -> dpp_status_t>,
+    /// Required. `src` stays valid until the stream reaches the copy.
+    pub memcpy_htod_async: Option<
+        unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, dst: dpp_addr_t, src: *const c_void, size: u64) -> dpp_status_t,
+    >,
+    /// Required. `dst` stays valid until the stream reaches the copy.
+    pub memcpy_dtoh_async: Option<
+        unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, dst: *mut c_void, src: dpp_addr_t, size: u64) -> dpp_status_t,
+    >,
+    /// Required.
+    pub memcpy_dtod_async: Option<
+        unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, dst: dpp_addr_t, src: dpp_addr_t, size: u64) -> dpp_status_t,
+    >,
+    /// Required.
+    pub memset_async: Option<
+        unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, dst: dpp_addr_t, value: u8, size: u64) -> dpp_status_t,
+    >,
+    /// Required. Calls `func(arg)` exactly once after all earlier work of the stream, on any
+    /// thread but never inside this call's caller's lock. If it returns an error, `func` must
+    /// not be called.
+    pub host_callback: Option<
+        unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, func: dpp_host_fn, arg: *mut c_void) -> dpp_status_t,
+    >,
+
+    /// Required.
+    pub create_event: Option<unsafe extern "C" fn(device: *mut c_void, out_event: *mut *mut c_void) -> dpp_status_t>,
+    /// Required.
+    pub destroy_event: Option<unsafe extern "C" fn(device: *mut c_void, event: *mut c_void)>,
+    /// Required. Marks the current end of `stream`.
+    pub record_event:
+        Option<unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, event: *mut c_void) -> dpp_status_t>,
+    /// Required. Writes `DPP_EVENT_*`.
+    pub event_status:
+        Option<unsafe extern "C" fn(device: *mut c_void, event: *mut c_void, out_status: *mut i32) -> dpp_status_t>,
+    /// Required. Later work on `stream` waits until `event` is reached.
+    pub stream_wait_event:
+        Option<unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, event: *mut c_void) -> dpp_status_t>,
+    /// Required. Blocks until `event` is reached.
+    pub event_synchronize: Option<unsafe extern "C" fn(device: *mut c_void, event: *mut c_void) -> dpp_status_t>,
+    /// Required. Blocks until all work of all streams of the device is done.
+    pub synchronize_all: Option<unsafe extern "C" fn(device: *mut c_void) -> dpp_status_t>,
+}
+
+/// Size of `dpp_host_api_t` in ABI 1.0.
+pub const DPP_HOST_API_STRUCT_SIZE: usize = 64;
+/// Size of `dpp_plugin_api_t` in ABI 1.0.
+pub const DPP_PLUGIN_API_STRUCT_SIZE: usize = 56;
+/// Size of `dpp_platform_t` in ABI 1.0.
+pub const DPP_PLATFORM_STRUCT_SIZE: usize = 96;
+/// Size of `dpp_device_t` in ABI 1.0.
+pub const DPP_DEVICE_STRUCT_SIZE: usize = 80;
+/// Size of `dpp_allocator_stats_t` in ABI 1.0.
+pub const DPP_ALLOCATOR_STATS_STRUCT_SIZE: usize = 72;
+/// Size of `dpp_stream_executor_t` in ABI 1.0.
+pub const DPP_STREAM_EXECUTOR_STRUCT_SIZE: usize = 240;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// The size constants are the end of each struct's last ABI 1.0 field (64-bit targets).
+    #[test]
+    fn struct_sizes_match_the_constants() {
+        assert_eq!(DPP_HOST_API_STRUCT_SIZE, offset_of!(dpp_host_api_t, register_platform) + 8);
+        assert_eq!(DPP_PLUGIN_API_STRUCT_SIZE, offset_of!(dpp_plugin_api_t, shutdown) + 8);
+        assert_eq!(DPP_PLATFORM_STRUCT_SIZE, offset_of!(dpp_platform_t, destroy_platform) + 8);
+        assert_eq!(DPP_DEVICE_STRUCT_SIZE, offset_of!(dpp_device_t, se) + 8);
+        assert_eq!(DPP_ALLOCATOR_STATS_STRUCT_SIZE, offset_of!(dpp_allocator_stats_t, largest_free_block) + 8);
+        assert_eq!(DPP_STREAM_EXECUTOR_STRUCT_SIZE, offset_of!(dpp_stream_executor_t, synchronize_all) + 8);
+        assert_eq!(size_of::<dpp_stream_executor_t>(), DPP_STREAM_EXECUTOR_STRUCT_SIZE);
+    }
+}

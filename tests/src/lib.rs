@@ -1,0 +1,110 @@
+//! Integration tests of devplug (see `tests/tests`): helpers shared by them.
+//!
+//! `build.rs` has already configured, built and installed the CMake project before any test
+//! runs; these functions say where, and run external tools with readable failures.
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The CMake build directory of the whole project (where ctest runs).
+pub fn build_dir() -> PathBuf {
+    PathBuf::from(env!("DEVPLUG_TEST_BUILD_DIR"))
+}
+
+/// The install prefix of the SDK (what `find_package(DevPlug)` is pointed at).
+pub fn prefix() -> PathBuf {
+    PathBuf::from(env!("DEVPLUG_TEST_PREFIX"))
+}
+
+/// The workspace root.
+pub fn source_dir() -> PathBuf {
+    PathBuf::from(env!("DEVPLUG_SOURCE_DIR"))
+}
+
+/// Panics with a clear message when build.rs did not build the CMake project (it skips it
+/// under clippy or with DEVPLUG_TESTS_SKIP_CMAKE).
+pub fn require_cmake_build() {
+    assert!(
+        build_dir().join("CMakeCache.txt").is_file(),
+        "the CMake build of devplug is missing at {} (was DEVPLUG_TESTS_SKIP_CMAKE set when \
+         devplug-tests was built?)",
+        build_dir().display()
+    );
+}
+
+/// Renders a command line for messages.
+pub fn display_command(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for arg in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&arg.to_string_lossy());
+    }
+    s
+}
+
+/// Runs `cmd`, prints its command line and output (cargo test shows them for a failing test),
+/// and panics unless it exits 0.
+pub fn run(cmd: &mut Command) -> Output {
+    let line = display_command(cmd);
+    let output = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot start `{line}`: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("$ {line}\n{stdout}{stderr}");
+    assert!(
+        output.status.success(),
+        "`{line}` failed ({}); its output is printed above",
+        output.status
+    );
+    output
+}
+
+/// Whether `program` can be started (e.g. `pkg-config --version`).
+pub fn has_program(program: impl AsRef<OsStr>) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A fresh directory under the system temp dir, removed on drop unless the test panicked
+/// (so a failure leaves its build tree behind to look at).
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// Creates `<tmp>/devplug-<label>-<pid>-<time>-<n>`.
+    pub fn new(label: &str) -> TempDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let path = std::env::temp_dir().join(format!(
+            "devplug-{label}-{}-{nanos}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&path)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
+        TempDir { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("keeping {} for inspection", self.path.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}

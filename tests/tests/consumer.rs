@@ -1,0 +1,134 @@
+//! Uses the installed SDK exactly as a user would: every folder in examples/ with a
+//! CMakeLists.txt is configured in a fresh build dir with `-DCMAKE_PREFIX_PATH=<prefix>`
+//! (`find_package(DevPlug 0.1 CONFIG REQUIRED)`), built, and its programs run. Also checks the
+//! pkg-config file.
+use std::path::Path;
+use std::process::Command;
+
+use devplug_tests::{has_program, prefix, require_cmake_build, run, source_dir, TempDir};
+
+/// The last line every example prints when it worked.
+const MARKER: &str = "hello_devices: OK";
+
+/// Configures and builds the standalone CMake project `src` against the installed prefix.
+fn build_against_prefix(src: &Path, build: &Path) {
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    run(Command::new("cmake")
+        .arg("-S")
+        .arg(src)
+        .arg("-B")
+        .arg(build)
+        .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix().display()))
+        .arg("-DCMAKE_BUILD_TYPE=Debug"));
+    run(Command::new("cmake")
+        .arg("--build")
+        .arg(build)
+        .arg("--parallel")
+        .arg(jobs.to_string()));
+}
+
+/// Runs a built example and checks its exit status and final marker line.
+fn run_example(exe: &Path) {
+    let output = run(&mut Command::new(exe));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.lines().any(|l| l.trim() == MARKER),
+        "{} did not print `{MARKER}`; it printed:\n{stdout}",
+        exe.display()
+    );
+}
+
+#[test]
+fn examples_build_and_run_against_the_installed_package() {
+    require_cmake_build();
+    let mut examples: Vec<_> = std::fs::read_dir(source_dir().join("examples"))
+        .expect("examples/")
+        .map(|e| e.expect("examples/ entry").path())
+        .filter(|p| p.join("CMakeLists.txt").is_file())
+        .collect();
+    examples.sort();
+    assert!(!examples.is_empty(), "no example projects in examples/");
+
+    let mut ran = Vec::new();
+    for example in &examples {
+        let name = example
+            .file_name()
+            .expect("folder name")
+            .to_string_lossy()
+            .into_owned();
+        let tmp = TempDir::new(&format!("example-{name}"));
+        build_against_prefix(example, tmp.path());
+
+        // Convention: the program has the folder's name; `<name>_static` (if the example
+        // builds one) is the same program linked with DevPlug::devplug_static.
+        let exe = tmp.path().join(&name);
+        assert!(exe.is_file(), "{name}: no executable {}", exe.display());
+        run_example(&exe);
+        ran.push(name.clone());
+
+        let static_exe = tmp.path().join(format!("{name}_static"));
+        if static_exe.is_file() {
+            run_example(&static_exe);
+            ran.push(format!("{name}_static"));
+        }
+    }
+
+    // The static library and its native libraries link (DevPlug::devplug_static).
+    for required in [
+        "hello_devices_c",
+        "hello_devices_c_static",
+        "hello_devices_cpp",
+    ] {
+        assert!(
+            ran.iter().any(|r| r == required),
+            "{required} was not built and run (ran: {ran:?})"
+        );
+    }
+}
+
+/// pkg-config finds devplug.pc in the prefix, and a program built with its flags runs.
+#[test]
+fn pkg_config_file_works() {
+    require_cmake_build();
+    if !has_program("pkg-config") {
+        eprintln!("pkg-config is not installed; skipping the pkg-config check");
+        return;
+    }
+    let pc_path = prefix().join("lib/pkgconfig");
+    let pkg_config = |args: &[&str]| -> Vec<String> {
+        let out = run(Command::new("pkg-config")
+            .env("PKG_CONFIG_PATH", &pc_path)
+            .args(args)
+            .arg("devplug"));
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+
+    let version = pkg_config(&["--modversion"]);
+    assert_eq!(version, [env!("CARGO_PKG_VERSION")]);
+    let flags = pkg_config(&["--cflags", "--libs"]);
+    assert!(flags.iter().any(|f| f == "-ldevplug"), "{flags:?}");
+    let static_flags = pkg_config(&["--libs", "--static"]);
+    assert!(
+        static_flags.iter().any(|f| f == "-ldevplug"),
+        "{static_flags:?}"
+    );
+    assert!(
+        static_flags.len() > 2,
+        "--static adds rustc's native libs: {static_flags:?}"
+    );
+
+    // Build the C example by hand with those flags and run it.
+    let tmp = TempDir::new("pkg-config");
+    let exe = tmp.path().join("hello_pc");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    run(Command::new(cc)
+        .arg(source_dir().join("examples/hello_devices_c/main.c"))
+        .arg("-o")
+        .arg(&exe)
+        .args(&flags)
+        .arg(format!("-Wl,-rpath,{}", prefix().join("lib").display())));
+    run_example(&exe);
+}
