@@ -23,6 +23,12 @@ pub struct dp_runtime_options_t {
     /// Bytes each CPU device may hold; 0 (the default) means no limit. Past the limit,
     /// allocations fail with `DP_RESOURCE_EXHAUSTED`.
     pub cpu_memory_limit: u64,
+    /// Plugins to load at creation: a `:`-separated list of absolute files or folders (NULL
+    /// for none). Failures do not fail the creation; see `dp_runtime_plugin_failure`.
+    pub plugin_path: *const c_char,
+    /// 1 (the default): also load the plugins named by the `DEVPLUG_PLUGIN_PATH` environment
+    /// variable, which is ignored when the process runs with elevated privileges. 0: do not.
+    pub discover_plugins: u32,
 }
 
 impl Default for dp_runtime_options_t {
@@ -31,6 +37,8 @@ impl Default for dp_runtime_options_t {
             struct_size: std::mem::size_of::<dp_runtime_options_t>(),
             cpu_device_count: 1,
             cpu_memory_limit: 0,
+            plugin_path: std::ptr::null(),
+            discover_plugins: 1,
         }
     }
 }
@@ -52,6 +60,8 @@ pub struct RuntimeObj {
     runtime: Runtime,
     /// The device handles, in the runtime's device order.
     devices: RwLock<Vec<DevicePtr>>,
+    /// Strings handed out (plugin names, failure messages), valid until the runtime goes.
+    strings: parking_lot::Mutex<Vec<CString>>,
 }
 
 /// A device handle's address; handles live until their runtime is destroyed.
@@ -104,6 +114,25 @@ fn cstring(s: &str) -> CString {
 }
 
 impl RuntimeObj {
+    pub(crate) fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// Brings the device handles up to date after plugins registered devices.
+    pub(crate) fn refresh(&self) {
+        self.sync_devices();
+    }
+
+    /// Keeps strings alive until the runtime is destroyed; returns their addresses.
+    pub(crate) fn keep<const N: usize>(&self, strings: [CString; N]) -> [*const c_char; N] {
+        let mut kept = self.strings.lock();
+        strings.map(|s| {
+            let p = s.as_ptr();
+            kept.push(s);
+            p
+        })
+    }
+
     /// Makes handles for devices the runtime has and the list does not yet.
     fn sync_devices(&self) {
         let devices = self.runtime.devices();
@@ -164,18 +193,34 @@ pub unsafe extern "C" fn dp_runtime_create(
                 handle::read_sized(
                     options,
                     dp_runtime_options_t::default(),
-                    std::mem::size_of::<dp_runtime_options_t>(),
+                    // The 0.1 layout without the plugin fields is still accepted.
+                    std::mem::offset_of!(dp_runtime_options_t, plugin_path),
                     "options",
                 )?
             }
         };
+        let plugin_path = if o.plugin_path.is_null() {
+            None
+        } else {
+            // SAFETY: a NUL-terminated string by the caller's contract.
+            Some(unsafe { handle::c_str(o.plugin_path, "options->plugin_path")? }.to_string())
+        };
+        if o.discover_plugins > 1 {
+            return Err(bad_arg(
+                "options->discover_plugins",
+                &format!("is {}, not 0 or 1", o.discover_plugins),
+            ));
+        }
         let runtime = Runtime::new(RuntimeOptions {
             cpu_device_count: o.cpu_device_count as usize,
             cpu_memory_limit: (o.cpu_memory_limit != 0).then_some(o.cpu_memory_limit),
+            plugin_path,
+            discover_from_env: o.discover_plugins == 1,
         })?;
         let obj = RuntimeObj {
             runtime,
             devices: RwLock::new(Vec::new()),
+            strings: parking_lot::Mutex::new(Vec::new()),
         };
         obj.sync_devices();
         // SAFETY: checked above.

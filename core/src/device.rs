@@ -18,6 +18,8 @@ use crate::stream::{Event, Stream};
 pub struct PlatformEntry {
     pub info: PlatformInfo,
     pub platform: Arc<dyn Platform>,
+    /// Who registered it: `built-in` or `plugin 'NAME'`.
+    pub owner: String,
     /// True while this platform is the one `TYPE:i` resolves to.
     pub(crate) active: AtomicBool,
 }

@@ -1,15 +1,17 @@
 //! The runtime: the host object owning platforms and devices. There is no process-wide
 //! state: two runtimes in one process are independent.
 
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::device::{set_active, Device, PlatformEntry};
 use crate::error::{Error, Result};
 use crate::host::HostPlatform;
 use crate::platform::{validate_name, Platform};
+use crate::plugin::{self, ExistingPlatform, LoadedPlugin, PluginFailure, PluginInfo};
 use crate::spec::DeviceSpec;
 
 /// The most logical CPU devices a runtime may have.
@@ -22,6 +24,10 @@ pub struct RuntimeOptions {
     pub cpu_device_count: usize,
     /// Bytes each CPU device may hold; `None` for no limit.
     pub cpu_memory_limit: Option<u64>,
+    /// Plugin search path (`:`-separated files or folders, absolute), loaded at creation.
+    pub plugin_path: Option<String>,
+    /// Also load plugins from `DEVPLUG_PLUGIN_PATH` (ignored under elevated privileges).
+    pub discover_from_env: bool,
 }
 
 impl Default for RuntimeOptions {
@@ -29,14 +35,25 @@ impl Default for RuntimeOptions {
         RuntimeOptions {
             cpu_device_count: 1,
             cpu_memory_limit: None,
+            plugin_path: None,
+            discover_from_env: true,
         }
     }
+}
+
+/// A loaded plugin, as the runtime keeps it.
+struct PluginRecord {
+    plugin: Arc<LoadedPlugin>,
+    identity: Option<(u64, u64)>,
+    platforms: Vec<String>,
 }
 
 /// The host object.
 pub struct Runtime {
     platforms: RwLock<Vec<Arc<PlatformEntry>>>,
     devices: RwLock<Vec<Arc<Device>>>,
+    plugins: Mutex<Vec<PluginRecord>>,
+    failures: Mutex<Vec<PluginFailure>>,
 }
 
 impl Runtime {
@@ -50,15 +67,25 @@ impl Runtime {
         let rt = Runtime {
             platforms: RwLock::new(Vec::new()),
             devices: RwLock::new(Vec::new()),
+            plugins: Mutex::new(Vec::new()),
+            failures: Mutex::new(Vec::new()),
         };
         rt.register_platform(
             Arc::new(HostPlatform::new(options.cpu_device_count)),
             options.cpu_memory_limit,
         )?;
+        if let Some(path) = &options.plugin_path {
+            rt.load_search_path(path);
+        }
+        if options.discover_from_env {
+            if let Some(path) = plugin::plugin_path_from_env(plugin::process_is_elevated()) {
+                rt.load_search_path(&path);
+            }
+        }
         Ok(rt)
     }
 
-    /// Registers a platform and creates its devices.
+    /// Registers a platform the host implements in Rust and creates its devices.
     ///
     /// Refused (nothing registered) when the name is taken, when another platform of the
     /// same device type has the same priority, or when a device cannot be created.
@@ -67,38 +94,157 @@ impl Runtime {
         platform: Arc<dyn Platform>,
         memory_limit: Option<u64>,
     ) -> Result<()> {
-        let info = platform.info().clone();
-        validate_name("platform name", &info.name)?;
-        validate_name("device type", &info.device_type)?;
+        self.register_platforms(vec![platform], "built-in", memory_limit)
+    }
+
+    /// Registers platforms all or nothing.
+    fn register_platforms(
+        &self,
+        new: Vec<Arc<dyn Platform>>,
+        owner: &str,
+        memory_limit: Option<u64>,
+    ) -> Result<()> {
         let mut platforms = self.platforms.write();
-        for p in platforms.iter() {
-            if p.info.name == info.name {
-                return Err(Error::already_exists(format!(
-                    "platform '{}' is already registered",
-                    info.name
-                )));
+        let mut entries: Vec<Arc<PlatformEntry>> = Vec::new();
+        for platform in new {
+            let info = platform.info().clone();
+            validate_name("platform name", &info.name)?;
+            validate_name("device type", &info.device_type)?;
+            for p in platforms.iter().chain(entries.iter()) {
+                if p.info.name == info.name {
+                    return Err(Error::already_exists(format!(
+                        "{owner}: platform name '{}' is already registered by {}",
+                        info.name, p.owner
+                    )));
+                }
+                if p.info.device_type == info.device_type && p.info.priority == info.priority {
+                    return Err(Error::already_exists(format!(
+                        "{owner}: platform '{}' has device type '{}' and priority {}, the same as platform '{}' of {}; platforms of one device type need distinct priorities",
+                        info.name, info.device_type, info.priority, p.info.name, p.owner
+                    )));
+                }
             }
-            if p.info.device_type == info.device_type && p.info.priority == info.priority {
-                return Err(Error::already_exists(format!(
-                    "platform '{}' has device type '{}' and priority {}, the same as platform '{}'; \
-                     platforms of one device type need distinct priorities",
-                    info.name, info.device_type, info.priority, p.info.name
-                )));
+            entries.push(Arc::new(PlatformEntry {
+                info,
+                platform,
+                owner: owner.to_string(),
+                active: AtomicBool::new(false),
+            }));
+        }
+        let mut new_devices = Vec::new();
+        for entry in &entries {
+            for ordinal in 0..entry.platform.device_count() {
+                new_devices.push(Arc::new(Device::new(entry.clone(), ordinal, memory_limit)?));
             }
         }
-        let entry = Arc::new(PlatformEntry {
-            info: info.clone(),
-            platform: platform.clone(),
-            active: AtomicBool::new(false),
-        });
-        let mut new_devices = Vec::with_capacity(platform.device_count());
-        for ordinal in 0..platform.device_count() {
-            new_devices.push(Arc::new(Device::new(entry.clone(), ordinal, memory_limit)?));
+        for entry in entries {
+            let device_type = entry.info.device_type.clone();
+            platforms.push(entry);
+            update_active(&platforms, &device_type);
         }
-        platforms.push(entry);
-        update_active(&platforms, &info.device_type);
         self.devices.write().extend(new_devices);
         Ok(())
+    }
+
+    /// Loads a device plugin from an absolute path, with `key=value` load options.
+    ///
+    /// Loading the same file again (also through another path) returns the plugin already
+    /// loaded. A failure costs only this plugin: it is returned, and also kept in
+    /// [`Runtime::plugin_failures`].
+    pub fn load_plugin(
+        &self,
+        path: impl AsRef<Path>,
+        options: &[(&str, &str)],
+    ) -> Result<PluginInfo> {
+        let path = path.as_ref();
+        let result = self.load_plugin_inner(path, options);
+        if let Err(e) = &result {
+            crate::log::warn(&e.message);
+            self.failures.lock().push(PluginFailure {
+                path: path.to_path_buf(),
+                error: e.clone(),
+            });
+        }
+        result
+    }
+
+    fn load_plugin_inner(&self, path: &Path, options: &[(&str, &str)]) -> Result<PluginInfo> {
+        let identity = plugin::file_identity(path);
+        let mut plugins = self.plugins.lock();
+        if let Some(r) = plugins
+            .iter()
+            .find(|r| identity.is_some() && r.identity == identity)
+        {
+            return Ok(info_of(r));
+        }
+        let existing: Vec<ExistingPlatform> = self
+            .platforms
+            .read()
+            .iter()
+            .map(|p| ExistingPlatform {
+                name: p.info.name.clone(),
+                device_type: p.info.device_type.clone(),
+                priority: p.info.priority,
+                owner: p.owner.clone(),
+            })
+            .collect();
+        let options: Vec<(String, String)> = options
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (loaded, platforms) = plugin::load(path, &options, existing)?;
+        let names: Vec<String> = platforms.iter().map(|p| p.info.name.clone()).collect();
+        let owner = format!("plugin '{}'", loaded.name);
+        let dyn_platforms: Vec<Arc<dyn Platform>> = platforms
+            .into_iter()
+            .map(|p| p as Arc<dyn Platform>)
+            .collect();
+        self.register_platforms(dyn_platforms, &owner, None)
+            .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
+        let record = PluginRecord {
+            plugin: loaded,
+            identity,
+            platforms: names,
+        };
+        let info = info_of(&record);
+        plugins.push(record);
+        Ok(info)
+    }
+
+    /// Loads every plugin of a `:`-separated search path (files or folders, absolute).
+    /// Failures are kept in [`Runtime::plugin_failures`]; the others load regardless.
+    pub fn load_search_path(&self, search_path: &str) -> Vec<PluginInfo> {
+        let mut loaded = Vec::new();
+        for candidate in plugin::search_path_candidates(search_path) {
+            match candidate {
+                Ok(path) => {
+                    if let Ok(info) = self.load_plugin(&path, &[]) {
+                        loaded.push(info);
+                    }
+                }
+                Err((path, why)) => {
+                    crate::log::warn(&format!(
+                        "plugin search path entry '{}' dropped: {why}",
+                        path.display()
+                    ));
+                    self.failures.lock().push(PluginFailure {
+                        path,
+                        error: Error::invalid_argument(why),
+                    });
+                }
+            }
+        }
+        loaded
+    }
+
+    /// The plugins loaded, in load order.
+    pub fn plugins(&self) -> Vec<PluginInfo> {
+        self.plugins.lock().iter().map(info_of).collect()
+    }
+
+    /// Every plugin load that failed, with its reason, in order.
+    pub fn plugin_failures(&self) -> Vec<PluginFailure> {
+        self.failures.lock().clone()
     }
 
     /// Every device, in platform registration order then by ordinal.
@@ -171,6 +317,15 @@ impl Runtime {
     }
 }
 
+fn info_of(r: &PluginRecord) -> PluginInfo {
+    PluginInfo {
+        name: r.plugin.name.clone(),
+        version: r.plugin.version.clone(),
+        path: r.plugin.path.clone(),
+        platforms: r.platforms.clone(),
+    }
+}
+
 /// Marks the highest-priority platform of `device_type` active and the others not.
 fn update_active(platforms: &[Arc<PlatformEntry>], device_type: &str) {
     let best = platforms
@@ -188,5 +343,10 @@ fn update_active(platforms: &[Arc<PlatformEntry>], device_type: &str) {
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = self.synchronize();
+        // Devices first (they hold their platforms and plugins), then platforms, then the
+        // plugins' own records: a library closes after the last object of it.
+        self.devices.write().clear();
+        self.platforms.write().clear();
+        self.plugins.lock().clear();
     }
 }

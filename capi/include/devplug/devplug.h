@@ -56,6 +56,56 @@ typedef struct dp_tensor_t dp_tensor_t;   /**< shared: dp_tensor_retain / dp_ten
 typedef int32_t dp_status_t;
 
 /**
+ * A loaded plugin, as [`dp_runtime_plugin_info`] reports it. Set `struct_size` before the
+ * call. Strings stay valid until the runtime is destroyed.
+ */
+typedef struct dp_plugin_info_t {
+  /**
+   * Set by the caller: `sizeof(dp_plugin_info_t)`.
+   */
+  size_t struct_size;
+  /**
+   * The plugin's name.
+   */
+  const char *name;
+  /**
+   * The plugin's version string.
+   */
+  const char *version;
+  /**
+   * The path it was loaded from.
+   */
+  const char *path;
+  /**
+   * Number of platforms it registered.
+   */
+  size_t platform_count;
+} dp_plugin_info_t;
+
+/**
+ * A failed plugin load, as [`dp_runtime_plugin_failure`] reports it. Set `struct_size`
+ * before the call. Strings stay valid until the runtime is destroyed.
+ */
+typedef struct dp_plugin_failure_t {
+  /**
+   * Set by the caller: `sizeof(dp_plugin_failure_t)`.
+   */
+  size_t struct_size;
+  /**
+   * The path (or search path entry) that failed.
+   */
+  const char *path;
+  /**
+   * Why, as a status code.
+   */
+  dp_status_t status;
+  /**
+   * Why, in words: names the plugin, and the struct and field at fault.
+   */
+  const char *message;
+} dp_plugin_failure_t;
+
+/**
  * Options of [`dp_runtime_create`]. Initialize with [`dp_runtime_options_init`], then change
  * fields. Fields are only ever appended; `struct_size` says which the caller knows.
  */
@@ -73,6 +123,16 @@ typedef struct dp_runtime_options_t {
    * allocations fail with `DP_RESOURCE_EXHAUSTED`.
    */
   uint64_t cpu_memory_limit;
+  /**
+   * Plugins to load at creation: a `:`-separated list of absolute files or folders (NULL
+   * for none). Failures do not fail the creation; see `dp_runtime_plugin_failure`.
+   */
+  const char *plugin_path;
+  /**
+   * 1 (the default): also load the plugins named by the `DEVPLUG_PLUGIN_PATH` environment
+   * variable, which is ignored when the process runs with elevated privileges. 0: do not.
+   */
+  uint32_t discover_plugins;
 } dp_runtime_options_t;
 
 /**
@@ -368,6 +428,69 @@ dp_status_t dp_buffer_copy(dp_buffer_t *dst,
  * `dst` is a buffer handle.
  */
 dp_status_t dp_buffer_memset(dp_buffer_t *dst, size_t offset, uint8_t value, size_t size);
+
+/**
+ * Loads a device plugin from an absolute `path`. `options` holds `option_count` strings of
+ * the form `"key=value"` handed to the plugin (may be NULL when the count is 0). Loading the
+ * same file again returns `DP_OK` and changes nothing. On failure only this plugin is lost:
+ * the runtime keeps working and lists the failure (see [`dp_runtime_plugin_failure`]).
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `path` a NUL-terminated string; `options` NULL or
+ * `option_count` NUL-terminated strings.
+ */
+dp_status_t dp_runtime_load_plugin(dp_runtime_t *runtime,
+                                   const char *path,
+                                   const char *const *options,
+                                   size_t option_count);
+
+/**
+ * Loads every plugin of a `:`-separated search path of absolute files or folders (folders:
+ * their `*.so` files, sorted). Returns `DP_OK` even when some fail; they are listed by
+ * [`dp_runtime_plugin_failure`].
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `search_path` a NUL-terminated string.
+ */
+dp_status_t dp_runtime_load_plugin_path(dp_runtime_t *runtime, const char *search_path);
+
+/**
+ * Writes the number of loaded plugins into `*out_count`.
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `out_count` is writable.
+ */
+dp_status_t dp_runtime_plugin_count(const dp_runtime_t *runtime, size_t *out_count);
+
+/**
+ * Describes loaded plugin `index` (load order); `DP_OUT_OF_RANGE` past the end.
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `out_info` points to a `dp_plugin_info_t` with
+ * `struct_size` set.
+ */
+dp_status_t dp_runtime_plugin_info(const dp_runtime_t *runtime,
+                                   size_t index,
+                                   struct dp_plugin_info_t *out_info);
+
+/**
+ * Writes the number of failed plugin loads into `*out_count`.
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `out_count` is writable.
+ */
+dp_status_t dp_runtime_plugin_failure_count(const dp_runtime_t *runtime, size_t *out_count);
+
+/**
+ * Describes failed load `index` (in order); `DP_OUT_OF_RANGE` past the end.
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `out_failure` points to a `dp_plugin_failure_t` with
+ * `struct_size` set.
+ */
+dp_status_t dp_runtime_plugin_failure(const dp_runtime_t *runtime,
+                                      size_t index,
+                                      struct dp_plugin_failure_t *out_failure);
 
 /**
  * Sets `*options` to the defaults, `struct_size` included. NULL is a no-op.

@@ -102,6 +102,30 @@ fn layout(size: u64, align: usize) -> Result<Layout> {
         .map_err(|_| Error::resource_exhausted(format!("cannot allocate {size} bytes")))
 }
 
+/// Host memory for platforms that bring no pinned allocator of their own.
+pub(crate) fn host_memory_allocate(size: u64) -> Result<*mut u8> {
+    let l = layout(size, HOST_ALIGN)?;
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc(l) };
+    if p.is_null() {
+        return Err(Error::resource_exhausted(format!(
+            "the system allocator refused {size} bytes of host memory"
+        )));
+    }
+    Ok(p)
+}
+
+/// Frees memory from [`host_memory_allocate`].
+///
+/// # Safety
+/// `ptr` came from `host_memory_allocate(size)` and is not used afterwards.
+pub(crate) unsafe fn host_memory_free(ptr: *mut u8, size: u64) {
+    if let Ok(l) = layout(size, HOST_ALIGN) {
+        // SAFETY: the caller's contract.
+        unsafe { std::alloc::dealloc(ptr, l) }
+    }
+}
+
 /// A host address that may travel to a stream's worker thread.
 #[derive(Clone, Copy)]
 struct SendPtr(usize);
@@ -132,22 +156,12 @@ impl StreamExecutor for HostExecutor {
     }
 
     fn host_allocate(&self, size: u64) -> Result<*mut u8> {
-        let l = layout(size, HOST_ALIGN)?;
-        // SAFETY: the layout has a non-zero size.
-        let p = unsafe { std::alloc::alloc(l) };
-        if p.is_null() {
-            return Err(Error::resource_exhausted(format!(
-                "the system allocator refused {size} bytes of host memory"
-            )));
-        }
-        Ok(p)
+        host_memory_allocate(size)
     }
 
     unsafe fn host_deallocate(&self, ptr: *mut u8, size: u64) {
-        if let Ok(l) = layout(size, HOST_ALIGN) {
-            // SAFETY: the caller guarantees `ptr` came from `host_allocate(size)`.
-            unsafe { std::alloc::dealloc(ptr, l) }
-        }
+        // SAFETY: the caller guarantees `ptr` came from `host_allocate(size)`.
+        unsafe { host_memory_free(ptr, size) }
     }
 
     fn memory_usage(&self) -> Result<(u64, u64)> {

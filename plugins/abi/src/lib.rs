@@ -94,16 +94,25 @@ pub struct dpp_host_api_t {
     pub context: dpp_host_context_t,
     /// Says why the call the plugin is about to fail failed (per thread; the last one wins).
     /// May be called from any thread, at any time.
-    pub set_error: Option<unsafe extern "C" fn(context: dpp_host_context_t, message: *const c_char)>,
+    pub set_error:
+        Option<unsafe extern "C" fn(context: dpp_host_context_t, message: *const c_char)>,
     /// Writes a log line (`DPP_LOG_*`). Any thread, any time.
-    pub log: Option<unsafe extern "C" fn(context: dpp_host_context_t, level: i32, message: *const c_char)>,
+    pub log: Option<
+        unsafe extern "C" fn(context: dpp_host_context_t, level: i32, message: *const c_char),
+    >,
     /// The value of load option `key` (NULL when not given). The string is valid during
     /// `init` only. Keys and values are free-form; the plugin documents its own.
-    pub get_option: Option<unsafe extern "C" fn(context: dpp_host_context_t, key: *const c_char) -> *const c_char>,
+    pub get_option: Option<
+        unsafe extern "C" fn(context: dpp_host_context_t, key: *const c_char) -> *const c_char,
+    >,
     /// Registers a platform. Only during `init`. The host copies the strings and keeps the
     /// `dpp_platform_t`'s function pointers and `platform_data` until shutdown.
-    pub register_platform:
-        Option<unsafe extern "C" fn(context: dpp_host_context_t, platform: *const dpp_platform_t) -> dpp_status_t>,
+    pub register_platform: Option<
+        unsafe extern "C" fn(
+            context: dpp_host_context_t,
+            platform: *const dpp_platform_t,
+        ) -> dpp_status_t,
+    >,
 }
 
 /// What a device plugin is. Filled by the plugin: a static object returned by the entry
@@ -124,7 +133,12 @@ pub struct dpp_plugin_api_t {
     pub version: *const c_char,
     /// Required. Registers the plugin's platforms through `host`. `*out_plugin_data` is
     /// passed to `shutdown`. On failure, everything it registered is rolled back by the host.
-    pub init: Option<unsafe extern "C" fn(host: *const dpp_host_api_t, out_plugin_data: *mut *mut c_void) -> dpp_status_t>,
+    pub init: Option<
+        unsafe extern "C" fn(
+            host: *const dpp_host_api_t,
+            out_plugin_data: *mut *mut c_void,
+        ) -> dpp_status_t,
+    >,
     /// Optional. Called once, after every device and platform of the plugin was destroyed.
     pub shutdown: Option<unsafe extern "C" fn(plugin_data: *mut c_void)>,
 }
@@ -161,11 +175,17 @@ pub struct dpp_platform_t {
     /// Passed to the functions below.
     pub platform_data: *mut c_void,
     /// Required. Fills `*device` (whose `struct_size` the host set) for device `ordinal`.
-    pub create_device:
-        Option<unsafe extern "C" fn(platform_data: *mut c_void, ordinal: i32, device: *mut dpp_device_t) -> dpp_status_t>,
+    pub create_device: Option<
+        unsafe extern "C" fn(
+            platform_data: *mut c_void,
+            ordinal: i32,
+            device: *mut dpp_device_t,
+        ) -> dpp_status_t,
+    >,
     /// Required. Releases what `create_device` made. The host has waited for the device's
     /// work and freed its memory first.
-    pub destroy_device: Option<unsafe extern "C" fn(platform_data: *mut c_void, device: *mut dpp_device_t)>,
+    pub destroy_device:
+        Option<unsafe extern "C" fn(platform_data: *mut c_void, device: *mut dpp_device_t)>,
     /// Optional. Called after the platform's last device was destroyed (or when a
     /// registration is rolled back).
     pub destroy_platform: Option<unsafe extern "C" fn(platform_data: *mut c_void)>,
@@ -228,84 +248,192 @@ pub struct dpp_stream_executor_t {
     pub ext: *mut c_void,
 
     /// Required. Allocates `size` bytes (> 0) of device memory.
-    pub allocate: Option<unsafe extern "C" fn(device: *mut c_void, size: u64, out_addr: *mut dpp_addr_t) -> dpp_status_t>,
+    pub allocate: Option<
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            size: u64,
+            out_addr: *mut dpp_addr_t,
+        ) -> dpp_status_t,
+    >,
     /// Required. Frees what `allocate(size)` returned.
     pub deallocate: Option<unsafe extern "C" fn(device: *mut c_void, addr: dpp_addr_t, size: u64)>,
     /// Optional: pinned host memory. When NULL the host uses its own allocator.
-    pub host_allocate: Option<unsafe extern "C" fn(device: *mut c_void, size: u64, out_ptr: *mut *mut c_void) -> dpp_status_t>,
+    pub host_allocate: Option<
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            size: u64,
+            out_ptr: *mut *mut c_void,
+        ) -> dpp_status_t,
+    >,
     /// Required when `host_allocate` is given.
-    pub host_deallocate: Option<unsafe extern "C" fn(device: *mut c_void, ptr: *mut c_void, size: u64)>,
+    pub host_deallocate:
+        Option<unsafe extern "C" fn(device: *mut c_void, ptr: *mut c_void, size: u64)>,
     /// Optional: memory both sides can address.
-    pub unified_allocate:
-        Option<unsafe extern "C" fn(device: *mut c_void, size: u64, out_ptr: *mut *mut c_void) -> dpp_status_t>,
+    pub unified_allocate: Option<
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            size: u64,
+            out_ptr: *mut *mut c_void,
+        ) -> dpp_status_t,
+    >,
     /// Required when `unified_allocate` is given.
-    pub unified_deallocate: Option<unsafe extern "C" fn(device: *mut c_void, ptr: *mut c_void, size: u64)>,
+    pub unified_deallocate:
+        Option<unsafe extern "C" fn(device: *mut c_void, ptr: *mut c_void, size: u64)>,
     /// Optional: free and total bytes.
-    pub memory_usage:
-        Option<unsafe extern "C" fn(device: *mut c_void, out_free: *mut u64, out_total: *mut u64) -> dpp_status_t>,
+    pub memory_usage: Option<
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            out_free: *mut u64,
+            out_total: *mut u64,
+        ) -> dpp_status_t,
+    >,
     /// Optional: statistics of the plugin's own allocator (for `DPP_PLATFORM_NO_SUBALLOCATOR`).
-    pub allocator_stats:
-        Option<unsafe extern "C" fn(device: *mut c_void, out_stats: *mut dpp_allocator_stats_t) -> dpp_status_t>,
+    pub allocator_stats: Option<
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            out_stats: *mut dpp_allocator_stats_t,
+        ) -> dpp_status_t,
+    >,
 
     /// Required. Synchronous copy host → device.
-    pub memcpy_htod:
-        Option<unsafe extern "C" fn(device: *mut c_void, dst: dpp_addr_t, src: *const c_void, size: u64) -> dpp_status_t>,
+    pub memcpy_htod: Option<
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            dst: dpp_addr_t,
+            src: *const c_void,
+            size: u64,
+        ) -> dpp_status_t,
+    >,
     /// Required. Synchronous copy device → host.
-    pub memcpy_dtoh:
-        Option<unsafe extern "C" fn(device: *mut c_void, dst: *mut c_void, src: dpp_addr_t, size: u64) -> dpp_status_t>,
+    pub memcpy_dtoh: Option<
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            dst: *mut c_void,
+            src: dpp_addr_t,
+            size: u64,
+        ) -> dpp_status_t,
+    >,
     /// Required. Synchronous copy within the device (ranges may overlap).
-    pub memcpy_dtod:
-        Option<unsafe extern "C" fn(device: *mut c_void, dst: dpp_addr_t, src: dpp_addr_t, size: u64) -> dpp_status_t>,
+    pub memcpy_dtod: Option<
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            dst: dpp_addr_t,
+            src: dpp_addr_t,
+            size: u64,
+        ) -> dpp_status_t,
+    >,
     /// Required. Synchronous memset.
-    pub memset: Option<unsafe extern "C" fn(device: *mut c_void, dst: dpp_addr_t, value: u8, size: u64) -> dpp_status_t>,
+    pub memset: Option<
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            dst: dpp_addr_t,
+            value: u8,
+            size: u64,
+        ) -> dpp_status_t,
+    >,
 
     /// Required. Creates a stream: an ordered queue, asynchronous to the host.
-    pub create_stream: Option<unsafe extern "C" fn(device: *mut c_void, out_stream: *mut *mut c_void) -> dpp_status_t>,
+    pub create_stream: Option<
+        unsafe extern "C" fn(device: *mut c_void, out_stream: *mut *mut c_void) -> dpp_status_t,
+    >,
     /// Required. Waits for the stream's work, then destroys it.
     pub destroy_stream: Option<unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void)>,
     /// Required. Blocks until the stream's work is done; returns the first error it met.
-    pub synchronize_stream: Option<unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void) -> dpp_status_t>,
+    pub synchronize_stream:
+        Option<unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void) -> dpp_status_t>,
     /// Required. Later work on `stream` waits for the work enqueued on `other` so far.
-    pub stream_wait_stream:
-        Option<unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, other: *mut c_void) -> dpp_status_t>,
+    pub stream_wait_stream: Option<
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            stream: *mut c_void,
+            other: *mut c_void,
+        ) -> dpp_status_t,
+    >,
     /// Required. `src` stays valid until the stream reaches the copy.
     pub memcpy_htod_async: Option<
-        unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, dst: dpp_addr_t, src: *const c_void, size: u64) -> dpp_status_t,
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            stream: *mut c_void,
+            dst: dpp_addr_t,
+            src: *const c_void,
+            size: u64,
+        ) -> dpp_status_t,
     >,
     /// Required. `dst` stays valid until the stream reaches the copy.
     pub memcpy_dtoh_async: Option<
-        unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, dst: *mut c_void, src: dpp_addr_t, size: u64) -> dpp_status_t,
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            stream: *mut c_void,
+            dst: *mut c_void,
+            src: dpp_addr_t,
+            size: u64,
+        ) -> dpp_status_t,
     >,
     /// Required.
     pub memcpy_dtod_async: Option<
-        unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, dst: dpp_addr_t, src: dpp_addr_t, size: u64) -> dpp_status_t,
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            stream: *mut c_void,
+            dst: dpp_addr_t,
+            src: dpp_addr_t,
+            size: u64,
+        ) -> dpp_status_t,
     >,
     /// Required.
     pub memset_async: Option<
-        unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, dst: dpp_addr_t, value: u8, size: u64) -> dpp_status_t,
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            stream: *mut c_void,
+            dst: dpp_addr_t,
+            value: u8,
+            size: u64,
+        ) -> dpp_status_t,
     >,
     /// Required. Calls `func(arg)` exactly once after all earlier work of the stream, on any
     /// thread but never inside this call's caller's lock. If it returns an error, `func` must
     /// not be called.
     pub host_callback: Option<
-        unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, func: dpp_host_fn, arg: *mut c_void) -> dpp_status_t,
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            stream: *mut c_void,
+            func: dpp_host_fn,
+            arg: *mut c_void,
+        ) -> dpp_status_t,
     >,
 
     /// Required.
-    pub create_event: Option<unsafe extern "C" fn(device: *mut c_void, out_event: *mut *mut c_void) -> dpp_status_t>,
+    pub create_event: Option<
+        unsafe extern "C" fn(device: *mut c_void, out_event: *mut *mut c_void) -> dpp_status_t,
+    >,
     /// Required.
     pub destroy_event: Option<unsafe extern "C" fn(device: *mut c_void, event: *mut c_void)>,
     /// Required. Marks the current end of `stream`.
-    pub record_event:
-        Option<unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, event: *mut c_void) -> dpp_status_t>,
+    pub record_event: Option<
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            stream: *mut c_void,
+            event: *mut c_void,
+        ) -> dpp_status_t,
+    >,
     /// Required. Writes `DPP_EVENT_*`.
-    pub event_status:
-        Option<unsafe extern "C" fn(device: *mut c_void, event: *mut c_void, out_status: *mut i32) -> dpp_status_t>,
+    pub event_status: Option<
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            event: *mut c_void,
+            out_status: *mut i32,
+        ) -> dpp_status_t,
+    >,
     /// Required. Later work on `stream` waits until `event` is reached.
-    pub stream_wait_event:
-        Option<unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void, event: *mut c_void) -> dpp_status_t>,
+    pub stream_wait_event: Option<
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            stream: *mut c_void,
+            event: *mut c_void,
+        ) -> dpp_status_t,
+    >,
     /// Required. Blocks until `event` is reached.
-    pub event_synchronize: Option<unsafe extern "C" fn(device: *mut c_void, event: *mut c_void) -> dpp_status_t>,
+    pub event_synchronize:
+        Option<unsafe extern "C" fn(device: *mut c_void, event: *mut c_void) -> dpp_status_t>,
     /// Required. Blocks until all work of all streams of the device is done.
     pub synchronize_all: Option<unsafe extern "C" fn(device: *mut c_void) -> dpp_status_t>,
 }
@@ -331,12 +459,30 @@ mod tests {
     /// The size constants are the end of each struct's last ABI 1.0 field (64-bit targets).
     #[test]
     fn struct_sizes_match_the_constants() {
-        assert_eq!(DPP_HOST_API_STRUCT_SIZE, offset_of!(dpp_host_api_t, register_platform) + 8);
-        assert_eq!(DPP_PLUGIN_API_STRUCT_SIZE, offset_of!(dpp_plugin_api_t, shutdown) + 8);
-        assert_eq!(DPP_PLATFORM_STRUCT_SIZE, offset_of!(dpp_platform_t, destroy_platform) + 8);
+        assert_eq!(
+            DPP_HOST_API_STRUCT_SIZE,
+            offset_of!(dpp_host_api_t, register_platform) + 8
+        );
+        assert_eq!(
+            DPP_PLUGIN_API_STRUCT_SIZE,
+            offset_of!(dpp_plugin_api_t, shutdown) + 8
+        );
+        assert_eq!(
+            DPP_PLATFORM_STRUCT_SIZE,
+            offset_of!(dpp_platform_t, destroy_platform) + 8
+        );
         assert_eq!(DPP_DEVICE_STRUCT_SIZE, offset_of!(dpp_device_t, se) + 8);
-        assert_eq!(DPP_ALLOCATOR_STATS_STRUCT_SIZE, offset_of!(dpp_allocator_stats_t, largest_free_block) + 8);
-        assert_eq!(DPP_STREAM_EXECUTOR_STRUCT_SIZE, offset_of!(dpp_stream_executor_t, synchronize_all) + 8);
-        assert_eq!(size_of::<dpp_stream_executor_t>(), DPP_STREAM_EXECUTOR_STRUCT_SIZE);
+        assert_eq!(
+            DPP_ALLOCATOR_STATS_STRUCT_SIZE,
+            offset_of!(dpp_allocator_stats_t, largest_free_block) + 8
+        );
+        assert_eq!(
+            DPP_STREAM_EXECUTOR_STRUCT_SIZE,
+            offset_of!(dpp_stream_executor_t, synchronize_all) + 8
+        );
+        assert_eq!(
+            size_of::<dpp_stream_executor_t>(),
+            DPP_STREAM_EXECUTOR_STRUCT_SIZE
+        );
     }
 }

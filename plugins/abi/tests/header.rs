@@ -6,7 +6,8 @@ use std::path::PathBuf;
 #[test]
 fn committed_plugin_header_matches_a_fresh_generation() {
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml");
+    let config =
+        cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml");
     let mut fresh = Vec::new();
     cbindgen::Builder::new()
         .with_crate(&crate_dir)

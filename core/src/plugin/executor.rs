@@ -1,0 +1,568 @@
+//! The adapter from a plugin's `dpp_stream_executor_t` to the core's [`StreamExecutor`] and
+//! [`Platform`] traits. Every call into plugin code goes through [`call`], which turns a
+//! status and the plugin's `set_error` message into an [`Error`].
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use devplug_plugin_abi as abi;
+
+use crate::error::{Code, Error, Result};
+use crate::memory::DevicePtr;
+use crate::platform::{
+    DeviceDescription, EventStatus, HostFn, Platform, PlatformInfo, RawEvent, RawStream,
+    StreamExecutor,
+};
+use crate::plugin::host::{take_plugin_error, LoadedPlugin};
+
+/// Converts a plugin's status into a result, with the message it gave through `set_error`.
+pub(crate) fn check(
+    plugin: &LoadedPlugin,
+    function: &str,
+    status: abi::dpp_status_t,
+) -> Result<()> {
+    let message = take_plugin_error();
+    if status == abi::DPP_OK {
+        return Ok(());
+    }
+    let (code, note) = match Code::from_i32(status) {
+        Some(Code::Ok) | None => (
+            Code::Internal,
+            format!(" (the plugin returned the unknown status {status})"),
+        ),
+        Some(c) => (c, String::new()),
+    };
+    let message = message.unwrap_or_else(|| "no message given".into());
+    Err(Error::new(
+        code,
+        format!("plugin '{}': {function}: {message}{note}", plugin.name),
+    ))
+}
+
+/// A plugin's stream or event handle.
+struct Handle(*mut c_void);
+// SAFETY: the ABI requires every executor function to be callable from any thread, so the
+// plugin's handles may travel between threads.
+unsafe impl Send for Handle {}
+// SAFETY: as above.
+unsafe impl Sync for Handle {}
+
+/// One registered plugin platform.
+pub(crate) struct PluginPlatform {
+    /// This platform itself, for the executors it creates.
+    pub(crate) me: std::sync::Weak<PluginPlatform>,
+    pub(crate) info: PlatformInfo,
+    pub(crate) plugin: Arc<LoadedPlugin>,
+    pub(crate) table: PlatformTable,
+}
+
+/// The plugin's `dpp_platform_t` function pointers and data, copied at registration.
+pub(crate) struct PlatformTable {
+    pub(crate) device_count: usize,
+    pub(crate) platform_data: *mut c_void,
+    pub(crate) create_device:
+        unsafe extern "C" fn(*mut c_void, i32, *mut abi::dpp_device_t) -> abi::dpp_status_t,
+    pub(crate) destroy_device: unsafe extern "C" fn(*mut c_void, *mut abi::dpp_device_t),
+    pub(crate) destroy_platform: Option<unsafe extern "C" fn(*mut c_void)>,
+}
+// SAFETY: the platform data is owned by the plugin, whose functions may be called from any
+// thread (ABI rule).
+unsafe impl Send for PlatformTable {}
+// SAFETY: as above.
+unsafe impl Sync for PlatformTable {}
+
+impl Drop for PluginPlatform {
+    fn drop(&mut self) {
+        if let Some(f) = self.table.destroy_platform {
+            // SAFETY: the plugin's own function and data; every device of the platform was
+            // destroyed already (devices hold the platform alive).
+            unsafe { f(self.table.platform_data) };
+            let _ = take_plugin_error();
+        }
+    }
+}
+
+impl Platform for PluginPlatform {
+    fn info(&self) -> &PlatformInfo {
+        &self.info
+    }
+    fn device_count(&self) -> usize {
+        self.table.device_count
+    }
+    fn create_executor(&self, ordinal: usize) -> Result<Arc<dyn StreamExecutor>> {
+        let me = self.me.upgrade().ok_or_else(|| {
+            Error::internal(format!("platform {} is being destroyed", self.info.name))
+        })?;
+        create_device(&me, ordinal)
+    }
+}
+
+/// The executor functions of a plugin device, all required ones present (checked at
+/// creation).
+pub(crate) struct PluginExecutor {
+    platform: Arc<PluginPlatform>,
+    device: Box<abi::dpp_device_t>,
+    se: &'static abi::dpp_stream_executor_t,
+    description: DeviceDescription,
+}
+
+// SAFETY: the device struct and its table are owned by the plugin and callable from any
+// thread (ABI rule); the host never mutates them after creation.
+unsafe impl Send for PluginExecutor {}
+// SAFETY: as above.
+unsafe impl Sync for PluginExecutor {}
+
+macro_rules! required {
+    ($se:expr, $field:ident) => {
+        // Checked non-NULL at creation (`validate_executor`).
+        match $se.$field {
+            Some(f) => f,
+            None => {
+                return Err(Error::internal(concat!(
+                    "dpp_stream_executor_t.",
+                    stringify!($field),
+                    " is NULL"
+                )))
+            }
+        }
+    };
+}
+
+/// The executor table fields that must not be NULL.
+pub(crate) const REQUIRED: &[&str] = &[
+    "allocate",
+    "deallocate",
+    "memcpy_htod",
+    "memcpy_dtoh",
+    "memcpy_dtod",
+    "memset",
+    "create_stream",
+    "destroy_stream",
+    "synchronize_stream",
+    "stream_wait_stream",
+    "memcpy_htod_async",
+    "memcpy_dtoh_async",
+    "memcpy_dtod_async",
+    "memset_async",
+    "host_callback",
+    "create_event",
+    "destroy_event",
+    "record_event",
+    "event_status",
+    "stream_wait_event",
+    "event_synchronize",
+    "synchronize_all",
+];
+
+fn field_present(se: &abi::dpp_stream_executor_t, name: &str) -> bool {
+    match name {
+        "allocate" => se.allocate.is_some(),
+        "deallocate" => se.deallocate.is_some(),
+        "memcpy_htod" => se.memcpy_htod.is_some(),
+        "memcpy_dtoh" => se.memcpy_dtoh.is_some(),
+        "memcpy_dtod" => se.memcpy_dtod.is_some(),
+        "memset" => se.memset.is_some(),
+        "create_stream" => se.create_stream.is_some(),
+        "destroy_stream" => se.destroy_stream.is_some(),
+        "synchronize_stream" => se.synchronize_stream.is_some(),
+        "stream_wait_stream" => se.stream_wait_stream.is_some(),
+        "memcpy_htod_async" => se.memcpy_htod_async.is_some(),
+        "memcpy_dtoh_async" => se.memcpy_dtoh_async.is_some(),
+        "memcpy_dtod_async" => se.memcpy_dtod_async.is_some(),
+        "memset_async" => se.memset_async.is_some(),
+        "host_callback" => se.host_callback.is_some(),
+        "create_event" => se.create_event.is_some(),
+        "destroy_event" => se.destroy_event.is_some(),
+        "record_event" => se.record_event.is_some(),
+        "event_status" => se.event_status.is_some(),
+        "stream_wait_event" => se.stream_wait_event.is_some(),
+        "event_synchronize" => se.event_synchronize.is_some(),
+        "synchronize_all" => se.synchronize_all.is_some(),
+        _ => false,
+    }
+}
+
+fn plugin_str(p: *const std::ffi::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: the plugin hands over NUL-terminated strings valid until destroy_device; read
+    // at most 256 bytes.
+    unsafe { crate::plugin::host::bounded_str(p, 256) }.unwrap_or_default()
+}
+
+/// Checks what `create_device` filled in.
+fn validate_device(device: &abi::dpp_device_t, platform: &PluginPlatform) -> Result<()> {
+    let (plugin, name, ordinal) = (&platform.plugin.name, &platform.info.name, device.ordinal);
+    let err = |why: String| {
+        Err(Error::invalid_argument(format!(
+            "plugin '{plugin}': platform {name}: device {ordinal}: {why}"
+        )))
+    };
+    if device.se.is_null() {
+        return err("dpp_device_t.se is NULL".into());
+    }
+    // SAFETY: non-NULL; the plugin keeps the table valid until destroy_device.
+    let se = unsafe { &*device.se };
+    if se.struct_size < abi::DPP_STREAM_EXECUTOR_STRUCT_SIZE {
+        return err(format!(
+            "dpp_stream_executor_t.struct_size is {}, smaller than the ABI 1.0 size {}",
+            se.struct_size,
+            abi::DPP_STREAM_EXECUTOR_STRUCT_SIZE
+        ));
+    }
+    if let Some(missing) = REQUIRED.iter().find(|f| !field_present(se, f)) {
+        return err(format!(
+            "required function dpp_stream_executor_t.{missing} is NULL"
+        ));
+    }
+    if se.host_allocate.is_some() != se.host_deallocate.is_some() {
+        return err("dpp_stream_executor_t.host_allocate and host_deallocate must both be set or both be NULL".into());
+    }
+    Ok(())
+}
+
+/// Creates device `ordinal` of a plugin platform and checks everything the plugin filled in.
+pub(crate) fn create_device(
+    platform: &Arc<PluginPlatform>,
+    ordinal: usize,
+) -> Result<Arc<dyn StreamExecutor>> {
+    let plugin = &platform.plugin;
+    let mut device = Box::new(abi::dpp_device_t {
+        struct_size: abi::DPP_DEVICE_STRUCT_SIZE,
+        ext: std::ptr::null_mut(),
+        ordinal: ordinal as i32,
+        device_data: std::ptr::null_mut(),
+        hardware_name: std::ptr::null(),
+        vendor: std::ptr::null(),
+        pci_bus_id: std::ptr::null(),
+        total_memory: 0,
+        numa_node: -1,
+        compute_units: 0,
+        se: std::ptr::null(),
+    });
+    // SAFETY: the plugin's own function and data, with a device struct the host owns.
+    let status = unsafe {
+        (platform.table.create_device)(platform.table.platform_data, ordinal as i32, &mut *device)
+    };
+    check(plugin, &format!("create_device({ordinal})"), status)?;
+    if let Err(e) = validate_device(&device, platform) {
+        // SAFETY: undo the creation the plugin just did.
+        unsafe { (platform.table.destroy_device)(platform.table.platform_data, &mut *device) };
+        let _ = take_plugin_error();
+        return Err(e);
+    }
+    // SAFETY: validated non-NULL; the plugin keeps the table valid until destroy_device,
+    // which the executor calls before the reference can dangle (it lives in the executor).
+    let se: &'static abi::dpp_stream_executor_t = unsafe { &*device.se };
+    let description = DeviceDescription {
+        hardware_name: plugin_str(device.hardware_name),
+        vendor: plugin_str(device.vendor),
+        pci_bus_id: plugin_str(device.pci_bus_id),
+        total_memory: device.total_memory,
+        numa_node: device.numa_node,
+        compute_units: device.compute_units,
+    };
+    Ok(Arc::new(PluginExecutor {
+        platform: platform.clone(),
+        device,
+        se,
+        description,
+    }))
+}
+
+impl Drop for PluginExecutor {
+    fn drop(&mut self) {
+        // SAFETY: the plugin's own function; every stream, event and allocation of the device
+        // is gone (they hold the executor alive).
+        unsafe {
+            (self.platform.table.destroy_device)(
+                self.platform.table.platform_data,
+                &mut *self.device,
+            )
+        };
+        let _ = take_plugin_error();
+    }
+}
+
+fn handle<'a>(raw: &'a (dyn std::any::Any + Send + Sync), what: &str) -> Result<&'a Handle> {
+    crate::platform::downcast::<Handle>(raw, what)
+}
+
+/// Calls back `HostFn`s the plugin runs on its stream.
+unsafe extern "C" fn run_host_fn(arg: *mut c_void) {
+    // SAFETY: `arg` is the `Box<HostFn>` given to the plugin's host_callback, called once.
+    let f = unsafe { Box::from_raw(arg as *mut HostFn) };
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        crate::log::error("a host callback panicked on a plugin stream");
+    }
+}
+
+impl PluginExecutor {
+    fn dev(&self) -> *mut c_void {
+        self.device.device_data
+    }
+
+    fn check(&self, function: &str, status: abi::dpp_status_t) -> Result<()> {
+        check(&self.platform.plugin, function, status)
+    }
+}
+
+impl StreamExecutor for PluginExecutor {
+    fn description(&self) -> &DeviceDescription {
+        &self.description
+    }
+
+    fn allocate(&self, size: u64) -> Result<DevicePtr> {
+        let f = required!(self.se, allocate);
+        let mut addr: abi::dpp_addr_t = 0;
+        // SAFETY: the plugin's function with its device data and a valid out-pointer.
+        self.check("allocate", unsafe { f(self.dev(), size, &mut addr) })?;
+        if addr == 0 {
+            return Err(Error::internal(format!(
+                "plugin '{}': allocate({size}) returned address 0",
+                self.platform.plugin.name
+            )));
+        }
+        Ok(DevicePtr(addr))
+    }
+
+    fn deallocate(&self, ptr: DevicePtr, size: u64) {
+        if let Some(f) = self.se.deallocate {
+            // SAFETY: frees what allocate(size) returned.
+            unsafe { f(self.dev(), ptr.0, size) };
+            let _ = take_plugin_error();
+        }
+    }
+
+    fn host_allocate(&self, size: u64) -> Result<*mut u8> {
+        match self.se.host_allocate {
+            Some(f) => {
+                let mut p: *mut c_void = std::ptr::null_mut();
+                // SAFETY: the plugin's function with a valid out-pointer.
+                self.check("host_allocate", unsafe { f(self.dev(), size, &mut p) })?;
+                Ok(p.cast())
+            }
+            None => crate::host::host_memory_allocate(size),
+        }
+    }
+
+    unsafe fn host_deallocate(&self, ptr: *mut u8, size: u64) {
+        match self.se.host_deallocate {
+            // SAFETY: the pointer came from the plugin's host_allocate(size).
+            Some(f) => unsafe { f(self.dev(), ptr.cast(), size) },
+            // SAFETY: the pointer came from host_memory_allocate(size).
+            None => unsafe { crate::host::host_memory_free(ptr, size) },
+        }
+    }
+
+    fn memory_usage(&self) -> Result<(u64, u64)> {
+        match self.se.memory_usage {
+            Some(f) => {
+                let (mut free, mut total) = (0u64, 0u64);
+                // SAFETY: valid out-pointers.
+                self.check("memory_usage", unsafe {
+                    f(self.dev(), &mut free, &mut total)
+                })?;
+                Ok((free, total))
+            }
+            None => Ok((0, self.description.total_memory)),
+        }
+    }
+
+    unsafe fn memcpy_htod(&self, dst: DevicePtr, src: *const u8, size: u64) -> Result<()> {
+        let f = required!(self.se, memcpy_htod);
+        // SAFETY: `src` is readable (the caller's contract); `dst` lies in a live allocation.
+        self.check("memcpy_htod", unsafe {
+            f(self.dev(), dst.0, src.cast(), size)
+        })
+    }
+
+    unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: DevicePtr, size: u64) -> Result<()> {
+        let f = required!(self.se, memcpy_dtoh);
+        // SAFETY: `dst` is writable (the caller's contract).
+        self.check("memcpy_dtoh", unsafe {
+            f(self.dev(), dst.cast(), src.0, size)
+        })
+    }
+
+    fn memcpy_dtod(&self, dst: DevicePtr, src: DevicePtr, size: u64) -> Result<()> {
+        let f = required!(self.se, memcpy_dtod);
+        // SAFETY: device addresses only.
+        self.check("memcpy_dtod", unsafe { f(self.dev(), dst.0, src.0, size) })
+    }
+
+    fn memset(&self, dst: DevicePtr, value: u8, size: u64) -> Result<()> {
+        let f = required!(self.se, memset);
+        // SAFETY: device addresses only.
+        self.check("memset", unsafe { f(self.dev(), dst.0, value, size) })
+    }
+
+    fn create_stream(&self) -> Result<RawStream> {
+        let f = required!(self.se, create_stream);
+        let mut s: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        self.check("create_stream", unsafe { f(self.dev(), &mut s) })?;
+        Ok(Box::new(Handle(s)))
+    }
+
+    fn destroy_stream(&self, stream: RawStream) {
+        if let (Ok(h), Some(f)) = (handle(stream.as_ref(), "stream"), self.se.destroy_stream) {
+            // SAFETY: a stream of this device, destroyed once.
+            unsafe { f(self.dev(), h.0) };
+            let _ = take_plugin_error();
+        }
+    }
+
+    fn synchronize_stream(&self, stream: &RawStream) -> Result<()> {
+        let f = required!(self.se, synchronize_stream);
+        let h = handle(stream.as_ref(), "stream")?;
+        // SAFETY: a stream of this device.
+        self.check("synchronize_stream", unsafe { f(self.dev(), h.0) })
+    }
+
+    fn stream_wait_stream(&self, stream: &RawStream, other: &RawStream) -> Result<()> {
+        let f = required!(self.se, stream_wait_stream);
+        let (a, b) = (
+            handle(stream.as_ref(), "stream")?,
+            handle(other.as_ref(), "stream")?,
+        );
+        // SAFETY: streams of this device.
+        self.check("stream_wait_stream", unsafe { f(self.dev(), a.0, b.0) })
+    }
+
+    unsafe fn memcpy_htod_async(
+        &self,
+        stream: &RawStream,
+        dst: DevicePtr,
+        src: *const u8,
+        size: u64,
+    ) -> Result<()> {
+        let f = required!(self.se, memcpy_htod_async);
+        let h = handle(stream.as_ref(), "stream")?;
+        // SAFETY: the caller keeps `src` valid until the stream reaches the copy.
+        self.check("memcpy_htod_async", unsafe {
+            f(self.dev(), h.0, dst.0, src.cast(), size)
+        })
+    }
+
+    unsafe fn memcpy_dtoh_async(
+        &self,
+        stream: &RawStream,
+        dst: *mut u8,
+        src: DevicePtr,
+        size: u64,
+    ) -> Result<()> {
+        let f = required!(self.se, memcpy_dtoh_async);
+        let h = handle(stream.as_ref(), "stream")?;
+        // SAFETY: the caller keeps `dst` valid until the stream reaches the copy.
+        self.check("memcpy_dtoh_async", unsafe {
+            f(self.dev(), h.0, dst.cast(), src.0, size)
+        })
+    }
+
+    fn memcpy_dtod_async(
+        &self,
+        stream: &RawStream,
+        dst: DevicePtr,
+        src: DevicePtr,
+        size: u64,
+    ) -> Result<()> {
+        let f = required!(self.se, memcpy_dtod_async);
+        let h = handle(stream.as_ref(), "stream")?;
+        // SAFETY: device addresses only.
+        self.check("memcpy_dtod_async", unsafe {
+            f(self.dev(), h.0, dst.0, src.0, size)
+        })
+    }
+
+    fn memset_async(&self, stream: &RawStream, dst: DevicePtr, value: u8, size: u64) -> Result<()> {
+        let f = required!(self.se, memset_async);
+        let h = handle(stream.as_ref(), "stream")?;
+        // SAFETY: device addresses only.
+        self.check("memset_async", unsafe {
+            f(self.dev(), h.0, dst.0, value, size)
+        })
+    }
+
+    fn host_callback(&self, stream: &RawStream, func: HostFn) -> Result<()> {
+        let f = required!(self.se, host_callback);
+        let h = handle(stream.as_ref(), "stream")?;
+        let arg = Box::into_raw(Box::new(func)) as *mut c_void;
+        // SAFETY: the plugin calls `run_host_fn(arg)` exactly once, or not at all when it
+        // returns an error.
+        let status = unsafe { f(self.dev(), h.0, Some(run_host_fn), arg) };
+        let result = self.check("host_callback", status);
+        if result.is_err() {
+            // SAFETY: the plugin refused the callback, so it will never run `arg`.
+            drop(unsafe { Box::from_raw(arg as *mut HostFn) });
+        }
+        result
+    }
+
+    fn create_event(&self) -> Result<RawEvent> {
+        let f = required!(self.se, create_event);
+        let mut e: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        self.check("create_event", unsafe { f(self.dev(), &mut e) })?;
+        Ok(Box::new(Handle(e)))
+    }
+
+    fn destroy_event(&self, event: RawEvent) {
+        if let (Ok(h), Some(f)) = (handle(event.as_ref(), "event"), self.se.destroy_event) {
+            // SAFETY: an event of this device, destroyed once.
+            unsafe { f(self.dev(), h.0) };
+            let _ = take_plugin_error();
+        }
+    }
+
+    fn record_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()> {
+        let f = required!(self.se, record_event);
+        let (s, e) = (
+            handle(stream.as_ref(), "stream")?,
+            handle(event.as_ref(), "event")?,
+        );
+        // SAFETY: a stream and an event of this device.
+        self.check("record_event", unsafe { f(self.dev(), s.0, e.0) })
+    }
+
+    fn event_status(&self, event: &RawEvent) -> Result<EventStatus> {
+        let f = required!(self.se, event_status);
+        let e = handle(event.as_ref(), "event")?;
+        let mut st = -1;
+        // SAFETY: an event of this device and a valid out-pointer.
+        self.check("event_status", unsafe { f(self.dev(), e.0, &mut st) })?;
+        match st {
+            abi::DPP_EVENT_PENDING => Ok(EventStatus::Pending),
+            abi::DPP_EVENT_COMPLETE => Ok(EventStatus::Complete),
+            abi::DPP_EVENT_ERROR => Ok(EventStatus::Error),
+            other => Err(Error::internal(format!(
+                "plugin '{}': event_status wrote {other}, not a DPP_EVENT_* value",
+                self.platform.plugin.name
+            ))),
+        }
+    }
+
+    fn stream_wait_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()> {
+        let f = required!(self.se, stream_wait_event);
+        let (s, e) = (
+            handle(stream.as_ref(), "stream")?,
+            handle(event.as_ref(), "event")?,
+        );
+        // SAFETY: a stream and an event of this device.
+        self.check("stream_wait_event", unsafe { f(self.dev(), s.0, e.0) })
+    }
+
+    fn event_synchronize(&self, event: &RawEvent) -> Result<()> {
+        let f = required!(self.se, event_synchronize);
+        let e = handle(event.as_ref(), "event")?;
+        // SAFETY: an event of this device.
+        self.check("event_synchronize", unsafe { f(self.dev(), e.0) })
+    }
+
+    fn synchronize_all(&self) -> Result<()> {
+        let f = required!(self.se, synchronize_all);
+        // SAFETY: the plugin's own device.
+        self.check("synchronize_all", unsafe { f(self.dev()) })
+    }
+}

@@ -1,0 +1,352 @@
+//! The host side of a loaded plugin: the library, the host table handed to it, and the
+//! functions of that table (`set_error`, `log`, `get_option`, `register_platform`).
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use devplug_plugin_abi as abi;
+use parking_lot::Mutex;
+
+use crate::error::Error;
+use crate::platform::{validate_name, PlatformInfo};
+use crate::plugin::executor::PlatformTable;
+
+thread_local! {
+    /// What the plugin said through `set_error` on this thread, until the host reads it.
+    static PLUGIN_ERROR: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Takes the message the plugin last gave on this thread.
+pub(crate) fn take_plugin_error() -> Option<String> {
+    PLUGIN_ERROR.with(|e| e.borrow_mut().take())
+}
+
+/// Reads a NUL-terminated string of at most `max` bytes.
+///
+/// # Safety
+/// `p` is non-NULL and readable up to its NUL or `max` bytes, whichever comes first.
+pub(crate) unsafe fn bounded_str(p: *const c_char, max: usize) -> Option<String> {
+    let mut len = 0;
+    // SAFETY: reads byte by byte, stopping at the NUL or the bound (the caller's contract).
+    while len <= max && unsafe { *p.add(len) } != 0 {
+        len += 1;
+    }
+    if len > max {
+        return None;
+    }
+    // SAFETY: `len` bytes followed by a NUL were just read.
+    let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) };
+    Some(String::from_utf8_lossy(bytes).into_owned())
+}
+
+/// A platform that was registered during `init` and not yet added to the runtime.
+pub(crate) struct PendingPlatform {
+    pub(crate) info: PlatformInfo,
+    pub(crate) table: PlatformTable,
+}
+
+/// A platform the runtime has already, for conflict checks during registration.
+#[derive(Clone)]
+pub(crate) struct ExistingPlatform {
+    pub(crate) name: String,
+    pub(crate) device_type: String,
+    pub(crate) priority: i32,
+    pub(crate) owner: String,
+}
+
+/// What the host table's functions work on (`dpp_host_api_t::context`).
+pub(crate) struct HostContext {
+    pub(crate) plugin: String,
+    options: Vec<(CString, CString)>,
+    existing: Vec<ExistingPlatform>,
+    in_init: AtomicBool,
+    pub(crate) pending: Mutex<Vec<PendingPlatform>>,
+    /// The first refused registration, reported if init then fails.
+    pub(crate) refused: Mutex<Option<Error>>,
+}
+
+/// A loaded, initialized plugin library. Dropped after every object of it: calls the
+/// plugin's `shutdown`, then closes the library.
+pub(crate) struct LoadedPlugin {
+    pub(crate) name: String,
+    pub(crate) version: String,
+    pub(crate) path: std::path::PathBuf,
+    pub(crate) shutdown: Option<unsafe extern "C" fn(*mut c_void)>,
+    pub(crate) plugin_data: *mut c_void,
+    pub(crate) initialized: bool,
+    pub(crate) host_api: Box<abi::dpp_host_api_t>,
+    pub(crate) context: Box<HostContext>,
+    /// Kept open for as long as any object of the plugin lives; closed last (field order is
+    /// drop order).
+    pub(crate) _library: libloading::os::unix::Library,
+}
+
+// SAFETY: the plugin data and the host table are only passed back to the plugin, whose
+// functions may be called from any thread (ABI rule); the context is Sync.
+unsafe impl Send for LoadedPlugin {}
+// SAFETY: as above.
+unsafe impl Sync for LoadedPlugin {}
+
+impl Drop for LoadedPlugin {
+    fn drop(&mut self) {
+        if self.initialized {
+            if let Some(f) = self.shutdown {
+                // SAFETY: every platform and device of the plugin is gone (they hold this
+                // object alive); shutdown is called once.
+                unsafe { f(self.plugin_data) };
+                let _ = take_plugin_error();
+            }
+        }
+        // The library is closed when `library` drops, after this body.
+    }
+}
+
+impl HostContext {
+    pub(crate) fn new(
+        plugin: String,
+        options: &[(String, String)],
+        existing: Vec<ExistingPlatform>,
+    ) -> crate::Result<HostContext> {
+        let mut opts = Vec::with_capacity(options.len());
+        for (k, v) in options {
+            let bad = || Error::invalid_argument(format!("load option '{k}' contains a NUL byte"));
+            opts.push((
+                CString::new(k.as_str()).map_err(|_| bad())?,
+                CString::new(v.as_str()).map_err(|_| bad())?,
+            ));
+        }
+        Ok(HostContext {
+            plugin,
+            options: opts,
+            existing,
+            in_init: AtomicBool::new(false),
+            pending: Mutex::new(Vec::new()),
+            refused: Mutex::new(None),
+        })
+    }
+
+    pub(crate) fn set_in_init(&self, v: bool) {
+        self.in_init.store(v, Ordering::Release);
+    }
+
+    /// Builds the host table pointing at this context.
+    pub(crate) fn host_api(&self) -> abi::dpp_host_api_t {
+        abi::dpp_host_api_t {
+            struct_size: abi::DPP_HOST_API_STRUCT_SIZE,
+            ext: std::ptr::null_mut(),
+            abi_major: abi::DPP_ABI_MAJOR,
+            abi_minor: abi::DPP_ABI_MINOR,
+            context: self as *const HostContext as *mut c_void,
+            set_error: Some(host_set_error),
+            log: Some(host_log),
+            get_option: Some(host_get_option),
+            register_platform: Some(host_register_platform),
+        }
+    }
+
+    fn register(&self, p: *const abi::dpp_platform_t) -> crate::Result<()> {
+        let plugin = &self.plugin;
+        let err = |field: &str, why: String| {
+            Error::invalid_argument(format!("plugin '{plugin}': dpp_platform_t.{field} {why}"))
+        };
+        if !self.in_init.load(Ordering::Acquire) {
+            return Err(Error::failed_precondition(format!(
+                "plugin '{plugin}': register_platform may only be called during init"
+            )));
+        }
+        if p.is_null() {
+            return Err(Error::invalid_argument(format!(
+                "plugin '{plugin}': register_platform got a NULL dpp_platform_t"
+            )));
+        }
+        // SAFETY: non-NULL; the first field of every ABI struct is its size.
+        let size = unsafe { *(p as *const usize) };
+        if size < abi::DPP_PLATFORM_STRUCT_SIZE {
+            return Err(err(
+                "struct_size",
+                format!(
+                    "is {size}, smaller than the ABI 1.0 size {}",
+                    abi::DPP_PLATFORM_STRUCT_SIZE
+                ),
+            ));
+        }
+        // SAFETY: the plugin declared at least the 1.0 size.
+        let p = unsafe { &*p };
+        let text = |field: &str, ptr: *const c_char, required: bool| -> crate::Result<String> {
+            if ptr.is_null() {
+                return if required {
+                    Err(err(field, "is NULL".into()))
+                } else {
+                    Ok(String::new())
+                };
+            }
+            // SAFETY: a string the plugin handed over, read up to a bound.
+            unsafe { bounded_str(ptr, 256) }
+                .ok_or_else(|| err(field, "is not NUL-terminated within 256 bytes".into()))
+        };
+        let name = text("name", p.name, true)?;
+        validate_name("platform name", &name)
+            .map_err(|e| err("name", format!("is invalid: {}", e.message)))?;
+        let device_type = text("device_type", p.device_type, true)?;
+        validate_name("device type", &device_type)
+            .map_err(|e| err("device_type", format!("is invalid: {}", e.message)))?;
+        if !(0..=1024).contains(&p.device_count) {
+            return Err(err(
+                "device_count",
+                format!("is {}, not between 0 and 1024", p.device_count),
+            ));
+        }
+        let create_device = p
+            .create_device
+            .ok_or_else(|| err("create_device", "is NULL (required)".into()))?;
+        let destroy_device = p
+            .destroy_device
+            .ok_or_else(|| err("destroy_device", "is NULL (required)".into()))?;
+        let known = abi::DPP_PLATFORM_HOST_VISIBLE | abi::DPP_PLATFORM_NO_SUBALLOCATOR;
+        if p.flags & !known != 0 {
+            return Err(err(
+                "flags",
+                format!("has unknown bits {:#x}", p.flags & !known),
+            ));
+        }
+        let info = PlatformInfo {
+            name,
+            device_type,
+            priority: p.priority,
+            vendor: text("vendor", p.vendor, false)?,
+            version: text("version", p.version, false)?,
+            host_visible: p.flags & abi::DPP_PLATFORM_HOST_VISIBLE != 0,
+            use_suballocator: p.flags & abi::DPP_PLATFORM_NO_SUBALLOCATOR == 0,
+        };
+        let mut pending = self.pending.lock();
+        let others =
+            self.existing
+                .iter()
+                .cloned()
+                .chain(pending.iter().map(|q| ExistingPlatform {
+                    name: q.info.name.clone(),
+                    device_type: q.info.device_type.clone(),
+                    priority: q.info.priority,
+                    owner: format!("plugin '{plugin}'"),
+                }));
+        for o in others {
+            if o.name == info.name {
+                return Err(Error::already_exists(format!(
+                    "plugin '{plugin}': platform name '{}' is already registered by {}",
+                    info.name, o.owner
+                )));
+            }
+            if o.device_type == info.device_type && o.priority == info.priority {
+                return Err(Error::already_exists(format!(
+                    "plugin '{plugin}': platform '{}' has device type '{}' and priority {}, the same as platform '{}' of {}; \
+                     platforms of one device type need distinct priorities",
+                    info.name, info.device_type, info.priority, o.name, o.owner
+                )));
+            }
+        }
+        pending.push(PendingPlatform {
+            info,
+            table: PlatformTable {
+                device_count: p.device_count as usize,
+                platform_data: p.platform_data,
+                create_device,
+                destroy_device,
+                destroy_platform: p.destroy_platform,
+            },
+        });
+        Ok(())
+    }
+}
+
+/// # Safety
+/// `context` is the `HostContext` of the plugin's host table.
+unsafe fn context<'a>(context: *mut c_void) -> Option<&'a HostContext> {
+    // SAFETY: the host table's context is a live HostContext (it lives as long as the
+    // plugin); NULL is tolerated.
+    unsafe { (context as *const HostContext).as_ref() }
+}
+
+unsafe extern "C" fn host_set_error(_context: *mut c_void, message: *const c_char) {
+    let text = if message.is_null() {
+        "(NULL message)".to_string()
+    } else {
+        // SAFETY: a string from the plugin, read up to a bound.
+        unsafe { bounded_str(message, 4096) }
+            .unwrap_or_else(|| "(message not NUL-terminated)".into())
+    };
+    PLUGIN_ERROR.with(|e| *e.borrow_mut() = Some(text));
+}
+
+unsafe extern "C" fn host_log(context: *mut c_void, level: i32, message: *const c_char) {
+    if message.is_null() {
+        return;
+    }
+    // SAFETY: see `context`.
+    let plugin = unsafe { self::context(context) }
+        .map_or("?", |c| c.plugin.as_str())
+        .to_string();
+    // SAFETY: a string from the plugin, read up to a bound.
+    let text = unsafe { bounded_str(message, 4096) }.unwrap_or_default();
+    let level = match level {
+        abi::DPP_LOG_ERROR => crate::log::Level::Error,
+        abi::DPP_LOG_WARN => crate::log::Level::Warn,
+        abi::DPP_LOG_INFO => crate::log::Level::Info,
+        _ => crate::log::Level::Debug,
+    };
+    crate::log::log(level, &format!("plugin '{plugin}': {text}"));
+}
+
+unsafe extern "C" fn host_get_option(context: *mut c_void, key: *const c_char) -> *const c_char {
+    // SAFETY: see `context`.
+    let Some(ctx) = (unsafe { self::context(context) }) else {
+        return std::ptr::null();
+    };
+    if key.is_null() {
+        return std::ptr::null();
+    }
+    // SAFETY: a NUL-terminated key from the plugin.
+    let key = unsafe { CStr::from_ptr(key) };
+    ctx.options
+        .iter()
+        .find(|(k, _)| k.as_c_str() == key)
+        .map_or(std::ptr::null(), |(_, v)| v.as_ptr())
+}
+
+unsafe extern "C" fn host_register_platform(
+    context: *mut c_void,
+    platform: *const abi::dpp_platform_t,
+) -> abi::dpp_status_t {
+    // SAFETY: see `context`.
+    let Some(ctx) = (unsafe { self::context(context) }) else {
+        return abi::DPP_INVALID_ARGUMENT;
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.register(platform)))
+        .unwrap_or_else(|_| Err(Error::internal("register_platform panicked")));
+    match result {
+        Ok(()) => abi::DPP_OK,
+        Err(e) => {
+            crate::log::warn(&e.message);
+            let code = e.code;
+            ctx.refused.lock().get_or_insert(e);
+            code as abi::dpp_status_t
+        }
+    }
+}
+
+/// A loaded plugin as hosts see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginInfo {
+    pub name: String,
+    pub version: String,
+    pub path: std::path::PathBuf,
+    /// The platforms it registered.
+    pub platforms: Vec<String>,
+}
+
+/// A plugin that failed to load, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginFailure {
+    pub path: std::path::PathBuf,
+    pub error: Error,
+}

@@ -1,0 +1,208 @@
+//! Device plugins: loading a library, checking what it hands over, and turning its platforms
+//! into the core's [`Platform`](crate::platform::Platform)s.
+//!
+//! The host's rule (RELIABILITY.md): a broken plugin costs that plugin and nothing else. Every
+//! refusal names the plugin, the struct and the field; the runtime keeps a list of failures.
+
+mod discovery;
+mod executor;
+mod host;
+
+use std::ffi::c_void;
+use std::path::Path;
+use std::sync::{Arc, Weak};
+
+use devplug_plugin_abi as abi;
+
+use crate::error::{Code, Error, Result};
+pub use discovery::{
+    plugin_path_from_env, process_is_elevated, search_path_candidates, PLUGIN_PATH_ENV,
+};
+pub(crate) use executor::PluginPlatform;
+use host::{bounded_str, take_plugin_error, HostContext};
+pub(crate) use host::{ExistingPlatform, LoadedPlugin};
+pub use host::{PluginFailure, PluginInfo};
+
+/// Opens `path`, checks the plugin's version and description, runs its `init` with
+/// `options`, and returns its platforms (not yet added to any runtime). On any failure,
+/// whatever the plugin registered is rolled back and the library is closed.
+pub(crate) fn load(
+    path: &Path,
+    options: &[(String, String)],
+    existing: Vec<ExistingPlatform>,
+) -> Result<(Arc<LoadedPlugin>, Vec<Arc<PluginPlatform>>)> {
+    let shown = path.display().to_string();
+    if !path.is_absolute() {
+        return Err(Error::invalid_argument(format!(
+            "plugin path '{shown}' is relative; relative plugin paths are never resolved against the working directory"
+        )));
+    }
+    if !path.exists() {
+        return Err(Error::not_found(format!("plugin '{shown}': no such file")));
+    }
+    // SAFETY: opening a library runs its initializers; that is what loading a plugin means.
+    // RTLD_LOCAL keeps its symbols out of the global namespace; RTLD_NOW finds missing
+    // symbols now rather than mid-call.
+    let library = unsafe {
+        libloading::os::unix::Library::open(
+            Some(path),
+            libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL,
+        )
+    }
+    .map_err(|e| {
+        Error::invalid_argument(format!("plugin '{shown}': cannot load the library: {e}"))
+    })?;
+    // SAFETY: the symbol's type is the ABI's entry type (a C function without arguments).
+    let entry: abi::dpp_entry_fn = match unsafe {
+        library.get::<unsafe extern "C" fn() -> *const abi::dpp_plugin_api_t>(
+            abi::DPP_ENTRY_SYMBOL.as_bytes(),
+        )
+    } {
+        Ok(f) => Some(*f),
+        Err(_) => {
+            return Err(Error::not_found(format!(
+                "plugin '{shown}': no devplug entry point: the library does not export '{}'",
+                abi::DPP_ENTRY_SYMBOL
+            )))
+        }
+    };
+    let entry = entry.ok_or_else(|| Error::internal("entry symbol vanished"))?;
+    // SAFETY: the plugin's entry function, as the ABI defines it.
+    let api = unsafe { entry() };
+    if api.is_null() {
+        return Err(Error::invalid_argument(format!(
+            "plugin '{shown}': {}() returned NULL",
+            abi::DPP_ENTRY_SYMBOL
+        )));
+    }
+    // SAFETY: non-NULL; struct_size is the first field of every ABI struct.
+    let size = unsafe { *(api as *const usize) };
+    const VERSION_END: usize = 24; // struct_size, ext, abi_major, abi_minor
+    if size < VERSION_END {
+        return Err(Error::invalid_argument(format!(
+            "plugin '{shown}': dpp_plugin_api_t.struct_size is {size}, smaller than the smallest supported size {}",
+            abi::DPP_PLUGIN_API_STRUCT_SIZE
+        )));
+    }
+    // SAFETY: at least the version fields are present (checked above).
+    let (major, minor) = unsafe { ((*api).abi_major, (*api).abi_minor) };
+    if major != abi::DPP_ABI_MAJOR || minor > abi::DPP_ABI_MINOR {
+        let why = if major != abi::DPP_ABI_MAJOR {
+            "the major versions differ"
+        } else {
+            "the plugin's minor version is newer"
+        };
+        return Err(Error::new(
+            Code::AbiMismatch,
+            format!(
+                "plugin '{shown}': built against plugin ABI {major}.{minor}, but this host implements ABI {}.{} ({why})",
+                abi::DPP_ABI_MAJOR,
+                abi::DPP_ABI_MINOR
+            ),
+        ));
+    }
+    if size < abi::DPP_PLUGIN_API_STRUCT_SIZE {
+        return Err(Error::invalid_argument(format!(
+            "plugin '{shown}': dpp_plugin_api_t.struct_size is {size}, smaller than the ABI 1.0 size {}",
+            abi::DPP_PLUGIN_API_STRUCT_SIZE
+        )));
+    }
+    // SAFETY: the whole ABI 1.0 struct is present; it is static in the library.
+    let api = unsafe { &*api };
+    let field_err = |field: &str, why: &str| {
+        Error::invalid_argument(format!("plugin '{shown}': dpp_plugin_api_t.{field} {why}"))
+    };
+    if api.name.is_null() {
+        return Err(field_err("name", "is NULL"));
+    }
+    // SAFETY: a string from the plugin, read up to a bound.
+    let name = unsafe { bounded_str(api.name, 64) }
+        .ok_or_else(|| field_err("name", "is not NUL-terminated within 64 bytes"))?;
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+    {
+        return Err(field_err(
+            "name",
+            &format!("'{name}' is invalid: it must match [A-Za-z0-9_.-]+"),
+        ));
+    }
+    let version = if api.version.is_null() {
+        String::new()
+    } else {
+        // SAFETY: as above.
+        unsafe { bounded_str(api.version, 64) }
+            .ok_or_else(|| field_err("version", "is not NUL-terminated within 64 bytes"))?
+    };
+    let init = api
+        .init
+        .ok_or_else(|| field_err("init", "is NULL (required)"))?;
+
+    let context = Box::new(HostContext::new(name.clone(), options, existing)?);
+    let host_api = Box::new(context.host_api());
+    let mut plugin = LoadedPlugin {
+        name: name.clone(),
+        version,
+        path: path.to_path_buf(),
+        shutdown: api.shutdown,
+        plugin_data: std::ptr::null_mut(),
+        initialized: false,
+        host_api,
+        context,
+        _library: library,
+    };
+    plugin.context.set_in_init(true);
+    let _ = take_plugin_error();
+    let mut data: *mut c_void = std::ptr::null_mut();
+    // SAFETY: the plugin's init with a host table that outlives the plugin.
+    let status = unsafe { init(&*plugin.host_api, &mut data) };
+    plugin.context.set_in_init(false);
+    let message = take_plugin_error();
+    let pending = std::mem::take(&mut *plugin.context.pending.lock());
+    if status != abi::DPP_OK {
+        for p in &pending {
+            if let Some(f) = p.table.destroy_platform {
+                // SAFETY: rolls back a platform the failed init registered.
+                unsafe { f(p.table.platform_data) };
+            }
+        }
+        let _ = take_plugin_error();
+        let refused = plugin.context.refused.lock().take();
+        let code = match Code::from_i32(status) {
+            Some(Code::Ok) | None => Code::Internal,
+            Some(c) => c,
+        };
+        let own =
+            message.unwrap_or_else(|| format!("init failed with status {status} and no message"));
+        return Err(match refused {
+            Some(r) => Error::new(r.code, format!("{} (init then failed: {own})", r.message)),
+            None => Error::new(
+                code,
+                format!("plugin '{name}' ({shown}): init failed: {own}"),
+            ),
+        });
+    }
+    plugin.plugin_data = data;
+    plugin.initialized = true;
+    let plugin = Arc::new(plugin);
+    let platforms = pending
+        .into_iter()
+        .map(|p| {
+            Arc::new_cyclic(|me: &Weak<PluginPlatform>| PluginPlatform {
+                me: me.clone(),
+                info: p.info,
+                plugin: plugin.clone(),
+                table: p.table,
+            })
+        })
+        .collect();
+    Ok((plugin, platforms))
+}
+
+/// The identity of a file (device and inode), so that one file reached through two paths is
+/// loaded once.
+pub(crate) fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
