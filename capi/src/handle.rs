@@ -308,7 +308,8 @@ pub unsafe fn read_sized<T: Copy>(ptr: *const T, default: T, min: usize, arg: &s
 }
 
 /// Writes a versioned struct into the caller's, up to the size the caller declared (at least
-/// `min`). The caller's `struct_size` is left as it was.
+/// `min`): a caller built against an older, shorter struct gets the fields it knows. The
+/// caller's `struct_size` is left as it was.
 ///
 /// # Safety
 /// As for [`read_sized`], for writes.

@@ -120,6 +120,7 @@ pub unsafe extern "C" fn dp_buffer_write(
     guard("dp_buffer_write", || {
         // SAFETY: the caller's contract.
         let b = unsafe { buffer(dst, "dst")? };
+        b.buffer.range(dst_offset as u64, size as u64)?;
         // SAFETY: the caller's contract.
         let data = unsafe { handle::bytes(src.cast(), size, "src")? };
         b.buffer.write(dst_offset as u64, data)
@@ -141,6 +142,7 @@ pub unsafe extern "C" fn dp_buffer_read(
     guard("dp_buffer_read", || {
         // SAFETY: the caller's contract.
         let b = unsafe { buffer(src, "src")? };
+        b.buffer.range(src_offset as u64, size as u64)?;
         // SAFETY: the caller's contract.
         let out = unsafe { handle::bytes_mut(dst.cast(), size, "dst")? };
         b.buffer.read(src_offset as u64, out)

@@ -168,14 +168,7 @@ pub unsafe extern "C" fn dp_runtime_plugin_info(
             platform_count: p.platforms.len(),
         };
         // SAFETY: the caller's contract.
-        unsafe {
-            handle::write_sized(
-                out_info,
-                info,
-                std::mem::size_of::<dp_plugin_info_t>(),
-                "out_info",
-            )
-        }
+        unsafe { handle::write_sized(out_info, info, std::mem::size_of::<usize>(), "out_info") }
     })
 }
 
@@ -234,7 +227,7 @@ pub unsafe extern "C" fn dp_runtime_plugin_failure(
             handle::write_sized(
                 out_failure,
                 out,
-                std::mem::size_of::<dp_plugin_failure_t>(),
+                std::mem::size_of::<usize>(),
                 "out_failure",
             )
         }

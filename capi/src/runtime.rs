@@ -419,7 +419,7 @@ pub unsafe extern "C" fn dp_device_get_properties(
             handle::write_sized(
                 out_properties,
                 props,
-                std::mem::size_of::<dp_device_properties_t>(),
+                std::mem::size_of::<usize>(),
                 "out_properties",
             )
         }
@@ -488,14 +488,7 @@ pub unsafe extern "C" fn dp_device_memory_stats(
             largest_free_block: s.largest_free_block,
         };
         // SAFETY: the caller's contract.
-        unsafe {
-            handle::write_sized(
-                out_stats,
-                stats,
-                std::mem::size_of::<dp_memory_stats_t>(),
-                "out_stats",
-            )
-        }
+        unsafe { handle::write_sized(out_stats, stats, std::mem::size_of::<usize>(), "out_stats") }
     })
 }
 

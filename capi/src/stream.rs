@@ -249,6 +249,7 @@ pub unsafe extern "C" fn dp_stream_write(
     guard("dp_stream_write", || {
         // SAFETY: the caller's contract.
         let (s, b) = unsafe { (self::stream(stream, "stream")?, buffer(dst, "dst")?) };
+        b.buffer.range(dst_offset as u64, size as u64)?;
         // SAFETY: checks NULL and size; the memory stays valid by the caller's contract.
         let data = unsafe { handle::bytes(src.cast(), size, "src")? };
         // SAFETY: as above, until the stream reaches the copy.
@@ -276,6 +277,7 @@ pub unsafe extern "C" fn dp_stream_read(
     guard("dp_stream_read", || {
         // SAFETY: the caller's contract.
         let (s, b) = unsafe { (self::stream(stream, "stream")?, buffer(src, "src")?) };
+        b.buffer.range(src_offset as u64, size as u64)?;
         // SAFETY: checks NULL and size; the memory stays valid by the caller's contract.
         let out = unsafe { handle::bytes_mut(dst.cast(), size, "dst")? };
         // SAFETY: as above, until the stream reaches the copy.

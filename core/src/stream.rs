@@ -219,7 +219,7 @@ impl Stream {
     pub fn wait_stream(&self, other: &Stream) -> Result<()> {
         if !Arc::ptr_eq(&other.device, &self.device) {
             return Err(Error::invalid_argument(format!(
-                "a stream of {} cannot wait for a stream of {}; record an event instead",
+                "streams of different devices cannot wait for each other ({} and {}); record an event instead",
                 self.device.name(),
                 other.device.name()
             )));
@@ -297,7 +297,7 @@ impl Event {
     pub fn record(&self, stream: &Stream) -> Result<()> {
         if !Arc::ptr_eq(&stream.device, &self.device) {
             return Err(Error::invalid_argument(format!(
-                "an event of {} cannot be recorded on a stream of {}",
+                "the event and the stream belong to different devices (event: {}, stream: {})",
                 self.device.name(),
                 stream.device.name()
             )));

@@ -281,7 +281,12 @@ impl fmt::Debug for Tensor {
 fn byte_size(dtype: DType, shape: &[i64]) -> Result<u64> {
     num_elements(shape)?
         .checked_mul(dtype.size() as u64)
-        .ok_or_else(|| Error::invalid_argument(format!("shape {shape:?} has too many elements")))
+        .filter(|b| *b <= isize::MAX as u64)
+        .ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "a {dtype} tensor of shape {shape:?} has too many elements"
+            ))
+        })
 }
 
 fn as_bytes<T: Element>(data: &[T]) -> &[u8] {

@@ -48,6 +48,9 @@ pub fn display_command(cmd: &Command) -> String {
 /// and panics unless it exits 0.
 pub fn run(cmd: &mut Command) -> Output {
     let line = display_command(cmd);
+    // cargo test puts target/<profile> on LD_LIBRARY_PATH, which would make the programs under
+    // test load a libdevplug of the outer build instead of the one they were built with.
+    cmd.env_remove("LD_LIBRARY_PATH");
     let output = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot start `{line}`: {e}"));

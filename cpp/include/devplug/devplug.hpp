@@ -1,0 +1,1354 @@
+/**
+ * @file devplug.hpp
+ * @brief Header-only C++17 wrapper over devplug's host C API (`devplug/devplug.h`).
+ *
+ * Everything here is a thin, inline layer over the C functions:
+ *
+ * - errors become `devplug::Error` exceptions carrying the status code and the message the C
+ *   library left in `dp_last_error_message()` at the moment of the failure;
+ * - owned C handles (`dp_runtime_t`, `dp_stream_t`, `dp_event_t`) are held by move-only RAII
+ *   classes (`Runtime`, `Stream`, `Event`);
+ * - shared C handles (`dp_buffer_t`, `dp_tensor_t`) are held by copyable classes (`Buffer`,
+ *   `Tensor`) whose copies retain and whose destructors release;
+ * - borrowed device handles are wrapped by `Device`, a cheap non-owning value.
+ *
+ * Lifetimes follow the C API: a `Device` (and a default-stream view) is valid only while its
+ * `Runtime` lives. Declare the `Runtime` first so that it is destroyed last.
+ *
+ * No exception ever crosses into the C library: the only C++ code the runtime calls is the
+ * host-callback trampoline used by `Stream::host_callback()`, which catches everything.
+ */
+#ifndef DEVPLUG_DEVPLUG_HPP
+#define DEVPLUG_DEVPLUG_HPP
+
+#include <devplug/devplug.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+/** @brief The devplug C++ API. */
+namespace devplug {
+
+// ------------------------------------------------------------------------------------------
+// Errors
+// ------------------------------------------------------------------------------------------
+
+/**
+ * @brief The canonical name of a status code, e.g. `"INVALID_ARGUMENT"`.
+ *
+ * Wraps `dp_status_str()`; returns `"UNKNOWN_STATUS"` for a value that is not a status code.
+ * The returned string is static.
+ */
+inline const char* status_name(dp_status_t status) noexcept {
+  const char* name = dp_status_str(status);
+  return name != nullptr ? name : "UNKNOWN_STATUS";
+}
+
+/**
+ * @brief A failed devplug call: a status code plus the library's message.
+ *
+ * `what()` is `"CODE: message"` (just `"CODE"` when the message is empty), e.g.
+ * `"NOT_FOUND: no device matches 'CPU:7'"`. Copying an `Error` never throws.
+ */
+class Error : public std::runtime_error {
+ public:
+  /**
+   * @brief Builds an error from a code and a message (no C call is made).
+   * @param code    a `DP_*` status code other than `DP_OK`.
+   * @param message the detail, without the code name.
+   */
+  Error(dp_status_t code, const std::string& message)
+      : std::runtime_error(format(code, message)), code_(code), message_(message) {}
+
+  /**
+   * @brief Builds an error for a C call that just returned @p code, capturing
+   *        `dp_last_error_message()` now (it is only valid until the next failing call).
+   */
+  static Error from_last_error(dp_status_t code) {
+    // Copy the thread-local message before any other devplug call can replace it.
+    const char* message = dp_last_error_message();
+    std::string text(message != nullptr ? message : "");
+    return Error(code, text);
+  }
+
+  /** @brief The status code (`DP_INVALID_ARGUMENT`, `DP_NOT_FOUND`, ...). */
+  dp_status_t code() const noexcept { return code_; }
+
+  /** @brief The canonical name of code(), e.g. `"NOT_FOUND"`. */
+  const char* code_name() const noexcept { return status_name(code_); }
+
+  /** @brief The library's message, without the code name (may be empty). */
+  const char* message() const noexcept { return message_.what(); }
+
+ private:
+  static std::string format(dp_status_t code, const std::string& message) {
+    std::string text = status_name(code);
+    if (!message.empty()) {
+      text += ": ";
+      text += message;
+    }
+    return text;
+  }
+
+  dp_status_t code_;
+  std::runtime_error message_;  // a nothrow-copyable, reference-counted string
+};
+
+/**
+ * @brief Throws `Error` (with the thread's last error message) unless @p status is `DP_OK`.
+ *
+ * Use it around any C call you make yourself: `devplug::check(dp_device_synchronize(d));`.
+ */
+inline void check(dp_status_t status) {
+  if (status != DP_OK) {
+    throw Error::from_last_error(status);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Versions
+// ------------------------------------------------------------------------------------------
+
+/** @brief A semantic version `major.minor.patch`. */
+struct Version {
+  uint32_t major; /**< major version */
+  uint32_t minor; /**< minor version */
+  uint32_t patch; /**< patch version */
+
+  /** @brief `"major.minor.patch"`. */
+  std::string to_string() const {
+    return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+  }
+};
+
+/** @brief An ABI version `major.minor` (the plugin ABI). */
+struct AbiVersion {
+  uint32_t major; /**< ABI major: plugins must match it exactly */
+  uint32_t minor; /**< ABI minor: plugins may be older, not newer */
+};
+
+/** @brief Two versions are equal when all their parts are. */
+inline bool operator==(const Version& a, const Version& b) noexcept {
+  return a.major == b.major && a.minor == b.minor && a.patch == b.patch;
+}
+/** @brief Negation of `==`. */
+inline bool operator!=(const Version& a, const Version& b) noexcept { return !(a == b); }
+
+/** @brief The version of the library loaded at run time (decodes `dp_version()`). */
+inline Version version() noexcept {
+  const uint32_t v = dp_version();
+  return Version{(v >> 16) & 0xffffu, (v >> 8) & 0xffu, v & 0xffu};
+}
+
+/** @brief The version of the header this code was compiled against (`DP_VERSION_*`). */
+constexpr Version header_version() noexcept {
+  return Version{DP_VERSION_MAJOR, DP_VERSION_MINOR, DP_VERSION_PATCH};
+}
+
+/** @brief The library's version string, e.g. `"0.1.0"` (`dp_version_string()`). */
+inline std::string version_string() {
+  const char* s = dp_version_string();
+  return s != nullptr ? s : "";
+}
+
+/** @brief The plugin ABI version of the library loaded at run time (`dp_abi_version()`). */
+inline AbiVersion abi_version() noexcept {
+  const uint32_t v = dp_abi_version();
+  return AbiVersion{(v >> 16) & 0xffffu, v & 0xffffu};
+}
+
+/** @brief The plugin ABI version of the header (`DP_ABI_VERSION_*`). */
+constexpr AbiVersion header_abi_version() noexcept {
+  return AbiVersion{DP_ABI_VERSION_MAJOR, DP_ABI_VERSION_MINOR};
+}
+
+/**
+ * @brief Whether the loaded library can serve code compiled against this header: same major,
+ *        and a minor at least the header's (while the major is 0, the minors must be equal).
+ */
+inline bool version_compatible() noexcept {
+  const Version lib = version();
+  constexpr Version hdr = header_version();
+  if (lib.major != hdr.major) return false;
+  if (hdr.major == 0) return lib.minor == hdr.minor;
+  return lib.minor >= hdr.minor;
+}
+
+// ------------------------------------------------------------------------------------------
+// Data types
+// ------------------------------------------------------------------------------------------
+
+/** @brief Element types of tensors (the `DP_DTYPE_*` values). */
+enum class DType : dp_dtype_t {
+  Invalid = 0,          /**< not a dtype (returned for an invalid tensor handle) */
+  F32 = DP_DTYPE_F32,   /**< `float` */
+  F64 = DP_DTYPE_F64,   /**< `double` */
+  I32 = DP_DTYPE_I32,   /**< `int32_t` */
+  I64 = DP_DTYPE_I64,   /**< `int64_t` */
+  U8 = DP_DTYPE_U8,     /**< `uint8_t` */
+  Bool = DP_DTYPE_BOOL, /**< `bool`, one byte per element holding 0 or 1 */
+};
+
+/** @brief The C value of a dtype. */
+constexpr dp_dtype_t to_c(DType dtype) noexcept { return static_cast<dp_dtype_t>(dtype); }
+
+/** @brief The name of a dtype (`"f32"`, ...), or `"invalid"` (`dp_dtype_name()`). */
+inline const char* dtype_name(DType dtype) noexcept {
+  const char* name = dp_dtype_name(to_c(dtype));
+  return name != nullptr ? name : "invalid";
+}
+
+/** @brief The size of one element in bytes, 0 for an invalid dtype (`dp_dtype_size()`). */
+inline size_t dtype_size(DType dtype) noexcept { return dp_dtype_size(to_c(dtype)); }
+
+/**
+ * @brief Maps a C++ element type to its `DType`. Specialized for `float`, `double`,
+ *        `int32_t`, `int64_t`, `uint8_t` and `bool`; other types do not compile.
+ *
+ * `bool` maps to `DType::Bool`, whose elements are one byte each (0 or 1): this header
+ * requires `sizeof(bool) == 1`.
+ */
+template <class T>
+struct dtype_traits;  // undefined for unsupported types
+
+/** @cond */
+template <>
+struct dtype_traits<float> {
+  static constexpr DType value = DType::F32;
+};
+template <>
+struct dtype_traits<double> {
+  static constexpr DType value = DType::F64;
+};
+template <>
+struct dtype_traits<int32_t> {
+  static constexpr DType value = DType::I32;
+};
+template <>
+struct dtype_traits<int64_t> {
+  static constexpr DType value = DType::I64;
+};
+template <>
+struct dtype_traits<uint8_t> {
+  static constexpr DType value = DType::U8;
+};
+template <>
+struct dtype_traits<bool> {
+  static constexpr DType value = DType::Bool;
+};
+/** @endcond */
+
+static_assert(sizeof(bool) == 1, "devplug's DType::Bool is one byte; this platform's bool is not");
+static_assert(sizeof(float) == 4 && sizeof(double) == 8, "devplug needs IEEE-754 float/double");
+
+/** @brief The `DType` of @p T, e.g. `dtype_of<float>() == DType::F32` (see `dtype_traits`). */
+template <class T>
+constexpr DType dtype_of() noexcept {
+  return dtype_traits<std::remove_cv_t<T>>::value;
+}
+
+// ------------------------------------------------------------------------------------------
+// Helpers
+// ------------------------------------------------------------------------------------------
+
+/** @cond */
+namespace detail {
+
+// A non-null pointer for zero-sized transfers (the C API refuses NULL pointers).
+inline void* nonnull(void* p) noexcept {
+  static unsigned char dummy = 0;
+  return p != nullptr ? p : &dummy;
+}
+inline const void* nonnull(const void* p) noexcept {
+  static const unsigned char dummy = 0;
+  return p != nullptr ? p : &dummy;
+}
+
+// A contiguous range: std::data() and std::size() work on it (vector, array, string, span,
+// C array). std::vector<bool> is not one (it has no data()).
+template <class C, class = void>
+struct is_contiguous : std::false_type {};
+template <class C>
+struct is_contiguous<C, std::void_t<decltype(std::data(std::declval<C&>())),
+                                    decltype(std::size(std::declval<C&>()))>>
+    : std::is_pointer<decltype(std::data(std::declval<C&>()))> {};
+
+template <class C>
+using element_t = std::remove_pointer_t<decltype(std::data(std::declval<C&>()))>;
+
+// Readable: contiguous with trivially copyable elements.
+template <class C>
+constexpr bool is_byte_source() {
+  if constexpr (is_contiguous<C>::value) {
+    return std::is_trivially_copyable<std::remove_cv_t<element_t<C>>>::value;
+  } else {
+    return false;
+  }
+}
+// Writable: the above, and the elements are not const.
+template <class C>
+constexpr bool is_byte_sink() {
+  if constexpr (is_contiguous<C>::value) {
+    return is_byte_source<C>() && !std::is_const<element_t<C>>::value;
+  } else {
+    return false;
+  }
+}
+
+template <class C>
+struct is_span : std::false_type {};
+
+template <class C>
+size_t byte_size(const C& c) noexcept {
+  return std::size(c) * sizeof(element_t<const C>);
+}
+
+[[noreturn]] inline void throw_invalid_handle(const char* what) {
+  throw Error(DP_INVALID_ARGUMENT, std::string("invalid or empty ") + what + " handle");
+}
+
+}  // namespace detail
+/** @endcond */
+
+/**
+ * @brief A non-owning view of `count` contiguous elements, for code that holds a pointer and
+ *        a length. Everything that accepts a container (`Buffer::write()`, ...) accepts it.
+ */
+template <class T>
+class span {
+ public:
+  /** @brief An empty view. */
+  constexpr span() noexcept = default;
+  /** @brief A view of @p count elements starting at @p data. */
+  constexpr span(T* data, size_t count) noexcept : data_(data), size_(count) {}
+  /** @brief The first element. */
+  constexpr T* data() const noexcept { return data_; }
+  /** @brief The number of elements. */
+  constexpr size_t size() const noexcept { return size_; }
+  /** @brief The size in bytes. */
+  constexpr size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+  /** @brief Begin iterator. */
+  constexpr T* begin() const noexcept { return data_; }
+  /** @brief End iterator. */
+  constexpr T* end() const noexcept { return data_ + size_; }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/** @cond */
+namespace detail {
+template <class T>
+struct is_span<span<T>> : std::true_type {};
+}  // namespace detail
+/** @endcond */
+
+class Buffer;
+class Stream;
+class Event;
+class Tensor;
+class HostMemory;
+
+// ------------------------------------------------------------------------------------------
+// Device
+// ------------------------------------------------------------------------------------------
+
+/** @brief What a device says about itself (`dp_device_properties_t`, strings copied). */
+struct DeviceProperties {
+  std::string name;          /**< canonical spec, e.g. `"CPU:0"` */
+  std::string device_type;   /**< the type users place on, e.g. `"CPU"`, `"GPU"` */
+  std::string platform;      /**< the implementing platform, e.g. `"HOST"` */
+  std::string vendor;        /**< vendor string */
+  std::string hardware_name; /**< hardware model */
+  int32_t ordinal = 0;       /**< index among the devices of its platform */
+  int32_t priority = 0;      /**< the platform's priority */
+  bool is_active_platform = false; /**< `"TYPE:i"` resolves to this platform */
+  bool host_visible = false;       /**< device memory is host memory */
+  uint64_t total_memory = 0;       /**< bytes: the limit if one is set, else physical */
+};
+
+/** @brief Allocator statistics of a device (`dp_memory_stats_t`). */
+struct MemoryStats {
+  uint64_t bytes_in_use = 0;       /**< bytes currently allocated */
+  uint64_t peak_bytes_in_use = 0;  /**< high-water mark of bytes_in_use */
+  uint64_t num_allocs = 0;         /**< allocations ever made */
+  uint64_t active_allocs = 0;      /**< allocations currently live */
+  uint64_t largest_alloc_size = 0; /**< largest single allocation ever made */
+  uint64_t bytes_limit = 0;        /**< 0 = unlimited */
+  uint64_t bytes_reserved = 0;     /**< bytes reserved from the platform */
+  uint64_t largest_free_block = 0; /**< largest free block in the reserved memory */
+};
+
+/**
+ * @brief A device: a cheap, copyable, non-owning value.
+ *
+ * It wraps a `dp_device_t*` borrowed from a runtime and is valid until that runtime is
+ * destroyed. A default-constructed `Device` is empty; calls on it throw `Error`
+ * (`DP_INVALID_ARGUMENT`, from the C library).
+ */
+class Device {
+ public:
+  /** @brief An empty device. */
+  Device() noexcept = default;
+  /** @brief Wraps a borrowed C handle (no ownership is taken). */
+  explicit Device(dp_device_t* handle) noexcept : handle_(handle) {}
+
+  /** @brief The C handle (borrowed). */
+  dp_device_t* get() const noexcept { return handle_; }
+  /** @brief Whether this wraps a handle. */
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+  /** @brief The canonical spec, e.g. `"CPU:0"` (`dp_device_name()`). */
+  std::string name() const {
+    const char* n = dp_device_name(handle_);
+    if (n == nullptr) detail::throw_invalid_handle("device");
+    return n;
+  }
+
+  /** @brief The device's properties (`dp_device_get_properties()`). */
+  DeviceProperties properties() const {
+    dp_device_properties_t p{};
+    p.struct_size = sizeof(p);
+    check(dp_device_get_properties(handle_, &p));
+    DeviceProperties out;
+    out.name = p.name != nullptr ? p.name : "";
+    out.device_type = p.device_type != nullptr ? p.device_type : "";
+    out.platform = p.platform != nullptr ? p.platform : "";
+    out.vendor = p.vendor != nullptr ? p.vendor : "";
+    out.hardware_name = p.hardware_name != nullptr ? p.hardware_name : "";
+    out.ordinal = p.ordinal;
+    out.priority = p.priority;
+    out.is_active_platform = p.is_active_platform != 0;
+    out.host_visible = p.host_visible != 0;
+    out.total_memory = p.total_memory;
+    return out;
+  }
+
+  /** @brief The allocator's statistics (`dp_device_memory_stats()`). */
+  MemoryStats memory_stats() const {
+    dp_memory_stats_t s{};
+    s.struct_size = sizeof(s);
+    check(dp_device_memory_stats(handle_, &s));
+    MemoryStats out;
+    out.bytes_in_use = s.bytes_in_use;
+    out.peak_bytes_in_use = s.peak_bytes_in_use;
+    out.num_allocs = s.num_allocs;
+    out.active_allocs = s.active_allocs;
+    out.largest_alloc_size = s.largest_alloc_size;
+    out.bytes_limit = s.bytes_limit;
+    out.bytes_reserved = s.bytes_reserved;
+    out.largest_free_block = s.largest_free_block;
+    return out;
+  }
+
+  /** @brief Waits until all work on all streams of the device is done. */
+  void synchronize() const { check(dp_device_synchronize(handle_)); }
+
+  /** @brief Returns cached, unused device memory to the platform. */
+  void release_cached_memory() const { check(dp_device_release_cached_memory(handle_)); }
+
+  /**
+   * @brief Allocates @p size bytes of device memory.
+   * @throws Error `DP_RESOURCE_EXHAUSTED` past the device's memory limit.
+   */
+  Buffer allocate(size_t size) const;
+
+  /** @brief Allocates @p size bytes of pinned host memory of this device's platform. */
+  HostMemory host_allocate(size_t size) const;
+
+  /** @brief Creates an asynchronous, ordered stream on this device. */
+  Stream create_stream() const;
+
+  /**
+   * @brief A non-owning view of the device's default stream. On the CPU device it runs work
+   *        inline on the calling thread.
+   */
+  Stream default_stream() const;
+
+  /** @brief Creates an event on this device. */
+  Event create_event() const;
+
+  /** @brief Same handle. */
+  friend bool operator==(const Device& a, const Device& b) noexcept {
+    return a.handle_ == b.handle_;
+  }
+  /** @brief Different handles. */
+  friend bool operator!=(const Device& a, const Device& b) noexcept { return !(a == b); }
+
+ private:
+  dp_device_t* handle_ = nullptr;
+};
+
+// ------------------------------------------------------------------------------------------
+// HostMemory
+// ------------------------------------------------------------------------------------------
+
+/**
+ * @brief Pinned host memory from `dp_device_host_allocate()`, freed on destruction.
+ * Move-only; a moved-from object is empty.
+ */
+class HostMemory {
+ public:
+  /** @brief Empty. */
+  HostMemory() noexcept = default;
+  /** @brief Takes ownership of @p ptr (of @p size bytes) allocated on @p device. */
+  HostMemory(Device device, void* ptr, size_t size) noexcept
+      : device_(device), ptr_(ptr), size_(size) {}
+  /** @brief Frees the memory (errors are ignored). */
+  ~HostMemory() { reset(); }
+  /** @brief Moves; @p other becomes empty. */
+  HostMemory(HostMemory&& other) noexcept
+      : device_(other.device_),
+        ptr_(std::exchange(other.ptr_, nullptr)),
+        size_(std::exchange(other.size_, 0)) {}
+  /** @brief Frees the current memory, then moves; @p other becomes empty. */
+  HostMemory& operator=(HostMemory&& other) noexcept {
+    if (this != &other) {
+      reset();
+      device_ = other.device_;
+      ptr_ = std::exchange(other.ptr_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+  }
+  HostMemory(const HostMemory&) = delete;
+  HostMemory& operator=(const HostMemory&) = delete;
+
+  /** @brief The memory. */
+  void* data() const noexcept { return ptr_; }
+  /** @brief Its size in bytes. */
+  size_t size() const noexcept { return size_; }
+  /** @brief The device whose platform allocated it. */
+  Device device() const noexcept { return device_; }
+  /** @brief Whether memory is held. */
+  explicit operator bool() const noexcept { return ptr_ != nullptr; }
+  /** @brief Gives up ownership; free it with `dp_device_host_free(device().get(), p)`. */
+  void* release() noexcept {
+    size_ = 0;
+    return std::exchange(ptr_, nullptr);
+  }
+  /** @brief Frees the memory now (errors are ignored); becomes empty. */
+  void reset() noexcept {
+    if (ptr_ != nullptr) {
+      (void)dp_device_host_free(device_.get(), ptr_);
+      ptr_ = nullptr;
+      size_ = 0;
+    }
+  }
+
+ private:
+  Device device_;
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+// ------------------------------------------------------------------------------------------
+// Buffer
+// ------------------------------------------------------------------------------------------
+
+/**
+ * @brief Device memory: a shared, reference-counted `dp_buffer_t`.
+ *
+ * Copies share the memory (`dp_buffer_retain()`); the destructor releases. A moved-from or
+ * default-constructed Buffer is empty. The synchronous methods here are ordered after all work
+ * on the device's default stream; use `Stream` for asynchronous, stream-ordered transfers.
+ * All offsets and sizes are in bytes.
+ */
+class Buffer {
+ public:
+  /** @brief Empty. */
+  Buffer() noexcept = default;
+  /** @brief Wraps @p handle, taking over the caller's reference. */
+  static Buffer adopt(dp_buffer_t* handle) noexcept { return Buffer(handle); }
+  /** @brief Wraps @p handle, adding a reference (`dp_buffer_retain()`). */
+  static Buffer retain(dp_buffer_t* handle) noexcept {
+    if (handle != nullptr) dp_buffer_retain(handle);
+    return Buffer(handle);
+  }
+  /** @brief Allocates @p size bytes on @p device (`dp_buffer_allocate()`). */
+  static Buffer allocate(const Device& device, size_t size) {
+    dp_buffer_t* h = nullptr;
+    check(dp_buffer_allocate(device.get(), size, &h));
+    return Buffer(h);
+  }
+
+  /** @brief Releases this reference. */
+  ~Buffer() { dp_buffer_release(handle_); }
+  /** @brief Shares the memory (retain). */
+  Buffer(const Buffer& other) noexcept : handle_(other.handle_) {
+    if (handle_ != nullptr) dp_buffer_retain(handle_);
+  }
+  /** @brief Moves; @p other becomes empty. */
+  Buffer(Buffer&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  /** @brief Releases the current reference and shares @p other's memory. */
+  Buffer& operator=(const Buffer& other) noexcept {
+    Buffer tmp(other);
+    swap(tmp);
+    return *this;
+  }
+  /** @brief Releases the current reference and takes @p other's; @p other becomes empty. */
+  Buffer& operator=(Buffer&& other) noexcept {
+    Buffer tmp(std::move(other));
+    swap(tmp);
+    return *this;
+  }
+  /** @brief Swaps handles. */
+  void swap(Buffer& other) noexcept { std::swap(handle_, other.handle_); }
+
+  /** @brief The C handle (this object keeps its reference). */
+  dp_buffer_t* get() const noexcept { return handle_; }
+  /** @brief Gives the reference to the caller (who must `dp_buffer_release()` it); empties. */
+  dp_buffer_t* release() noexcept { return std::exchange(handle_, nullptr); }
+  /** @brief Whether this holds a buffer. */
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+  /** @brief Size in bytes (0 when empty). */
+  size_t size() const noexcept { return handle_ != nullptr ? dp_buffer_size(handle_) : 0; }
+  /** @brief The device that holds the memory. */
+  Device device() const {
+    dp_device_t* d = dp_buffer_device(handle_);
+    if (d == nullptr) detail::throw_invalid_handle("buffer");
+    return Device(d);
+  }
+
+  /** @brief Copies @p size bytes from host memory @p src to this buffer at @p dst_offset. */
+  void write(const void* src, size_t size, size_t dst_offset = 0) {
+    check(dp_buffer_write(handle_, dst_offset, detail::nonnull(src), size));
+  }
+  /**
+   * @brief Copies a host container (`std::vector`, `std::array`, `span`, ...) of trivially
+   *        copyable elements to this buffer at byte @p dst_offset.
+   */
+  template <class C, std::enable_if_t<detail::is_byte_source<const C>(), int> = 0>
+  void write(const C& src, size_t dst_offset = 0) {
+    write(static_cast<const void*>(std::data(src)), detail::byte_size(src), dst_offset);
+  }
+
+  /** @brief Copies @p size bytes from this buffer at @p src_offset to host memory @p dst. */
+  void read(void* dst, size_t size, size_t src_offset = 0) const {
+    check(dp_buffer_read(handle_, src_offset, detail::nonnull(dst), size));
+  }
+  /** @brief Fills a host container (its current size) from this buffer at @p src_offset. */
+  template <class C, std::enable_if_t<detail::is_byte_sink<C>(), int> = 0>
+  void read(C& dst, size_t src_offset = 0) const {
+    read(static_cast<void*>(std::data(dst)), detail::byte_size(dst), src_offset);
+  }
+  /** @brief Reads @p count elements of type @p T starting at byte @p src_offset. */
+  template <class T>
+  std::vector<T> read_vector(size_t count, size_t src_offset = 0) const {
+    static_assert(std::is_trivially_copyable<T>::value && !std::is_same<T, bool>::value,
+                  "read_vector<T>: T must be trivially copyable and not bool");
+    std::vector<T> out(count);
+    read(out, src_offset);
+    return out;
+  }
+  /**
+   * @brief The whole buffer as elements of type @p T.
+   * @throws Error `DP_INVALID_ARGUMENT` when the size is not a multiple of `sizeof(T)`.
+   */
+  template <class T>
+  std::vector<T> to_vector() const {
+    const size_t bytes = size();
+    if (bytes % sizeof(T) != 0) {
+      throw Error(DP_INVALID_ARGUMENT, "buffer of " + std::to_string(bytes) +
+                                           " bytes is not a whole number of " +
+                                           std::to_string(sizeof(T)) + "-byte elements");
+    }
+    return read_vector<T>(bytes / sizeof(T));
+  }
+
+  /**
+   * @brief Copies @p size bytes from @p src (any device) at @p src_offset into this buffer at
+   *        @p dst_offset (`dp_buffer_copy()`).
+   */
+  void copy_from(const Buffer& src, size_t size, size_t dst_offset = 0, size_t src_offset = 0) {
+    check(dp_buffer_copy(handle_, dst_offset, src.handle_, src_offset, size));
+  }
+
+  /** @brief Sets @p size bytes at @p offset to @p value. */
+  void memset(uint8_t value, size_t size, size_t offset = 0) {
+    check(dp_buffer_memset(handle_, offset, value, size));
+  }
+
+ private:
+  explicit Buffer(dp_buffer_t* handle) noexcept : handle_(handle) {}
+  dp_buffer_t* handle_ = nullptr;
+};
+
+// ------------------------------------------------------------------------------------------
+// Host callbacks
+// ------------------------------------------------------------------------------------------
+
+/** @cond */
+namespace detail {
+
+// Where exceptions thrown by a stream's host callbacks go. Shared by the Stream object and
+// every pending callback, so it lives as long as either.
+class CallbackErrors {
+ public:
+  CallbackErrors() = default;
+  CallbackErrors(const CallbackErrors&) = delete;
+  CallbackErrors& operator=(const CallbackErrors&) = delete;
+
+  ~CallbackErrors() {
+    if (first_) {
+      report("devplug: an exception thrown by a host callback was never collected", first_);
+    }
+  }
+
+  // Keeps the first exception; later ones are reported on stderr and dropped.
+  void store(std::exception_ptr e) noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!first_) {
+        first_ = std::move(e);
+        return;
+      }
+    } catch (...) {
+    }
+    report("devplug: host callback threw (a previous callback exception is still pending)", e);
+  }
+
+  std::exception_ptr take() noexcept {
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      return std::exchange(first_, nullptr);
+    } catch (...) {
+      return nullptr;
+    }
+  }
+
+  static void report(const char* what, const std::exception_ptr& e) noexcept {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "%s: %s\n", what, ex.what());
+    } catch (...) {
+      std::fprintf(stderr, "%s: (not a std::exception)\n", what);
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::exception_ptr first_;
+};
+
+struct HostCallback {
+  std::function<void()> fn;
+  std::shared_ptr<CallbackErrors> errors;
+};
+
+extern "C" {
+// The only C++ code the C library ever calls. It runs the std::function once, frees it once,
+// and lets nothing escape: an exception is stored for Stream::synchronize() to rethrow.
+inline void devplug_cxx_host_callback_trampoline(void* user_data) noexcept {
+  HostCallback* cb = static_cast<HostCallback*>(user_data);
+  if (cb == nullptr) return;
+  std::shared_ptr<CallbackErrors> errors = std::move(cb->errors);
+  try {
+    cb->fn();
+  } catch (...) {
+    if (errors) {
+      errors->store(std::current_exception());
+    } else {
+      CallbackErrors::report("devplug: host callback threw", std::current_exception());
+    }
+  }
+  delete cb;  // exactly once: the runtime calls this function exactly once per enqueue
+}
+}  // extern "C"
+
+}  // namespace detail
+/** @endcond */
+
+// ------------------------------------------------------------------------------------------
+// Stream
+// ------------------------------------------------------------------------------------------
+
+/**
+ * @brief An ordered queue of work on one device.
+ *
+ * Either owned (from `Device::create_stream()`: an asynchronous queue, destroyed with
+ * `dp_stream_destroy()`, which first waits for its work) or a non-owning view of a device's
+ * default stream (`Device::default_stream()`; on the CPU device its work runs inline on the
+ * calling thread). Move-only; a moved-from Stream is empty.
+ *
+ * Host memory passed to the asynchronous transfers must stay valid, and unchanged for writes,
+ * until the stream reaches the transfer (e.g. until `synchronize()` or an event). For that
+ * reason the container overloads refuse temporaries. Buffers used by enqueued work are kept
+ * alive by the runtime until the work has run.
+ *
+ * Several threads may call the enqueue methods and synchronize() on one Stream object at
+ * once; moving, assigning and destroying it need exclusive access (as for any C++ object).
+ */
+class Stream {
+ public:
+  /** @brief Empty. */
+  Stream() noexcept = default;
+  /** @brief Creates an asynchronous stream on @p device (`dp_stream_create()`). */
+  static Stream create(const Device& device) {
+    dp_stream_t* h = nullptr;
+    check(dp_stream_create(device.get(), &h));
+    try {
+      return Stream(h, true);
+    } catch (...) {
+      dp_stream_destroy(h);
+      throw;
+    }
+  }
+  /** @brief A non-owning view of @p device's default stream (`dp_device_default_stream()`). */
+  static Stream default_for(const Device& device) {
+    dp_stream_t* h = nullptr;
+    check(dp_device_default_stream(device.get(), &h));
+    return Stream(h, false);
+  }
+  /** @brief Takes ownership of a stream from `dp_stream_create()`. */
+  static Stream adopt(dp_stream_t* handle) { return Stream(handle, true); }
+  /** @brief Wraps a stream someone else owns (e.g. a default stream) without owning it. */
+  static Stream borrow(dp_stream_t* handle) { return Stream(handle, false); }
+
+  /**
+   * @brief Destroys an owned stream after its enqueued work (host callbacks included) has
+   *        run; a view does nothing. An exception a callback threw that nobody collected is
+   *        reported on stderr.
+   */
+  ~Stream() { reset(); }
+  /** @brief Moves; @p other becomes empty. */
+  Stream(Stream&& other) noexcept
+      : handle_(std::exchange(other.handle_, nullptr)),
+        owned_(std::exchange(other.owned_, false)),
+        errors_(std::move(other.errors_)) {}
+  /** @brief Destroys the current stream (if owned), then moves; @p other becomes empty. */
+  Stream& operator=(Stream&& other) noexcept {
+    if (this != &other) {
+      reset();
+      handle_ = std::exchange(other.handle_, nullptr);
+      owned_ = std::exchange(other.owned_, false);
+      errors_ = std::move(other.errors_);
+    }
+    return *this;
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  /** @brief The C handle. */
+  dp_stream_t* get() const noexcept { return handle_; }
+  /** @brief Gives up the handle (the caller destroys it if owned()); empties. */
+  dp_stream_t* release() noexcept {
+    owned_ = false;
+    errors_.reset();
+    return std::exchange(handle_, nullptr);
+  }
+  /** @brief Whether this object destroys the stream (false for default-stream views). */
+  bool owned() const noexcept { return owned_; }
+  /** @brief Whether this holds a stream. */
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+  /** @brief The stream's device. */
+  Device device() const {
+    dp_device_t* d = dp_stream_device(handle_);
+    if (d == nullptr) detail::throw_invalid_handle("stream");
+    return Device(d);
+  }
+
+  /** @brief Enqueues a host→device copy of @p size bytes from @p src (keep it valid!);
+   *         @p dst must live on the stream's device. */
+  void write(Buffer& dst, const void* src, size_t size, size_t dst_offset = 0) {
+    check(dp_stream_write(handle_, dst.get(), dst_offset, detail::nonnull(src), size));
+  }
+  /** @brief Enqueues a host→device copy of a container (which must outlive the copy). */
+  template <class C, std::enable_if_t<detail::is_byte_source<const C>(), int> = 0>
+  void write(Buffer& dst, const C& src, size_t dst_offset = 0) {
+    write(dst, static_cast<const void*>(std::data(src)), detail::byte_size(src), dst_offset);
+  }
+  /** @brief Refused: a temporary container would be gone before the stream reads it
+   *         (a temporary `span` is accepted: it only views memory that lives elsewhere). */
+  template <class C, std::enable_if_t<detail::is_byte_source<const C>() &&
+                                          !detail::is_span<std::remove_cv_t<C>>::value,
+                                      int> = 0>
+  void write(Buffer& dst, const C&& src, size_t dst_offset = 0) = delete;
+
+  /** @brief Enqueues a device→host copy of @p size bytes into @p dst (keep it valid, and
+   *         unread until the copy ran); @p src must live on the stream's device. */
+  void read(const Buffer& src, void* dst, size_t size, size_t src_offset = 0) {
+    check(dp_stream_read(handle_, src.get(), src_offset, detail::nonnull(dst), size));
+  }
+  /** @brief Enqueues a device→host copy filling a container (which must outlive the copy). */
+  template <class C, std::enable_if_t<detail::is_byte_sink<C>(), int> = 0>
+  void read(const Buffer& src, C& dst, size_t src_offset = 0) {
+    read(src, static_cast<void*>(std::data(dst)), detail::byte_size(dst), src_offset);
+  }
+
+  /** @brief Enqueues a device→device copy (`dp_stream_copy()`): one of the buffers must
+   *         live on the stream's device, the other may live on any device. */
+  void copy(Buffer& dst, const Buffer& src, size_t size, size_t dst_offset = 0,
+            size_t src_offset = 0) {
+    check(dp_stream_copy(handle_, dst.get(), dst_offset, src.get(), src_offset, size));
+  }
+
+  /** @brief Enqueues setting @p size bytes at @p offset to @p value. */
+  void memset(Buffer& dst, uint8_t value, size_t size, size_t offset = 0) {
+    check(dp_stream_memset(handle_, dst.get(), offset, value, size));
+  }
+
+  /** @brief Records @p event at the current end of this stream (same device). */
+  void record(Event& event);
+
+  /** @brief Makes later work on this stream wait until @p event completes (the event may
+   *         belong to another device). */
+  void wait(const Event& event);
+
+  /** @brief Makes later work on this stream wait for the work enqueued so far on @p other
+   *         (same device). */
+  void wait(const Stream& other) { check(dp_stream_wait_stream(handle_, other.handle_)); }
+
+  /**
+   * @brief Enqueues @p fn to run once, after all earlier work of the stream, on a runtime
+   *        worker thread (inline on the calling thread for the CPU default stream).
+   *
+   * @p fn must not destroy or synchronize this stream. Anything it throws is caught before it reaches the
+   * C library; the first such exception is rethrown by the next `synchronize()` on this
+   * object (or returned by `take_callback_exception()`); later ones are printed to stderr.
+   * The std::function (and what it captured) is destroyed on the thread that ran it, right
+   * after the call; if enqueuing fails it is destroyed here and `Error` is thrown.
+   */
+  void host_callback(std::function<void()> fn) {
+    if (!fn) throw Error(DP_INVALID_ARGUMENT, "host_callback: empty std::function");
+    // errors_ is set for every non-empty stream; an empty one gets a throwaway sink (the C call
+    // then fails), so this method never writes a member and may run on several threads at once.
+    auto* cb = new detail::HostCallback{
+        std::move(fn), errors_ ? errors_ : std::make_shared<detail::CallbackErrors>()};
+    const dp_status_t status =
+        dp_stream_host_callback(handle_, &detail::devplug_cxx_host_callback_trampoline, cb);
+    if (status != DP_OK) {
+      Error error = Error::from_last_error(status);
+      delete cb;  // not enqueued: the runtime will never call the trampoline
+      throw error;
+    }
+  }
+
+  /**
+   * @brief Waits until all enqueued work has run. Then rethrows the first exception that a
+   *        host callback enqueued through this object threw, if any.
+   */
+  void synchronize() {
+    check(dp_stream_synchronize(handle_));
+    if (std::exception_ptr e = take_callback_exception()) std::rethrow_exception(e);
+  }
+
+  /** @brief The first uncollected exception thrown by a host callback (null if none). */
+  std::exception_ptr take_callback_exception() noexcept {
+    return errors_ ? errors_->take() : nullptr;
+  }
+
+ private:
+  Stream(dp_stream_t* handle, bool owned)
+      : handle_(handle), owned_(owned), errors_(std::make_shared<detail::CallbackErrors>()) {}
+  void reset() noexcept {
+    if (owned_) dp_stream_destroy(handle_);  // waits for enqueued work, callbacks included
+    handle_ = nullptr;
+    owned_ = false;
+    errors_.reset();
+  }
+
+  dp_stream_t* handle_ = nullptr;
+  bool owned_ = false;
+  std::shared_ptr<detail::CallbackErrors> errors_;
+};
+
+// ------------------------------------------------------------------------------------------
+// Event
+// ------------------------------------------------------------------------------------------
+
+/**
+ * @brief A marker in a stream (`dp_event_t`). Move-only; a moved-from Event is empty.
+ * An event that was never recorded counts as complete.
+ */
+class Event {
+ public:
+  /** @brief Empty. */
+  Event() noexcept = default;
+  /** @brief Creates an event on @p device (`dp_event_create()`). */
+  static Event create(const Device& device) {
+    dp_event_t* h = nullptr;
+    check(dp_event_create(device.get(), &h));
+    return Event(h);
+  }
+  /** @brief Takes ownership of a handle from `dp_event_create()`. */
+  static Event adopt(dp_event_t* handle) noexcept { return Event(handle); }
+
+  /** @brief Destroys the event. */
+  ~Event() { dp_event_destroy(handle_); }
+  /** @brief Moves; @p other becomes empty. */
+  Event(Event&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  /** @brief Destroys the current event, then moves; @p other becomes empty. */
+  Event& operator=(Event&& other) noexcept {
+    if (this != &other) {
+      dp_event_destroy(handle_);
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  /** @brief The C handle. */
+  dp_event_t* get() const noexcept { return handle_; }
+  /** @brief Gives up ownership (the caller must `dp_event_destroy()` it); empties. */
+  dp_event_t* release() noexcept { return std::exchange(handle_, nullptr); }
+  /** @brief Whether this holds an event. */
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+  /** @brief Records the event at the current end of @p stream (same device). */
+  void record(Stream& stream) { check(dp_event_record(handle_, stream.get())); }
+  /** @brief Whether the work before the event has completed (true if never recorded). */
+  bool query() const {
+    int32_t complete = 0;
+    check(dp_event_query(handle_, &complete));
+    return complete != 0;
+  }
+  /** @brief Blocks until the event completes. */
+  void synchronize() const { check(dp_event_synchronize(handle_)); }
+
+ private:
+  explicit Event(dp_event_t* handle) noexcept : handle_(handle) {}
+  dp_event_t* handle_ = nullptr;
+};
+
+inline void Stream::record(Event& event) { event.record(*this); }
+inline void Stream::wait(const Event& event) {
+  check(dp_stream_wait_event(handle_, event.get()));
+}
+
+// ------------------------------------------------------------------------------------------
+// Tensor
+// ------------------------------------------------------------------------------------------
+
+/** @brief A tensor shape: one extent per dimension. */
+using Shape = std::vector<int64_t>;
+
+/**
+ * @brief dtype + shape + device + data: a shared, reference-counted `dp_tensor_t`.
+ *
+ * Copies share the tensor (`dp_tensor_retain()`); the destructor releases. Moved-from or
+ * default-constructed tensors are empty.
+ */
+class Tensor {
+ public:
+  /** @brief Empty. */
+  Tensor() noexcept = default;
+  /** @brief Wraps @p handle, taking over the caller's reference. */
+  static Tensor adopt(dp_tensor_t* handle) noexcept { return Tensor(handle); }
+  /** @brief Wraps @p handle, adding a reference (`dp_tensor_retain()`). */
+  static Tensor retain(dp_tensor_t* handle) noexcept {
+    if (handle != nullptr) dp_tensor_retain(handle);
+    return Tensor(handle);
+  }
+
+  /**
+   * @brief Creates a tensor from raw bytes (`dp_tensor_create()`).
+   * @param data the elements, row-major; nullptr for zeros.
+   * @param size must equal the tensor's byte size when @p data is not null.
+   */
+  static Tensor from_data(const Device& device, DType dtype, const Shape& shape,
+                          const void* data, size_t size) {
+    static const int64_t scalar_shape = 0;  // a valid pointer for rank 0
+    dp_tensor_t* h = nullptr;
+    check(dp_tensor_create(device.get(), to_c(dtype),
+                           shape.empty() ? &scalar_shape : shape.data(), shape.size(), data,
+                           data != nullptr ? size : 0, &h));
+    return Tensor(h);
+  }
+
+  /** @brief A zero-filled tensor. */
+  static Tensor zeros(const Device& device, DType dtype, const Shape& shape) {
+    return from_data(device, dtype, shape, nullptr, 0);
+  }
+
+  /**
+   * @brief A tensor of `dtype_of<T>()` from @p count elements at @p data.
+   * @throws Error `DP_INVALID_ARGUMENT` when @p count does not match @p shape.
+   */
+  template <class T>
+  static Tensor from_span(const Device& device, const Shape& shape, const T* data,
+                          size_t count) {
+    constexpr DType dtype = dtype_of<T>();
+    return from_data(device, dtype, shape, detail::nonnull(static_cast<const void*>(data)),
+                     count * sizeof(T));
+  }
+
+  /**
+   * @brief A tensor of `dtype_of<T>()` with @p shape from @p data (row-major). For
+   *        `std::vector<bool>` the elements are stored one byte each.
+   * @throws Error `DP_INVALID_ARGUMENT` when the element count does not match @p shape.
+   */
+  template <class T>
+  static Tensor from_vector(const Device& device, const Shape& shape,
+                            const std::vector<T>& data) {
+    if constexpr (std::is_same<T, bool>::value) {
+      std::vector<uint8_t> bytes(data.begin(), data.end());
+      return from_data(device, DType::Bool, shape, detail::nonnull(bytes.data()), bytes.size());
+    } else {
+      return from_span<T>(device, shape, data.data(), data.size());
+    }
+  }
+
+  /** @brief Releases this reference. */
+  ~Tensor() { dp_tensor_release(handle_); }
+  /** @brief Shares the tensor (retain). */
+  Tensor(const Tensor& other) noexcept : handle_(other.handle_) {
+    if (handle_ != nullptr) dp_tensor_retain(handle_);
+  }
+  /** @brief Moves; @p other becomes empty. */
+  Tensor(Tensor&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  /** @brief Releases the current reference and shares @p other's tensor. */
+  Tensor& operator=(const Tensor& other) noexcept {
+    Tensor tmp(other);
+    swap(tmp);
+    return *this;
+  }
+  /** @brief Releases the current reference and takes @p other's; @p other becomes empty. */
+  Tensor& operator=(Tensor&& other) noexcept {
+    Tensor tmp(std::move(other));
+    swap(tmp);
+    return *this;
+  }
+  /** @brief Swaps handles. */
+  void swap(Tensor& other) noexcept { std::swap(handle_, other.handle_); }
+
+  /** @brief The C handle (this object keeps its reference). */
+  dp_tensor_t* get() const noexcept { return handle_; }
+  /** @brief Gives the reference to the caller (who must `dp_tensor_release()` it); empties. */
+  dp_tensor_t* release() noexcept { return std::exchange(handle_, nullptr); }
+  /** @brief Whether this holds a tensor. */
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+  /** @brief The element type (`DType::Invalid` when empty). */
+  DType dtype() const noexcept {
+    return handle_ != nullptr ? static_cast<DType>(dp_tensor_dtype(handle_)) : DType::Invalid;
+  }
+  /** @brief The number of dimensions (0 when empty). */
+  size_t rank() const noexcept { return handle_ != nullptr ? dp_tensor_rank(handle_) : 0; }
+  /** @brief The extents. */
+  Shape shape() const {
+    if (handle_ == nullptr) detail::throw_invalid_handle("tensor");
+    Shape out(dp_tensor_rank(handle_));
+    int64_t scalar = 0;
+    check(dp_tensor_shape(handle_, out.empty() ? &scalar : out.data(), out.size()));
+    return out;
+  }
+  /** @brief The number of elements (the product of the extents). */
+  int64_t num_elements() const {
+    const int64_t n = dp_tensor_num_elements(handle_);
+    if (n < 0) detail::throw_invalid_handle("tensor");
+    return n;
+  }
+  /** @brief The size of the data in bytes. */
+  size_t byte_size() const noexcept {
+    return handle_ != nullptr ? dp_tensor_byte_size(handle_) : 0;
+  }
+  /** @brief The device that holds the data. */
+  Device device() const {
+    dp_device_t* d = dp_tensor_device(handle_);
+    if (d == nullptr) detail::throw_invalid_handle("tensor");
+    return Device(d);
+  }
+
+  /** @brief Copies the data to host memory; @p size must equal byte_size(). */
+  void read(void* dst, size_t size) const {
+    check(dp_tensor_read(handle_, detail::nonnull(dst), size));
+  }
+
+  /**
+   * @brief The elements as a `std::vector<T>`.
+   * @throws Error `DP_INVALID_ARGUMENT` when `dtype_of<T>()` is not the tensor's dtype.
+   */
+  template <class T>
+  std::vector<T> to_vector() const {
+    constexpr DType want = dtype_of<T>();
+    const DType have = dtype();
+    if (have != want) {
+      if (handle_ == nullptr) detail::throw_invalid_handle("tensor");
+      throw Error(DP_INVALID_ARGUMENT, std::string("tensor has dtype ") + dtype_name(have) +
+                                           ", not " + dtype_name(want));
+    }
+    const size_t bytes = byte_size();
+    if constexpr (std::is_same<T, bool>::value) {
+      std::vector<uint8_t> raw(bytes);
+      read(raw.data(), raw.size());
+      return std::vector<bool>(raw.begin(), raw.end());
+    } else {
+      std::vector<T> out(bytes / sizeof(T));
+      read(out.data(), bytes);
+      return out;
+    }
+  }
+
+  /** @brief A copy of this tensor on @p device (`dp_tensor_copy_to()`). */
+  Tensor copy_to(const Device& device) const {
+    dp_tensor_t* h = nullptr;
+    check(dp_tensor_copy_to(handle_, device.get(), &h));
+    return Tensor(h);
+  }
+
+  /** @brief The tensor's device memory, shared (`dp_tensor_buffer()`). */
+  Buffer buffer() const {
+    dp_buffer_t* b = nullptr;
+    check(dp_tensor_buffer(handle_, &b));
+    return Buffer::adopt(b);
+  }
+
+ private:
+  explicit Tensor(dp_tensor_t* handle) noexcept : handle_(handle) {}
+  dp_tensor_t* handle_ = nullptr;
+};
+
+// ------------------------------------------------------------------------------------------
+// Runtime
+// ------------------------------------------------------------------------------------------
+
+/**
+ * @brief Options for `Runtime` (wraps `dp_runtime_options_t`, initialized with
+ *        `dp_runtime_options_init()`). Setters chain:
+ *        `Runtime rt(RuntimeOptions().cpu_device_count(2).cpu_memory_limit(64 << 20));`
+ */
+class RuntimeOptions {
+ public:
+  /** @brief The library's defaults (one CPU device, no memory limit). */
+  RuntimeOptions() noexcept : options_() {
+    options_.struct_size = sizeof(options_);
+    dp_runtime_options_init(&options_);
+  }
+  /** @brief Number of logical CPU devices of the HOST platform (1..=64). */
+  RuntimeOptions& cpu_device_count(uint32_t count) noexcept {
+    options_.cpu_device_count = count;
+    return *this;
+  }
+  /** @brief Memory limit in bytes per CPU device (0 = unlimited). */
+  RuntimeOptions& cpu_memory_limit(uint64_t bytes) noexcept {
+    options_.cpu_memory_limit = bytes;
+    return *this;
+  }
+  /** @brief The current device count. */
+  uint32_t cpu_device_count() const noexcept { return options_.cpu_device_count; }
+  /** @brief The current memory limit. */
+  uint64_t cpu_memory_limit() const noexcept { return options_.cpu_memory_limit; }
+  /** @brief The C struct. */
+  const dp_runtime_options_t& c_options() const noexcept { return options_; }
+
+ private:
+  dp_runtime_options_t options_;
+};
+
+/**
+ * @brief The host object: owns the devices and their memory (`dp_runtime_t`).
+ *
+ * Move-only; a moved-from Runtime is empty. Destroying it waits for all its work and
+ * invalidates every `Device` (and default-stream view). Buffers, tensors and created streams
+ * stay usable until released, but declaring the Runtime first, so that it is destroyed last,
+ * is the simplest order.
+ */
+class Runtime {
+ public:
+  /** @brief Creates a runtime with the default options. */
+  Runtime() : Runtime(RuntimeOptions()) {}
+  /** @brief Creates a runtime (`dp_runtime_create()`). */
+  explicit Runtime(const RuntimeOptions& options) {
+    check(dp_runtime_create(&options.c_options(), &handle_));
+  }
+  /** @brief Takes ownership of a handle from `dp_runtime_create()`. */
+  static Runtime adopt(dp_runtime_t* handle) noexcept { return Runtime(handle); }
+
+  /** @brief Destroys the runtime. */
+  ~Runtime() { dp_runtime_destroy(handle_); }
+  /** @brief Moves; @p other becomes empty. */
+  Runtime(Runtime&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  /** @brief Destroys the current runtime, then moves; @p other becomes empty. */
+  Runtime& operator=(Runtime&& other) noexcept {
+    if (this != &other) {
+      dp_runtime_destroy(handle_);
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  /** @brief The C handle. */
+  dp_runtime_t* get() const noexcept { return handle_; }
+  /** @brief Gives up ownership (the caller must `dp_runtime_destroy()` it); empties. */
+  dp_runtime_t* release() noexcept { return std::exchange(handle_, nullptr); }
+  /** @brief Whether this holds a runtime. */
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+  /** @brief The number of devices. */
+  size_t device_count() const {
+    size_t n = 0;
+    check(dp_runtime_device_count(handle_, &n));
+    return n;
+  }
+  /**
+   * @brief The device at @p index.
+   * @throws Error `DP_OUT_OF_RANGE` past the end.
+   */
+  Device device_at(size_t index) const {
+    dp_device_t* d = nullptr;
+    check(dp_runtime_device(handle_, index, &d));
+    return Device(d);
+  }
+  /** @brief Every device, in the runtime's order. */
+  std::vector<Device> devices() const {
+    const size_t n = device_count();
+    std::vector<Device> out;
+    out.reserve(n);
+    for (size_t i = 0; i < n; ++i) out.push_back(device_at(i));
+    return out;
+  }
+  /**
+   * @brief The device a spec names: `"CPU"`, `"cpu:1"`, `"/device:CPU:0"`, `"HOST:0"`.
+   * @throws Error `DP_INVALID_ARGUMENT` for a malformed spec, `DP_NOT_FOUND` for no such device.
+   */
+  Device device(const std::string& spec) const {
+    dp_device_t* d = nullptr;
+    check(dp_runtime_find_device(handle_, spec.c_str(), &d));
+    return Device(d);
+  }
+  /** @brief Waits until all work on all devices is done. */
+  void synchronize() { check(dp_runtime_synchronize(handle_)); }
+
+ private:
+  explicit Runtime(dp_runtime_t* handle) noexcept : handle_(handle) {}
+  dp_runtime_t* handle_ = nullptr;
+};
+
+// ------------------------------------------------------------------------------------------
+// Device members defined after the classes they return
+// ------------------------------------------------------------------------------------------
+
+inline Buffer Device::allocate(size_t size) const { return Buffer::allocate(*this, size); }
+
+inline HostMemory Device::host_allocate(size_t size) const {
+  void* p = nullptr;
+  check(dp_device_host_allocate(handle_, size, &p));
+  return HostMemory(*this, p, size);
+}
+
+inline Stream Device::create_stream() const { return Stream::create(*this); }
+inline Stream Device::default_stream() const { return Stream::default_for(*this); }
+inline Event Device::create_event() const { return Event::create(*this); }
+
+}  // namespace devplug
+
+#endif  // DEVPLUG_DEVPLUG_HPP
