@@ -43,15 +43,32 @@ impl Default for dp_runtime_options_t {
     }
 }
 
-/// Sets `*options` to the defaults, `struct_size` included. NULL is a no-op.
+/// Sets `*options` to the defaults and `struct_size` to `struct_size`, which the caller
+/// passes as `sizeof(dp_runtime_options_t)` as it was compiled: only that many bytes are
+/// written, so a program built against an older, shorter struct is safe with a newer library.
+/// NULL, or a size too small to hold `struct_size`, is a no-op.
 ///
 /// # Safety
-/// `options` is NULL or points to a writable `dp_runtime_options_t`.
+/// `options` is NULL or writable for `struct_size` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn dp_runtime_options_init(options: *mut dp_runtime_options_t) {
-    if !options.is_null() {
-        // SAFETY: non-NULL and writable by the contract.
-        unsafe { options.write(dp_runtime_options_t::default()) };
+pub unsafe extern "C" fn dp_runtime_options_init(
+    options: *mut dp_runtime_options_t,
+    struct_size: usize,
+) {
+    if options.is_null() || struct_size < std::mem::size_of::<usize>() {
+        return;
+    }
+    let defaults = dp_runtime_options_t::default();
+    let n = struct_size.min(std::mem::size_of::<dp_runtime_options_t>());
+    // SAFETY: the caller's struct holds `struct_size >= n` writable bytes; `defaults` is a
+    // plain C struct of at least `n` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            &defaults as *const dp_runtime_options_t as *const u8,
+            options as *mut u8,
+            n,
+        );
+        (options as *mut usize).write(struct_size);
     }
 }
 

@@ -79,7 +79,7 @@ int main(void) {
   }
 
   /* ---- a runtime with the default options ---- */
-  dp_runtime_options_init(&options);
+  dp_runtime_options_init(&options, sizeof options);
   TRY(dp_runtime_create(&options, &runtime));
 
   /* ---- every device and its properties ---- */

@@ -16,9 +16,9 @@ static void test_runtime(dp_test_fixture *fx) {
     dp_device_t *dev = SENTINEL(dp_device_t);
     size_t n = 4242;
     SECTION("runtime functions");
-    dp_runtime_options_init(NULL);
+    dp_runtime_options_init(NULL, 0);
     dp_runtime_destroy(NULL);
-    dp_runtime_options_init(&o);
+    dp_runtime_options_init(&o, sizeof o);
     CHECK_STATUS_MSG(dp_runtime_create(NULL, NULL), DP_INVALID_ARGUMENT, "out_runtime");
     CHECK_STATUS_MSG(dp_runtime_create(&o, NULL), DP_INVALID_ARGUMENT, "out_runtime");
     CHECK_UNTOUCHED(dp_runtime_t, rt_out);

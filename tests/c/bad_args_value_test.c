@@ -41,13 +41,13 @@ static void test_runtime_options(void) {
     size_t i;
     SECTION("dp_runtime_create: bad struct_size, bad cpu_device_count");
     for (i = 0; i < sizeof bad_sizes / sizeof bad_sizes[0]; ++i) {
-        dp_runtime_options_init(&o);
+        dp_runtime_options_init(&o, sizeof o);
         o.struct_size = bad_sizes[i];
         CHECK_STATUS_MSG(dp_runtime_create(&o, &rt), DP_INVALID_ARGUMENT, "struct_size");
         CHECK_UNTOUCHED(dp_runtime_t, rt);
     }
     for (i = 0; i < sizeof bad_counts / sizeof bad_counts[0]; ++i) {
-        dp_runtime_options_init(&o);
+        dp_runtime_options_init(&o, sizeof o);
         o.cpu_device_count = bad_counts[i];
         CHECK_STATUS_MSG(dp_runtime_create(&o, &rt), DP_INVALID_ARGUMENT, "cpu_device_count");
         CHECK_UNTOUCHED(dp_runtime_t, rt);

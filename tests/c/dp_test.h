@@ -307,7 +307,7 @@ static inline dp_runtime_t *dp_test_runtime(uint32_t cpu_devices, uint64_t limit
     dp_runtime_options_t o;
     dp_runtime_t *rt = NULL;
     dp_status_t st;
-    dp_runtime_options_init(&o);
+    dp_runtime_options_init(&o, sizeof o);
     o.cpu_device_count = cpu_devices;
     o.cpu_memory_limit = limit;
     st = dp_runtime_create(&o, &rt);

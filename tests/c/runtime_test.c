@@ -95,12 +95,49 @@ static void test_options_init(void) {
     dp_runtime_options_t o;
     SECTION("dp_runtime_options_init");
     memset(&o, 0xA5, sizeof o);
-    dp_runtime_options_init(&o);
+    dp_runtime_options_init(&o, sizeof o);
     CHECK(o.struct_size == sizeof(dp_runtime_options_t));
     CHECK(o.cpu_device_count == 1);
     CHECK(o.cpu_memory_limit == 0);
-    dp_runtime_options_init(NULL); /* no-op, no crash */
-    CHECK(1);
+    dp_runtime_options_init(NULL, 0); /* no-op, no crash */
+    /* An older caller's shorter struct: nothing is written past what it declared. */
+    memset(&o, 0xA5, sizeof o);
+    dp_runtime_options_init(&o, offsetof(dp_runtime_options_t, plugin_path));
+    CHECK(o.struct_size == offsetof(dp_runtime_options_t, plugin_path));
+    CHECK(o.cpu_device_count == 1);
+    {
+        const unsigned char *tail = (const unsigned char *)&o + offsetof(dp_runtime_options_t, plugin_path);
+        size_t i, untouched = 1;
+        for (i = 0; i < sizeof o - offsetof(dp_runtime_options_t, plugin_path); ++i)
+            if (tail[i] != 0xA5) untouched = 0;
+        CHECK(untouched);
+    }
+    memset(&o, 0xA5, sizeof o);
+    dp_runtime_options_init(&o, 4); /* too small to hold struct_size: no-op */
+    CHECK(((const unsigned char *)&o)[0] == 0xA5);
+}
+
+/* "Fields are only ever appended; struct_size says which the caller knows": a caller compiled
+ * against the first layout (struct_size, cpu_device_count, cpu_memory_limit) still works. */
+static void test_options_first_layout(void) {
+    dp_runtime_options_t o;
+    dp_runtime_t *rt = NULL;
+    size_t n = 0;
+    dp_memory_stats_t s;
+    SECTION("dp_runtime_create with the first options layout (an older caller)");
+    dp_runtime_options_init(&o, sizeof o);
+    o.struct_size = offsetof(dp_runtime_options_t, cpu_memory_limit) + sizeof(uint64_t);
+    o.cpu_device_count = 3;
+    o.cpu_memory_limit = 1u << 20;
+    CHECK_OK(dp_runtime_create(&o, &rt));
+    if (!rt) return;
+    CHECK_OK(dp_runtime_device_count(rt, &n));
+    CHECK(n == 3);
+    memset(&s, 0, sizeof s);
+    s.struct_size = sizeof s;
+    CHECK_OK(dp_device_memory_stats(dp_test_device(rt, 2), &s));
+    CHECK(s.bytes_limit == 1u << 20);
+    dp_runtime_destroy(rt);
 }
 
 static void check_cpu_device(dp_device_t *dev, int ordinal, uint64_t limit) {
@@ -153,7 +190,7 @@ static void test_runtime_with_options(void) {
     dp_device_t *devs[3] = {NULL, NULL, NULL};
     size_t n = 0, i;
     SECTION("dp_runtime_create(cpu_device_count = 3)");
-    dp_runtime_options_init(&o);
+    dp_runtime_options_init(&o, sizeof o);
     o.cpu_device_count = 3;
     CHECK_OK(dp_runtime_create(&o, &rt));
     if (rt == NULL) return;
@@ -345,7 +382,7 @@ static void test_create_destroy_many(void) {
     for (i = 0; i < 50; ++i) {
         dp_runtime_t *rt = NULL;
         dp_runtime_options_t o;
-        dp_runtime_options_init(&o);
+        dp_runtime_options_init(&o, sizeof o);
         o.cpu_device_count = (uint32_t)(1 + i % 4);
         CHECK_OK(dp_runtime_create(&o, &rt));
         dp_runtime_destroy(rt);
@@ -359,6 +396,7 @@ int main(void) {
     test_status_names();
     test_dtypes();
     test_options_init();
+    test_options_first_layout();
     test_default_runtime();
     test_runtime_with_options();
     test_runtime_64_devices();

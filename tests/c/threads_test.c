@@ -192,7 +192,7 @@ static void *churn(void *arg) {
     for (k = 0; k < 20; ++k) {
         dp_runtime_t *rt = NULL;
         dp_runtime_options_t o;
-        dp_runtime_options_init(&o);
+        dp_runtime_options_init(&o, sizeof o);
         o.cpu_device_count = (uint32_t)(2 + (k + id) % 3);
         CHECK_OK(dp_runtime_create(&o, &rt));
         if (!rt) continue;

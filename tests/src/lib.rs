@@ -111,3 +111,11 @@ impl Drop for TempDir {
         }
     }
 }
+
+/// The path of a plugin the CMake build made: `<build>/plugins/lib<name>.so`.
+pub fn plugin_path(name: &str) -> PathBuf {
+    require_cmake_build();
+    let p = build_dir().join("plugins").join(format!("lib{name}.so"));
+    assert!(p.is_file(), "plugin {} was not built", p.display());
+    p
+}

@@ -493,12 +493,15 @@ dp_status_t dp_runtime_plugin_failure(const dp_runtime_t *runtime,
                                       struct dp_plugin_failure_t *out_failure);
 
 /**
- * Sets `*options` to the defaults, `struct_size` included. NULL is a no-op.
+ * Sets `*options` to the defaults and `struct_size` to `struct_size`, which the caller
+ * passes as `sizeof(dp_runtime_options_t)` as it was compiled: only that many bytes are
+ * written, so a program built against an older, shorter struct is safe with a newer library.
+ * NULL, or a size too small to hold `struct_size`, is a no-op.
  *
  * # Safety
- * `options` is NULL or points to a writable `dp_runtime_options_t`.
+ * `options` is NULL or writable for `struct_size` bytes.
  */
-void dp_runtime_options_init(struct dp_runtime_options_t *options);
+void dp_runtime_options_init(struct dp_runtime_options_t *options, size_t struct_size);
 
 /**
  * Creates a runtime. `options` may be NULL for the defaults.

@@ -1228,8 +1228,7 @@ class RuntimeOptions {
  public:
   /** @brief The library's defaults (one CPU device, no memory limit). */
   RuntimeOptions() noexcept : options_() {
-    options_.struct_size = sizeof(options_);
-    dp_runtime_options_init(&options_);
+    dp_runtime_options_init(&options_, sizeof(options_));
   }
   /** @brief Number of logical CPU devices of the HOST platform (1..=64). */
   RuntimeOptions& cpu_device_count(uint32_t count) noexcept {
@@ -1241,15 +1240,48 @@ class RuntimeOptions {
     options_.cpu_memory_limit = bytes;
     return *this;
   }
+  /**
+   * @brief Plugins to load at creation: `:`-separated absolute files or folders. Failures do
+   *        not fail the creation; see Runtime::plugin_failures().
+   */
+  RuntimeOptions& plugin_path(std::string path) {
+    plugin_path_ = std::move(path);
+    return *this;
+  }
+  /** @brief Whether to load the plugins `DEVPLUG_PLUGIN_PATH` names (default true). */
+  RuntimeOptions& discover_plugins(bool on) noexcept {
+    options_.discover_plugins = on ? 1u : 0u;
+    return *this;
+  }
   /** @brief The current device count. */
   uint32_t cpu_device_count() const noexcept { return options_.cpu_device_count; }
   /** @brief The current memory limit. */
   uint64_t cpu_memory_limit() const noexcept { return options_.cpu_memory_limit; }
-  /** @brief The C struct. */
-  const dp_runtime_options_t& c_options() const noexcept { return options_; }
+  /** @brief The C struct (its `plugin_path` points into this object). */
+  dp_runtime_options_t c_options() const noexcept {
+    dp_runtime_options_t o = options_;
+    o.plugin_path = plugin_path_.empty() ? nullptr : plugin_path_.c_str();
+    return o;
+  }
 
  private:
   dp_runtime_options_t options_;
+  std::string plugin_path_;
+};
+
+/** @brief A loaded plugin (`dp_plugin_info_t`). */
+struct PluginInfo {
+  std::string name;
+  std::string version;
+  std::string path;
+  size_t platform_count = 0;
+};
+
+/** @brief A plugin that failed to load, and why (`dp_plugin_failure_t`). */
+struct PluginFailure {
+  std::string path;
+  dp_status_t status = DP_OK;
+  std::string message;
 };
 
 /**
@@ -1266,7 +1298,8 @@ class Runtime {
   Runtime() : Runtime(RuntimeOptions()) {}
   /** @brief Creates a runtime (`dp_runtime_create()`). */
   explicit Runtime(const RuntimeOptions& options) {
-    check(dp_runtime_create(&options.c_options(), &handle_));
+    const dp_runtime_options_t o = options.c_options();
+    check(dp_runtime_create(&o, &handle_));
   }
   /** @brief Takes ownership of a handle from `dp_runtime_create()`. */
   static Runtime adopt(dp_runtime_t* handle) noexcept { return Runtime(handle); }
@@ -1327,6 +1360,48 @@ class Runtime {
   }
   /** @brief Waits until all work on all devices is done. */
   void synchronize() { check(dp_runtime_synchronize(handle_)); }
+
+  /**
+   * @brief Loads a device plugin from an absolute path with `key=value` load options
+   *        (`dp_runtime_load_plugin()`). Loading the same file again changes nothing.
+   * @throws Error with the loader's reason; the runtime keeps working either way.
+   */
+  void load_plugin(const std::string& path, const std::vector<std::string>& options = {}) {
+    std::vector<const char*> opts;
+    opts.reserve(options.size());
+    for (const std::string& o : options) opts.push_back(o.c_str());
+    check(dp_runtime_load_plugin(handle_, path.c_str(), opts.empty() ? nullptr : opts.data(), opts.size()));
+  }
+  /** @brief Loads every plugin of a `:`-separated search path; failures are listed, not thrown. */
+  void load_plugin_path(const std::string& search_path) {
+    check(dp_runtime_load_plugin_path(handle_, search_path.c_str()));
+  }
+  /** @brief The plugins loaded, in load order. */
+  std::vector<PluginInfo> plugins() const {
+    size_t n = 0;
+    check(dp_runtime_plugin_count(handle_, &n));
+    std::vector<PluginInfo> out;
+    for (size_t i = 0; i < n; ++i) {
+      dp_plugin_info_t p{};
+      p.struct_size = sizeof p;
+      check(dp_runtime_plugin_info(handle_, i, &p));
+      out.push_back(PluginInfo{p.name, p.version, p.path, p.platform_count});
+    }
+    return out;
+  }
+  /** @brief Every failed plugin load, with its reason, in order. */
+  std::vector<PluginFailure> plugin_failures() const {
+    size_t n = 0;
+    check(dp_runtime_plugin_failure_count(handle_, &n));
+    std::vector<PluginFailure> out;
+    for (size_t i = 0; i < n; ++i) {
+      dp_plugin_failure_t f{};
+      f.struct_size = sizeof f;
+      check(dp_runtime_plugin_failure(handle_, i, &f));
+      out.push_back(PluginFailure{f.path, f.status, f.message});
+    }
+    return out;
+  }
 
  private:
   explicit Runtime(dp_runtime_t* handle) noexcept : handle_(handle) {}
