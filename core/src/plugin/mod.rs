@@ -5,6 +5,7 @@
 //! refusal names the plugin, the struct and the field; the runtime keeps a list of failures.
 
 mod discovery;
+mod elf;
 mod executor;
 mod host;
 
@@ -40,6 +41,7 @@ pub(crate) fn load(
     if !path.exists() {
         return Err(Error::not_found(format!("plugin '{shown}': no such file")));
     }
+    elf::check(path).map_err(|why| Error::invalid_argument(format!("plugin '{shown}': cannot load the library: {why}")))?;
     // SAFETY: opening a library runs its initializers; that is what loading a plugin means.
     // RTLD_LOCAL keeps its symbols out of the global namespace; RTLD_NOW finds missing
     // symbols now rather than mid-call.
@@ -50,7 +52,9 @@ pub(crate) fn load(
         )
     }
     .map_err(|e| {
-        Error::invalid_argument(format!("plugin '{shown}': cannot load the library: {e}"))
+        // libloading's Display says only "dlopen failed"; the reason is its source.
+        let why = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
+        Error::invalid_argument(format!("plugin '{shown}': cannot load the library: {why}"))
     })?;
     // SAFETY: the symbol's type is the ABI's entry type (a C function without arguments).
     let entry: abi::dpp_entry_fn = match unsafe {
@@ -173,8 +177,11 @@ pub(crate) fn load(
             Some(Code::Ok) | None => Code::Internal,
             Some(c) => c,
         };
-        let own =
+        let mut own =
             message.unwrap_or_else(|| format!("init failed with status {status} and no message"));
+        if Code::from_i32(status).is_none() {
+            own.push_str(&format!(" (the plugin returned the unknown status {status})"));
+        }
         return Err(match refused {
             Some(r) => Error::new(r.code, format!("{} (init then failed: {own})", r.message)),
             None => Error::new(

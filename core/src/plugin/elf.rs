@@ -1,0 +1,128 @@
+//! A check of a plugin file before `dlopen` maps it: a truncated library (a stale copy, an
+//! interrupted install) would be mapped past the end of the file, and the first touch of a
+//! missing page kills the process with SIGBUS. The loader refuses such a file instead.
+
+use std::io::Read;
+use std::path::Path;
+
+/// Checks that `path` is an ELF file whose header, program headers and loadable segments lie
+/// inside the file. Returns why not, when not. Non-ELF files are left to the dynamic loader,
+/// which refuses them with its own message.
+pub(crate) fn check(path: &Path) -> Result<(), String> {
+    let mut f = std::fs::File::open(path).map_err(|e| format!("cannot open the file: {e}"))?;
+    let len = f.metadata().map_err(|e| format!("cannot read the file's size: {e}"))?.len();
+    let mut head = [0u8; 64];
+    let n = read_up_to(&mut f, &mut head).map_err(|e| format!("cannot read the file: {e}"))?;
+    if n < 4 || head[..4] != *b"\x7fELF" {
+        return Ok(());
+    }
+    let class64 = match head.get(4) {
+        Some(1) => false,
+        Some(2) => true,
+        _ => return Err("the ELF header has an unknown class".into()),
+    };
+    let little = match head.get(5) {
+        Some(1) => true,
+        Some(2) => false,
+        _ => return Err("the ELF header has an unknown byte order".into()),
+    };
+    let header_len = if class64 { 64 } else { 52 };
+    if n < header_len {
+        // Too short for a header: the dynamic loader says so itself without mapping anything.
+        return Ok(());
+    }
+    let u16_at = |b: &[u8], o: usize| -> u64 {
+        let v = [b[o], b[o + 1]];
+        u64::from(if little { u16::from_le_bytes(v) } else { u16::from_be_bytes(v) })
+    };
+    let u32_at = |b: &[u8], o: usize| -> u64 {
+        let v = [b[o], b[o + 1], b[o + 2], b[o + 3]];
+        u64::from(if little { u32::from_le_bytes(v) } else { u32::from_be_bytes(v) })
+    };
+    let u64_at = |b: &[u8], o: usize| -> u64 {
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&b[o..o + 8]);
+        if little {
+            u64::from_le_bytes(v)
+        } else {
+            u64::from_be_bytes(v)
+        }
+    };
+    let (phoff, phentsize, phnum) = if class64 {
+        (u64_at(&head, 32), u16_at(&head, 54), u16_at(&head, 56))
+    } else {
+        (u32_at(&head, 28), u16_at(&head, 42), u16_at(&head, 44))
+    };
+    let min_ph = if class64 { 56 } else { 32 };
+    if phnum == 0 {
+        return Err("the ELF file has no program headers".into());
+    }
+    if phentsize < min_ph {
+        return Err(format!("the ELF program header size {phentsize} is too small"));
+    }
+    let table_end = phentsize.checked_mul(phnum).and_then(|s| s.checked_add(phoff));
+    match table_end {
+        Some(end) if end <= len => {}
+        _ => return Err(format!("the file is truncated: {len} bytes, but its program headers end past that")),
+    }
+    let table_len = (phentsize * phnum) as usize;
+    let mut table = vec![0u8; table_len];
+    use std::io::{Seek, SeekFrom};
+    f.seek(SeekFrom::Start(phoff)).map_err(|e| format!("cannot read the program headers: {e}"))?;
+    f.read_exact(&mut table).map_err(|e| format!("cannot read the program headers: {e}"))?;
+    for i in 0..phnum as usize {
+        let ph = &table[i * phentsize as usize..];
+        const PT_LOAD: u64 = 1;
+        if u32_at(ph, 0) != PT_LOAD {
+            continue;
+        }
+        let (offset, filesz) = if class64 { (u64_at(ph, 8), u64_at(ph, 32)) } else { (u32_at(ph, 4), u32_at(ph, 16)) };
+        match offset.checked_add(filesz) {
+            Some(end) if end <= len => {}
+            _ => {
+                return Err(format!(
+                    "the file is truncated: {len} bytes, but loadable segment {i} needs bytes up to {}",
+                    offset.saturating_add(filesz)
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn read_up_to(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_real_library_passes_and_a_truncated_copy_is_refused() {
+        let libc = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("a libc");
+        check(Path::new(libc)).unwrap();
+        let bytes = std::fs::read(libc).unwrap();
+        let dir = std::env::temp_dir().join(format!("devplug-elf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cut = dir.join("libcut.so");
+        std::fs::write(&cut, &bytes[..bytes.len() / 3]).unwrap();
+        let why = check(&cut).unwrap_err();
+        assert!(why.contains("truncated"), "{why}");
+        std::fs::write(&cut, &bytes[..40]).unwrap();
+        check(&cut).unwrap(); // left to dlopen, which refuses it without mapping anything
+        std::fs::write(&cut, b"not elf at all").unwrap();
+        check(&cut).unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,608 @@
+// simdml: an example device plugin written in C++ with devplug/plugin.hpp.
+//
+// It registers one platform (default name SIMDML, device type GPU, priority 100: the drop-in
+// "GPU override" scenario) whose devices simulate a discrete accelerator:
+// - device memory is a host arena the runtime must not dereference (platform flags 0): its
+//   addresses live in a fake address space, 0x44D0000000000000 + offset, and every access is
+//   checked against the live allocations;
+// - every stream is a worker thread with a queue, so work is asynchronous to the host and a
+//   missing synchronization gives wrong results; events and host callbacks are ordered on it;
+// - every executor function is implemented, the optional ones included (pinned host memory,
+//   unified memory addressable from both sides, memory usage, allocator statistics).
+//
+// Load options (all optional):
+//   platform=NAME       platform name (default SIMDML)
+//   device_type=TYPE    device type (default GPU)
+//   priority=N          priority among platforms of the type (default 100)
+//   devices=N           number of devices, 0..1024 (default 1)
+//   memory=BYTES        device memory per device, e.g. 4096, 64M, 1GiB (default 32 MiB)
+//   latency_us=N        simulated latency added to every asynchronous copy/memset (default 0)
+//   throw_in_init=1     init throws a std::runtime_error (shows exceptions becoming errors)
+#include <devplug/plugin.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace {
+
+namespace dp = devplug::plugin;
+using dp::Addr;
+using dp::Error;
+
+/** Device addresses are kAddressBase + the offset into the device's arena. */
+constexpr Addr kAddressBase = 0x44D0000000000000ull;
+/** Every allocation is aligned to (and rounded up to) this many bytes. */
+constexpr uint64_t kAlignment = 256;
+
+std::string hex(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+/** memmove that accepts size 0 with any pointers. */
+void move_bytes(void* dst, const void* src, uint64_t size) {
+  if (size != 0) std::memmove(dst, src, static_cast<size_t>(size));
+}
+
+/** What the load options asked for. */
+struct Config {
+  std::string platform = "SIMDML";
+  std::string device_type = "GPU";
+  int32_t priority = 100;
+  int32_t devices = 1;
+  uint64_t memory = uint64_t(32) << 20;
+  std::chrono::microseconds latency{0};
+};
+
+// ------------------------------------------------------------------------------------------
+// Device memory
+// ------------------------------------------------------------------------------------------
+
+/**
+ * A device's memory: a host arena with a first-fit allocator, seen through fake addresses,
+ * plus the unified allocations (host memory that device functions may address directly).
+ */
+class Arena {
+ public:
+  Arena(std::string label, uint64_t size) : label_(std::move(label)), size_(size) {
+    if (size_ > std::numeric_limits<size_t>::max()) throw Error::resource_exhausted(label_ + ": memory size too large");
+    data_.reset(new uint8_t[static_cast<size_t>(size_)]);
+    free_[0] = size_;
+  }
+
+  uint64_t size() const { return size_; }
+
+  Addr allocate(uint64_t size) {
+    const uint64_t rounded = (size <= size_) ? (size + kAlignment - 1) / kAlignment * kAlignment : 0;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = free_.begin(); rounded != 0 && it != free_.end(); ++it) {
+      if (it->second < rounded) continue;
+      const uint64_t offset = it->first;
+      const uint64_t rest = it->second - rounded;
+      free_.erase(it);
+      if (rest != 0) free_[offset + rounded] = rest;
+      used_[offset] = Block{size, rounded};
+      ++num_allocs_;
+      in_use_ += rounded;
+      peak_ = std::max(peak_, in_use_);
+      largest_alloc_ = std::max(largest_alloc_, size);
+      return kAddressBase + offset;
+    }
+    throw Error::resource_exhausted(label_ + ": cannot allocate " + std::to_string(size) + " bytes: " +
+                                    std::to_string(size_ - in_use_) + " of " + std::to_string(size_) +
+                                    " bytes free, largest free block " + std::to_string(largest_free()) + " bytes");
+  }
+
+  void deallocate(Addr addr, uint64_t size) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = addr >= kAddressBase ? used_.find(addr - kAddressBase) : used_.end();
+    if (it == used_.end()) throw Error::invalid_argument(label_ + ": deallocate: " + hex(addr) + " is not an allocation");
+    if (it->second.size != size) {
+      throw Error::invalid_argument(label_ + ": deallocate: " + hex(addr) + " has " + std::to_string(it->second.size) +
+                                    " bytes, not " + std::to_string(size));
+    }
+    uint64_t offset = it->first;
+    uint64_t length = it->second.rounded;
+    in_use_ -= length;
+    used_.erase(it);
+    // Coalesce with the free neighbours.
+    auto next = free_.lower_bound(offset);
+    if (next != free_.end() && offset + length == next->first) {
+      length += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == offset) {
+        prev->second += length;
+        return;
+      }
+    }
+    free_[offset] = length;
+  }
+
+  /**
+   * The host pointer behind device range [addr, addr + size): it must lie inside one live
+   * allocation (or unified allocation). nullptr for size 0.
+   */
+  uint8_t* resolve(Addr addr, uint64_t size, const char* what) const {
+    if (size == 0) return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (addr >= kAddressBase && addr - kAddressBase < size_) {
+      const uint64_t offset = addr - kAddressBase;
+      auto it = used_.upper_bound(offset);
+      if (it != used_.begin()) {
+        --it;
+        const uint64_t end = it->first + it->second.size;
+        if (offset < end && size <= end - offset) return data_.get() + offset;
+      }
+    } else {
+      auto it = unified_.upper_bound(static_cast<uintptr_t>(addr));
+      if (it != unified_.begin()) {
+        --it;
+        const uint64_t end = it->first + it->second;
+        if (addr < end && size <= end - addr) return reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(addr));
+      }
+    }
+    throw Error::invalid_argument(label_ + ": " + what + ": [" + hex(addr) + ", +" + std::to_string(size) +
+                                  " bytes) is not inside a live allocation");
+  }
+
+  void* unified_allocate(uint64_t size) {
+    void* p = ::operator new(static_cast<size_t>(size), std::align_val_t(kAlignment));
+    std::lock_guard<std::mutex> lock(mu_);
+    unified_[reinterpret_cast<uintptr_t>(p)] = size;
+    return p;
+  }
+
+  void unified_deallocate(void* p, uint64_t size) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = unified_.find(reinterpret_cast<uintptr_t>(p));
+      if (it == unified_.end() || it->second != size) {
+        throw Error::invalid_argument(label_ + ": unified_deallocate: not a unified allocation of that size");
+      }
+      unified_.erase(it);
+    }
+    ::operator delete(p, std::align_val_t(kAlignment));
+  }
+
+  dp::MemoryUsage usage() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return dp::MemoryUsage{size_ - in_use_, size_};
+  }
+
+  dp::AllocatorStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    dp::AllocatorStats s;
+    s.num_allocs = num_allocs_;
+    s.bytes_in_use = in_use_;
+    s.peak_bytes_in_use = peak_;
+    s.largest_alloc_size = largest_alloc_;
+    s.bytes_limit = size_;
+    s.bytes_reserved = 0;
+    s.largest_free_block = largest_free();
+    return s;
+  }
+
+ private:
+  struct Block {
+    uint64_t size;     // as requested
+    uint64_t rounded;  // as taken from the arena
+  };
+  uint64_t largest_free() const {
+    uint64_t m = 0;
+    for (const auto& f : free_) m = std::max(m, f.second);
+    return m;
+  }
+
+  const std::string label_;
+  const uint64_t size_;
+  std::unique_ptr<uint8_t[]> data_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, uint64_t> free_;  // offset -> length
+  std::map<uint64_t, Block> used_;     // offset -> block
+  std::map<uintptr_t, uint64_t> unified_;
+  uint64_t num_allocs_ = 0, in_use_ = 0, peak_ = 0, largest_alloc_ = 0;
+};
+
+// ------------------------------------------------------------------------------------------
+// Streams and events
+// ------------------------------------------------------------------------------------------
+
+/** A point in a stream: signalled when the stream reaches it, with the stream's error then. */
+class Marker {
+ public:
+  void signal(dpp_status_t code, std::string message) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      code_ = code;
+      message_ = std::move(message);
+    }
+    cv_.notify_all();
+  }
+  /** Waits until reached; returns the stream's error status at that point. */
+  dpp_status_t wait(std::string* message = nullptr) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    if (message != nullptr) *message = message_;
+    return code_;
+  }
+  dp::EventStatus status() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) return dp::EventStatus::Pending;
+    return code_ == DPP_OK ? dp::EventStatus::Complete : dp::EventStatus::Error;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  dpp_status_t code_ = DPP_OK;
+  std::string message_;
+};
+
+/**
+ * A stream's worker thread and its queue. The first error a task throws is kept until
+ * synchronize() reports it; later work still runs (host callbacks must run exactly once).
+ */
+class Worker {
+ public:
+  using Task = std::function<void()>;
+
+  Worker(std::string label, std::chrono::microseconds latency)
+      : label_(std::move(label)), latency_(latency), thread_([this] { run(); }) {}
+
+  /** Drains the queue, then stops the thread. */
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();  // the last reference went away inside one of our own tasks
+    } else {
+      thread_.join();
+    }
+  }
+
+  /** Appends @p task; @p device_work tasks get the simulated latency. */
+  void enqueue(Task task, bool device_work) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(Item{std::move(task), device_work});
+    }
+    cv_.notify_one();
+  }
+
+  /** A marker the worker signals when it reaches the current end of the queue. */
+  std::shared_ptr<Marker> mark() {
+    auto m = std::make_shared<Marker>();
+    enqueue(
+        [this, m] {
+          dpp_status_t code;
+          std::string message;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            code = error_code_;
+            message = error_message_;
+          }
+          m->signal(code, std::move(message));
+        },
+        false);
+    return m;
+  }
+
+  /** Waits for the work enqueued so far, errors or not. */
+  void drain() { mark()->wait(); }
+
+  /** Waits for the work enqueued so far; throws (and clears) the first error it met. */
+  void synchronize() {
+    drain();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_code_ != DPP_OK) {
+      Error e(error_code_, error_message_);
+      error_code_ = DPP_OK;
+      error_message_.clear();
+      throw e;
+    }
+  }
+
+ private:
+  struct Item {
+    Task task;
+    bool device_work;
+  };
+
+  void run() {
+    for (;;) {
+      Item item;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stop_ and drained
+        item = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      if (item.device_work && latency_.count() > 0) std::this_thread::sleep_for(latency_);
+      dpp_status_t code = DPP_OK;
+      std::string message;
+      try {
+        item.task();
+      } catch (const Error& e) {
+        code = e.code();
+        message = e.message();
+      } catch (const std::exception& e) {
+        code = DPP_INTERNAL;
+        message = e.what();
+      } catch (...) {
+        code = DPP_INTERNAL;
+        message = "unknown C++ exception";
+      }
+      if (code != DPP_OK) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (error_code_ == DPP_OK) {
+          error_code_ = code;
+          error_message_ = label_ + ": " + message;
+        }
+      }
+    }
+  }
+
+  const std::string label_;
+  const std::chrono::microseconds latency_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  bool stop_ = false;
+  dpp_status_t error_code_ = DPP_OK;
+  std::string error_message_;
+  std::thread thread_;  // last: started after everything above exists
+};
+
+class DmlStream : public dp::Stream {
+ public:
+  explicit DmlStream(std::shared_ptr<Worker> w) : worker(std::move(w)) {}
+  std::shared_ptr<Worker> worker;
+};
+
+class DmlEvent : public dp::Event {
+ public:
+  void set(std::shared_ptr<Marker> m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    marker_ = std::move(m);
+  }
+  /** The marker of the last record, or null when never recorded. */
+  std::shared_ptr<Marker> get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return marker_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<Marker> marker_;
+};
+
+Worker& worker_of(dp::Stream& s) { return *static_cast<DmlStream&>(s).worker; }
+DmlEvent& event_of(dp::Event& e) { return static_cast<DmlEvent&>(e); }
+
+// ------------------------------------------------------------------------------------------
+// Device
+// ------------------------------------------------------------------------------------------
+
+class DmlDevice : public dp::Device {
+ public:
+  DmlDevice(const Config& config, int ordinal)
+      : label_(config.platform + ":" + std::to_string(ordinal)),
+        config_(config),
+        arena_(std::make_shared<Arena>(label_, config.memory)) {}
+
+  // -- Description ----------------------------------------------------------------------
+  std::string hardware_name() const override { return "SIMDML simulated accelerator"; }
+  std::string vendor() const override { return "devplug examples"; }
+  uint64_t total_memory() const override { return arena_->size(); }
+  uint32_t compute_units() const override { return 8; }
+  dp::OptionalFunctions optional_functions() const override {
+    dp::OptionalFunctions f;
+    f.host_memory = f.unified_memory = f.memory_usage = f.allocator_stats = true;
+    return f;
+  }
+
+  // -- Memory ---------------------------------------------------------------------------
+  Addr allocate(uint64_t size) override { return arena_->allocate(size); }
+  void deallocate(Addr addr, uint64_t size) override { arena_->deallocate(addr, size); }
+  void* host_allocate(uint64_t size) override {
+    return ::operator new(static_cast<size_t>(size), std::align_val_t(kAlignment));
+  }
+  void host_deallocate(void* ptr, uint64_t /*size*/) override { ::operator delete(ptr, std::align_val_t(kAlignment)); }
+  void* unified_allocate(uint64_t size) override { return arena_->unified_allocate(size); }
+  void unified_deallocate(void* ptr, uint64_t size) override { arena_->unified_deallocate(ptr, size); }
+  dp::MemoryUsage memory_usage() override { return arena_->usage(); }
+  dp::AllocatorStats allocator_stats() override { return arena_->stats(); }
+
+  // -- Synchronous copies ---------------------------------------------------------------
+  void memcpy_htod(Addr dst, const void* src, uint64_t size) override {
+    move_bytes(arena_->resolve(dst, size, "memcpy_htod dst"), src, size);
+  }
+  void memcpy_dtoh(void* dst, Addr src, uint64_t size) override {
+    move_bytes(dst, arena_->resolve(src, size, "memcpy_dtoh src"), size);
+  }
+  void memcpy_dtod(Addr dst, Addr src, uint64_t size) override {
+    uint8_t* d = arena_->resolve(dst, size, "memcpy_dtod dst");
+    move_bytes(d, arena_->resolve(src, size, "memcpy_dtod src"), size);
+  }
+  void memset(Addr dst, uint8_t value, uint64_t size) override {
+    uint8_t* d = arena_->resolve(dst, size, "memset dst");
+    if (size != 0) std::memset(d, value, static_cast<size_t>(size));
+  }
+
+  // -- Streams: checked now (a synchronous error), re-checked when the stream gets there --
+  std::unique_ptr<dp::Stream> create_stream() override {
+    auto w = std::make_shared<Worker>(label_ + " stream " + std::to_string(++streams_made_), config_.latency);
+    {
+      std::lock_guard<std::mutex> lock(workers_mu_);
+      workers_.erase(std::remove_if(workers_.begin(), workers_.end(),
+                                    [](const std::weak_ptr<Worker>& x) { return x.expired(); }),
+                     workers_.end());
+      workers_.push_back(w);
+    }
+    return std::make_unique<DmlStream>(std::move(w));
+  }
+  void destroy_stream(std::unique_ptr<dp::Stream> stream) override {
+    // Waits for the work; an error nobody synchronized for goes with the stream.
+    worker_of(*stream).drain();
+  }
+  void synchronize_stream(dp::Stream& stream) override { worker_of(stream).synchronize(); }
+  void stream_wait_stream(dp::Stream& stream, dp::Stream& other) override {
+    if (&stream == &other) return;
+    std::shared_ptr<Marker> m = worker_of(other).mark();
+    worker_of(stream).enqueue([m] { m->wait(); }, false);
+  }
+  void memcpy_htod_async(dp::Stream& stream, Addr dst, const void* src, uint64_t size) override {
+    arena_->resolve(dst, size, "memcpy_htod_async dst");
+    worker_of(stream).enqueue(
+        [a = arena_, dst, src, size] { move_bytes(a->resolve(dst, size, "memcpy_htod_async dst"), src, size); }, true);
+  }
+  void memcpy_dtoh_async(dp::Stream& stream, void* dst, Addr src, uint64_t size) override {
+    arena_->resolve(src, size, "memcpy_dtoh_async src");
+    worker_of(stream).enqueue(
+        [a = arena_, dst, src, size] { move_bytes(dst, a->resolve(src, size, "memcpy_dtoh_async src"), size); }, true);
+  }
+  void memcpy_dtod_async(dp::Stream& stream, Addr dst, Addr src, uint64_t size) override {
+    arena_->resolve(dst, size, "memcpy_dtod_async dst");
+    arena_->resolve(src, size, "memcpy_dtod_async src");
+    worker_of(stream).enqueue(
+        [a = arena_, dst, src, size] {
+          uint8_t* d = a->resolve(dst, size, "memcpy_dtod_async dst");
+          move_bytes(d, a->resolve(src, size, "memcpy_dtod_async src"), size);
+        },
+        true);
+  }
+  void memset_async(dp::Stream& stream, Addr dst, uint8_t value, uint64_t size) override {
+    arena_->resolve(dst, size, "memset_async dst");
+    worker_of(stream).enqueue(
+        [a = arena_, dst, value, size] {
+          uint8_t* d = a->resolve(dst, size, "memset_async dst");
+          if (size != 0) std::memset(d, value, static_cast<size_t>(size));
+        },
+        true);
+  }
+  void host_callback(dp::Stream& stream, dp::HostCallback callback) override {
+    worker_of(stream).enqueue([callback] { callback(); }, false);
+  }
+
+  // -- Events ---------------------------------------------------------------------------
+  std::unique_ptr<dp::Event> create_event() override { return std::make_unique<DmlEvent>(); }
+  void record_event(dp::Stream& stream, dp::Event& event) override { event_of(event).set(worker_of(stream).mark()); }
+  dp::EventStatus event_status(dp::Event& event) override {
+    std::shared_ptr<Marker> m = event_of(event).get();
+    return m ? m->status() : dp::EventStatus::Complete;
+  }
+  void stream_wait_event(dp::Stream& stream, dp::Event& event) override {
+    std::shared_ptr<Marker> m = event_of(event).get();
+    if (m) worker_of(stream).enqueue([m] { m->wait(); }, false);
+  }
+  void event_synchronize(dp::Event& event) override {
+    std::shared_ptr<Marker> m = event_of(event).get();
+    if (!m) return;
+    std::string message;
+    dpp_status_t code = m->wait(&message);
+    if (code != DPP_OK) throw Error(code, "the stream failed before reaching the event: " + message);
+  }
+
+  void synchronize_all() override {
+    std::vector<std::shared_ptr<Worker>> live;
+    {
+      std::lock_guard<std::mutex> lock(workers_mu_);
+      for (const auto& w : workers_) {
+        if (auto p = w.lock()) live.push_back(std::move(p));
+      }
+    }
+    std::unique_ptr<Error> first;
+    for (const auto& w : live) {
+      try {
+        w->synchronize();
+      } catch (const Error& e) {
+        if (!first) first = std::make_unique<Error>(e);
+      }
+    }
+    if (first) throw *first;
+  }
+
+ private:
+  const std::string label_;
+  const Config config_;
+  // Shared with queued tasks, so that work left on a leaked stream never touches freed memory.
+  std::shared_ptr<Arena> arena_;
+  std::atomic<int> streams_made_{0};
+  std::mutex workers_mu_;
+  std::vector<std::weak_ptr<Worker>> workers_;
+};
+
+// ------------------------------------------------------------------------------------------
+// Platform and init
+// ------------------------------------------------------------------------------------------
+
+class DmlPlatform : public dp::Platform {
+ public:
+  explicit DmlPlatform(Config config) : config_(std::move(config)) {}
+  std::string name() const override { return config_.platform; }
+  std::string device_type() const override { return config_.device_type; }
+  int32_t priority() const override { return config_.priority; }
+  uint32_t flags() const override { return 0; }  // device memory is not host memory
+  std::string vendor() const override { return "devplug examples"; }
+  std::string version() const override { return "0.1.0"; }
+  int device_count() const override { return config_.devices; }
+  std::unique_ptr<dp::Device> create_device(int ordinal) override {
+    return std::make_unique<DmlDevice>(config_, ordinal);
+  }
+
+ private:
+  const Config config_;
+};
+
+void simdml_init(dp::Host& host) {
+  if (host.option_bool("throw_in_init", false)) {
+    throw std::runtime_error("simdml: init throws because load option throw_in_init=1 was given");
+  }
+  Config c;
+  c.platform = host.option_string("platform", c.platform);
+  c.device_type = host.option_string("device_type", c.device_type);
+  c.priority = host.option_int<int32_t>("priority", c.priority);
+  c.devices = host.option_int<int32_t>("devices", c.devices);
+  if (c.devices < 0 || c.devices > 1024) {
+    throw Error::invalid_argument("load option 'devices': " + std::to_string(c.devices) + " is not between 0 and 1024");
+  }
+  c.memory = host.option_size("memory", c.memory);
+  if (c.memory == 0) throw Error::invalid_argument("load option 'memory' must not be 0");
+  c.latency = std::chrono::microseconds(host.option_int<uint32_t>("latency_us", 0));
+
+  dp::Platform& p = host.register_platform(std::make_unique<DmlPlatform>(c));
+  host.info("registered platform " + p.name() + " (type " + c.device_type + ", priority " +
+            std::to_string(c.priority) + ", " + std::to_string(c.devices) + " device(s) of " +
+            std::to_string(c.memory) + " bytes)");
+}
+
+}  // namespace
+
+DEVPLUG_PLUGIN("simdml", "0.1.0", simdml_init)

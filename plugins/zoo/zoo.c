@@ -1,0 +1,835 @@
+/*
+ * The malformed-plugin zoo (RELIABILITY.md, "Loading"): ONE source compiled into many device
+ * plugins, each with one fault chosen by compile definitions (see CMakeLists.txt beside this
+ * file, and tests/tests/zoo.rs for what the host must do with each).
+ *
+ * Without any fault macro this is a tiny but real plugin: platform ZOO_PLATFORM (default
+ * "ZOO") of device type ZOO_DEVICE_TYPE (default "ZOO"), ZOO_DEVICE_COUNT devices (default 1).
+ * Device memory is a host-malloc'd arena handed out at fake addresses
+ * (ZOO_ADDR_BASE + offset) that the host cannot dereference; every executor function
+ * translates and bounds-checks them against the live allocations. Streams are synchronous:
+ * every stream-ordered operation runs at once, events are always complete, host callbacks run
+ * inline.
+ *
+ * Nothing here is global and mutable: each init allocates its own state (hanging off the
+ * platform data), so several runtimes can load the same library at the same time.
+ *
+ * Load options:
+ *   marker=<file>   lines are appended to <file> as the plugin's functions run: "init <plugin>",
+ *                   "registered <platform>", "init ok <plugin>", "created <platform> <ordinal>",
+ *                   "destroy_device <platform> <ordinal>", "destroy_platform <platform>",
+ *                   "shutdown <plugin>", and "late register_platform returned <status>", so
+ *                   tests can check rollbacks and teardown order.
+ *
+ * Knobs (compile definitions; each fault alone):
+ *   ZOO_PLUGIN_NAME="zoo"          dpp_plugin_api_t.name
+ *   ZOO_PLATFORM="ZOO"             dpp_platform_t.name
+ *   ZOO_DEVICE_TYPE="ZOO"          dpp_platform_t.device_type
+ *   ZOO_PRIORITY=0                 dpp_platform_t.priority
+ *   ZOO_IDENTITY=0                 what the exported zoo_identity() returns (hardware name,
+ *                                  compute units): two libraries with the same symbol
+ *   ZOO_NO_ENTRY                   exports devplug_plugin_entry_v0 instead of the entry
+ *   ZOO_ENTRY_NULL                 the entry returns NULL
+ *   ZOO_ABI_MAJOR=n, ZOO_ABI_MINOR=n      versions in dpp_plugin_api_t
+ *   ZOO_API_STRUCT_SIZE=n          dpp_plugin_api_t.struct_size
+ *   ZOO_INIT_NULL                  dpp_plugin_api_t.init = NULL
+ *   ZOO_PLUGIN_NAME_NULL           dpp_plugin_api_t.name = NULL
+ *   ZOO_PLUGIN_NAME_INVALID        dpp_plugin_api_t.name = "bad name!"
+ *   ZOO_PLUGIN_NAME_LONG           dpp_plugin_api_t.name = 100 characters
+ *   ZOO_PLATFORM_STRUCT_SIZE=n     dpp_platform_t.struct_size
+ *   ZOO_PLATFORM_NAME_LONG         dpp_platform_t.name = 70 characters
+ *   ZOO_FLAGS=n                    dpp_platform_t.flags
+ *   ZOO_DEVICE_COUNT=n             dpp_platform_t.device_count
+ *   ZOO_CREATE_DEVICE_NULL, ZOO_DESTROY_DEVICE_NULL
+ *   ZOO_REGISTER_TWICE             the same platform registered twice
+ *   ZOO_INIT_FAIL_STATUS=n         init returns n (before registering anything) ...
+ *   ZOO_INIT_FAIL_MESSAGE="..."    ... after set_error(message), when given
+ *   ZOO_INIT_FAIL_AFTER_REGISTER   ... after registering its platform
+ *   ZOO_SE_NULL                    dpp_device_t.se = NULL
+ *   ZOO_SE_STRUCT_SIZE=n           dpp_stream_executor_t.struct_size
+ *   ZOO_SE_NULL_FIELD=<field>      that dpp_stream_executor_t function is NULL
+ *   ZOO_HOST_ALLOC_ONLY            host_allocate set, host_deallocate NULL
+ *   ZOO_CREATE_DEVICE_FAIL         create_device fails (DPP_UNAVAILABLE, with a message)
+ *   ZOO_LATE_REGISTER              create_device calls register_platform (after init) and
+ *                                  writes the status it got to the marker
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <devplug/plugin.h>
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------ */
+/* Knobs and their defaults */
+
+#ifndef ZOO_PLUGIN_NAME
+#define ZOO_PLUGIN_NAME "zoo"
+#endif
+#ifndef ZOO_PLATFORM
+#define ZOO_PLATFORM "ZOO"
+#endif
+#ifndef ZOO_DEVICE_TYPE
+#define ZOO_DEVICE_TYPE "ZOO"
+#endif
+#ifndef ZOO_PRIORITY
+#define ZOO_PRIORITY 0
+#endif
+#ifndef ZOO_IDENTITY
+#define ZOO_IDENTITY 0
+#endif
+#ifndef ZOO_ABI_MAJOR
+#define ZOO_ABI_MAJOR DPP_ABI_MAJOR
+#endif
+#ifndef ZOO_ABI_MINOR
+#define ZOO_ABI_MINOR DPP_ABI_MINOR
+#endif
+#ifndef ZOO_API_STRUCT_SIZE
+#define ZOO_API_STRUCT_SIZE DPP_PLUGIN_API_STRUCT_SIZE
+#endif
+#ifndef ZOO_PLATFORM_STRUCT_SIZE
+#define ZOO_PLATFORM_STRUCT_SIZE DPP_PLATFORM_STRUCT_SIZE
+#endif
+#ifndef ZOO_SE_STRUCT_SIZE
+#define ZOO_SE_STRUCT_SIZE DPP_STREAM_EXECUTOR_STRUCT_SIZE
+#endif
+#ifndef ZOO_FLAGS
+#define ZOO_FLAGS 0u
+#endif
+#ifndef ZOO_DEVICE_COUNT
+#define ZOO_DEVICE_COUNT 1
+#endif
+
+#define ZOO_VERSION "1.0.0"
+#define ZOO_VENDOR "devplug zoo"
+#define ZOO_ADDR_BASE UINT64_C(0x2000000000000000)
+#define ZOO_ARENA_SIZE (UINT64_C(16) << 20)
+#define ZOO_ALIGN UINT64_C(256)
+#define ZOO_MAX_ALLOCS 256
+#define ZOO_MARKER_MAX 1024
+#define ZOO_MSG_MAX 256
+
+/* Functions some variants leave out of their tables. */
+#define ZOO_MAYBE_UNUSED __attribute__((unused))
+
+#define ZOO_MAGIC_DEVICE 0x5a4f4f44u /* "ZOOD" */
+#define ZOO_MAGIC_STREAM 0x5a4f4f53u /* "ZOOS" */
+#define ZOO_MAGIC_EVENT 0x5a4f4f45u  /* "ZOOE" */
+
+#if defined(ZOO_PLUGIN_NAME_NULL)
+#define ZOO_API_NAME NULL
+#elif defined(ZOO_PLUGIN_NAME_INVALID)
+#define ZOO_API_NAME "bad name!"
+#elif defined(ZOO_PLUGIN_NAME_LONG)
+/* 100 characters: NUL-terminated, but not within the host's bound of 64 bytes. */
+#define ZOO_API_NAME                                                                             \
+  "zoo_long_name_0123456789012345678901234567890123456789012345678901234567890123456789_"        \
+  "end_of_100_char"
+#else
+#define ZOO_API_NAME ZOO_PLUGIN_NAME
+#endif
+
+#if defined(ZOO_PLATFORM_NAME_LONG)
+/* 70 characters, all valid: longer than the 64 a platform name may have. */
+#define ZOO_PLATFORM_NAME "ZOO_PLATFORM_NAME_THAT_IS_LONGER_THAN_SIXTY_FOUR_CHARACTERS_0123456789"
+#else
+#define ZOO_PLATFORM_NAME ZOO_PLATFORM
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* The symbol every zoo library defines and exports under the same name (not static, default
+ * visibility): with RTLD_LOCAL each library must keep calling its own. */
+
+__attribute__((visibility("default"))) int zoo_identity(void);
+__attribute__((visibility("default"))) int zoo_identity(void) { return ZOO_IDENTITY; }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Types */
+
+typedef struct zoo_platform {
+  const dpp_host_api_t *host; /* valid until after shutdown (ABI) */
+  char name[80];
+  char marker[ZOO_MARKER_MAX]; /* "" when no marker option was given */
+} zoo_platform;
+
+typedef struct zoo_alloc {
+  uint64_t offset;
+  uint64_t size;
+} zoo_alloc;
+
+typedef struct zoo_device {
+  uint32_t magic;
+  int32_t ordinal;
+  zoo_platform *platform;
+  atomic_flag lock; /* guards allocs, nallocs, in_use */
+  unsigned char *arena;
+  zoo_alloc allocs[ZOO_MAX_ALLOCS]; /* live allocations, sorted by offset */
+  int nallocs;
+  uint64_t in_use;
+  char hardware_name[64];
+  dpp_stream_executor_t se;
+} zoo_device;
+
+typedef struct zoo_stream {
+  uint32_t magic;
+  zoo_device *device;
+} zoo_stream;
+
+typedef struct zoo_event {
+  uint32_t magic;
+  zoo_device *device;
+} zoo_event;
+
+typedef struct zoo_plugin {
+  char marker[ZOO_MARKER_MAX];
+} zoo_plugin;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Helpers */
+
+static void zoo_mark(const char *marker, const char *line) {
+  if (marker == NULL || marker[0] == '\0') {
+    return;
+  }
+  FILE *f = fopen(marker, "a");
+  if (f != NULL) {
+    fprintf(f, "%s\n", line);
+    fclose(f);
+  }
+}
+
+static dpp_status_t zoo_fail(const zoo_device *d, dpp_status_t status, const char *fmt,
+                             unsigned long long a, unsigned long long b) {
+  char msg[ZOO_MSG_MAX];
+  snprintf(msg, sizeof msg, fmt, a, b);
+  const dpp_host_api_t *host = d->platform->host;
+  host->set_error(host->context, msg);
+  return status;
+}
+
+static void zoo_lock(zoo_device *d) {
+  while (atomic_flag_test_and_set_explicit(&d->lock, memory_order_acquire)) {
+  }
+}
+
+static void zoo_unlock(zoo_device *d) { atomic_flag_clear_explicit(&d->lock, memory_order_release); }
+
+static zoo_device *zoo_dev(void *device) {
+  zoo_device *d = (zoo_device *)device;
+  return (d != NULL && d->magic == ZOO_MAGIC_DEVICE) ? d : NULL;
+}
+
+/* The host pointer for [addr, addr + size) inside one live allocation, or NULL. */
+static unsigned char *zoo_at(zoo_device *d, dpp_addr_t addr, uint64_t size) {
+  if (addr < ZOO_ADDR_BASE) {
+    return NULL;
+  }
+  uint64_t off = addr - ZOO_ADDR_BASE;
+  unsigned char *p = NULL;
+  zoo_lock(d);
+  for (int i = 0; i < d->nallocs; i++) {
+    const zoo_alloc *a = &d->allocs[i];
+    if (off >= a->offset && off - a->offset < a->size) {
+      if (size <= a->size - (off - a->offset)) {
+        p = d->arena + off;
+      }
+      break;
+    }
+  }
+  zoo_unlock(d);
+  return p;
+}
+
+#define ZOO_DEVICE_OR_FAIL(d, device)                                                            \
+  zoo_device *d = zoo_dev(device);                                                               \
+  if (d == NULL) {                                                                               \
+    return DPP_INVALID_ARGUMENT;                                                                 \
+  }
+
+#define ZOO_RANGE_OR_FAIL(p, d, addr, size, what)                                                \
+  unsigned char *p = zoo_at(d, addr, size);                                                      \
+  if (p == NULL) {                                                                               \
+    return zoo_fail(d, DPP_INVALID_ARGUMENT,                                                     \
+                    "zoo: " what ": [0x%llx, +%llu) lies outside every live allocation",         \
+                    (unsigned long long)(addr), (unsigned long long)(size));                     \
+  }
+
+static dpp_status_t zoo_check_stream(zoo_device *d, void *stream) {
+  const zoo_stream *s = (const zoo_stream *)stream;
+  if (s == NULL || s->magic != ZOO_MAGIC_STREAM || s->device != d) {
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: %llx is not a stream of this device (%llu)",
+                    (unsigned long long)(uintptr_t)stream, 0);
+  }
+  return DPP_OK;
+}
+
+static dpp_status_t zoo_check_event(zoo_device *d, void *event) {
+  const zoo_event *e = (const zoo_event *)event;
+  if (e == NULL || e->magic != ZOO_MAGIC_EVENT || e->device != d) {
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: %llx is not an event of this device (%llu)",
+                    (unsigned long long)(uintptr_t)event, 0);
+  }
+  return DPP_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Memory */
+
+static dpp_status_t zoo_allocate(void *device, uint64_t size, dpp_addr_t *out_addr) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  if (out_addr == NULL || size == 0) {
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: allocate(%llu): bad size or NULL out (%llu)",
+                    (unsigned long long)size, 0);
+  }
+  if (size > ZOO_ARENA_SIZE) {
+    return zoo_fail(d, DPP_RESOURCE_EXHAUSTED, "zoo: allocate(%llu): more than the %llu bytes",
+                    (unsigned long long)size, (unsigned long long)ZOO_ARENA_SIZE);
+  }
+  uint64_t rounded = (size + ZOO_ALIGN - 1) / ZOO_ALIGN * ZOO_ALIGN;
+  zoo_lock(d);
+  if (d->nallocs == ZOO_MAX_ALLOCS) {
+    zoo_unlock(d);
+    return zoo_fail(d, DPP_RESOURCE_EXHAUSTED, "zoo: allocate(%llu): %llu allocations live",
+                    (unsigned long long)size, (unsigned long long)ZOO_MAX_ALLOCS);
+  }
+  /* First fit over the gaps between the sorted live allocations. */
+  uint64_t start = 0;
+  int at = 0;
+  for (; at < d->nallocs; at++) {
+    if (d->allocs[at].offset - start >= rounded) {
+      break;
+    }
+    start = d->allocs[at].offset + d->allocs[at].size;
+  }
+  if (ZOO_ARENA_SIZE - start < rounded) {
+    zoo_unlock(d);
+    return zoo_fail(d, DPP_RESOURCE_EXHAUSTED,
+                    "zoo: allocate(%llu): no free block that large in %llu bytes",
+                    (unsigned long long)size, (unsigned long long)ZOO_ARENA_SIZE);
+  }
+  memmove(&d->allocs[at + 1], &d->allocs[at], (size_t)(d->nallocs - at) * sizeof d->allocs[0]);
+  d->allocs[at].offset = start;
+  d->allocs[at].size = rounded;
+  d->nallocs++;
+  d->in_use += rounded;
+  zoo_unlock(d);
+  *out_addr = ZOO_ADDR_BASE + start;
+  return DPP_OK;
+}
+
+static void zoo_deallocate(void *device, dpp_addr_t addr, uint64_t size) {
+  (void)size;
+  zoo_device *d = zoo_dev(device);
+  if (d == NULL || addr < ZOO_ADDR_BASE) {
+    return;
+  }
+  uint64_t off = addr - ZOO_ADDR_BASE;
+  zoo_lock(d);
+  for (int i = 0; i < d->nallocs; i++) {
+    if (d->allocs[i].offset == off) {
+      d->in_use -= d->allocs[i].size;
+      memmove(&d->allocs[i], &d->allocs[i + 1],
+              (size_t)(d->nallocs - i - 1) * sizeof d->allocs[0]);
+      d->nallocs--;
+      break;
+    }
+  }
+  zoo_unlock(d);
+}
+
+static dpp_status_t zoo_host_allocate(void *device, uint64_t size, void **out_ptr) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  if (out_ptr == NULL || size == 0) {
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: host_allocate(%llu): bad argument (%llu)",
+                    (unsigned long long)size, 0);
+  }
+  *out_ptr = malloc((size_t)size);
+  if (*out_ptr == NULL) {
+    return zoo_fail(d, DPP_RESOURCE_EXHAUSTED, "zoo: host_allocate(%llu): out of memory (%llu)",
+                    (unsigned long long)size, 0);
+  }
+  return DPP_OK;
+}
+
+static void zoo_host_deallocate(void *device, void *ptr, uint64_t size) {
+  (void)device;
+  (void)size;
+  free(ptr);
+}
+
+static dpp_status_t zoo_memory_usage(void *device, uint64_t *out_free, uint64_t *out_total) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  if (out_free == NULL || out_total == NULL) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  zoo_lock(d);
+  *out_free = ZOO_ARENA_SIZE - d->in_use;
+  zoo_unlock(d);
+  *out_total = ZOO_ARENA_SIZE;
+  return DPP_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Copies (synchronous; the _async ones run at once too) */
+
+static dpp_status_t zoo_memcpy_htod(void *device, dpp_addr_t dst, const void *src, uint64_t size) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  if (size == 0) {
+    return DPP_OK;
+  }
+  if (src == NULL) {
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: memcpy_htod: NULL source (%llu, %llu)", 0, 0);
+  }
+  ZOO_RANGE_OR_FAIL(p, d, dst, size, "memcpy_htod destination");
+  memcpy(p, src, (size_t)size);
+  return DPP_OK;
+}
+
+static dpp_status_t zoo_memcpy_dtoh(void *device, void *dst, dpp_addr_t src, uint64_t size) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  if (size == 0) {
+    return DPP_OK;
+  }
+  if (dst == NULL) {
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: memcpy_dtoh: NULL destination (%llu, %llu)", 0,
+                    0);
+  }
+  ZOO_RANGE_OR_FAIL(p, d, src, size, "memcpy_dtoh source");
+  memcpy(dst, p, (size_t)size);
+  return DPP_OK;
+}
+
+static dpp_status_t zoo_memcpy_dtod(void *device, dpp_addr_t dst, dpp_addr_t src, uint64_t size) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  if (size == 0) {
+    return DPP_OK;
+  }
+  ZOO_RANGE_OR_FAIL(pd, d, dst, size, "memcpy_dtod destination");
+  ZOO_RANGE_OR_FAIL(ps, d, src, size, "memcpy_dtod source");
+  memmove(pd, ps, (size_t)size);
+  return DPP_OK;
+}
+
+static dpp_status_t zoo_memset(void *device, dpp_addr_t dst, uint8_t value, uint64_t size) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  if (size == 0) {
+    return DPP_OK;
+  }
+  ZOO_RANGE_OR_FAIL(p, d, dst, size, "memset destination");
+  memset(p, value, (size_t)size);
+  return DPP_OK;
+}
+
+static dpp_status_t zoo_memcpy_htod_async(void *device, void *stream, dpp_addr_t dst,
+                                          const void *src, uint64_t size) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  dpp_status_t st = zoo_check_stream(d, stream);
+  return st != DPP_OK ? st : zoo_memcpy_htod(device, dst, src, size);
+}
+
+static dpp_status_t zoo_memcpy_dtoh_async(void *device, void *stream, void *dst, dpp_addr_t src,
+                                          uint64_t size) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  dpp_status_t st = zoo_check_stream(d, stream);
+  return st != DPP_OK ? st : zoo_memcpy_dtoh(device, dst, src, size);
+}
+
+static dpp_status_t zoo_memcpy_dtod_async(void *device, void *stream, dpp_addr_t dst,
+                                          dpp_addr_t src, uint64_t size) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  dpp_status_t st = zoo_check_stream(d, stream);
+  return st != DPP_OK ? st : zoo_memcpy_dtod(device, dst, src, size);
+}
+
+static dpp_status_t zoo_memset_async(void *device, void *stream, dpp_addr_t dst, uint8_t value,
+                                     uint64_t size) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  dpp_status_t st = zoo_check_stream(d, stream);
+  return st != DPP_OK ? st : zoo_memset(device, dst, value, size);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Streams and events (synchronous: all work is done when it is enqueued) */
+
+static dpp_status_t zoo_create_stream(void *device, void **out_stream) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  if (out_stream == NULL) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  zoo_stream *s = (zoo_stream *)calloc(1, sizeof *s);
+  if (s == NULL) {
+    return zoo_fail(d, DPP_RESOURCE_EXHAUSTED, "zoo: create_stream: out of memory (%llu, %llu)",
+                    0, 0);
+  }
+  s->magic = ZOO_MAGIC_STREAM;
+  s->device = d;
+  *out_stream = s;
+  return DPP_OK;
+}
+
+static void zoo_destroy_stream(void *device, void *stream) {
+  zoo_device *d = zoo_dev(device);
+  zoo_stream *s = (zoo_stream *)stream;
+  if (d != NULL && s != NULL && s->magic == ZOO_MAGIC_STREAM && s->device == d) {
+    s->magic = 0;
+    free(s);
+  }
+}
+
+static dpp_status_t zoo_synchronize_stream(void *device, void *stream) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  return zoo_check_stream(d, stream);
+}
+
+static dpp_status_t zoo_stream_wait_stream(void *device, void *stream, void *other) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  dpp_status_t st = zoo_check_stream(d, stream);
+  return st != DPP_OK ? st : zoo_check_stream(d, other);
+}
+
+static dpp_status_t zoo_host_callback(void *device, void *stream, dpp_host_fn func, void *arg) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  dpp_status_t st = zoo_check_stream(d, stream);
+  if (st != DPP_OK) {
+    return st;
+  }
+  if (func == NULL) {
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: host_callback: NULL function (%llu, %llu)", 0,
+                    0);
+  }
+  func(arg);
+  return DPP_OK;
+}
+
+static dpp_status_t zoo_create_event(void *device, void **out_event) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  if (out_event == NULL) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  zoo_event *e = (zoo_event *)calloc(1, sizeof *e);
+  if (e == NULL) {
+    return zoo_fail(d, DPP_RESOURCE_EXHAUSTED, "zoo: create_event: out of memory (%llu, %llu)", 0,
+                    0);
+  }
+  e->magic = ZOO_MAGIC_EVENT;
+  e->device = d;
+  *out_event = e;
+  return DPP_OK;
+}
+
+static void zoo_destroy_event(void *device, void *event) {
+  zoo_device *d = zoo_dev(device);
+  zoo_event *e = (zoo_event *)event;
+  if (d != NULL && e != NULL && e->magic == ZOO_MAGIC_EVENT && e->device == d) {
+    e->magic = 0;
+    free(e);
+  }
+}
+
+static dpp_status_t zoo_record_event(void *device, void *stream, void *event) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  dpp_status_t st = zoo_check_stream(d, stream);
+  return st != DPP_OK ? st : zoo_check_event(d, event);
+}
+
+static dpp_status_t zoo_event_status(void *device, void *event, int32_t *out_status) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  dpp_status_t st = zoo_check_event(d, event);
+  if (st != DPP_OK) {
+    return st;
+  }
+  if (out_status == NULL) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  *out_status = DPP_EVENT_COMPLETE;
+  return DPP_OK;
+}
+
+static dpp_status_t zoo_stream_wait_event(void *device, void *stream, void *event) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  dpp_status_t st = zoo_check_stream(d, stream);
+  return st != DPP_OK ? st : zoo_check_event(d, event);
+}
+
+static dpp_status_t zoo_event_synchronize(void *device, void *event) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  return zoo_check_event(d, event);
+}
+
+static dpp_status_t zoo_synchronize_all(void *device) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  return DPP_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Platform: devices */
+
+static void zoo_fill_executor(dpp_stream_executor_t *se) {
+  memset(se, 0, sizeof *se);
+  se->struct_size = ZOO_SE_STRUCT_SIZE;
+  se->ext = NULL;
+  se->allocate = zoo_allocate;
+  se->deallocate = zoo_deallocate;
+  se->host_allocate = zoo_host_allocate;
+  se->host_deallocate = zoo_host_deallocate;
+  se->unified_allocate = NULL;
+  se->unified_deallocate = NULL;
+  se->memory_usage = zoo_memory_usage;
+  se->allocator_stats = NULL;
+  se->memcpy_htod = zoo_memcpy_htod;
+  se->memcpy_dtoh = zoo_memcpy_dtoh;
+  se->memcpy_dtod = zoo_memcpy_dtod;
+  se->memset = zoo_memset;
+  se->create_stream = zoo_create_stream;
+  se->destroy_stream = zoo_destroy_stream;
+  se->synchronize_stream = zoo_synchronize_stream;
+  se->stream_wait_stream = zoo_stream_wait_stream;
+  se->memcpy_htod_async = zoo_memcpy_htod_async;
+  se->memcpy_dtoh_async = zoo_memcpy_dtoh_async;
+  se->memcpy_dtod_async = zoo_memcpy_dtod_async;
+  se->memset_async = zoo_memset_async;
+  se->host_callback = zoo_host_callback;
+  se->create_event = zoo_create_event;
+  se->destroy_event = zoo_destroy_event;
+  se->record_event = zoo_record_event;
+  se->event_status = zoo_event_status;
+  se->stream_wait_event = zoo_stream_wait_event;
+  se->event_synchronize = zoo_event_synchronize;
+  se->synchronize_all = zoo_synchronize_all;
+#ifdef ZOO_SE_NULL_FIELD
+  se->ZOO_SE_NULL_FIELD = NULL;
+#endif
+#ifdef ZOO_HOST_ALLOC_ONLY
+  se->host_deallocate = NULL;
+#endif
+}
+
+static void zoo_fill_platform(dpp_platform_t *p, zoo_platform *pd);
+
+ZOO_MAYBE_UNUSED static dpp_status_t zoo_create_device(void *platform_data, int32_t ordinal, dpp_device_t *device) {
+  zoo_platform *pd = (zoo_platform *)platform_data;
+  const dpp_host_api_t *host = pd->host;
+  char line[ZOO_MSG_MAX];
+  if (device == NULL || device->struct_size < DPP_DEVICE_STRUCT_SIZE) {
+    host->set_error(host->context, "zoo: create_device: bad dpp_device_t");
+    return DPP_INVALID_ARGUMENT;
+  }
+#ifdef ZOO_CREATE_DEVICE_FAIL
+  snprintf(line, sizeof line, "zoo: device %d of %s did not power up", (int)ordinal, pd->name);
+  host->set_error(host->context, line);
+  return DPP_UNAVAILABLE;
+#endif
+#ifdef ZOO_LATE_REGISTER
+  {
+    /* register_platform is for init only: the host must refuse this one. */
+    dpp_platform_t p;
+    zoo_fill_platform(&p, pd);
+    p.name = "ZOOLATE";
+    p.priority = ZOO_PRIORITY + 1000;
+    dpp_status_t st = host->register_platform(host->context, &p);
+    snprintf(line, sizeof line, "late register_platform returned %d", (int)st);
+    zoo_mark(pd->marker, line);
+  }
+#endif
+  zoo_device *d = (zoo_device *)calloc(1, sizeof *d);
+  unsigned char *arena = (unsigned char *)malloc((size_t)ZOO_ARENA_SIZE);
+  if (d == NULL || arena == NULL) {
+    free(d);
+    free(arena);
+    host->set_error(host->context, "zoo: create_device: out of host memory");
+    return DPP_RESOURCE_EXHAUSTED;
+  }
+  d->magic = ZOO_MAGIC_DEVICE;
+  d->ordinal = ordinal;
+  d->platform = pd;
+  atomic_flag_clear(&d->lock);
+  d->arena = arena;
+  snprintf(d->hardware_name, sizeof d->hardware_name, "zoo-%x", (unsigned)zoo_identity());
+  zoo_fill_executor(&d->se);
+
+  device->device_data = d;
+  device->hardware_name = d->hardware_name;
+  device->vendor = ZOO_VENDOR;
+  device->pci_bus_id = NULL;
+  device->total_memory = ZOO_ARENA_SIZE;
+  device->numa_node = -1;
+  device->compute_units = (uint32_t)zoo_identity();
+#ifdef ZOO_SE_NULL
+  device->se = NULL;
+#else
+  device->se = &d->se;
+#endif
+  snprintf(line, sizeof line, "created %s %d", pd->name, (int)ordinal);
+  zoo_mark(pd->marker, line);
+  return DPP_OK;
+}
+
+ZOO_MAYBE_UNUSED static void zoo_destroy_device(void *platform_data, dpp_device_t *device) {
+  zoo_platform *pd = (zoo_platform *)platform_data;
+  char line[ZOO_MSG_MAX];
+  snprintf(line, sizeof line, "destroy_device %s %d", pd->name, device ? (int)device->ordinal : -1);
+  zoo_mark(pd->marker, line);
+  if (device == NULL) {
+    return;
+  }
+  zoo_device *d = zoo_dev(device->device_data);
+  if (d != NULL) {
+    d->magic = 0;
+    free(d->arena);
+    free(d);
+  }
+  device->device_data = NULL;
+  device->se = NULL;
+}
+
+static void zoo_destroy_platform(void *platform_data) {
+  zoo_platform *pd = (zoo_platform *)platform_data;
+  char line[ZOO_MSG_MAX];
+  snprintf(line, sizeof line, "destroy_platform %s", pd->name);
+  zoo_mark(pd->marker, line);
+  free(pd);
+}
+
+static void zoo_fill_platform(dpp_platform_t *p, zoo_platform *pd) {
+  memset(p, 0, sizeof *p);
+  p->struct_size = ZOO_PLATFORM_STRUCT_SIZE;
+  p->ext = NULL;
+  p->name = ZOO_PLATFORM_NAME;
+  p->device_type = ZOO_DEVICE_TYPE;
+  p->priority = ZOO_PRIORITY;
+  p->flags = ZOO_FLAGS;
+  p->vendor = ZOO_VENDOR;
+  p->version = ZOO_VERSION;
+  p->device_count = ZOO_DEVICE_COUNT;
+  p->platform_data = pd;
+#ifdef ZOO_CREATE_DEVICE_NULL
+  p->create_device = NULL;
+#else
+  p->create_device = zoo_create_device;
+#endif
+#ifdef ZOO_DESTROY_DEVICE_NULL
+  p->destroy_device = NULL;
+#else
+  p->destroy_device = zoo_destroy_device;
+#endif
+  p->destroy_platform = zoo_destroy_platform;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Plugin */
+
+/* Registers the zoo's platform with fresh platform data; on refusal the data is freed here
+ * (the host only destroys what it accepted). */
+ZOO_MAYBE_UNUSED static dpp_status_t zoo_register(const dpp_host_api_t *host, const char *marker) {
+  zoo_platform *pd = (zoo_platform *)calloc(1, sizeof *pd);
+  if (pd == NULL) {
+    host->set_error(host->context, "zoo: init: out of host memory");
+    return DPP_RESOURCE_EXHAUSTED;
+  }
+  pd->host = host;
+  snprintf(pd->name, sizeof pd->name, "%s", ZOO_PLATFORM_NAME);
+  snprintf(pd->marker, sizeof pd->marker, "%s", marker);
+  dpp_platform_t p;
+  zoo_fill_platform(&p, pd);
+  dpp_status_t st = host->register_platform(host->context, &p);
+  if (st != DPP_OK) {
+    free(pd);
+    return st;
+  }
+  char line[ZOO_MSG_MAX];
+  snprintf(line, sizeof line, "registered %s", ZOO_PLATFORM_NAME);
+  zoo_mark(marker, line);
+  return DPP_OK;
+}
+
+ZOO_MAYBE_UNUSED static dpp_status_t zoo_init(const dpp_host_api_t *host, void **out_plugin_data) {
+  if (host == NULL || host->struct_size < DPP_HOST_API_STRUCT_SIZE || out_plugin_data == NULL) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  const char *marker = host->get_option(host->context, "marker");
+  if (marker == NULL) {
+    marker = "";
+  }
+  if (strlen(marker) >= ZOO_MARKER_MAX) {
+    host->set_error(host->context, "zoo: init: the marker path is too long");
+    return DPP_INVALID_ARGUMENT;
+  }
+  zoo_mark(marker, "init " ZOO_PLUGIN_NAME);
+
+#if defined(ZOO_INIT_FAIL_STATUS) && !defined(ZOO_INIT_FAIL_AFTER_REGISTER)
+#ifdef ZOO_INIT_FAIL_MESSAGE
+  host->set_error(host->context, ZOO_INIT_FAIL_MESSAGE);
+#endif
+  return ZOO_INIT_FAIL_STATUS;
+#endif
+
+  dpp_status_t st = zoo_register(host, marker);
+  if (st != DPP_OK) {
+    return st; /* the host's own refusal says why */
+  }
+#ifdef ZOO_REGISTER_TWICE
+  st = zoo_register(host, marker);
+  if (st != DPP_OK) {
+    return st;
+  }
+#endif
+#if defined(ZOO_INIT_FAIL_STATUS) && defined(ZOO_INIT_FAIL_AFTER_REGISTER)
+#ifdef ZOO_INIT_FAIL_MESSAGE
+  host->set_error(host->context, ZOO_INIT_FAIL_MESSAGE);
+#endif
+  return ZOO_INIT_FAIL_STATUS;
+#endif
+
+  zoo_plugin *plugin = (zoo_plugin *)calloc(1, sizeof *plugin);
+  if (plugin == NULL) {
+    host->set_error(host->context, "zoo: init: out of host memory");
+    return DPP_RESOURCE_EXHAUSTED;
+  }
+  snprintf(plugin->marker, sizeof plugin->marker, "%s", marker);
+  *out_plugin_data = plugin;
+  zoo_mark(marker, "init ok " ZOO_PLUGIN_NAME);
+  return DPP_OK;
+}
+
+static void zoo_shutdown(void *plugin_data) {
+  zoo_plugin *plugin = (zoo_plugin *)plugin_data;
+  if (plugin != NULL) {
+    zoo_mark(plugin->marker, "shutdown " ZOO_PLUGIN_NAME);
+    free(plugin);
+  }
+}
+
+static const dpp_plugin_api_t zoo_api = {
+    .struct_size = ZOO_API_STRUCT_SIZE,
+    .ext = NULL,
+    .abi_major = ZOO_ABI_MAJOR,
+    .abi_minor = ZOO_ABI_MINOR,
+    .name = ZOO_API_NAME,
+    .version = ZOO_VERSION,
+#ifdef ZOO_INIT_NULL
+    .init = NULL,
+#else
+    .init = zoo_init,
+#endif
+    .shutdown = zoo_shutdown,
+};
+
+#ifdef ZOO_NO_ENTRY
+/* Exports something, but not the devplug entry point. */
+DPP_EXPORT const dpp_plugin_api_t *devplug_plugin_entry_v0(void);
+DPP_EXPORT const dpp_plugin_api_t *devplug_plugin_entry_v0(void) { return &zoo_api; }
+#else
+DPP_EXPORT const dpp_plugin_api_t *devplug_plugin_entry(void) {
+#ifdef ZOO_ENTRY_NULL
+  (void)zoo_api;
+  return NULL;
+#else
+  return &zoo_api;
+#endif
+}
+#endif

@@ -1,0 +1,151 @@
+/* A C host with the SIM reference plugin: two SIM devices and the CPU, copies and
+ * stream/event ordering across all three (every byte checked), device enumeration with type,
+ * platform, priority and the active platform, load failures listed with their reasons, and
+ * injected faults as errors. */
+#include "dp_test.h"
+
+#include <devplug/devplug.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SIM DEVPLUG_TEST_PLUGIN_DIR "/libdevplug_sim.so"
+
+static dp_runtime_t *make_runtime(void) {
+  dp_runtime_options_t o;
+  dp_runtime_t *rt = NULL;
+  dp_runtime_options_init(&o, sizeof o);
+  o.discover_plugins = 0;
+  DP_TEST_MUST(dp_runtime_create(&o, &rt));
+  return rt;
+}
+
+static void enumeration_and_copies(void) {
+  SECTION("SIM with two devices next to the CPU");
+  dp_runtime_t *rt = make_runtime();
+  const char *opts[] = {"devices=2", "latency_us=200"};
+  CHECK_OK(dp_runtime_load_plugin(rt, SIM, opts, 2));
+
+  size_t n = 0, plugins = 0;
+  CHECK_OK(dp_runtime_device_count(rt, &n));
+  CHECK(n == 3);
+  CHECK_OK(dp_runtime_plugin_count(rt, &plugins));
+  CHECK(plugins == 1);
+  dp_plugin_info_t info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  CHECK_OK(dp_runtime_plugin_info(rt, 0, &info));
+  CHECK(info.platform_count == 1);
+  CHECK(strstr(info.path, "libdevplug_sim.so") != NULL);
+
+  dp_device_t *cpu = NULL, *s0 = NULL, *s1 = NULL;
+  CHECK_OK(dp_runtime_find_device(rt, "CPU", &cpu));
+  CHECK_OK(dp_runtime_find_device(rt, "SIM:0", &s0));
+  CHECK_OK(dp_runtime_find_device(rt, "/device:sim:1", &s1));
+  dp_device_properties_t p;
+  memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  CHECK_OK(dp_device_get_properties(s1, &p));
+  CHECK_STR(p.name, "SIM:1");
+  CHECK_STR(p.platform, "SIM");
+  CHECK_STR(p.device_type, "SIM");
+  CHECK(p.ordinal == 1 && p.priority == 0 && p.is_active_platform == 1 && p.host_visible == 0);
+
+  enum { N = 1 << 18 };
+  unsigned char *src = (unsigned char *)malloc(N), *dst = (unsigned char *)malloc(N);
+  for (int i = 0; i < N; ++i) src[i] = (unsigned char)(i * 13 + 5);
+  memset(dst, 0, N);
+  dp_buffer_t *a = NULL, *b = NULL, *c = NULL;
+  CHECK_OK(dp_buffer_allocate(s0, N, &a));
+  CHECK_OK(dp_buffer_allocate(s1, N, &b));
+  CHECK_OK(dp_buffer_allocate(cpu, N, &c));
+  dp_stream_t *q0 = NULL, *q1 = NULL;
+  dp_event_t *ev = NULL;
+  CHECK_OK(dp_stream_create(s0, &q0));
+  CHECK_OK(dp_stream_create(s1, &q1));
+  CHECK_OK(dp_event_create(s0, &ev));
+  CHECK_OK(dp_stream_write(q0, a, 0, src, N));
+  CHECK_OK(dp_event_record(ev, q0));
+  CHECK_OK(dp_stream_wait_event(q1, ev));
+  CHECK_OK(dp_stream_copy(q1, b, 0, a, 0, N));
+  CHECK_OK(dp_stream_read(q1, b, 0, dst, N));
+  CHECK_OK(dp_stream_synchronize(q1));
+  CHECK(memcmp(src, dst, N) == 0);
+  memset(dst, 0, N);
+  CHECK_OK(dp_buffer_copy(c, 0, b, 0, N));
+  CHECK_OK(dp_buffer_read(c, 0, dst, N));
+  CHECK(memcmp(src, dst, N) == 0);
+
+  /* bad uses of plugin devices are errors, as on the CPU */
+  CHECK_STATUS(dp_stream_write(q0, b, 0, src, 16), DP_INVALID_ARGUMENT);
+  CHECK_STATUS(dp_buffer_read(a, N - 4, dst, 8), DP_OUT_OF_RANGE);
+
+  dp_event_destroy(ev);
+  dp_stream_destroy(q0);
+  dp_stream_destroy(q1);
+  dp_buffer_release(a);
+  dp_buffer_release(b);
+  dp_buffer_release(c);
+  free(src);
+  free(dst);
+  dp_runtime_destroy(rt);
+}
+
+static void failures_are_listed(void) {
+  SECTION("failed loads are listed and cost only themselves");
+  dp_runtime_t *rt = make_runtime();
+  const char *bad[] = {"devices=lots"};
+  CHECK_STATUS_MSG(dp_runtime_load_plugin(rt, SIM, bad, 1), DP_INVALID_ARGUMENT, "devices");
+  CHECK_STATUS_MSG(dp_runtime_load_plugin(rt, "/no/such/libplugin.so", NULL, 0), DP_NOT_FOUND, "no such file");
+  CHECK_STATUS_MSG(dp_runtime_load_plugin(rt, "relative/libplugin.so", NULL, 0), DP_INVALID_ARGUMENT, "relative");
+  const char *not_kv[] = {"devices"};
+  CHECK_STATUS_MSG(dp_runtime_load_plugin(rt, SIM, not_kv, 1), DP_INVALID_ARGUMENT, "key=value");
+  CHECK_STATUS(dp_runtime_load_plugin(rt, SIM, NULL, 1), DP_INVALID_ARGUMENT);
+  CHECK_STATUS(dp_runtime_load_plugin(rt, NULL, NULL, 0), DP_INVALID_ARGUMENT);
+  CHECK_STATUS(dp_runtime_load_plugin(NULL, SIM, NULL, 0), DP_INVALID_ARGUMENT);
+
+  size_t failures = 0;
+  CHECK_OK(dp_runtime_plugin_failure_count(rt, &failures));
+  CHECK(failures == 3);
+  dp_plugin_failure_t f;
+  memset(&f, 0, sizeof f);
+  f.struct_size = sizeof f;
+  CHECK_OK(dp_runtime_plugin_failure(rt, 0, &f));
+  CHECK(f.status == DP_INVALID_ARGUMENT);
+  CHECK(strstr(f.message, "devices") != NULL);
+  CHECK(strstr(f.path, "libdevplug_sim.so") != NULL);
+  CHECK_STATUS(dp_runtime_plugin_failure(rt, 3, &f), DP_OUT_OF_RANGE);
+
+  /* the runtime still loads the good plugin, once, even when asked twice */
+  CHECK_OK(dp_runtime_load_plugin(rt, SIM, NULL, 0));
+  CHECK_OK(dp_runtime_load_plugin(rt, SIM, NULL, 0));
+  size_t plugins = 0;
+  CHECK_OK(dp_runtime_plugin_count(rt, &plugins));
+  CHECK(plugins == 1);
+  dp_device_t *sim = NULL;
+  CHECK_OK(dp_runtime_find_device(rt, "SIM", &sim));
+  dp_runtime_destroy(rt);
+}
+
+static void injected_faults(void) {
+  SECTION("injected faults are errors");
+  dp_runtime_t *rt = make_runtime();
+  const char *opts[] = {"fail_copy_after=1"};
+  CHECK_OK(dp_runtime_load_plugin(rt, SIM, opts, 1));
+  dp_device_t *sim = NULL;
+  CHECK_OK(dp_runtime_find_device(rt, "SIM", &sim));
+  dp_buffer_t *b = NULL;
+  CHECK_OK(dp_buffer_allocate(sim, 64, &b));
+  unsigned char x[64] = {1};
+  CHECK_OK(dp_buffer_write(b, 0, x, 64));
+  CHECK_STATUS_MSG(dp_buffer_write(b, 0, x, 64), DP_RESOURCE_EXHAUSTED, "SIM|plugin");
+  dp_buffer_release(b);
+  dp_runtime_destroy(rt);
+}
+
+int main(void) {
+  enumeration_and_copies();
+  failures_are_listed();
+  injected_faults();
+  return DP_TEST_SUMMARY();
+}

@@ -1,0 +1,154 @@
+//! A Rust host with the SIM reference plugin (C): device memory the host cannot dereference,
+//! asynchronous streams on worker threads, load options and injected faults.
+
+use std::sync::Arc;
+
+use devplug_core::{Code, Device, EventStatus, Runtime, RuntimeOptions, Tensor};
+use devplug_tests::plugin_path;
+
+fn runtime() -> Runtime {
+    Runtime::new(RuntimeOptions {
+        discover_from_env: false,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn read_all(d: &Arc<devplug_core::Buffer>) -> Vec<u8> {
+    let mut v = vec![0u8; d.size() as usize];
+    d.read(0, &mut v).unwrap();
+    v
+}
+
+#[test]
+fn sim_devices_work_like_the_cpu_across_devices_and_streams() {
+    let rt = runtime();
+    let info = rt
+        .load_plugin(plugin_path("devplug_sim"), &[("devices", "2"), ("latency_us", "300")])
+        .unwrap();
+    assert_eq!(info.platforms, ["SIM"]);
+    let (s0, s1, cpu) = (rt.find_device("SIM:0").unwrap(), rt.find_device("sim:1").unwrap(), rt.find_device("CPU").unwrap());
+    let p = s0.properties();
+    assert_eq!((p.platform.as_str(), p.device_type.as_str(), p.host_visible), ("SIM", "SIM", false));
+    assert!(p.is_active_platform);
+
+    // host → SIM:0 on a stream, event, SIM:1's stream waits, copies SIM:0 → SIM:1, then CPU.
+    const N: usize = 1 << 20;
+    let data = pattern(N, 7);
+    let a = s0.allocate(N as u64).unwrap();
+    let b = s1.allocate(N as u64).unwrap();
+    let c = cpu.allocate(N as u64).unwrap();
+    let q0 = s0.create_stream().unwrap();
+    let q1 = s1.create_stream().unwrap();
+    q0.write(&a, 0, data.clone()).unwrap();
+    let ev = s0.create_event().unwrap();
+    ev.record(&q0).unwrap();
+    q1.wait_event(&ev).unwrap();
+    q1.copy(&b, 0, &a, 0, N as u64).unwrap();
+    q1.synchronize().unwrap();
+    assert_eq!(ev.status().unwrap(), EventStatus::Complete);
+    c.copy_from(0, &b, 0, N as u64).unwrap();
+    assert_eq!(read_all(&c), data, "every byte through SIM:0, SIM:1 and the CPU");
+
+    // memset with an offset, on the default stream, read back synchronously.
+    a.memset(100, 0xEE, 50).unwrap();
+    let got = read_all(&a);
+    assert!(got[100..150].iter().all(|x| *x == 0xEE));
+    assert_eq!(got[..100], data[..100]);
+    assert_eq!(got[150..], data[150..]);
+
+    // tensors move between the CPU and SIM
+    let t = Tensor::from_slice(&cpu, &[2, 3], &[1i32, 2, 3, 4, 5, 6]).unwrap();
+    let on_sim = t.copy_to(&s1).unwrap();
+    assert_eq!(on_sim.copy_to(&s0).unwrap().to_vec::<i32>().unwrap(), [1, 2, 3, 4, 5, 6]);
+
+    // memory statistics come from the core's suballocator over SIM's memory
+    assert!(s0.memory_stats().bytes_in_use >= N as u64);
+}
+
+#[test]
+fn a_missing_wait_is_visible_and_the_event_fixes_it() {
+    // SIM's streams really are asynchronous: without the event, stream 2 reads too early.
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[("latency_us", "20000")]).unwrap();
+    let d = rt.find_device("SIM").unwrap();
+    let buf = d.allocate(4096).unwrap();
+    buf.memset(0, 0, 4096).unwrap();
+    let (w, r) = (d.create_stream().unwrap(), d.create_stream().unwrap());
+    w.memset(&buf, 0, 9, 4096).unwrap();
+    let ev = d.create_event().unwrap();
+    ev.record(&w).unwrap();
+    r.wait_event(&ev).unwrap();
+    let out = Arc::new(slot::Slot::default());
+    let (b2, o2) = (buf.clone(), out.clone());
+    r.host_callback(Box::new(move || o2.set(read_all(&b2)))).unwrap();
+    r.synchronize().unwrap();
+    assert_eq!(out.take(), vec![9u8; 4096]);
+}
+
+#[test]
+fn injected_faults_surface_as_errors_and_the_runtime_goes_on() {
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[("fail_alloc_after", "1"), ("memory", "4M")]).unwrap();
+    let d = rt.find_device("SIM").unwrap();
+    let _first = d.allocate(1024).unwrap(); // SIM's one allowed raw allocation: a 1 MiB region
+    // The suballocator serves from that cached region while it can…
+    let _second = d.allocate(2048).unwrap();
+    // …and needs a new raw allocation for this one, which SIM refuses.
+    let e = d.allocate(2 << 20).unwrap_err();
+    assert_eq!(e.code, Code::ResourceExhausted, "{e}");
+    assert!(e.message.contains("plugin"), "{e}");
+    // the CPU is untouched
+    let cpu = rt.find_device("CPU").unwrap();
+    Tensor::from_slice(&cpu, &[1], &[1u8]).unwrap();
+}
+
+#[test]
+fn sim_load_options_are_validated() {
+    let rt = runtime();
+    let e = rt.load_plugin(plugin_path("devplug_sim"), &[("devices", "zero")]).unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument, "{e}");
+    assert!(e.message.contains("devices"), "{e}");
+    let e = rt.load_plugin(plugin_path("devplug_sim"), &[("fail_init", "1")]).unwrap_err();
+    assert_eq!(e.code, Code::Internal, "{e}");
+    assert!(e.message.contains("injected init failure"), "{e}");
+    assert_eq!(rt.plugin_failures().len(), 2);
+    assert!(rt.plugins().is_empty());
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    assert_eq!(rt.plugins().len(), 1);
+}
+
+#[test]
+fn two_runtimes_load_sim_independently() {
+    let a = runtime();
+    let b = runtime();
+    a.load_plugin(plugin_path("devplug_sim"), &[("devices", "1")]).unwrap();
+    b.load_plugin(plugin_path("devplug_sim"), &[("devices", "3")]).unwrap();
+    assert_eq!(a.devices().iter().filter(|d| d.platform().info.name == "SIM").count(), 1);
+    assert_eq!(b.devices().iter().filter(|d| d.platform().info.name == "SIM").count(), 3);
+    drop(a);
+    let d: Arc<Device> = b.find_device("SIM:2").unwrap();
+    let t = Tensor::from_slice(&d, &[3], &[1.0f64, 2.0, 3.0]).unwrap();
+    assert_eq!(t.to_vec::<f64>().unwrap(), [1.0, 2.0, 3.0]);
+}
+
+/// A tiny take-once cell, to hand a result out of a host callback.
+mod slot {
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    pub struct Slot(Mutex<Option<Vec<u8>>>);
+
+    impl Slot {
+        pub fn set(&self, v: Vec<u8>) {
+            *self.0.lock().unwrap() = Some(v);
+        }
+        pub fn take(&self) -> Vec<u8> {
+            self.0.lock().unwrap().take().expect("the callback ran")
+        }
+    }
+}

@@ -1,0 +1,946 @@
+//! The malformed-plugin zoo (RELIABILITY.md, "Loading"): plugins/zoo/zoo.c compiled into one
+//! library per fault, each loaded here into a runtime that already holds a good zoo plugin.
+//! Every refusal is checked for its exact code, a message that names the plugin and the
+//! struct/field or reason, its entry in `plugin_failures()`, a full rollback (nothing
+//! registered, everything the plugin made destroyed) and a runtime that keeps working.
+//!
+//! Tests run in parallel threads of one process. Only one test touches the environment
+//! (`DEVPLUG_PLUGIN_PATH`); it holds [`ENV`] for writing while every other test holds it for
+//! reading, and every other runtime is created with `discover_from_env: false`.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Component, Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use devplug_core::{Code, DevicePtr, Error, EventStatus, PluginFailure, Runtime, RuntimeOptions};
+use devplug_tests::{build_dir, require_cmake_build, TempDir};
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// Guards the process environment (see the module comment).
+static ENV: RwLock<()> = RwLock::new(());
+
+/// Taken once at the start of every test but the one that sets the environment.
+fn env_shared() -> RwLockReadGuard<'static, ()> {
+    ENV.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `<build>/plugins/zoo/libzoo_<variant>.so`.
+fn zoo_path(variant: &str) -> PathBuf {
+    require_cmake_build();
+    let p = build_dir()
+        .join("plugins")
+        .join("zoo")
+        .join(format!("libzoo_{variant}.so"));
+    assert!(p.is_file(), "zoo variant {} was not built", p.display());
+    p
+}
+
+fn runtime() -> Runtime {
+    Runtime::new(RuntimeOptions {
+        discover_from_env: false,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn platform_names(rt: &Runtime) -> Vec<String> {
+    rt.platforms().iter().map(|p| p.info.name.clone()).collect()
+}
+
+fn device_names(rt: &Runtime) -> Vec<String> {
+    rt.devices().iter().map(|d| d.qualified_name()).collect()
+}
+
+fn plugin_names(rt: &Runtime) -> Vec<String> {
+    rt.plugins().into_iter().map(|p| p.name).collect()
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
+        .collect()
+}
+
+fn read_all(b: &devplug_core::Buffer) -> Vec<u8> {
+    let mut v = vec![0u8; b.size() as usize];
+    b.read(0, &mut v).unwrap();
+    v
+}
+
+/// The built-in CPU still allocates and round-trips bytes.
+fn assert_cpu_works(rt: &Runtime) {
+    let cpu = rt.find_device("CPU:0").unwrap();
+    let data = pattern(1000, 3);
+    let b = cpu.allocate(1000).unwrap();
+    b.write(0, &data).unwrap();
+    assert_eq!(read_all(&b), data, "CPU round trip");
+}
+
+/// A zoo device does everything a device does: allocate, copy both ways and within, memset,
+/// streams, events, host callbacks; and it refuses addresses outside its allocations.
+fn assert_zoo_device_works(rt: &Runtime, spec: &str) {
+    const N: usize = 4096;
+    let d = rt.find_device(spec).unwrap();
+    let cpu = rt.find_device("CPU:0").unwrap();
+    assert!(!d.host_visible(), "{spec}: zoo memory is not host memory");
+
+    // synchronous copies and memset
+    let data = pattern(N, 11);
+    let a = d.allocate(N as u64).unwrap();
+    a.write(0, &data).unwrap();
+    assert_eq!(read_all(&a), data, "{spec}: host → device → host");
+    a.memset(100, 0xAB, 50).unwrap();
+    let mut expect = data.clone();
+    expect[100..150].fill(0xAB);
+    assert_eq!(read_all(&a), expect, "{spec}: memset");
+    let b = d.allocate(N as u64).unwrap();
+    b.copy_from(0, &a, 0, N as u64).unwrap();
+    assert_eq!(read_all(&b), expect, "{spec}: device → device");
+    let c = cpu.allocate(N as u64).unwrap();
+    c.copy_from(0, &b, 0, N as u64).unwrap();
+    assert_eq!(read_all(&c), expect, "{spec}: device → CPU");
+
+    // a stream, an event, a host callback, a second stream that waits
+    let s = d.create_stream().unwrap();
+    let data2 = pattern(N, 77);
+    s.write(&a, 0, data2.clone()).unwrap();
+    s.memset(&a, 8, 0x11, 8).unwrap();
+    let mut out = vec![0u8; N];
+    // SAFETY: `out` lives until after the stream is synchronized below.
+    unsafe { s.read_raw(&a, 0, out.as_mut_ptr(), N as u64).unwrap() };
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    s.host_callback(Box::new(move || flag.store(true, Ordering::SeqCst)))
+        .unwrap();
+    let ev = d.create_event().unwrap();
+    ev.record(&s).unwrap();
+    ev.synchronize().unwrap();
+    assert_eq!(ev.status().unwrap(), EventStatus::Complete);
+    let s2 = d.create_stream().unwrap();
+    s2.wait_event(&ev).unwrap();
+    s2.wait_stream(&s).unwrap();
+    s2.copy(&b, 0, &a, 0, N as u64).unwrap();
+    s2.synchronize().unwrap();
+    s.synchronize().unwrap();
+    let mut expect2 = data2.clone();
+    expect2[8..16].fill(0x11);
+    assert_eq!(out, expect2, "{spec}: stream-ordered copies");
+    assert!(ran.load(Ordering::SeqCst), "{spec}: the host callback ran");
+    assert_eq!(read_all(&b), expect2, "{spec}: stream device → device");
+    d.synchronize().unwrap();
+
+    // The plugin checks device addresses itself (the buffer API checks ranges first, so go
+    // to the executor): an address far outside every allocation is refused with its message.
+    let far = DevicePtr(0x2000_0000_0000_0000 + (1 << 40));
+    let e = d.executor().memset(far, 0, 16).unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument, "{e}");
+    assert!(
+        e.message.contains("memset") && e.message.contains("outside every live allocation"),
+        "{e}"
+    );
+}
+
+/// A file the plugin appends lines to (load option `marker`).
+struct Marker {
+    _dir: TempDir,
+    path: PathBuf,
+}
+
+impl Marker {
+    fn new(label: &str) -> Marker {
+        let dir = TempDir::new(&format!("zoo-marker-{label}"));
+        let path = dir.path().join("marker.txt");
+        Marker { _dir: dir, path }
+    }
+
+    fn option(&self) -> &str {
+        self.path.to_str().expect("temp paths are UTF-8")
+    }
+
+    fn lines(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.path)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn has(&self, line: &str) -> bool {
+        self.lines().iter().any(|l| l == line)
+    }
+}
+
+/// Everything the plugin made was destroyed: every registered platform, every created device,
+/// and, when init succeeded, the plugin itself (shutdown).
+fn assert_nothing_left(variant: &str, marker: &Marker) {
+    let lines = marker.lines();
+    let has = |l: String| lines.contains(&l);
+    for l in &lines {
+        if let Some(p) = l.strip_prefix("registered ") {
+            assert!(
+                has(format!("destroy_platform {p}")),
+                "{variant}: platform {p} was registered and never destroyed; plugin log: {lines:?}"
+            );
+        }
+        if let Some(d) = l.strip_prefix("created ") {
+            assert!(
+                has(format!("destroy_device {d}")),
+                "{variant}: device {d} was created and never destroyed; plugin log: {lines:?}"
+            );
+        }
+        if let Some(p) = l.strip_prefix("init ok ") {
+            assert!(
+                has(format!("shutdown {p}")),
+                "{variant}: init succeeded but shutdown was never called; plugin log: {lines:?}"
+            );
+        }
+    }
+}
+
+/// A runtime holding the good plugin `zoo_a` (platform ZOOA) and the outcome of loading
+/// `variant` next to it.
+struct Refusal {
+    rt: Runtime,
+    err: Error,
+    marker: Marker,
+}
+
+/// Loads `variant` beside a good plugin and checks that it is refused with `code` and a
+/// message holding every one of `needles` and the plugin's name or path; that the failure is
+/// listed; that nothing of it stays registered or alive; that the runtime and the good
+/// plugin's device still work.
+fn refuse(variant: &str, code: Code, needles: &[&str]) -> Refusal {
+    let rt = runtime();
+    let good = rt.load_plugin(zoo_path("a"), &[]).unwrap();
+    assert_eq!(good.platforms, ["ZOOA"]);
+    let (platforms, devices) = (platform_names(&rt), device_names(&rt));
+
+    let path = zoo_path(variant);
+    let marker = Marker::new(variant);
+    let err = match rt.load_plugin(&path, &[("marker", marker.option())]) {
+        Ok(info) => panic!("zoo variant '{variant}' must be refused, but it loaded: {info:?}"),
+        Err(e) => e,
+    };
+    assert_eq!(err.code, code, "{variant}: wrong code; error: {err}");
+    let shown = path.display().to_string();
+    let plugin = format!("'zoo_{variant}'");
+    assert!(
+        err.message.contains(&shown) || err.message.contains(&plugin),
+        "{variant}: the message names neither the plugin {plugin} nor its path {shown}: {err}"
+    );
+    for needle in needles {
+        assert!(
+            err.message.contains(needle),
+            "{variant}: the message lacks `{needle}`: {err}"
+        );
+    }
+    assert_eq!(
+        rt.plugin_failures(),
+        [PluginFailure {
+            path: path.clone(),
+            error: err.clone()
+        }],
+        "{variant}: the failure list"
+    );
+    assert_eq!(plugin_names(&rt), ["zoo_a"], "{variant}: plugins");
+    assert_eq!(platform_names(&rt), platforms, "{variant}: platforms");
+    assert_eq!(device_names(&rt), devices, "{variant}: devices");
+    assert_nothing_left(variant, &marker);
+    assert_cpu_works(&rt);
+    assert_zoo_device_works(&rt, "ZOOA:0");
+    Refusal { rt, err, marker }
+}
+
+/// One test per refused variant: `name: "variant" => CODE ["needle", ...];`
+macro_rules! refused {
+    ($($test:ident: $variant:literal => $code:ident [$($needle:expr),* $(,)?];)*) => {
+        $(
+            #[test]
+            fn $test() {
+                let _env = env_shared();
+                refuse($variant, Code::$code, &[$($needle),*]);
+            }
+        )*
+    };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Refused variants, one fault each
+
+refused! {
+    // the library and its entry point
+    entry_symbol_missing: "no_entry" => NotFound
+        ["no devplug entry point", "'devplug_plugin_entry'"];
+    entry_returns_null: "entry_null" => InvalidArgument ["devplug_plugin_entry() returned NULL"];
+
+    // dpp_plugin_api_t: versions
+    abi_major_differs: "abi_major" => AbiMismatch
+        ["plugin ABI 2.0", "host implements ABI 1.0", "major"];
+    abi_minor_newer_than_host: "abi_minor_newer" => AbiMismatch
+        ["plugin ABI 1.1", "host implements ABI 1.0", "minor"];
+
+    // dpp_plugin_api_t: struct_size and fields
+    api_struct_size_zero: "api_size_0" => InvalidArgument
+        ["dpp_plugin_api_t.struct_size", "is 0"];
+    api_struct_size_16: "api_size_16" => InvalidArgument
+        ["dpp_plugin_api_t.struct_size", "is 16"];
+    api_struct_size_40: "api_size_40" => InvalidArgument
+        ["dpp_plugin_api_t.struct_size", "is 40", "56"];
+    init_null: "init_null" => InvalidArgument ["dpp_plugin_api_t.init", "NULL"];
+    plugin_name_null: "name_null" => InvalidArgument ["dpp_plugin_api_t.name", "NULL"];
+    plugin_name_invalid: "name_invalid" => InvalidArgument
+        ["dpp_plugin_api_t.name", "'bad name!'"];
+    plugin_name_not_terminated_within_64: "name_long" => InvalidArgument
+        ["dpp_plugin_api_t.name", "NUL-terminated within 64"];
+
+    // dpp_platform_t
+    platform_struct_size_too_small: "platform_size_small" => InvalidArgument
+        ["dpp_platform_t.struct_size", "is 48", "96"];
+    platform_name_lowercase: "platform_name_lower" => InvalidArgument
+        ["dpp_platform_t.name", "'zoo'"];
+    platform_name_longer_than_64: "platform_name_long" => InvalidArgument
+        ["dpp_platform_t.name",
+         "'ZOO_PLATFORM_NAME_THAT_IS_LONGER_THAN_SIXTY_FOUR_CHARACTERS_0123456789'", "64"];
+    device_type_empty: "device_type_empty" => InvalidArgument
+        ["dpp_platform_t.device_type", "''"];
+    platform_flags_unknown: "flags_unknown" => InvalidArgument
+        ["dpp_platform_t.flags", "0x80"];
+    device_count_negative: "device_count_negative" => InvalidArgument
+        ["dpp_platform_t.device_count", "-1"];
+    create_device_null: "create_device_null" => InvalidArgument
+        ["dpp_platform_t.create_device", "NULL"];
+    destroy_device_null: "destroy_device_null" => InvalidArgument
+        ["dpp_platform_t.destroy_device", "NULL"];
+
+    // conflicts with what is registered
+    platform_name_of_the_builtin_host: "platform_name_host" => AlreadyExists
+        ["'HOST'", "built-in", "plugin 'zoo_platform_name_host'"];
+    cpu_type_at_the_builtin_priority: "cpu_priority_0" => AlreadyExists
+        ["'ZOOCPU'", "'CPU'", "priority 0", "'HOST'", "built-in"];
+
+    // init
+    init_fails_with_its_own_message: "init_error" => Internal
+        ["zoo: the simulated firmware did not answer"];
+    init_returns_an_unknown_status_silently: "init_unknown_status_silent" => Internal
+        ["12345"];
+
+    // dpp_device_t and dpp_stream_executor_t (checked when the device is created)
+    executor_struct_size_too_small: "se_size_small" => InvalidArgument
+        ["dpp_stream_executor_t.struct_size", "is 64", "240"];
+    executor_memcpy_htod_null: "se_memcpy_htod_null" => InvalidArgument
+        ["dpp_stream_executor_t.memcpy_htod", "NULL"];
+    executor_create_stream_null: "se_create_stream_null" => InvalidArgument
+        ["dpp_stream_executor_t.create_stream", "NULL"];
+    executor_event_status_null: "se_event_status_null" => InvalidArgument
+        ["dpp_stream_executor_t.event_status", "NULL"];
+    executor_synchronize_all_null: "se_synchronize_all_null" => InvalidArgument
+        ["dpp_stream_executor_t.synchronize_all", "NULL"];
+    executor_host_callback_null: "se_host_callback_null" => InvalidArgument
+        ["dpp_stream_executor_t.host_callback", "NULL"];
+    executor_host_allocate_without_host_deallocate: "host_allocate_only" => InvalidArgument
+        ["dpp_stream_executor_t.host_allocate", "host_deallocate"];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Refused variants with more to check
+
+#[test]
+fn the_same_platform_registered_twice_by_one_plugin() {
+    let _env = env_shared();
+    let r = refuse(
+        "register_twice",
+        Code::AlreadyExists,
+        &["'ZOO'", "already registered by plugin 'zoo_register_twice'"],
+    );
+    // the first registration was rolled back
+    assert!(r.marker.has("registered ZOO"), "{:?}", r.marker.lines());
+    assert!(
+        r.marker.has("destroy_platform ZOO"),
+        "{:?}",
+        r.marker.lines()
+    );
+    assert!(!platform_names(&r.rt).contains(&"ZOO".to_string()));
+}
+
+#[test]
+fn init_registers_one_platform_then_fails_and_is_rolled_back() {
+    let _env = env_shared();
+    let r = refuse(
+        "init_half",
+        Code::ResourceExhausted,
+        &["zoo: out of device slots after the first platform"],
+    );
+    assert_eq!(
+        r.marker.lines(),
+        [
+            "init zoo_init_half",
+            "registered ZOO",
+            "destroy_platform ZOO"
+        ],
+        "the plugin's destroy_platform ran for the platform its failed init registered"
+    );
+    assert!(!platform_names(&r.rt).contains(&"ZOO".to_string()));
+}
+
+#[test]
+fn init_returns_an_unknown_status_with_a_message() {
+    let _env = env_shared();
+    // The plugin's message is kept, and the unknown status is named (as for every other
+    // plugin call: "the plugin returned the unknown status N").
+    refuse(
+        "init_unknown_status",
+        Code::Internal,
+        &["zoo: returning a status that does not exist", "12345"],
+    );
+}
+
+#[test]
+fn create_device_fails_with_its_own_message_and_everything_is_undone() {
+    let _env = env_shared();
+    let r = refuse(
+        "create_device_fails",
+        Code::Unavailable,
+        &["create_device(0)", "zoo: device 0 of ZOO did not power up"],
+    );
+    let lines = r.marker.lines();
+    assert!(
+        !lines.iter().any(|l| l.starts_with("destroy_device")),
+        "a device create_device refused is not destroyed: {lines:?}"
+    );
+    for l in ["destroy_platform ZOO", "shutdown zoo_create_device_fails"] {
+        assert!(lines.iter().any(|x| x == l), "`{l}` missing: {lines:?}");
+    }
+    assert!(r
+        .err
+        .message
+        .contains(&zoo_path("create_device_fails").display().to_string()));
+}
+
+#[test]
+fn device_se_null() {
+    let _env = env_shared();
+    let r = refuse(
+        "se_null",
+        Code::InvalidArgument,
+        &["dpp_device_t.se", "NULL", "platform ZOO"],
+    );
+    // The host destroyed the device it refused, then the platform, then shut the plugin down.
+    assert_eq!(
+        r.marker.lines(),
+        [
+            "init zoo_se_null",
+            "registered ZOO",
+            "init ok zoo_se_null",
+            "created ZOO 0",
+            "destroy_device ZOO 0",
+            "destroy_platform ZOO",
+            "shutdown zoo_se_null"
+        ]
+    );
+}
+
+#[test]
+fn same_device_type_and_priority_as_another_plugin() {
+    let _env = env_shared();
+    let rt = runtime();
+    rt.load_plugin(zoo_path("a"), &[]).unwrap();
+    rt.load_plugin(zoo_path("b"), &[]).unwrap();
+    let path = zoo_path("c_same_priority");
+    let err = rt.load_plugin(&path, &[]).unwrap_err();
+    assert_eq!(err.code, Code::AlreadyExists, "{err}");
+    for needle in [
+        "plugin 'zoo_c_same_priority'",
+        "'ZOOC'",
+        "'ZOOB'",
+        "plugin 'zoo_b'",
+        "priority 2",
+    ] {
+        assert!(err.message.contains(needle), "`{needle}` missing: {err}");
+    }
+    assert_eq!(
+        rt.plugin_failures(),
+        [PluginFailure {
+            path,
+            error: err.clone()
+        }]
+    );
+    assert_eq!(plugin_names(&rt), ["zoo_a", "zoo_b"]);
+    assert_eq!(platform_names(&rt), ["HOST", "ZOOA", "ZOOB"]);
+    // the first stays usable, and still is what ZOO:0 means
+    assert_eq!(
+        rt.find_device("ZOO:0").unwrap().platform().info.name,
+        "ZOOB"
+    );
+    assert_zoo_device_works(&rt, "ZOO:0");
+    assert_zoo_device_works(&rt, "ZOOA:0");
+    assert_cpu_works(&rt);
+
+    // Alone, the same file loads fine: the refusal was the conflict.
+    let alone = runtime();
+    assert_eq!(
+        alone
+            .load_plugin(zoo_path("c_same_priority"), &[])
+            .unwrap()
+            .platforms,
+        ["ZOOC"]
+    );
+    assert_zoo_device_works(&alone, "ZOO:0");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The file itself: missing, not a library, wrong architecture, truncated
+
+/// Loading `path` fails with `code`, naming the path and `needles`; the runtime carries on.
+fn refuse_file(path: &Path, code: Code, needles: &[&str]) -> Error {
+    let rt = runtime();
+    rt.load_plugin(zoo_path("a"), &[]).unwrap();
+    let err = rt.load_plugin(path, &[]).unwrap_err();
+    assert_eq!(err.code, code, "{err}");
+    let shown = path.display().to_string();
+    assert!(err.message.contains(&shown), "the path is not named: {err}");
+    for needle in needles {
+        assert!(err.message.contains(needle), "`{needle}` missing: {err}");
+    }
+    assert_eq!(
+        rt.plugin_failures(),
+        [PluginFailure {
+            path: path.to_path_buf(),
+            error: err.clone()
+        }]
+    );
+    assert_eq!(plugin_names(&rt), ["zoo_a"]);
+    assert_eq!(platform_names(&rt), ["HOST", "ZOOA"]);
+    assert_cpu_works(&rt);
+    assert_zoo_device_works(&rt, "ZOOA:0");
+    err
+}
+
+#[test]
+fn file_missing() {
+    let _env = env_shared();
+    let dir = TempDir::new("zoo-missing");
+    refuse_file(
+        &dir.path().join("libzoo_missing.so"),
+        Code::NotFound,
+        &["no such file"],
+    );
+}
+
+#[test]
+fn file_is_not_a_library() {
+    let _env = env_shared();
+    let dir = TempDir::new("zoo-junk");
+    let junk = dir.path().join("libjunk.so");
+    // longer than an ELF header, so that the reason is the header, not the length
+    std::fs::write(
+        &junk,
+        "this is a text file, not a shared library; it only has a name that ends in .so\n"
+            .repeat(3),
+    )
+    .unwrap();
+    // the loader's own reason (dlerror), not only that dlopen failed
+    refuse_file(
+        &junk,
+        Code::InvalidArgument,
+        &["cannot load the library", "invalid ELF header"],
+    );
+}
+
+#[test]
+fn file_for_another_architecture() {
+    let _env = env_shared();
+    let dir = TempDir::new("zoo-arch");
+    let mut bytes = std::fs::read(zoo_path("good")).unwrap();
+    // e_machine (ELF header offset 18, little-endian) := EM_AARCH64 (183), or EM_X86_64 (62)
+    // on an aarch64 host.
+    let other: u16 = if cfg!(target_arch = "aarch64") {
+        62
+    } else {
+        183
+    };
+    bytes[18..20].copy_from_slice(&other.to_le_bytes());
+    let p = dir.path().join("libzoo_other_arch.so");
+    std::fs::write(&p, bytes).unwrap();
+    let err = refuse_file(&p, Code::InvalidArgument, &["cannot load the library"]);
+    // The reason: glibc's (which, for a file of another machine, is "cannot open shared
+    // object file") or the loader's own.
+    assert!(
+        ["cannot open shared object file", "machine", "architecture"]
+            .iter()
+            .any(|r| err.message.contains(r)),
+        "the loader's reason is missing: {err}"
+    );
+}
+
+#[test]
+fn file_truncated_inside_the_elf_header() {
+    let _env = env_shared();
+    let dir = TempDir::new("zoo-trunc-header");
+    let bytes = std::fs::read(zoo_path("good")).unwrap();
+    let p = dir.path().join("libzoo_truncated_header.so");
+    std::fs::write(&p, &bytes[..40]).unwrap();
+    refuse_file(
+        &p,
+        Code::InvalidArgument,
+        &["cannot load the library", "file too short"],
+    );
+}
+
+/// The environment variable through which [`file_truncated_after_the_headers`] hands its file
+/// to the child process.
+const CHILD_TRUNCATED: &str = "DEVPLUG_ZOO_CHILD_TRUNCATED";
+
+#[test]
+fn file_truncated_after_the_headers() {
+    // Cut in the middle of its loadable segments: the ELF and program headers are intact, but
+    // the segments run past the end of the file. A plain dlopen maps them and dies of SIGBUS
+    // on the first touch. The load runs in a child process (this
+    // test binary, running only `child_loads_a_truncated_plugin`) so that a crash fails this
+    // test instead of killing every test of the binary.
+    let _env = env_shared();
+    let dir = TempDir::new("zoo-trunc");
+    let bytes = std::fs::read(zoo_path("good")).unwrap();
+    let cut = loaded_end(&bytes) / 2;
+    let p = dir.path().join("libzoo_truncated.so");
+    std::fs::write(&p, &bytes[..cut]).unwrap();
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "child_loads_a_truncated_plugin",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_TRUNCATED, &p)
+        .output()
+        .unwrap();
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if let Some(sig) = output.status.signal() {
+        panic!(
+            "loading a truncated plugin ({} of {} bytes) crashed the host process with signal \
+             {sig}; the loader must refuse it before dlopen maps segments past the end of the \
+             file. Child output:\n{out}",
+            cut,
+            bytes.len()
+        );
+    }
+    assert!(output.status.success(), "the child failed:\n{out}");
+    assert!(
+        out.contains("1 passed"),
+        "the child did not run its test:\n{out}"
+    );
+}
+
+/// The end of the last loadable segment's bytes in an ELF64 file (what dlopen maps): the
+/// largest `p_offset + p_filesz` of its `PT_LOAD` program headers.
+fn loaded_end(elf: &[u8]) -> usize {
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "an ELF64 file");
+    let u16_at = |o: usize| u16::from_le_bytes(elf[o..o + 2].try_into().unwrap()) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap()) as usize;
+    let (phoff, phentsize, phnum) = (u64_at(32), u16_at(54), u16_at(56));
+    let end = (0..phnum)
+        .map(|i| phoff + i * phentsize)
+        .filter(|&ph| u32::from_le_bytes(elf[ph..ph + 4].try_into().unwrap()) == 1)
+        .map(|ph| u64_at(ph + 8) + u64_at(ph + 32))
+        .max()
+        .expect("a PT_LOAD segment");
+    assert!(
+        end / 2 > phoff + phnum * phentsize,
+        "the headers stay whole"
+    );
+    end
+}
+
+#[test]
+#[ignore = "run by file_truncated_after_the_headers in a child process"]
+fn child_loads_a_truncated_plugin() {
+    let Some(path) = std::env::var_os(CHILD_TRUNCATED) else {
+        return;
+    };
+    refuse_file(Path::new(&path), Code::InvalidArgument, &[]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Good plugins
+
+#[test]
+fn good_plugin_works_end_to_end_and_is_torn_down_in_order() {
+    let _env = env_shared();
+    let marker = Marker::new("good");
+    let rt = runtime();
+    let info = rt
+        .load_plugin(zoo_path("good"), &[("marker", marker.option())])
+        .unwrap();
+    assert_eq!(info.name, "zoo_good");
+    assert_eq!(info.version, "1.0.0");
+    assert_eq!(info.path, zoo_path("good"));
+    assert_eq!(info.platforms, ["ZOO"]);
+    assert!(rt.plugin_failures().is_empty());
+    assert_eq!(device_names(&rt), ["HOST:0", "ZOO:0"]);
+    let d = rt.find_device("ZOO:0").unwrap();
+    let p = d.properties();
+    assert_eq!(
+        (p.platform.as_str(), p.device_type.as_str(), p.priority),
+        ("ZOO", "ZOO", 0)
+    );
+    assert_eq!(p.description.hardware_name, "zoo-0");
+    assert_eq!(p.description.vendor, "devplug zoo");
+    assert_eq!(p.description.total_memory, 16 << 20);
+    assert!(p.is_active_platform);
+    assert_zoo_device_works(&rt, "ZOO:0");
+    assert_zoo_device_works(&rt, "zoo");
+    assert_cpu_works(&rt);
+
+    // An object that outlives the runtime keeps its plugin loaded; the teardown destroys the
+    // device, then the platform, then shuts the plugin down (and only then closes it).
+    let keep = d.allocate(64).unwrap();
+    keep.write(0, &[7u8; 64]).unwrap();
+    drop(d);
+    drop(rt);
+    assert_eq!(
+        read_all(&keep),
+        [7u8; 64],
+        "the buffer outlives its runtime"
+    );
+    assert!(!marker.has("shutdown zoo_good"), "{:?}", marker.lines());
+    drop(keep);
+    assert_eq!(
+        marker.lines(),
+        [
+            "init zoo_good",
+            "registered ZOO",
+            "init ok zoo_good",
+            "created ZOO 0",
+            "destroy_device ZOO 0",
+            "destroy_platform ZOO",
+            "shutdown zoo_good"
+        ]
+    );
+}
+
+#[test]
+fn two_plugins_with_the_same_internal_symbol_each_behave_as_themselves() {
+    // zoo_a and zoo_b both export `zoo_identity` (0xA1 and 0xB2) and call it through the PLT;
+    // with RTLD_LOCAL, neither binds to the other's.
+    let _env = env_shared();
+    let rt = runtime();
+    rt.load_plugin(zoo_path("a"), &[]).unwrap();
+    rt.load_plugin(zoo_path("b"), &[]).unwrap();
+    assert!(rt.plugin_failures().is_empty());
+    for (spec, name, units) in [("ZOOA:0", "zoo-a1", 0xA1), ("ZOOB:0", "zoo-b2", 0xB2)] {
+        let desc = rt.find_device(spec).unwrap().properties().description;
+        assert_eq!(
+            (desc.hardware_name.as_str(), desc.compute_units),
+            (name, units),
+            "{spec} behaves as its own library"
+        );
+        assert_zoo_device_works(&rt, spec);
+    }
+    assert_cpu_works(&rt);
+}
+
+#[test]
+fn device_type_resolves_to_the_highest_priority() {
+    let _env = env_shared();
+    for order in [["a", "b"], ["b", "a"]] {
+        let rt = runtime();
+        for v in order {
+            rt.load_plugin(zoo_path(v), &[]).unwrap();
+        }
+        let active = rt.find_device("ZOO:0").unwrap();
+        assert_eq!(active.platform().info.name, "ZOOB", "load order {order:?}");
+        assert!(active.properties().is_active_platform);
+        assert_eq!(rt.find_device("zoo").unwrap().qualified_name(), "ZOOB:0");
+        assert_eq!(
+            rt.find_device("/device:ZOO:0").unwrap().qualified_name(),
+            "ZOOB:0"
+        );
+        let a = rt.find_device("ZOOA:0").unwrap();
+        assert_eq!(a.platform().info.name, "ZOOA");
+        assert!(!a.properties().is_active_platform);
+        assert_eq!(rt.find_device("ZOOB:0").unwrap().qualified_name(), "ZOOB:0");
+        assert_eq!(rt.find_device("ZOO:1").unwrap_err().code, Code::NotFound);
+        assert_zoo_device_works(&rt, "ZOO:0");
+        assert_zoo_device_works(&rt, "ZOOA:0");
+    }
+}
+
+#[test]
+fn register_platform_after_init_is_refused() {
+    let _env = env_shared();
+    let marker = Marker::new("late");
+    let rt = runtime();
+    let info = rt
+        .load_plugin(zoo_path("late_register"), &[("marker", marker.option())])
+        .unwrap();
+    assert_eq!(info.platforms, ["ZOO"]);
+    let lines = marker.lines();
+    let expected = format!(
+        "late register_platform returned {}",
+        Code::FailedPrecondition as i32
+    );
+    assert!(
+        lines.contains(&expected),
+        "register_platform from create_device (after init) must return FAILED_PRECONDITION: {lines:?}"
+    );
+    assert_eq!(platform_names(&rt), ["HOST", "ZOO"]);
+    assert!(rt.find_device("ZOOLATE:0").is_err());
+    assert!(rt.plugin_failures().is_empty());
+    assert_zoo_device_works(&rt, "ZOO:0");
+}
+
+#[test]
+fn the_same_file_twice_also_through_a_symlink() {
+    let _env = env_shared();
+    let rt = runtime();
+    let path = zoo_path("good");
+    let first = rt.load_plugin(&path, &[]).unwrap();
+    let (platforms, devices) = (platform_names(&rt), device_names(&rt));
+    let again = rt.load_plugin(&path, &[]).unwrap();
+    assert_eq!(again, first);
+    let dir = TempDir::new("zoo-symlink");
+    let link = dir.path().join("libzoo_link.so");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    let through_link = rt.load_plugin(&link, &[]).unwrap();
+    assert_eq!(through_link, first, "the already-loaded plugin is returned");
+    assert_eq!(rt.plugins().len(), 1);
+    assert_eq!(platform_names(&rt), platforms);
+    assert_eq!(device_names(&rt), devices);
+    assert!(rt.plugin_failures().is_empty());
+    assert_zoo_device_works(&rt, "ZOO:0");
+}
+
+#[test]
+fn relative_path_is_refused_even_when_it_exists_from_the_working_directory() {
+    let _env = env_shared();
+    let absolute = zoo_path("good");
+    let cwd = std::env::current_dir().unwrap();
+    let relative = relative_path(&absolute, &cwd);
+    assert!(relative.is_relative());
+    assert!(
+        relative.is_file(),
+        "{} names the plugin from {}",
+        relative.display(),
+        cwd.display()
+    );
+    let rt = runtime();
+    let err = rt.load_plugin(&relative, &[]).unwrap_err();
+    assert_eq!(err.code, Code::InvalidArgument, "{err}");
+    assert!(
+        err.message.contains(&relative.display().to_string()),
+        "{err}"
+    );
+    assert!(err.message.contains("relative"), "{err}");
+    assert_eq!(
+        rt.plugin_failures(),
+        [PluginFailure {
+            path: relative,
+            error: err
+        }]
+    );
+    assert!(rt.plugins().is_empty());
+    assert_eq!(platform_names(&rt), ["HOST"]);
+    assert_cpu_works(&rt);
+}
+
+/// `path` relative to `base` (both absolute).
+fn relative_path(path: &Path, base: &Path) -> PathBuf {
+    let (p, b): (Vec<Component>, Vec<Component>) =
+        (path.components().collect(), base.components().collect());
+    let common = p.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let mut out = PathBuf::new();
+    for _ in common..b.len() {
+        out.push("..");
+    }
+    for c in &p[common..] {
+        out.push(c.as_os_str());
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Search folders
+
+/// A folder with, in sorted order, a stale plugin (ABI 2.0), a good one, a text file named
+/// like a library, and a file that is not a candidate at all.
+fn search_folder() -> TempDir {
+    let dir = TempDir::new("zoo-search");
+    std::fs::copy(zoo_path("abi_major"), dir.path().join("liba_stale.so")).unwrap();
+    std::fs::copy(zoo_path("good"), dir.path().join("libb_good.so")).unwrap();
+    std::fs::write(dir.path().join("libjunk.so"), "not a library\n").unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not a candidate\n").unwrap();
+    dir
+}
+
+/// The good plugin of [`search_folder`] loaded; the stale one, the junk and the relative
+/// entry are listed with their reasons, in that order.
+fn assert_search_outcome(rt: &Runtime, dir: &Path) {
+    let plugins = rt.plugins();
+    assert_eq!(plugins.len(), 1, "{plugins:?}");
+    assert_eq!(plugins[0].name, "zoo_good");
+    assert_eq!(plugins[0].path, dir.join("libb_good.so"));
+    let failures = rt.plugin_failures();
+    let paths: Vec<&Path> = failures.iter().map(|f| f.path.as_path()).collect();
+    assert_eq!(
+        paths,
+        [
+            dir.join("liba_stale.so").as_path(),
+            dir.join("libjunk.so").as_path(),
+            Path::new("relative/zoo"),
+        ],
+        "{failures:#?}"
+    );
+    let (stale, junk, rel) = (&failures[0].error, &failures[1].error, &failures[2].error);
+    assert_eq!(stale.code, Code::AbiMismatch, "{stale}");
+    assert!(stale.message.contains("liba_stale.so"), "{stale}");
+    assert!(stale.message.contains("plugin ABI 2.0"), "{stale}");
+    assert_eq!(junk.code, Code::InvalidArgument, "{junk}");
+    assert!(junk.message.contains("libjunk.so"), "{junk}");
+    assert!(junk.message.contains("cannot load the library"), "{junk}");
+    assert_eq!(rel.code, Code::InvalidArgument, "{rel}");
+    assert!(rel.message.contains("relative"), "{rel}");
+    assert_zoo_device_works(rt, "ZOO:0");
+    assert_cpu_works(rt);
+}
+
+#[test]
+fn search_folder_with_a_stale_plugin_and_junk() {
+    let _env = env_shared();
+    let dir = search_folder();
+    let rt = runtime();
+    let loaded = rt.load_search_path(&format!("{}:relative/zoo", dir.path().display()));
+    assert_eq!(loaded.len(), 1, "{loaded:?}");
+    assert_search_outcome(&rt, dir.path());
+}
+
+/// Removes the variable when dropped, also when the test fails.
+struct EnvVar(&'static str);
+
+impl Drop for EnvVar {
+    fn drop(&mut self) {
+        std::env::remove_var(self.0);
+    }
+}
+
+#[test]
+fn search_folder_through_devplug_plugin_path() {
+    let _env = ENV.write().unwrap_or_else(|e| e.into_inner());
+    let dir = search_folder();
+    let var = EnvVar("DEVPLUG_PLUGIN_PATH");
+    std::env::set_var(var.0, format!("{}:relative/zoo", dir.path().display()));
+    let rt = Runtime::new(RuntimeOptions {
+        discover_from_env: true,
+        ..Default::default()
+    })
+    .unwrap();
+    drop(var);
+    assert_search_outcome(&rt, dir.path());
+}
