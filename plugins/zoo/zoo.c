@@ -57,6 +57,7 @@
 
 #include <devplug/plugin.h>
 
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -203,10 +204,14 @@ static void zoo_mark(const char *marker, const char *line) {
   }
 }
 
-static dpp_status_t zoo_fail(const zoo_device *d, dpp_status_t status, const char *fmt,
-                             unsigned long long a, unsigned long long b) {
+__attribute__((format(printf, 3, 4))) static dpp_status_t zoo_fail(const zoo_device *d,
+                                                                    dpp_status_t status,
+                                                                    const char *fmt, ...) {
   char msg[ZOO_MSG_MAX];
-  snprintf(msg, sizeof msg, fmt, a, b);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
   const dpp_host_api_t *host = d->platform->host;
   host->set_error(host->context, msg);
   return status;
@@ -262,8 +267,7 @@ static unsigned char *zoo_at(zoo_device *d, dpp_addr_t addr, uint64_t size) {
 static dpp_status_t zoo_check_stream(zoo_device *d, void *stream) {
   const zoo_stream *s = (const zoo_stream *)stream;
   if (s == NULL || s->magic != ZOO_MAGIC_STREAM || s->device != d) {
-    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: %llx is not a stream of this device (%llu)",
-                    (unsigned long long)(uintptr_t)stream, 0);
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: %p is not a stream of this device", stream);
   }
   return DPP_OK;
 }
@@ -271,8 +275,7 @@ static dpp_status_t zoo_check_stream(zoo_device *d, void *stream) {
 static dpp_status_t zoo_check_event(zoo_device *d, void *event) {
   const zoo_event *e = (const zoo_event *)event;
   if (e == NULL || e->magic != ZOO_MAGIC_EVENT || e->device != d) {
-    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: %llx is not an event of this device (%llu)",
-                    (unsigned long long)(uintptr_t)event, 0);
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: %p is not an event of this device", event);
   }
   return DPP_OK;
 }
@@ -283,11 +286,11 @@ static dpp_status_t zoo_check_event(zoo_device *d, void *event) {
 static dpp_status_t zoo_allocate(void *device, uint64_t size, dpp_addr_t *out_addr) {
   ZOO_DEVICE_OR_FAIL(d, device);
   if (out_addr == NULL || size == 0) {
-    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: allocate(%llu): bad size or NULL out (%llu)",
-                    (unsigned long long)size, 0);
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: allocate(%llu): size 0 or NULL out_addr",
+                    (unsigned long long)size);
   }
   if (size > ZOO_ARENA_SIZE) {
-    return zoo_fail(d, DPP_RESOURCE_EXHAUSTED, "zoo: allocate(%llu): more than the %llu bytes",
+    return zoo_fail(d, DPP_RESOURCE_EXHAUSTED, "zoo: allocate(%llu): more than the device's %llu bytes",
                     (unsigned long long)size, (unsigned long long)ZOO_ARENA_SIZE);
   }
   uint64_t rounded = (size + ZOO_ALIGN - 1) / ZOO_ALIGN * ZOO_ALIGN;
@@ -345,13 +348,13 @@ static void zoo_deallocate(void *device, dpp_addr_t addr, uint64_t size) {
 static dpp_status_t zoo_host_allocate(void *device, uint64_t size, void **out_ptr) {
   ZOO_DEVICE_OR_FAIL(d, device);
   if (out_ptr == NULL || size == 0) {
-    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: host_allocate(%llu): bad argument (%llu)",
-                    (unsigned long long)size, 0);
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: host_allocate(%llu): size 0 or NULL out_ptr",
+                    (unsigned long long)size);
   }
   *out_ptr = malloc((size_t)size);
   if (*out_ptr == NULL) {
-    return zoo_fail(d, DPP_RESOURCE_EXHAUSTED, "zoo: host_allocate(%llu): out of memory (%llu)",
-                    (unsigned long long)size, 0);
+    return zoo_fail(d, DPP_RESOURCE_EXHAUSTED, "zoo: host_allocate(%llu): out of memory",
+                    (unsigned long long)size);
   }
   return DPP_OK;
 }
@@ -383,7 +386,7 @@ static dpp_status_t zoo_memcpy_htod(void *device, dpp_addr_t dst, const void *sr
     return DPP_OK;
   }
   if (src == NULL) {
-    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: memcpy_htod: NULL source (%llu, %llu)", 0, 0);
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: memcpy_htod: NULL source");
   }
   ZOO_RANGE_OR_FAIL(p, d, dst, size, "memcpy_htod destination");
   memcpy(p, src, (size_t)size);
@@ -396,8 +399,7 @@ static dpp_status_t zoo_memcpy_dtoh(void *device, void *dst, dpp_addr_t src, uin
     return DPP_OK;
   }
   if (dst == NULL) {
-    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: memcpy_dtoh: NULL destination (%llu, %llu)", 0,
-                    0);
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: memcpy_dtoh: NULL destination");
   }
   ZOO_RANGE_OR_FAIL(p, d, src, size, "memcpy_dtoh source");
   memcpy(dst, p, (size_t)size);
@@ -463,8 +465,7 @@ static dpp_status_t zoo_create_stream(void *device, void **out_stream) {
   }
   zoo_stream *s = (zoo_stream *)calloc(1, sizeof *s);
   if (s == NULL) {
-    return zoo_fail(d, DPP_RESOURCE_EXHAUSTED, "zoo: create_stream: out of memory (%llu, %llu)",
-                    0, 0);
+    return zoo_fail(d, DPP_RESOURCE_EXHAUSTED, "zoo: create_stream: out of memory");
   }
   s->magic = ZOO_MAGIC_STREAM;
   s->device = d;
@@ -499,8 +500,7 @@ static dpp_status_t zoo_host_callback(void *device, void *stream, dpp_host_fn fu
     return st;
   }
   if (func == NULL) {
-    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: host_callback: NULL function (%llu, %llu)", 0,
-                    0);
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: host_callback: NULL function");
   }
   func(arg);
   return DPP_OK;
@@ -513,8 +513,7 @@ static dpp_status_t zoo_create_event(void *device, void **out_event) {
   }
   zoo_event *e = (zoo_event *)calloc(1, sizeof *e);
   if (e == NULL) {
-    return zoo_fail(d, DPP_RESOURCE_EXHAUSTED, "zoo: create_event: out of memory (%llu, %llu)", 0,
-                    0);
+    return zoo_fail(d, DPP_RESOURCE_EXHAUSTED, "zoo: create_event: out of memory");
   }
   e->magic = ZOO_MAGIC_EVENT;
   e->device = d;

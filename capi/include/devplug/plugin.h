@@ -145,8 +145,16 @@ typedef void (*dpp_host_fn)(void *arg);
 /**
  * The StreamExecutor: a device's function table. Filled by the plugin; valid until
  * `destroy_device`. `device` is the device's `device_data`; `stream` and `event` are what
- * the plugin's `create_stream` / `create_event` returned. Functions marked required must not
- * be NULL. Every function may be called from any thread.
+ * the plugin's `create_stream` / `create_event` returned, never NULL. Functions marked
+ * required must not be NULL. Every function may be called from any thread.
+ *
+ * Semantics the host relies on:
+ * - Synchronous copies and memset act at once; they do not wait for streams (the host
+ *   orders them itself).
+ * - A stream keeps the first error an operation on it met; later operations still run; the
+ *   next `synchronize_stream` (or `synchronize_all`) returns that error and clears it. An
+ *   event the stream reached after the error reports `DPP_EVENT_ERROR`.
+ * - `host_callback`'s `func` is never NULL.
  */
 typedef struct dpp_stream_executor_t {
   /**
@@ -547,10 +555,17 @@ typedef const struct dpp_plugin_api_t *(*dpp_entry_fn)(void);
 
 #endif  /* DEVPLUG_PLUGIN_H */
 
+#ifndef DPP_ENTRY_SYMBOL
+/** The name of the one symbol a plugin exports. */
+#define DPP_ENTRY_SYMBOL "devplug_plugin_entry"
+#endif
+
+#ifndef DPP_EXPORT
 #if defined(_WIN32)
 #define DPP_EXPORT __declspec(dllexport)
 #else
 #define DPP_EXPORT __attribute__((visibility("default")))
+#endif
 #endif
 
 #ifdef __cplusplus

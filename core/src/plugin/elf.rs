@@ -10,7 +10,10 @@ use std::path::Path;
 /// which refuses them with its own message.
 pub(crate) fn check(path: &Path) -> Result<(), String> {
     let mut f = std::fs::File::open(path).map_err(|e| format!("cannot open the file: {e}"))?;
-    let len = f.metadata().map_err(|e| format!("cannot read the file's size: {e}"))?.len();
+    let len = f
+        .metadata()
+        .map_err(|e| format!("cannot read the file's size: {e}"))?
+        .len();
     let mut head = [0u8; 64];
     let n = read_up_to(&mut f, &mut head).map_err(|e| format!("cannot read the file: {e}"))?;
     if n < 4 || head[..4] != *b"\x7fELF" {
@@ -33,11 +36,19 @@ pub(crate) fn check(path: &Path) -> Result<(), String> {
     }
     let u16_at = |b: &[u8], o: usize| -> u64 {
         let v = [b[o], b[o + 1]];
-        u64::from(if little { u16::from_le_bytes(v) } else { u16::from_be_bytes(v) })
+        u64::from(if little {
+            u16::from_le_bytes(v)
+        } else {
+            u16::from_be_bytes(v)
+        })
     };
     let u32_at = |b: &[u8], o: usize| -> u64 {
         let v = [b[o], b[o + 1], b[o + 2], b[o + 3]];
-        u64::from(if little { u32::from_le_bytes(v) } else { u32::from_be_bytes(v) })
+        u64::from(if little {
+            u32::from_le_bytes(v)
+        } else {
+            u32::from_be_bytes(v)
+        })
     };
     let u64_at = |b: &[u8], o: usize| -> u64 {
         let mut v = [0u8; 8];
@@ -48,6 +59,14 @@ pub(crate) fn check(path: &Path) -> Result<(), String> {
             u64::from_be_bytes(v)
         }
     };
+    let machine = u16_at(&head, 18);
+    if let Some(host) = host_machine() {
+        if machine != host {
+            return Err(format!(
+                "the library is built for another architecture (ELF machine {machine}; this host is {host})"
+            ));
+        }
+    }
     let (phoff, phentsize, phnum) = if class64 {
         (u64_at(&head, 32), u16_at(&head, 54), u16_at(&head, 56))
     } else {
@@ -58,36 +77,64 @@ pub(crate) fn check(path: &Path) -> Result<(), String> {
         return Err("the ELF file has no program headers".into());
     }
     if phentsize < min_ph {
-        return Err(format!("the ELF program header size {phentsize} is too small"));
+        return Err(format!(
+            "the ELF program header size {phentsize} is too small"
+        ));
     }
-    let table_end = phentsize.checked_mul(phnum).and_then(|s| s.checked_add(phoff));
+    let table_end = phentsize
+        .checked_mul(phnum)
+        .and_then(|s| s.checked_add(phoff));
     match table_end {
         Some(end) if end <= len => {}
-        _ => return Err(format!("the file is truncated: {len} bytes, but its program headers end past that")),
+        _ => {
+            return Err(format!(
+                "the file is truncated: {len} bytes, but its program headers end past that"
+            ))
+        }
     }
     let table_len = (phentsize * phnum) as usize;
     let mut table = vec![0u8; table_len];
     use std::io::{Seek, SeekFrom};
-    f.seek(SeekFrom::Start(phoff)).map_err(|e| format!("cannot read the program headers: {e}"))?;
-    f.read_exact(&mut table).map_err(|e| format!("cannot read the program headers: {e}"))?;
+    f.seek(SeekFrom::Start(phoff))
+        .map_err(|e| format!("cannot read the program headers: {e}"))?;
+    f.read_exact(&mut table)
+        .map_err(|e| format!("cannot read the program headers: {e}"))?;
     for i in 0..phnum as usize {
         let ph = &table[i * phentsize as usize..];
         const PT_LOAD: u64 = 1;
         if u32_at(ph, 0) != PT_LOAD {
             continue;
         }
-        let (offset, filesz) = if class64 { (u64_at(ph, 8), u64_at(ph, 32)) } else { (u32_at(ph, 4), u32_at(ph, 16)) };
+        let (offset, filesz) = if class64 {
+            (u64_at(ph, 8), u64_at(ph, 32))
+        } else {
+            (u32_at(ph, 4), u32_at(ph, 16))
+        };
         match offset.checked_add(filesz) {
             Some(end) if end <= len => {}
             _ => {
                 return Err(format!(
-                    "the file is truncated: {len} bytes, but loadable segment {i} needs bytes up to {}",
-                    offset.saturating_add(filesz)
-                ))
+                "the file is truncated: {len} bytes, but loadable segment {i} needs bytes up to {}",
+                offset.saturating_add(filesz)
+            ))
             }
         }
     }
     Ok(())
+}
+
+/// The ELF machine number of the architecture the host runs on.
+fn host_machine() -> Option<u64> {
+    match std::env::consts::ARCH {
+        "x86_64" => Some(62),
+        "aarch64" => Some(183),
+        "x86" => Some(3),
+        "arm" => Some(40),
+        "riscv64" => Some(243),
+        "powerpc64" => Some(21),
+        "s390x" => Some(22),
+        _ => None,
+    }
 }
 
 fn read_up_to(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -107,10 +154,14 @@ mod tests {
 
     #[test]
     fn a_real_library_passes_and_a_truncated_copy_is_refused() {
-        let libc = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6"]
-            .into_iter()
-            .find(|p| Path::new(p).exists())
-            .expect("a libc");
+        let libc = [
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib/aarch64-linux-gnu/libc.so.6",
+        ]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("a libc");
         check(Path::new(libc)).unwrap();
         let bytes = std::fs::read(libc).unwrap();
         let dir = std::env::temp_dir().join(format!("devplug-elf-{}", std::process::id()));

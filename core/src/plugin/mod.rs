@@ -41,7 +41,9 @@ pub(crate) fn load(
     if !path.exists() {
         return Err(Error::not_found(format!("plugin '{shown}': no such file")));
     }
-    elf::check(path).map_err(|why| Error::invalid_argument(format!("plugin '{shown}': cannot load the library: {why}")))?;
+    elf::check(path).map_err(|why| {
+        Error::invalid_argument(format!("plugin '{shown}': cannot load the library: {why}"))
+    })?;
     // SAFETY: opening a library runs its initializers; that is what loading a plugin means.
     // RTLD_LOCAL keeps its symbols out of the global namespace; RTLD_NOW finds missing
     // symbols now rather than mid-call.
@@ -177,16 +179,22 @@ pub(crate) fn load(
             Some(Code::Ok) | None => Code::Internal,
             Some(c) => c,
         };
-        let mut own =
-            message.unwrap_or_else(|| format!("init failed with status {status} and no message"));
-        if Code::from_i32(status).is_none() {
-            own.push_str(&format!(" (the plugin returned the unknown status {status})"));
-        }
-        return Err(match refused {
-            Some(r) => Error::new(r.code, format!("{} (init then failed: {own})", r.message)),
-            None => Error::new(
+        let unknown = if Code::from_i32(status).is_none() {
+            format!(" (the plugin returned the unknown status {status})")
+        } else {
+            String::new()
+        };
+        return Err(match (refused, message) {
+            (Some(r), Some(m)) => {
+                Error::new(r.code, format!("{} (init then failed: {m})", r.message))
+            }
+            (Some(r), None) => r,
+            (None, m) => Error::new(
                 code,
-                format!("plugin '{name}' ({shown}): init failed: {own}"),
+                format!(
+                    "plugin '{name}' ({shown}): init failed: {}{unknown}",
+                    m.unwrap_or_else(|| format!("status {status} and no message"))
+                ),
             ),
         });
     }

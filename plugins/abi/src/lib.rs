@@ -146,7 +146,7 @@ pub struct dpp_plugin_api_t {
 /// The entry symbol's type: returns the plugin's static description (never NULL).
 pub type dpp_entry_fn = Option<unsafe extern "C" fn() -> *const dpp_plugin_api_t>;
 
-/// The name of the one symbol a plugin exports.
+/// The name of the one symbol a plugin exports (also `#define DPP_ENTRY_SYMBOL` in plugin.h).
 pub const DPP_ENTRY_SYMBOL: &str = "devplug_plugin_entry";
 
 /// A platform: one implementation of devices. Filled by the plugin and passed to
@@ -238,8 +238,16 @@ pub struct dpp_allocator_stats_t {
 
 /// The StreamExecutor: a device's function table. Filled by the plugin; valid until
 /// `destroy_device`. `device` is the device's `device_data`; `stream` and `event` are what
-/// the plugin's `create_stream` / `create_event` returned. Functions marked required must not
-/// be NULL. Every function may be called from any thread.
+/// the plugin's `create_stream` / `create_event` returned, never NULL. Functions marked
+/// required must not be NULL. Every function may be called from any thread.
+///
+/// Semantics the host relies on:
+/// - Synchronous copies and memset act at once; they do not wait for streams (the host
+///   orders them itself).
+/// - A stream keeps the first error an operation on it met; later operations still run; the
+///   next `synchronize_stream` (or `synchronize_all`) returns that error and clears it. An
+///   event the stream reached after the error reports `DPP_EVENT_ERROR`.
+/// - `host_callback`'s `func` is never NULL.
 #[repr(C)]
 pub struct dpp_stream_executor_t {
     /// `DPP_STREAM_EXECUTOR_STRUCT_SIZE` or more.
