@@ -1,4 +1,5 @@
-# devplug_add_plugin(<name> SOURCES <src>... [LINK_LIBRARIES <lib>...] [OUTPUT_DIRECTORY <dir>])
+# devplug_add_plugin(<name> SOURCES <src>... [LINK_LIBRARIES <lib>...] [OUTPUT_DIRECTORY <dir>]
+#                    [EXPORTS <symbol>...])
 #
 # Builds a devplug device plugin: a MODULE library lib<name>.so that the runtime loads with
 # dlopen. It links DevPlug::plugin_sdk (headers only) and never libdevplug: everything a plugin
@@ -8,13 +9,18 @@
 # --no-undefined, so a plugin that accidentally calls into libdevplug fails at build time, not
 # at load time.
 #
+# Where the linker supports it, a version script exports devplug_plugin_entry (plus any
+# EXPORTS) and makes every other symbol local: -fvisibility=hidden is not enough for C++, where
+# libstdc++'s templates keep default visibility and would leak hundreds of symbols (some
+# STB_GNU_UNIQUE, which also keeps dlclose from unloading the library).
+#
 # OUTPUT_DIRECTORY defaults to DEVPLUG_PLUGIN_OUTPUT_DIR when that variable is set (devplug's
 # own build sets it to <build>/plugins, where its tests look), else to the current binary dir.
 include_guard(GLOBAL)
 include(CheckLinkerFlag)
 
 function(devplug_add_plugin name)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "OUTPUT_DIRECTORY" "SOURCES;LINK_LIBRARIES")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "OUTPUT_DIRECTORY" "SOURCES;LINK_LIBRARIES;EXPORTS")
   if(arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "devplug_add_plugin(${name}): unknown arguments: ${arg_UNPARSED_ARGUMENTS}")
   endif()
@@ -56,6 +62,15 @@ function(devplug_add_plugin name)
     check_linker_flag(${lang} "LINKER:--no-undefined" DEVPLUG_LINKER_HAS_NO_UNDEFINED)
     if(DEVPLUG_LINKER_HAS_NO_UNDEFINED)
       target_link_options(${name} PRIVATE "LINKER:--no-undefined")
+    endif()
+    set(exports devplug_plugin_entry ${arg_EXPORTS})
+    list(JOIN exports "; " exports)
+    set(map "${CMAKE_CURRENT_BINARY_DIR}/${name}.exports.map")
+    file(CONFIGURE OUTPUT "${map}" CONTENT "{\n  global: ${exports};\n  local: *;\n};\n")
+    check_linker_flag(${lang} "LINKER:--version-script=${map}" DEVPLUG_LINKER_HAS_VERSION_SCRIPT)
+    if(DEVPLUG_LINKER_HAS_VERSION_SCRIPT)
+      target_link_options(${name} PRIVATE "LINKER:--version-script=${map}")
+      set_property(TARGET ${name} APPEND PROPERTY LINK_DEPENDS "${map}")
     endif()
   endif()
 endfunction()

@@ -15,7 +15,9 @@ fn runtime() -> Runtime {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 fn read_all(d: &Arc<devplug_core::Buffer>) -> Vec<u8> {
@@ -28,12 +30,22 @@ fn read_all(d: &Arc<devplug_core::Buffer>) -> Vec<u8> {
 fn sim_devices_work_like_the_cpu_across_devices_and_streams() {
     let rt = runtime();
     let info = rt
-        .load_plugin(plugin_path("devplug_sim"), &[("devices", "2"), ("latency_us", "300")])
+        .load_plugin(
+            plugin_path("devplug_sim"),
+            &[("devices", "2"), ("latency_us", "300")],
+        )
         .unwrap();
     assert_eq!(info.platforms, ["SIM"]);
-    let (s0, s1, cpu) = (rt.find_device("SIM:0").unwrap(), rt.find_device("sim:1").unwrap(), rt.find_device("CPU").unwrap());
+    let (s0, s1, cpu) = (
+        rt.find_device("SIM:0").unwrap(),
+        rt.find_device("sim:1").unwrap(),
+        rt.find_device("CPU").unwrap(),
+    );
     let p = s0.properties();
-    assert_eq!((p.platform.as_str(), p.device_type.as_str(), p.host_visible), ("SIM", "SIM", false));
+    assert_eq!(
+        (p.platform.as_str(), p.device_type.as_str(), p.host_visible),
+        ("SIM", "SIM", false)
+    );
     assert!(p.is_active_platform);
 
     // host → SIM:0 on a stream, event, SIM:1's stream waits, copies SIM:0 → SIM:1, then CPU.
@@ -52,7 +64,11 @@ fn sim_devices_work_like_the_cpu_across_devices_and_streams() {
     q1.synchronize().unwrap();
     assert_eq!(ev.status().unwrap(), EventStatus::Complete);
     c.copy_from(0, &b, 0, N as u64).unwrap();
-    assert_eq!(read_all(&c), data, "every byte through SIM:0, SIM:1 and the CPU");
+    assert_eq!(
+        read_all(&c),
+        data,
+        "every byte through SIM:0, SIM:1 and the CPU"
+    );
 
     // memset with an offset, on the default stream, read back synchronously.
     a.memset(100, 0xEE, 50).unwrap();
@@ -64,7 +80,10 @@ fn sim_devices_work_like_the_cpu_across_devices_and_streams() {
     // tensors move between the CPU and SIM
     let t = Tensor::from_slice(&cpu, &[2, 3], &[1i32, 2, 3, 4, 5, 6]).unwrap();
     let on_sim = t.copy_to(&s1).unwrap();
-    assert_eq!(on_sim.copy_to(&s0).unwrap().to_vec::<i32>().unwrap(), [1, 2, 3, 4, 5, 6]);
+    assert_eq!(
+        on_sim.copy_to(&s0).unwrap().to_vec::<i32>().unwrap(),
+        [1, 2, 3, 4, 5, 6]
+    );
 
     // memory statistics come from the core's suballocator over SIM's memory
     assert!(s0.memory_stats().bytes_in_use >= N as u64);
@@ -74,7 +93,8 @@ fn sim_devices_work_like_the_cpu_across_devices_and_streams() {
 fn a_missing_wait_is_visible_and_the_event_fixes_it() {
     // SIM's streams really are asynchronous: without the event, stream 2 reads too early.
     let rt = runtime();
-    rt.load_plugin(plugin_path("devplug_sim"), &[("latency_us", "20000")]).unwrap();
+    rt.load_plugin(plugin_path("devplug_sim"), &[("latency_us", "20000")])
+        .unwrap();
     let d = rt.find_device("SIM").unwrap();
     let buf = d.allocate(4096).unwrap();
     buf.memset(0, 0, 4096).unwrap();
@@ -85,7 +105,8 @@ fn a_missing_wait_is_visible_and_the_event_fixes_it() {
     r.wait_event(&ev).unwrap();
     let out = Arc::new(slot::Slot::default());
     let (b2, o2) = (buf.clone(), out.clone());
-    r.host_callback(Box::new(move || o2.set(read_all(&b2)))).unwrap();
+    r.host_callback(Box::new(move || o2.set(read_all(&b2))))
+        .unwrap();
     r.synchronize().unwrap();
     assert_eq!(out.take(), vec![9u8; 4096]);
 }
@@ -93,10 +114,14 @@ fn a_missing_wait_is_visible_and_the_event_fixes_it() {
 #[test]
 fn injected_faults_surface_as_errors_and_the_runtime_goes_on() {
     let rt = runtime();
-    rt.load_plugin(plugin_path("devplug_sim"), &[("fail_alloc_after", "1"), ("memory", "4M")]).unwrap();
+    rt.load_plugin(
+        plugin_path("devplug_sim"),
+        &[("fail_alloc_after", "1"), ("memory", "4M")],
+    )
+    .unwrap();
     let d = rt.find_device("SIM").unwrap();
     let _first = d.allocate(1024).unwrap(); // SIM's one allowed raw allocation: a 1 MiB region
-    // The suballocator serves from that cached region while it can…
+                                            // The suballocator serves from that cached region while it can…
     let _second = d.allocate(2048).unwrap();
     // …and needs a new raw allocation for this one, which SIM refuses.
     let e = d.allocate(2 << 20).unwrap_err();
@@ -110,10 +135,14 @@ fn injected_faults_surface_as_errors_and_the_runtime_goes_on() {
 #[test]
 fn sim_load_options_are_validated() {
     let rt = runtime();
-    let e = rt.load_plugin(plugin_path("devplug_sim"), &[("devices", "zero")]).unwrap_err();
+    let e = rt
+        .load_plugin(plugin_path("devplug_sim"), &[("devices", "zero")])
+        .unwrap_err();
     assert_eq!(e.code, Code::InvalidArgument, "{e}");
     assert!(e.message.contains("devices"), "{e}");
-    let e = rt.load_plugin(plugin_path("devplug_sim"), &[("fail_init", "1")]).unwrap_err();
+    let e = rt
+        .load_plugin(plugin_path("devplug_sim"), &[("fail_init", "1")])
+        .unwrap_err();
     assert_eq!(e.code, Code::Internal, "{e}");
     assert!(e.message.contains("injected init failure"), "{e}");
     assert_eq!(rt.plugin_failures().len(), 2);
@@ -126,10 +155,24 @@ fn sim_load_options_are_validated() {
 fn two_runtimes_load_sim_independently() {
     let a = runtime();
     let b = runtime();
-    a.load_plugin(plugin_path("devplug_sim"), &[("devices", "1")]).unwrap();
-    b.load_plugin(plugin_path("devplug_sim"), &[("devices", "3")]).unwrap();
-    assert_eq!(a.devices().iter().filter(|d| d.platform().info.name == "SIM").count(), 1);
-    assert_eq!(b.devices().iter().filter(|d| d.platform().info.name == "SIM").count(), 3);
+    a.load_plugin(plugin_path("devplug_sim"), &[("devices", "1")])
+        .unwrap();
+    b.load_plugin(plugin_path("devplug_sim"), &[("devices", "3")])
+        .unwrap();
+    assert_eq!(
+        a.devices()
+            .iter()
+            .filter(|d| d.platform().info.name == "SIM")
+            .count(),
+        1
+    );
+    assert_eq!(
+        b.devices()
+            .iter()
+            .filter(|d| d.platform().info.name == "SIM")
+            .count(),
+        3
+    );
     drop(a);
     let d: Arc<Device> = b.find_device("SIM:2").unwrap();
     let t = Tensor::from_slice(&d, &[3], &[1.0f64, 2.0, 3.0]).unwrap();

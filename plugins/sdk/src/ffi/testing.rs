@@ -1,0 +1,1113 @@
+//! An in-process fake host (feature `testing`): loads a plugin from its entry function and
+//! drives its tables through safe methods, the way the runtime's loader would, so that a
+//! plugin can be unit-tested without the runtime.
+//!
+//! ```text
+//! use devplug_plugin_sdk::testing::TestHost;
+//!
+//! let host = TestHost::new().with_option("devices", "2");
+//! let plugin = host.load(my_plugin::devplug_plugin_entry)?;
+//! let dev = plugin.create_device("RSIM", 0)?;
+//! let addr = dev.allocate(64)?;
+//! dev.memcpy_htod(addr, &[1; 64])?;
+//! ```
+//!
+//! It checks what the runtime checks (ABI version, struct sizes, required function pointers,
+//! duplicate platform names), keeps `set_error` messages per thread and returns them in the
+//! [`Error`] of a failed call, records log lines, owns the host buffers of stream-ordered
+//! copies until the stream is synchronized, and tears everything down in order on drop
+//! (events and streams, devices, platforms, then `shutdown`). It works with any plugin that
+//! speaks the ABI, not only SDK-built ones.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::{self, NonNull};
+use std::thread::{self, ThreadId};
+
+use devplug_plugin_abi as abi;
+use parking_lot::Mutex;
+
+use super::{boundary, panic_text};
+use crate::device::{AllocatorStats, DeviceAddr, DeviceInfo, EventStatus, MemoryUsage};
+use crate::error::{Error, Result, Status};
+use crate::platform::PlatformFlags;
+
+/// The type of a plugin's entry function, as `devplug_plugin!` defines it.
+pub type EntryFn = extern "C" fn() -> *const abi::dpp_plugin_api_t;
+
+struct RegisteredPlatform {
+    desc: PlatformDesc,
+    platform_data: *mut c_void,
+    create_device:
+        unsafe extern "C" fn(*mut c_void, i32, *mut abi::dpp_device_t) -> abi::dpp_status_t,
+    destroy_device: unsafe extern "C" fn(*mut c_void, *mut abi::dpp_device_t),
+    destroy_platform: Option<unsafe extern "C" fn(*mut c_void)>,
+}
+
+/// A registered platform's description, as the host copied it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlatformDesc {
+    /// Name.
+    pub name: String,
+    /// Device type.
+    pub device_type: String,
+    /// Priority.
+    pub priority: i32,
+    /// Flags.
+    pub flags: PlatformFlags,
+    /// Vendor.
+    pub vendor: Option<String>,
+    /// Version.
+    pub version: Option<String>,
+    /// Device count.
+    pub device_count: i32,
+}
+
+struct HostState {
+    options: Vec<(CString, CString)>,
+    errors: Mutex<HashMap<ThreadId, String>>,
+    logs: Mutex<Vec<(i32, String)>>,
+    /// Some during an init call: the platforms it registered so far.
+    registering: Mutex<Option<Vec<RegisteredPlatform>>>,
+    /// The first refused registration of the current init (like the runtime, the host keeps
+    /// it apart from the plugin's own `set_error` message and reports both).
+    refused: Mutex<Option<Error>>,
+    names: Mutex<Vec<String>>,
+}
+
+/// A fake host. Set load options with [`TestHost::with_option`], then [`TestHost::load`]
+/// plugins (several, as the runtime may).
+pub struct TestHost {
+    state: Box<HostState>,
+    api: Box<abi::dpp_host_api_t>,
+}
+
+// SAFETY: the state is behind locks; `api` is an immutable table whose context points to
+// `state`.
+unsafe impl Send for TestHost {}
+// SAFETY: as above.
+unsafe impl Sync for TestHost {}
+
+/// # Safety
+/// `p` is NULL or a NUL-terminated string.
+unsafe fn string(p: *const c_char) -> Option<String> {
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: per the caller.
+        Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+}
+
+/// # Safety
+/// `context` is the `HostState` of a live `TestHost`.
+unsafe fn host_state<'a>(context: abi::dpp_host_context_t) -> &'a HostState {
+    // SAFETY: per the caller.
+    unsafe { &*context.cast_const().cast::<HostState>() }
+}
+
+unsafe extern "C" fn th_set_error(context: abi::dpp_host_context_t, message: *const c_char) {
+    boundary((), || {
+        // SAFETY: the context of this host's table; a C string from the plugin.
+        let (state, message) = unsafe { (host_state(context), string(message)) };
+        let message = message.unwrap_or_else(|| "(NULL message)".to_owned());
+        state.errors.lock().insert(thread::current().id(), message);
+    })
+}
+
+unsafe extern "C" fn th_log(context: abi::dpp_host_context_t, level: i32, message: *const c_char) {
+    boundary((), || {
+        // SAFETY: the context of this host's table; a C string from the plugin.
+        let (state, message) = unsafe { (host_state(context), string(message)) };
+        state.logs.lock().push((level, message.unwrap_or_default()));
+    })
+}
+
+unsafe extern "C" fn th_get_option(
+    context: abi::dpp_host_context_t,
+    key: *const c_char,
+) -> *const c_char {
+    boundary(ptr::null(), || {
+        // SAFETY: the context of this host's table; a C string from the plugin.
+        let state = unsafe { host_state(context) };
+        if key.is_null() {
+            return ptr::null();
+        }
+        // SAFETY: a NUL-terminated key.
+        let key = unsafe { CStr::from_ptr(key) };
+        state
+            .options
+            .iter()
+            .find(|(k, _)| k.as_c_str() == key)
+            .map_or(ptr::null(), |(_, v)| v.as_ptr())
+    })
+}
+
+unsafe extern "C" fn th_register_platform(
+    context: abi::dpp_host_context_t,
+    platform: *const abi::dpp_platform_t,
+) -> abi::dpp_status_t {
+    boundary(abi::DPP_INTERNAL, || {
+        // SAFETY: the context of this host's table.
+        let state = unsafe { host_state(context) };
+        let fail = |code: Status, msg: String| {
+            state
+                .refused
+                .lock()
+                .get_or_insert_with(|| Error::new(code, msg));
+            code.code()
+        };
+        let mut registering = state.registering.lock();
+        let Some(list) = registering.as_mut() else {
+            return fail(
+                Status::FailedPrecondition,
+                "register_platform outside init".into(),
+            );
+        };
+        if platform.is_null() {
+            return fail(
+                Status::InvalidArgument,
+                "register_platform: platform is NULL".into(),
+            );
+        }
+        // SAFETY: non-NULL; `struct_size` first.
+        let size = unsafe { ptr::addr_of!((*platform).struct_size).read() };
+        if size < abi::DPP_PLATFORM_STRUCT_SIZE {
+            return fail(
+                Status::InvalidArgument,
+                format!("dpp_platform_t.struct_size is {size}"),
+            );
+        }
+        // SAFETY: the plugin's struct of at least the ABI 1.0 size, valid during the call.
+        let p = unsafe { &*platform };
+        // SAFETY: C strings from the plugin, valid during the call.
+        let (name, device_type, vendor, version) = unsafe {
+            (
+                string(p.name),
+                string(p.device_type),
+                string(p.vendor),
+                string(p.version),
+            )
+        };
+        let (Some(name), Some(device_type)) = (name, device_type) else {
+            return fail(
+                Status::InvalidArgument,
+                "dpp_platform_t.name or .device_type is NULL".into(),
+            );
+        };
+        let (Some(create_device), Some(destroy_device)) = (p.create_device, p.destroy_device)
+        else {
+            return fail(
+                Status::InvalidArgument,
+                format!("platform {name}: dpp_platform_t.create_device or .destroy_device is NULL"),
+            );
+        };
+        let mut names = state.names.lock();
+        if names.contains(&name) || list.iter().any(|r| r.desc.name == name) {
+            return fail(
+                Status::AlreadyExists,
+                format!("platform {name} is already registered"),
+            );
+        }
+        names.push(name.clone());
+        list.push(RegisteredPlatform {
+            desc: PlatformDesc {
+                name,
+                device_type,
+                priority: p.priority,
+                flags: PlatformFlags::from_bits(p.flags),
+                vendor,
+                version,
+                device_count: p.device_count,
+            },
+            platform_data: p.platform_data,
+            create_device,
+            destroy_device,
+            destroy_platform: p.destroy_platform,
+        });
+        abi::DPP_OK
+    })
+}
+
+impl Default for TestHost {
+    fn default() -> TestHost {
+        TestHost::new()
+    }
+}
+
+impl TestHost {
+    /// A host with no load options.
+    pub fn new() -> TestHost {
+        let state = Box::new(HostState {
+            options: Vec::new(),
+            errors: Mutex::new(HashMap::new()),
+            logs: Mutex::new(Vec::new()),
+            registering: Mutex::new(None),
+            refused: Mutex::new(None),
+            names: Mutex::new(Vec::new()),
+        });
+        let api = Box::new(abi::dpp_host_api_t {
+            struct_size: std::mem::size_of::<abi::dpp_host_api_t>(),
+            ext: ptr::null_mut(),
+            abi_major: abi::DPP_ABI_MAJOR,
+            abi_minor: abi::DPP_ABI_MINOR,
+            context: ptr::from_ref::<HostState>(&state).cast_mut().cast(),
+            set_error: Some(th_set_error),
+            log: Some(th_log),
+            get_option: Some(th_get_option),
+            register_platform: Some(th_register_platform),
+        });
+        TestHost { state, api }
+    }
+
+    /// Adds load option `key=value` (keys and values must not contain NUL).
+    pub fn with_option(mut self, key: &str, value: &str) -> TestHost {
+        let c = |s: &str| CString::new(s.replace('\0', "")).unwrap_or_default();
+        self.state.options.push((c(key), c(value)));
+        self
+    }
+
+    /// Log lines the plugins wrote, `(DPP_LOG_* level, message)`.
+    pub fn logs(&self) -> Vec<(i32, String)> {
+        self.state.logs.lock().clone()
+    }
+
+    /// The message of the last `set_error` on this thread, if any (kept).
+    pub fn last_error(&self) -> Option<String> {
+        self.state
+            .errors
+            .lock()
+            .get(&thread::current().id())
+            .cloned()
+    }
+
+    fn clear_error(&self) {
+        self.state.errors.lock().remove(&thread::current().id());
+    }
+
+    /// `Ok` for `DPP_OK`; otherwise an error with the status and this thread's message.
+    fn check(&self, what: &str, status: abi::dpp_status_t) -> Result<()> {
+        let message = self.state.errors.lock().remove(&thread::current().id());
+        if status == abi::DPP_OK {
+            return Ok(());
+        }
+        let message = message.unwrap_or_else(|| format!("{what} failed without a message"));
+        Err(match Status::from_code(status) {
+            Some(code) => Error::new(code, message),
+            None => Error::internal(format!("{what}: unknown status {status}: {message}")),
+        })
+    }
+
+    /// Loads a plugin from its entry function: checks its table and runs its `init`. On
+    /// failure, what init registered is rolled back (as the runtime does) and the error
+    /// carries the plugin's code and message; when the host refused a registration during
+    /// init, its code, and its message followed by `(init then failed: <plugin's message>)`.
+    pub fn load(&self, entry: EntryFn) -> Result<TestPlugin<'_>> {
+        let api = entry();
+        if api.is_null() {
+            return Err(Error::invalid_argument("the entry function returned NULL"));
+        }
+        // SAFETY: a plugin's static table; `struct_size` first.
+        let size = unsafe { ptr::addr_of!((*api).struct_size).read() };
+        if size < abi::DPP_PLUGIN_API_STRUCT_SIZE {
+            return Err(Error::new(
+                Status::AbiMismatch,
+                format!("dpp_plugin_api_t.struct_size is {size}"),
+            ));
+        }
+        // SAFETY: a static table of at least the ABI 1.0 size.
+        let a = unsafe { &*api };
+        if a.abi_major != abi::DPP_ABI_MAJOR || a.abi_minor > abi::DPP_ABI_MINOR {
+            return Err(Error::new(
+                Status::AbiMismatch,
+                format!(
+                    "plugin ABI {}.{}, host ABI {}.{}",
+                    a.abi_major,
+                    a.abi_minor,
+                    abi::DPP_ABI_MAJOR,
+                    abi::DPP_ABI_MINOR
+                ),
+            ));
+        }
+        // SAFETY: static C strings of the plugin (or NULL).
+        let (name, version) = unsafe { (string(a.name), string(a.version)) };
+        let init = a
+            .init
+            .ok_or_else(|| Error::invalid_argument("dpp_plugin_api_t.init is NULL"))?;
+
+        *self.state.registering.lock() = Some(Vec::new());
+        *self.state.refused.lock() = None;
+        self.clear_error();
+        let mut data: *mut c_void = ptr::null_mut();
+        // SAFETY: our host table, valid while `self` lives (the plugin is dropped first).
+        let status = unsafe { init(&*self.api, &mut data) };
+        let platforms = self.state.registering.lock().take().unwrap_or_default();
+        let plugin = TestPlugin {
+            host: self,
+            api,
+            data,
+            initialized: status == abi::DPP_OK,
+            platforms,
+            name: name.unwrap_or_default(),
+            version: version.unwrap_or_default(),
+        };
+        let refused = self.state.refused.lock().take();
+        match (self.check("init", status), refused) {
+            (Ok(()), _) => Ok(plugin),
+            (Err(own), None) => Err(own),
+            (Err(own), Some(r)) => Err(Error::new(
+                r.code(),
+                format!("{} (init then failed: {})", r.message(), own.message()),
+            )),
+        }
+    }
+}
+
+impl std::fmt::Debug for TestHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestHost").finish_non_exhaustive()
+    }
+}
+
+/// A loaded plugin. Dropping it destroys its platforms and shuts it down (its devices
+/// borrow it, so they are gone first).
+pub struct TestPlugin<'h> {
+    host: &'h TestHost,
+    api: *const abi::dpp_plugin_api_t,
+    data: *mut c_void,
+    initialized: bool,
+    platforms: Vec<RegisteredPlatform>,
+    name: String,
+    version: String,
+}
+
+// SAFETY: the ABI lets every plugin function be called from any thread.
+unsafe impl Send for TestPlugin<'_> {}
+// SAFETY: as above; the plugin's platform functions may be called concurrently.
+unsafe impl Sync for TestPlugin<'_> {}
+
+impl<'h> TestPlugin<'h> {
+    /// The plugin's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The plugin's version.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The platforms it registered.
+    pub fn platforms(&self) -> Vec<PlatformDesc> {
+        self.platforms.iter().map(|p| p.desc.clone()).collect()
+    }
+
+    /// The host.
+    pub fn host(&self) -> &'h TestHost {
+        self.host
+    }
+
+    /// Creates device `ordinal` of platform `platform` and checks its function table.
+    pub fn create_device(&self, platform: &str, ordinal: i32) -> Result<TestDevice<'_>> {
+        let reg = self
+            .platforms
+            .iter()
+            .find(|p| p.desc.name == platform)
+            .ok_or_else(|| Error::not_found(format!("no platform {platform}")))?;
+        let mut raw = Box::new(abi::dpp_device_t {
+            struct_size: std::mem::size_of::<abi::dpp_device_t>(),
+            ext: ptr::null_mut(),
+            ordinal,
+            device_data: ptr::null_mut(),
+            hardware_name: ptr::null(),
+            vendor: ptr::null(),
+            pci_bus_id: ptr::null(),
+            total_memory: 0,
+            numa_node: -1,
+            compute_units: 0,
+            se: ptr::null(),
+        });
+        self.host.clear_error();
+        // SAFETY: the plugin's function with its platform_data and our device struct.
+        let status = unsafe { (reg.create_device)(reg.platform_data, ordinal, &mut *raw) };
+        self.host.check("create_device", status)?;
+        let device = TestDevice {
+            plugin: self,
+            platform_data: reg.platform_data,
+            destroy_device: reg.destroy_device,
+            raw,
+        };
+        device.validate()?;
+        Ok(device)
+    }
+}
+
+impl Drop for TestPlugin<'_> {
+    fn drop(&mut self) {
+        for p in self.platforms.drain(..).rev() {
+            if let Some(destroy) = p.destroy_platform {
+                // SAFETY: the plugin's function with its platform_data, once, after its devices.
+                unsafe { destroy(p.platform_data) };
+            }
+            self.host.state.names.lock().retain(|n| *n != p.desc.name);
+        }
+        if self.initialized {
+            // SAFETY: a static table checked at load.
+            if let Some(shutdown) = unsafe { (*self.api).shutdown } {
+                // SAFETY: once, after every platform was destroyed.
+                unsafe { shutdown(self.data) };
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for TestPlugin<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestPlugin")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("platforms", &self.platforms())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A device. Dropping it destroys it.
+pub struct TestDevice<'p> {
+    plugin: &'p TestPlugin<'p>,
+    platform_data: *mut c_void,
+    destroy_device: unsafe extern "C" fn(*mut c_void, *mut abi::dpp_device_t),
+    raw: Box<abi::dpp_device_t>,
+}
+
+// SAFETY: the ABI lets every executor function be called from any thread, concurrently.
+unsafe impl Send for TestDevice<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for TestDevice<'_> {}
+
+/// Calls executor function `$f` of `$dev` with the device's data first.
+macro_rules! se_call {
+    ($dev:expr, $f:ident $(, $arg:expr)*) => {{
+        let dev = $dev;
+        match dev.executor().$f {
+            None => Err(Error::unimplemented(concat!("dpp_stream_executor_t.", stringify!($f), " is NULL"))),
+            Some(f) => {
+                dev.host().clear_error();
+                // SAFETY: the plugin's function with its device data and arguments that are
+                // valid for the call (built by the safe wrappers below).
+                let status = unsafe { f(dev.raw.device_data $(, $arg)*) };
+                dev.host().check(stringify!($f), status)
+            }
+        }
+    }};
+}
+
+/// Calls a `void` executor function.
+macro_rules! se_call_void {
+    ($dev:expr, $f:ident $(, $arg:expr)*) => {{
+        let dev = $dev;
+        if let Some(f) = dev.executor().$f {
+            // SAFETY: as in se_call.
+            unsafe { f(dev.raw.device_data $(, $arg)*) };
+        }
+    }};
+}
+
+impl<'p> TestDevice<'p> {
+    fn host(&self) -> &'p TestHost {
+        self.plugin.host
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.raw.se.is_null() {
+            return Err(Error::invalid_argument("dpp_device_t.se is NULL"));
+        }
+        let se = self.executor();
+        if se.struct_size < abi::DPP_STREAM_EXECUTOR_STRUCT_SIZE {
+            return Err(Error::invalid_argument(format!(
+                "dpp_stream_executor_t.struct_size is {}",
+                se.struct_size
+            )));
+        }
+        let required = [
+            ("allocate", se.allocate.is_some()),
+            ("deallocate", se.deallocate.is_some()),
+            ("memcpy_htod", se.memcpy_htod.is_some()),
+            ("memcpy_dtoh", se.memcpy_dtoh.is_some()),
+            ("memcpy_dtod", se.memcpy_dtod.is_some()),
+            ("memset", se.memset.is_some()),
+            ("create_stream", se.create_stream.is_some()),
+            ("destroy_stream", se.destroy_stream.is_some()),
+            ("synchronize_stream", se.synchronize_stream.is_some()),
+            ("stream_wait_stream", se.stream_wait_stream.is_some()),
+            ("memcpy_htod_async", se.memcpy_htod_async.is_some()),
+            ("memcpy_dtoh_async", se.memcpy_dtoh_async.is_some()),
+            ("memcpy_dtod_async", se.memcpy_dtod_async.is_some()),
+            ("memset_async", se.memset_async.is_some()),
+            ("host_callback", se.host_callback.is_some()),
+            ("create_event", se.create_event.is_some()),
+            ("destroy_event", se.destroy_event.is_some()),
+            ("record_event", se.record_event.is_some()),
+            ("event_status", se.event_status.is_some()),
+            ("stream_wait_event", se.stream_wait_event.is_some()),
+            ("event_synchronize", se.event_synchronize.is_some()),
+            ("synchronize_all", se.synchronize_all.is_some()),
+            (
+                "host_deallocate (with host_allocate)",
+                se.host_allocate.is_none() || se.host_deallocate.is_some(),
+            ),
+            (
+                "unified_deallocate (with unified_allocate)",
+                se.unified_allocate.is_none() || se.unified_deallocate.is_some(),
+            ),
+        ];
+        let missing: Vec<&str> = required
+            .iter()
+            .filter(|(_, ok)| !ok)
+            .map(|(n, _)| *n)
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::invalid_argument(format!(
+                "dpp_stream_executor_t: required functions are NULL: {}",
+                missing.join(", ")
+            )))
+        }
+    }
+
+    /// The device's function table (to check which optional entries are NULL).
+    pub fn executor(&self) -> &abi::dpp_stream_executor_t {
+        // SAFETY: checked non-NULL at creation; valid until destroy_device (in our Drop).
+        unsafe { &*self.raw.se }
+    }
+
+    /// The ordinal.
+    pub fn ordinal(&self) -> i32 {
+        self.raw.ordinal
+    }
+
+    /// The description the plugin filled in.
+    pub fn info(&self) -> DeviceInfo {
+        // SAFETY: strings the plugin keeps valid until destroy_device (or NULL).
+        let (hardware_name, vendor, pci_bus_id) = unsafe {
+            (
+                string(self.raw.hardware_name),
+                string(self.raw.vendor),
+                string(self.raw.pci_bus_id),
+            )
+        };
+        DeviceInfo {
+            hardware_name,
+            vendor,
+            pci_bus_id,
+            total_memory: self.raw.total_memory,
+            numa_node: (self.raw.numa_node >= 0).then_some(self.raw.numa_node),
+            compute_units: self.raw.compute_units,
+        }
+    }
+
+    /// `allocate`.
+    pub fn allocate(&self, size: u64) -> Result<DeviceAddr> {
+        let mut addr: abi::dpp_addr_t = 0;
+        se_call!(self, allocate, size, &mut addr)?;
+        Ok(DeviceAddr(addr))
+    }
+
+    /// `deallocate`.
+    pub fn deallocate(&self, addr: DeviceAddr, size: u64) {
+        se_call_void!(self, deallocate, addr.get(), size);
+    }
+
+    /// `host_allocate`.
+    pub fn host_allocate(&self, size: u64) -> Result<NonNull<u8>> {
+        let mut p: *mut c_void = ptr::null_mut();
+        se_call!(self, host_allocate, size, &mut p)?;
+        NonNull::new(p.cast()).ok_or_else(|| Error::internal("host_allocate returned NULL"))
+    }
+
+    /// `host_deallocate`.
+    pub fn host_deallocate(&self, ptr: NonNull<u8>, size: u64) {
+        se_call_void!(self, host_deallocate, ptr.as_ptr().cast(), size);
+    }
+
+    /// `memory_usage`.
+    pub fn memory_usage(&self) -> Result<MemoryUsage> {
+        let (mut free, mut total) = (0u64, 0u64);
+        se_call!(self, memory_usage, &mut free, &mut total)?;
+        Ok(MemoryUsage { free, total })
+    }
+
+    /// `allocator_stats`.
+    pub fn allocator_stats(&self) -> Result<AllocatorStats> {
+        let mut s = abi::dpp_allocator_stats_t {
+            struct_size: std::mem::size_of::<abi::dpp_allocator_stats_t>(),
+            ext: ptr::null_mut(),
+            num_allocs: 0,
+            bytes_in_use: 0,
+            peak_bytes_in_use: 0,
+            largest_alloc_size: 0,
+            bytes_limit: 0,
+            bytes_reserved: 0,
+            largest_free_block: 0,
+        };
+        se_call!(self, allocator_stats, &mut s)?;
+        Ok(AllocatorStats {
+            num_allocs: s.num_allocs,
+            bytes_in_use: s.bytes_in_use,
+            peak_bytes_in_use: s.peak_bytes_in_use,
+            largest_alloc_size: s.largest_alloc_size,
+            bytes_limit: s.bytes_limit,
+            bytes_reserved: s.bytes_reserved,
+            largest_free_block: s.largest_free_block,
+        })
+    }
+
+    /// `memcpy_htod`.
+    pub fn memcpy_htod(&self, dst: DeviceAddr, src: &[u8]) -> Result<()> {
+        se_call!(
+            self,
+            memcpy_htod,
+            dst.get(),
+            src.as_ptr().cast(),
+            src.len() as u64
+        )
+    }
+
+    /// `memcpy_dtoh`.
+    pub fn memcpy_dtoh(&self, dst: &mut [u8], src: DeviceAddr) -> Result<()> {
+        se_call!(
+            self,
+            memcpy_dtoh,
+            dst.as_mut_ptr().cast(),
+            src.get(),
+            dst.len() as u64
+        )
+    }
+
+    /// `memcpy_dtod`.
+    pub fn memcpy_dtod(&self, dst: DeviceAddr, src: DeviceAddr, size: u64) -> Result<()> {
+        se_call!(self, memcpy_dtod, dst.get(), src.get(), size)
+    }
+
+    /// `memset`.
+    pub fn memset(&self, dst: DeviceAddr, value: u8, size: u64) -> Result<()> {
+        se_call!(self, memset, dst.get(), value, size)
+    }
+
+    /// `create_stream`.
+    pub fn create_stream(&self) -> Result<TestStream<'_>> {
+        let mut handle: *mut c_void = ptr::null_mut();
+        se_call!(self, create_stream, &mut handle)?;
+        Ok(TestStream {
+            device: self,
+            handle,
+            state: Mutex::new(StreamBuffers::default()),
+        })
+    }
+
+    /// `create_event`.
+    pub fn create_event(&self) -> Result<TestEvent<'_>> {
+        let mut handle: *mut c_void = ptr::null_mut();
+        se_call!(self, create_event, &mut handle)?;
+        Ok(TestEvent {
+            device: self,
+            handle,
+        })
+    }
+
+    /// `synchronize_all`.
+    pub fn synchronize_all(&self) -> Result<()> {
+        se_call!(self, synchronize_all)
+    }
+}
+
+impl std::fmt::Debug for TestDevice<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestDevice")
+            .field("ordinal", &self.ordinal())
+            .field("device_data", &self.raw.device_data)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for TestDevice<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the plugin's function, once, with the struct it filled; the device's
+        // streams and events borrow it, so they are gone.
+        unsafe { (self.destroy_device)(self.platform_data, &mut *self.raw) };
+    }
+}
+
+/// A host buffer handed to a stream: heap memory owned through a raw pointer (no `Box`
+/// while the plugin may write it).
+struct RawBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl RawBuf {
+    fn new(data: &[u8]) -> RawBuf {
+        let b: Box<[u8]> = data.into();
+        let len = b.len();
+        RawBuf {
+            ptr: Box::into_raw(b).cast::<u8>(),
+            len,
+        }
+    }
+
+    fn into_vec(self) -> Vec<u8> {
+        let s = std::mem::ManuallyDrop::new(self);
+        // SAFETY: from Box::into_raw in `new`, released once (ManuallyDrop skips Drop).
+        unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(s.ptr, s.len)) }.into_vec()
+    }
+}
+
+impl Drop for RawBuf {
+    fn drop(&mut self) {
+        // SAFETY: from Box::into_raw in `new`, released once.
+        drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
+    }
+}
+
+/// A pending device → host copy of a [`TestStream`]; its bytes are available after the
+/// stream is synchronized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReadTicket(u64);
+
+#[derive(Default)]
+struct StreamBuffers {
+    next_ticket: u64,
+    /// Buffers the stream may still read or write.
+    in_flight: Vec<RawBuf>,
+    reads: Vec<(ReadTicket, RawBuf)>,
+    done: HashMap<ReadTicket, Vec<u8>>,
+}
+
+/// A stream. Host memory of its copies is owned here until [`TestStream::synchronize`] (or
+/// the drop, which destroys the stream first).
+pub struct TestStream<'d> {
+    device: &'d TestDevice<'d>,
+    handle: *mut c_void,
+    state: Mutex<StreamBuffers>,
+}
+
+// SAFETY: executor functions may be called from any thread; the buffers are behind a lock.
+unsafe impl Send for TestStream<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for TestStream<'_> {}
+
+type BoxedCallback = Box<dyn FnOnce() + Send>;
+
+unsafe extern "C" fn run_callback(arg: *mut c_void) {
+    // SAFETY: `arg` is the Box<BoxedCallback> of `host_callback`, called at most once.
+    let f = unsafe { Box::from_raw(arg.cast::<BoxedCallback>()) };
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
+        let _ = panic_text(payload);
+    }
+}
+
+impl<'d> TestStream<'d> {
+    /// The raw handle.
+    pub fn handle(&self) -> *mut c_void {
+        self.handle
+    }
+
+    /// `memcpy_htod_async` of a copy of `data`.
+    pub fn memcpy_htod_async(&self, dst: DeviceAddr, data: &[u8]) -> Result<()> {
+        let buf = RawBuf::new(data);
+        se_call!(
+            self.device,
+            memcpy_htod_async,
+            self.handle,
+            dst.get(),
+            buf.ptr.cast_const().cast(),
+            buf.len as u64
+        )?;
+        self.state.lock().in_flight.push(buf);
+        Ok(())
+    }
+
+    /// `memcpy_dtoh_async` of `len` bytes; [`TestStream::take_read`] gives them after
+    /// [`TestStream::synchronize`].
+    pub fn memcpy_dtoh_async(&self, src: DeviceAddr, len: usize) -> Result<ReadTicket> {
+        let buf = RawBuf::new(&vec![0u8; len]);
+        se_call!(
+            self.device,
+            memcpy_dtoh_async,
+            self.handle,
+            buf.ptr.cast(),
+            src.get(),
+            len as u64
+        )?;
+        let mut st = self.state.lock();
+        let ticket = ReadTicket(st.next_ticket);
+        st.next_ticket += 1;
+        st.reads.push((ticket, buf));
+        Ok(ticket)
+    }
+
+    /// The bytes of a finished device → host copy (once).
+    pub fn take_read(&self, ticket: ReadTicket) -> Option<Vec<u8>> {
+        self.state.lock().done.remove(&ticket)
+    }
+
+    /// `memcpy_dtod_async`.
+    pub fn memcpy_dtod_async(&self, dst: DeviceAddr, src: DeviceAddr, size: u64) -> Result<()> {
+        se_call!(
+            self.device,
+            memcpy_dtod_async,
+            self.handle,
+            dst.get(),
+            src.get(),
+            size
+        )
+    }
+
+    /// `memset_async`.
+    pub fn memset_async(&self, dst: DeviceAddr, value: u8, size: u64) -> Result<()> {
+        se_call!(
+            self.device,
+            memset_async,
+            self.handle,
+            dst.get(),
+            value,
+            size
+        )
+    }
+
+    /// `host_callback` with `f` (never run if the call fails).
+    pub fn host_callback(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        let arg = Box::into_raw(Box::new(Box::new(f) as BoxedCallback));
+        let r = se_call!(
+            self.device,
+            host_callback,
+            self.handle,
+            Some(run_callback),
+            arg.cast()
+        );
+        if r.is_err() {
+            // SAFETY: refused, so the plugin will not call it: ours to free.
+            drop(unsafe { Box::from_raw(arg) });
+        }
+        r
+    }
+
+    /// `stream_wait_stream(self, other)`.
+    pub fn wait_stream(&self, other: &TestStream<'_>) -> Result<()> {
+        se_call!(self.device, stream_wait_stream, self.handle, other.handle)
+    }
+
+    /// `record_event(self, event)`.
+    pub fn record(&self, event: &TestEvent<'_>) -> Result<()> {
+        se_call!(self.device, record_event, self.handle, event.handle)
+    }
+
+    /// `stream_wait_event(self, event)`.
+    pub fn wait_event(&self, event: &TestEvent<'_>) -> Result<()> {
+        se_call!(self.device, stream_wait_event, self.handle, event.handle)
+    }
+
+    /// `synchronize_stream`; afterwards the buffers of the work so far are released and the
+    /// reads are available. (Holds the stream's buffer lock meanwhile: a host callback of
+    /// this stream must not call into the same `TestStream`.)
+    pub fn synchronize(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        let r = se_call!(self.device, synchronize_stream, self.handle);
+        // Done either way: synchronize_stream returns once the stream's work has finished.
+        st.in_flight.clear();
+        for (ticket, buf) in std::mem::take(&mut st.reads) {
+            st.done.insert(ticket, buf.into_vec());
+        }
+        r
+    }
+}
+
+impl std::fmt::Debug for TestStream<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestStream")
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for TestStream<'_> {
+    fn drop(&mut self) {
+        // destroy_stream waits for the work; the buffers are freed after it (field drop).
+        se_call_void!(self.device, destroy_stream, self.handle);
+    }
+}
+
+/// An event. Dropping it destroys it.
+pub struct TestEvent<'d> {
+    device: &'d TestDevice<'d>,
+    handle: *mut c_void,
+}
+
+// SAFETY: executor functions may be called from any thread.
+unsafe impl Send for TestEvent<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for TestEvent<'_> {}
+
+impl TestEvent<'_> {
+    /// The raw handle.
+    pub fn handle(&self) -> *mut c_void {
+        self.handle
+    }
+
+    /// `event_status`.
+    pub fn status(&self) -> Result<EventStatus> {
+        let mut s: i32 = -1;
+        se_call!(self.device, event_status, self.handle, &mut s)?;
+        match s {
+            abi::DPP_EVENT_PENDING => Ok(EventStatus::Pending),
+            abi::DPP_EVENT_COMPLETE => Ok(EventStatus::Complete),
+            abi::DPP_EVENT_ERROR => Ok(EventStatus::Error),
+            other => Err(Error::internal(format!("event_status wrote {other}"))),
+        }
+    }
+
+    /// `event_synchronize`.
+    pub fn synchronize(&self) -> Result<()> {
+        se_call!(self.device, event_synchronize, self.handle)
+    }
+}
+
+impl std::fmt::Debug for TestEvent<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestEvent")
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for TestEvent<'_> {
+    fn drop(&mut self) {
+        se_call_void!(self.device, destroy_event, self.handle);
+    }
+}
+
+/// Calls the table with handles of the wrong kind and with NULLs (needs raw pointers, hence
+/// here).
+#[cfg(test)]
+mod abuse_tests {
+    use super::*;
+    use crate::tests::{devplug_plugin_entry as test_entry, TEST_PLATFORM};
+
+    #[test]
+    fn bad_handles_are_errors_not_crashes() {
+        let host = TestHost::new();
+        let plugin = host.load(test_entry).expect("load");
+        let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+        let other = plugin.create_device(TEST_PLATFORM, 1).expect("device 1");
+        let stream = dev.create_stream().expect("stream");
+        let event = dev.create_event().expect("event");
+        let foreign = other.create_stream().expect("stream of device 1");
+        let se = dev.executor();
+        let data = dev.raw.device_data;
+        let sync = se.synchronize_stream.expect("required");
+        let status_fn = se.event_status.expect("required");
+
+        // SAFETY (all calls below): the SDK's trampolines with live handles of this plugin,
+        // of the wrong kind or device, or NULL: exactly what they must detect.
+        let st = unsafe { sync(data, event.handle()) };
+        assert_eq!(st, abi::DPP_INVALID_ARGUMENT);
+        assert!(
+            host.last_error()
+                .unwrap_or_default()
+                .contains("not a live stream"),
+            "{:?}",
+            host.last_error()
+        );
+
+        // SAFETY: as above: a trampoline with a bad argument it must detect.
+        let st = unsafe { sync(data, ptr::null_mut()) };
+        assert_eq!(st, abi::DPP_INVALID_ARGUMENT);
+        assert!(host.last_error().unwrap_or_default().contains("NULL"));
+
+        // SAFETY: as above: a trampoline with a bad argument it must detect.
+        let st = unsafe { sync(data, foreign.handle()) };
+        assert_eq!(st, abi::DPP_INVALID_ARGUMENT);
+        assert!(host
+            .last_error()
+            .unwrap_or_default()
+            .contains("another device"));
+
+        let mut out = 0;
+        // SAFETY: as above: a trampoline with a bad argument it must detect.
+        let st = unsafe { status_fn(data, stream.handle(), &mut out) };
+        assert_eq!(st, abi::DPP_INVALID_ARGUMENT);
+        // SAFETY: as above: a trampoline with a bad argument it must detect.
+        let st = unsafe { status_fn(data, event.handle(), ptr::null_mut()) };
+        assert_eq!(st, abi::DPP_INVALID_ARGUMENT);
+
+        // A NULL device: no host to tell, just the code.
+        // SAFETY: as above: a trampoline with a bad argument it must detect.
+        let st = unsafe { sync(ptr::null_mut(), stream.handle()) };
+        assert_eq!(st, abi::DPP_INVALID_ARGUMENT);
+
+        // NULL out-pointers and a zero size.
+        let alloc = se.allocate.expect("required");
+        assert_eq!(
+            // SAFETY: as above: a trampoline with a bad argument it must detect.
+            unsafe { alloc(data, 16, ptr::null_mut()) },
+            abi::DPP_INVALID_ARGUMENT
+        );
+        let mut addr = 0;
+        assert_eq!(
+            // SAFETY: as above: a trampoline with a bad argument it must detect.
+            unsafe { alloc(data, 0, &mut addr) },
+            abi::DPP_INVALID_ARGUMENT
+        );
+        assert_eq!(addr, 0, "out-parameters are written only on success");
+
+        // A NULL host pointer with a size.
+        let htod = se.memcpy_htod.expect("required");
+        let a = dev.allocate(16).expect("allocate");
+        assert_eq!(
+            // SAFETY: as above: a trampoline with a bad argument it must detect.
+            unsafe { htod(data, a.get(), ptr::null(), 4) },
+            abi::DPP_INVALID_ARGUMENT
+        );
+        // SAFETY: as above: a trampoline with a bad argument it must detect.
+        assert_eq!(unsafe { htod(data, a.get(), ptr::null(), 0) }, abi::DPP_OK);
+        dev.deallocate(a, 16);
+    }
+
+    #[test]
+    fn ordinals_out_of_range_and_small_structs_are_refused() {
+        let host = TestHost::new();
+        let plugin = host.load(test_entry).expect("load");
+        let err = plugin
+            .create_device(TEST_PLATFORM, 99)
+            .expect_err("out of range");
+        assert_eq!(err.code(), Status::InvalidArgument);
+        assert!(err.message().contains("ordinal 99"), "{err}");
+
+        let reg = &plugin.platforms[0];
+        let mut small = abi::dpp_device_t {
+            struct_size: 8,
+            ext: ptr::null_mut(),
+            ordinal: 0,
+            device_data: ptr::null_mut(),
+            hardware_name: ptr::null(),
+            vendor: ptr::null(),
+            pci_bus_id: ptr::null(),
+            total_memory: 0,
+            numa_node: -1,
+            compute_units: 0,
+            se: ptr::null(),
+        };
+        // SAFETY: the plugin's create_device with a struct that says it is too small.
+        let st = unsafe { (reg.create_device)(reg.platform_data, 0, &mut small) };
+        assert_eq!(st, abi::DPP_INVALID_ARGUMENT);
+        assert!(
+            small.device_data.is_null() && small.se.is_null(),
+            "nothing written on failure"
+        );
+        assert!(host
+            .last_error()
+            .unwrap_or_default()
+            .contains("struct_size"));
+    }
+}

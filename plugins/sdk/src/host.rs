@@ -1,0 +1,164 @@
+//! The host as a plugin sees it: load options, logging and platform registration.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::ffi::{self, HostShared};
+use crate::platform::Platform;
+
+/// Log levels (`DPP_LOG_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LogLevel {
+    /// `DPP_LOG_ERROR`.
+    Error = 1,
+    /// `DPP_LOG_WARN`.
+    Warn = 2,
+    /// `DPP_LOG_INFO`.
+    Info = 3,
+    /// `DPP_LOG_DEBUG`.
+    Debug = 4,
+}
+
+/// The host during `init`: what the plugin's init function receives.
+///
+/// It exists only for the duration of the init call (the plugin gets `&Host` and cannot keep
+/// it): load options and `register_platform` are valid during init only. For logging later,
+/// keep a [`Logger`] ([`Host::logger`]).
+///
+/// Neither `Send` nor `Sync`: the host's option and registration functions belong to the init
+/// call's thread.
+pub struct Host {
+    shared: Arc<HostShared>,
+    _init_call_only: PhantomData<*const ()>,
+}
+
+impl Host {
+    pub(crate) fn new(shared: Arc<HostShared>) -> Host {
+        Host {
+            shared,
+            _init_call_only: PhantomData,
+        }
+    }
+
+    /// The plugin's name (as given to `devplug_plugin!`).
+    pub fn plugin_name(&self) -> &'static str {
+        self.shared.plugin_name()
+    }
+
+    /// The host's ABI version `(major, minor)`.
+    pub fn abi_version(&self) -> (u32, u32) {
+        self.shared.abi_version()
+    }
+
+    /// The value of load option `key`, or `None` when the host did not give it.
+    /// A value that is not UTF-8 is converted lossily.
+    pub fn option(&self, key: &str) -> Option<String> {
+        self.shared.get_option(key)
+    }
+
+    /// Load option `key` parsed as `T`: `Ok(None)` when absent, an `InvalidArgument` error
+    /// naming the option and the value when it does not parse.
+    pub fn option_parse<T>(&self, key: &str) -> Result<Option<T>>
+    where
+        T: FromStr,
+        T::Err: fmt::Display,
+    {
+        match self.option(key) {
+            None => Ok(None),
+            Some(value) => value.trim().parse::<T>().map(Some).map_err(|e| {
+                Error::invalid_argument(format!(
+                    "{}: load option `{key}`: invalid value {value:?}: {e}",
+                    self.plugin_name()
+                ))
+            }),
+        }
+    }
+
+    /// Load option `key` parsed as `T`, or `default` when absent.
+    pub fn option_or<T>(&self, key: &str, default: T) -> Result<T>
+    where
+        T: FromStr,
+        T::Err: fmt::Display,
+    {
+        Ok(self.option_parse(key)?.unwrap_or(default))
+    }
+
+    /// Writes a log line through the host.
+    pub fn log(&self, level: LogLevel, message: impl fmt::Display) {
+        self.shared.log(level, &message.to_string());
+    }
+
+    /// A logging handle the plugin may keep (in its platforms and devices) and use from any
+    /// thread until the plugin is shut down.
+    pub fn logger(&self) -> Logger {
+        Logger {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Registers `platform` with the host. The host copies its name, type, vendor and version
+    /// now; the platform object lives until the host destroys the platform (its `Drop` runs
+    /// then). If the host refuses it (a name already taken, an equal priority on the same
+    /// type, an invalid name…) the platform is dropped at once and the error carries the
+    /// host's code; the host keeps its own account of why (the runtime reports it together
+    /// with the plugin's message when init then fails).
+    pub fn register_platform<P: Platform>(&self, platform: P) -> Result<()> {
+        ffi::register_platform(&self.shared, platform)
+    }
+}
+
+impl fmt::Debug for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Host")
+            .field("plugin", &self.plugin_name())
+            .field("abi_version", &self.abi_version())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Writes log lines through the host, from any thread. Cheap to clone.
+///
+/// Valid until the plugin is shut down; after that (or after a failed init) it writes
+/// nothing, so a logger that outlives the plugin is harmless.
+#[derive(Clone)]
+pub struct Logger {
+    shared: Arc<HostShared>,
+}
+
+impl Logger {
+    /// Writes `message` at `level`.
+    pub fn log(&self, level: LogLevel, message: impl fmt::Display) {
+        self.shared.log(level, &message.to_string());
+    }
+
+    /// Writes at `LogLevel::Error`.
+    pub fn error(&self, message: impl fmt::Display) {
+        self.log(LogLevel::Error, message);
+    }
+
+    /// Writes at `LogLevel::Warn`.
+    pub fn warn(&self, message: impl fmt::Display) {
+        self.log(LogLevel::Warn, message);
+    }
+
+    /// Writes at `LogLevel::Info`.
+    pub fn info(&self, message: impl fmt::Display) {
+        self.log(LogLevel::Info, message);
+    }
+
+    /// Writes at `LogLevel::Debug`.
+    pub fn debug(&self, message: impl fmt::Display) {
+        self.log(LogLevel::Debug, message);
+    }
+}
+
+impl fmt::Debug for Logger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Logger")
+            .field("plugin", &self.shared.plugin_name())
+            .finish_non_exhaustive()
+    }
+}

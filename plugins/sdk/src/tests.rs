@@ -1,0 +1,762 @@
+//! The SDK driven through its generated tables by the fake host of [`crate::testing`]: a
+//! small plugin (memory in a map, deferred streams that run when synchronized) exported
+//! with `devplug_plugin!`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+
+use parking_lot::Mutex;
+
+use crate::testing::TestHost;
+use crate::{
+    devplug_plugin, Device, DeviceAddr, DeviceInfo, Error, EventStatus, Host, HostBuf, HostBufMut,
+    HostCallback, Logger, MemoryUsage, Platform, PlatformFlags, Result, Status,
+};
+
+pub(crate) const TEST_PLATFORM: &str = "TESTP";
+const MEMORY: u64 = 1 << 20;
+
+// ---- per-test observation, keyed by the load option `tag` ----------------------------------
+
+#[derive(Default)]
+struct Probe {
+    platform_drops: AtomicUsize,
+    device_drops: AtomicUsize,
+    logger: Mutex<Option<Logger>>,
+}
+
+fn probe(tag: &str) -> Arc<Probe> {
+    static PROBES: OnceLock<Mutex<HashMap<String, Arc<Probe>>>> = OnceLock::new();
+    let map = PROBES.get_or_init(Default::default);
+    Arc::clone(map.lock().entry(tag.to_owned()).or_default())
+}
+
+// ---- the test plugin --------------------------------------------------------------------------
+
+fn init(host: &Host) -> Result<()> {
+    if host.option("panic_in_init").is_some() {
+        panic!("init exploded on purpose");
+    }
+    let tag = host.option("tag").unwrap_or_default();
+    let probe = probe(&tag);
+    *probe.logger.lock() = Some(host.logger());
+    let platform = TPlatform {
+        name: host
+            .option("platform")
+            .unwrap_or_else(|| TEST_PLATFORM.to_owned()),
+        devices: host.option_or("devices", 2)?,
+        callback_mode: host.option("callback_mode").unwrap_or_default(),
+        probe,
+        logger: host.logger(),
+    };
+    let twice = host.option("register_twice").is_some();
+    let again = twice.then(|| platform.clone_config());
+    host.register_platform(platform)?;
+    if let Some(again) = again {
+        host.register_platform(again)?;
+    }
+    if let Some(msg) = host.option("fail_init") {
+        return Err(Error::failed_precondition(msg));
+    }
+    host.log(crate::LogLevel::Info, "test plugin ready");
+    Ok(())
+}
+
+devplug_plugin!(name: "sdk_test", version: "1.2.3", init: init);
+
+struct TPlatform {
+    name: String,
+    devices: i32,
+    callback_mode: String,
+    probe: Arc<Probe>,
+    logger: Logger,
+}
+
+impl TPlatform {
+    fn clone_config(&self) -> TPlatform {
+        TPlatform {
+            name: self.name.clone(),
+            devices: self.devices,
+            callback_mode: self.callback_mode.clone(),
+            probe: Arc::clone(&self.probe),
+            logger: self.logger.clone(),
+        }
+    }
+}
+
+impl Drop for TPlatform {
+    fn drop(&mut self) {
+        self.probe.platform_drops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Platform for TPlatform {
+    type Device = TDevice;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn device_type(&self) -> &str {
+        "TPU"
+    }
+
+    fn priority(&self) -> i32 {
+        7
+    }
+
+    fn flags(&self) -> PlatformFlags {
+        PlatformFlags::NO_SUBALLOCATOR
+    }
+
+    fn vendor(&self) -> Option<&str> {
+        Some("devplug tests")
+    }
+
+    fn device_count(&self) -> i32 {
+        self.devices
+    }
+
+    fn create_device(&self, ordinal: i32) -> Result<TDevice> {
+        self.logger.info(format!("creating device {ordinal}"));
+        Ok(TDevice {
+            mem: Arc::new(Mutex::new(Mem {
+                blocks: BTreeMap::new(),
+                next: 0x1000,
+                used: 0,
+            })),
+            streams: Mutex::new(Vec::new()),
+            callback_mode: self.callback_mode.clone(),
+            probe: Arc::clone(&self.probe),
+        })
+    }
+}
+
+struct Mem {
+    blocks: BTreeMap<u64, Vec<u8>>,
+    next: u64,
+    used: u64,
+}
+
+impl Mem {
+    /// The block holding `[addr, addr + len)` and the offset of `addr` in it.
+    fn locate(&mut self, addr: DeviceAddr, len: u64) -> Result<(&mut Vec<u8>, usize)> {
+        let a = addr.get();
+        let (&base, block) = self
+            .blocks
+            .range_mut(..=a)
+            .next_back()
+            .ok_or_else(|| Error::invalid_argument(format!("{addr} is not device memory")))?;
+        let off = a - base;
+        if off + len > block.len() as u64 {
+            return Err(Error::invalid_argument(format!(
+                "{addr}+{len} runs past its allocation"
+            )));
+        }
+        Ok((block, off as usize))
+    }
+}
+
+type Op = Box<dyn FnOnce() -> Result<()> + Send>;
+
+/// A stream whose work runs when someone waits for it (on the waiting thread): it never
+/// runs inside the call that enqueued it.
+#[derive(Default)]
+struct TStreamInner {
+    queue: Mutex<VecDeque<Op>>,
+    error: Mutex<Option<Error>>,
+}
+
+impl TStreamInner {
+    fn enqueue(&self, op: Op) {
+        self.queue.lock().push_back(op);
+    }
+
+    fn drain(&self) {
+        loop {
+            let Some(op) = self.queue.lock().pop_front() else {
+                break;
+            };
+            if let Err(e) = op() {
+                self.error.lock().get_or_insert(e);
+            }
+        }
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.drain();
+        self.error.lock().take().map_or(Ok(()), Err)
+    }
+}
+
+struct TStream(Arc<TStreamInner>);
+
+struct TEvent {
+    status: Arc<Mutex<EventStatus>>,
+    stream: Mutex<Option<Weak<TStreamInner>>>,
+}
+
+struct TDevice {
+    mem: Arc<Mutex<Mem>>,
+    streams: Mutex<Vec<Weak<TStreamInner>>>,
+    callback_mode: String,
+    probe: Arc<Probe>,
+}
+
+impl Drop for TDevice {
+    fn drop(&mut self) {
+        self.probe.device_drops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Device for TDevice {
+    type Stream = TStream;
+    type Event = TEvent;
+
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            hardware_name: Some("Test Chip".into()),
+            total_memory: MEMORY,
+            compute_units: 4,
+            ..DeviceInfo::default()
+        }
+    }
+
+    fn allocate(&self, size: u64) -> Result<DeviceAddr> {
+        let mut m = self.mem.lock();
+        if m.used + size > MEMORY {
+            return Err(Error::resource_exhausted(format!(
+                "out of device memory: {size} bytes asked, {} free",
+                MEMORY - m.used
+            )));
+        }
+        let addr = m.next;
+        m.next += size.next_multiple_of(256);
+        m.used += size;
+        m.blocks.insert(addr, vec![0; size as usize]);
+        Ok(DeviceAddr(addr))
+    }
+
+    fn deallocate(&self, addr: DeviceAddr, size: u64) {
+        let mut m = self.mem.lock();
+        if m.blocks.remove(&addr.get()).is_some() {
+            m.used -= size;
+        }
+    }
+
+    fn provides_memory_usage(&self) -> bool {
+        true
+    }
+
+    fn memory_usage(&self) -> Result<MemoryUsage> {
+        let used = self.mem.lock().used;
+        Ok(MemoryUsage {
+            free: MEMORY - used,
+            total: MEMORY,
+        })
+    }
+
+    fn memcpy_htod(&self, dst: DeviceAddr, src: &[u8]) -> Result<()> {
+        let mut m = self.mem.lock();
+        let (block, off) = m.locate(dst, src.len() as u64)?;
+        block[off..off + src.len()].copy_from_slice(src);
+        Ok(())
+    }
+
+    fn memcpy_dtoh(&self, dst: &mut [u8], src: DeviceAddr) -> Result<()> {
+        let mut m = self.mem.lock();
+        let (block, off) = m.locate(src, dst.len() as u64)?;
+        dst.copy_from_slice(&block[off..off + dst.len()]);
+        Ok(())
+    }
+
+    fn memcpy_dtod(&self, dst: DeviceAddr, src: DeviceAddr, size: u64) -> Result<()> {
+        let mut tmp = vec![0; size as usize];
+        self.memcpy_dtoh(&mut tmp, src)?;
+        self.memcpy_htod(dst, &tmp)
+    }
+
+    fn memset(&self, dst: DeviceAddr, value: u8, size: u64) -> Result<()> {
+        if value == 0xEE {
+            panic!("memset exploded on purpose");
+        }
+        let mut m = self.mem.lock();
+        let (block, off) = m.locate(dst, size)?;
+        block[off..off + size as usize].fill(value);
+        Ok(())
+    }
+
+    fn create_stream(&self) -> Result<TStream> {
+        let inner = Arc::new(TStreamInner::default());
+        self.streams.lock().push(Arc::downgrade(&inner));
+        Ok(TStream(inner))
+    }
+
+    fn synchronize_stream(&self, stream: &TStream) -> Result<()> {
+        stream.0.sync()
+    }
+
+    fn stream_wait_stream(&self, _stream: &TStream, other: &TStream) -> Result<()> {
+        other.0.drain();
+        Ok(())
+    }
+
+    fn memcpy_htod_async(&self, stream: &TStream, dst: DeviceAddr, src: HostBuf) -> Result<()> {
+        let mem = Arc::clone(&self.mem);
+        stream.0.enqueue(Box::new(move || {
+            let mut m = mem.lock();
+            let (block, off) = m.locate(dst, src.len() as u64)?;
+            // SAFETY: the stream is executing this copy, in order.
+            let bytes = unsafe { src.as_slice() };
+            block[off..off + bytes.len()].copy_from_slice(bytes);
+            Ok(())
+        }));
+        Ok(())
+    }
+
+    fn memcpy_dtoh_async(
+        &self,
+        stream: &TStream,
+        mut dst: HostBufMut,
+        src: DeviceAddr,
+    ) -> Result<()> {
+        let mem = Arc::clone(&self.mem);
+        stream.0.enqueue(Box::new(move || {
+            let mut m = mem.lock();
+            let (block, off) = m.locate(src, dst.len() as u64)?;
+            // SAFETY: the stream is executing this copy, in order.
+            let out = unsafe { dst.as_mut_slice() };
+            out.copy_from_slice(&block[off..off + out.len()]);
+            Ok(())
+        }));
+        Ok(())
+    }
+
+    fn memcpy_dtod_async(
+        &self,
+        stream: &TStream,
+        dst: DeviceAddr,
+        src: DeviceAddr,
+        size: u64,
+    ) -> Result<()> {
+        let mem = Arc::clone(&self.mem);
+        stream.0.enqueue(Box::new(move || {
+            let mut m = mem.lock();
+            let (block, off) = m.locate(src, size)?;
+            let tmp = block[off..off + size as usize].to_vec();
+            let (block, off) = m.locate(dst, size)?;
+            block[off..off + tmp.len()].copy_from_slice(&tmp);
+            Ok(())
+        }));
+        Ok(())
+    }
+
+    fn memset_async(&self, stream: &TStream, dst: DeviceAddr, value: u8, size: u64) -> Result<()> {
+        let mem = Arc::clone(&self.mem);
+        stream.0.enqueue(Box::new(move || {
+            let mut m = mem.lock();
+            let (block, off) = m.locate(dst, size)?;
+            block[off..off + size as usize].fill(value);
+            Ok(())
+        }));
+        Ok(())
+    }
+
+    fn host_callback(&self, stream: &TStream, callback: HostCallback) -> Result<()> {
+        match self.callback_mode.as_str() {
+            "drop" => {
+                drop(callback);
+                Ok(())
+            }
+            "refuse" => Err(Error::unavailable("callbacks refused on purpose")),
+            _ => {
+                stream.0.enqueue(Box::new(move || {
+                    callback.call();
+                    Ok(())
+                }));
+                Ok(())
+            }
+        }
+    }
+
+    fn create_event(&self) -> Result<TEvent> {
+        Ok(TEvent {
+            status: Arc::new(Mutex::new(EventStatus::Complete)),
+            stream: Mutex::new(None),
+        })
+    }
+
+    fn record_event(&self, stream: &TStream, event: &TEvent) -> Result<()> {
+        *event.status.lock() = EventStatus::Pending;
+        *event.stream.lock() = Some(Arc::downgrade(&stream.0));
+        let status = Arc::clone(&event.status);
+        stream.0.enqueue(Box::new(move || {
+            *status.lock() = EventStatus::Complete;
+            Ok(())
+        }));
+        Ok(())
+    }
+
+    fn event_status(&self, event: &TEvent) -> Result<EventStatus> {
+        Ok(*event.status.lock())
+    }
+
+    fn stream_wait_event(&self, _stream: &TStream, event: &TEvent) -> Result<()> {
+        self.event_synchronize(event)
+    }
+
+    fn event_synchronize(&self, event: &TEvent) -> Result<()> {
+        let stream = event.stream.lock().as_ref().and_then(Weak::upgrade);
+        if let Some(stream) = stream {
+            stream.drain();
+        }
+        Ok(())
+    }
+
+    fn synchronize_all(&self) -> Result<()> {
+        let streams: Vec<_> = self
+            .streams
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        streams.iter().try_for_each(|s| s.sync())
+    }
+}
+
+// ---- tests ----------------------------------------------------------------------------------
+
+#[test]
+fn the_entry_table_describes_the_plugin() {
+    let host = TestHost::new().with_option("tag", "entry");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    assert_eq!(plugin.name(), "sdk_test");
+    assert_eq!(plugin.version(), "1.2.3");
+    assert!(host
+        .logs()
+        .iter()
+        .any(|(l, m)| *l == crate::abi::DPP_LOG_INFO && m == "test plugin ready"));
+}
+
+#[test]
+fn registration_reads_the_load_options() {
+    let host = TestHost::new()
+        .with_option("tag", "options")
+        .with_option("devices", " 3 ")
+        .with_option("platform", "OTHER");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let p = plugin.platforms();
+    assert_eq!(p.len(), 1);
+    assert_eq!(p[0].name, "OTHER");
+    assert_eq!(p[0].device_type, "TPU");
+    assert_eq!(p[0].priority, 7);
+    assert_eq!(p[0].flags, PlatformFlags::NO_SUBALLOCATOR);
+    assert_eq!(p[0].vendor.as_deref(), Some("devplug tests"));
+    assert_eq!(p[0].version, None);
+    assert_eq!(p[0].device_count, 3);
+}
+
+#[test]
+fn an_unparsable_option_is_an_invalid_argument_naming_it() {
+    let host = TestHost::new()
+        .with_option("tag", "badopt")
+        .with_option("devices", "many");
+    let err = host.load(devplug_plugin_entry).expect_err("refused");
+    assert_eq!(err.code(), Status::InvalidArgument);
+    assert!(
+        err.message().contains("`devices`") && err.message().contains("\"many\""),
+        "{err}"
+    );
+    assert_eq!(
+        probe("badopt").platform_drops.load(Ordering::SeqCst),
+        0,
+        "nothing was registered"
+    );
+}
+
+#[test]
+fn device_creation_fills_the_device_struct_and_table() {
+    let host = TestHost::new().with_option("tag", "create");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 1).expect("device");
+    assert_eq!(dev.ordinal(), 1);
+    let info = dev.info();
+    assert_eq!(info.hardware_name.as_deref(), Some("Test Chip"));
+    assert_eq!(info.vendor, None);
+    assert_eq!(info.total_memory, MEMORY);
+    assert_eq!(info.numa_node, None);
+    assert_eq!(info.compute_units, 4);
+    // Required entries were checked by the harness; the optional ones follow provides_*.
+    let se = dev.executor();
+    assert!(se.memory_usage.is_some());
+    assert!(se.host_allocate.is_none() && se.host_deallocate.is_none());
+    assert!(se.unified_allocate.is_none() && se.unified_deallocate.is_none());
+    assert!(se.allocator_stats.is_none());
+    assert_eq!(se.struct_size, crate::abi::DPP_STREAM_EXECUTOR_STRUCT_SIZE);
+    assert_eq!(
+        dev.memory_usage().expect("usage"),
+        MemoryUsage {
+            free: MEMORY,
+            total: MEMORY
+        }
+    );
+    assert!(host.logs().iter().any(|(_, m)| m == "creating device 1"));
+}
+
+#[test]
+fn a_synchronous_copy_round_trip() {
+    let host = TestHost::new().with_option("tag", "sync_copy");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    let a = dev.allocate(64).expect("a");
+    let b = dev.allocate(64).expect("b");
+    let data: Vec<u8> = (0..64).collect();
+    dev.memcpy_htod(a, &data).expect("htod");
+    dev.memcpy_dtod(b, a, 64).expect("dtod");
+    dev.memset(b.checked_add(60).expect("in range"), 9, 4)
+        .expect("memset");
+    let mut out = vec![0u8; 64];
+    dev.memcpy_dtoh(&mut out, b).expect("dtoh");
+    assert_eq!(&out[..60], &data[..60]);
+    assert_eq!(&out[60..], &[9, 9, 9, 9]);
+    dev.deallocate(a, 64);
+    dev.deallocate(b, 64);
+    assert_eq!(dev.memory_usage().expect("usage").free, MEMORY);
+}
+
+#[test]
+fn a_stream_ordered_round_trip_with_events_and_callbacks() {
+    let host = TestHost::new().with_option("tag", "async_copy");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    let a = dev.allocate(32).expect("a");
+    let s1 = dev.create_stream().expect("s1");
+    let s2 = dev.create_stream().expect("s2");
+    let ev = dev.create_event().expect("event");
+    assert_eq!(
+        ev.status().expect("status"),
+        EventStatus::Complete,
+        "never recorded"
+    );
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    s1.memcpy_htod_async(a, &[7; 32]).expect("htod");
+    s1.memset_async(a, 1, 8).expect("memset");
+    s1.record(&ev).expect("record");
+    let c = Arc::clone(&calls);
+    s1.host_callback(move || {
+        c.fetch_add(1, Ordering::SeqCst);
+    })
+    .expect("callback");
+    assert_eq!(ev.status().expect("status"), EventStatus::Pending);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "not run inside host_callback"
+    );
+
+    s2.wait_event(&ev).expect("wait");
+    let t = s2.memcpy_dtoh_async(a, 32).expect("dtoh");
+    s2.synchronize().expect("sync s2");
+    assert_eq!(ev.status().expect("status"), EventStatus::Complete);
+    let mut want = vec![7u8; 32];
+    want[..8].fill(1);
+    assert_eq!(s2.take_read(t).expect("read"), want);
+
+    s1.synchronize().expect("sync s1");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "called exactly once");
+    dev.synchronize_all().expect("sync all");
+    drop((s1, s2, ev));
+    dev.deallocate(a, 32);
+}
+
+#[test]
+fn a_stream_error_is_returned_by_synchronize() {
+    let host = TestHost::new().with_option("tag", "async_err");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    let s = dev.create_stream().expect("stream");
+    s.memset_async(DeviceAddr(0x10), 0, 4).expect("enqueued");
+    let err = s.synchronize().expect_err("fails");
+    assert_eq!(err.code(), Status::InvalidArgument);
+    assert!(err.message().contains("0x10 is not device memory"), "{err}");
+}
+
+#[test]
+fn a_panic_in_a_device_method_is_internal_with_the_message() {
+    let host = TestHost::new().with_option("tag", "panic");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    let a = dev.allocate(16).expect("a");
+    let err = dev.memset(a, 0xEE, 16).expect_err("panicked");
+    assert_eq!(err.code(), Status::Internal);
+    assert!(
+        err.message()
+            .contains("sdk_test: panic in memset: memset exploded on purpose"),
+        "{err}"
+    );
+    // The device is still usable.
+    dev.memset(a, 1, 16).expect("memset after the panic");
+    dev.deallocate(a, 16);
+}
+
+#[test]
+fn errors_carry_their_code_and_message() {
+    let host = TestHost::new().with_option("tag", "errors");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    let err = dev.allocate(MEMORY + 1).expect_err("too big");
+    assert_eq!(err.code(), Status::ResourceExhausted);
+    assert_eq!(
+        err.message(),
+        format!(
+            "out of device memory: {} bytes asked, {MEMORY} free",
+            MEMORY + 1
+        )
+    );
+    let err = dev
+        .memcpy_htod(DeviceAddr(0x99), &[1])
+        .expect_err("bad address");
+    assert_eq!(err.code(), Status::InvalidArgument);
+    let err = dev.host_allocate(8).expect_err("NULL entry");
+    assert_eq!(err.code(), Status::Unimplemented);
+}
+
+#[test]
+fn an_init_error_reaches_the_host_and_rolls_back() {
+    let host = TestHost::new()
+        .with_option("tag", "init_err")
+        .with_option("fail_init", "no hardware found");
+    let err = host.load(devplug_plugin_entry).expect_err("refused");
+    assert_eq!(err.code(), Status::FailedPrecondition);
+    assert_eq!(err.message(), "no hardware found");
+    assert_eq!(
+        probe("init_err").platform_drops.load(Ordering::SeqCst),
+        1,
+        "rolled back"
+    );
+}
+
+#[test]
+fn a_panic_in_init_is_internal_with_the_message() {
+    let host = TestHost::new().with_option("panic_in_init", "1");
+    let err = host.load(devplug_plugin_entry).expect_err("refused");
+    assert_eq!(err.code(), Status::Internal);
+    assert_eq!(
+        err.message(),
+        "sdk_test: panic in init: init exploded on purpose"
+    );
+}
+
+#[test]
+fn a_refused_registration_fails_init_with_the_hosts_code() {
+    let host = TestHost::new()
+        .with_option("tag", "twice")
+        .with_option("register_twice", "1");
+    let err = host.load(devplug_plugin_entry).expect_err("refused");
+    assert_eq!(err.code(), Status::AlreadyExists);
+    assert_eq!(
+        err.message(),
+        "platform TESTP is already registered \
+         (init then failed: sdk_test: the host refused platform TESTP (ALREADY_EXISTS, status 6))",
+        "the host's message, then the plugin's"
+    );
+    // The refused platform was dropped at once, the registered one by the rollback.
+    assert_eq!(probe("twice").platform_drops.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn teardown_drops_devices_then_platforms_and_silences_loggers() {
+    let host = TestHost::new().with_option("tag", "teardown");
+    let p = probe("teardown");
+    {
+        let plugin = host.load(devplug_plugin_entry).expect("load");
+        let d0 = plugin.create_device(TEST_PLATFORM, 0).expect("d0");
+        let d1 = plugin.create_device(TEST_PLATFORM, 1).expect("d1");
+        drop(d0);
+        assert_eq!(p.device_drops.load(Ordering::SeqCst), 1);
+        drop(d1);
+        assert_eq!(p.platform_drops.load(Ordering::SeqCst), 0);
+    }
+    assert_eq!(p.device_drops.load(Ordering::SeqCst), 2);
+    assert_eq!(p.platform_drops.load(Ordering::SeqCst), 1);
+    let before = host.logs().len();
+    let logger = p.logger.lock().take().expect("kept by init");
+    logger.error("after shutdown");
+    assert_eq!(
+        host.logs().len(),
+        before,
+        "a logger is silent after shutdown"
+    );
+}
+
+#[test]
+fn host_callbacks_run_once_or_never() {
+    for (mode, code) in [("drop", Status::Internal), ("refuse", Status::Unavailable)] {
+        let host = TestHost::new().with_option("callback_mode", mode);
+        let plugin = host.load(devplug_plugin_entry).expect("load");
+        let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+        let s = dev.create_stream().expect("stream");
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = Arc::clone(&calls);
+        let err = s
+            .host_callback(move || {
+                c.fetch_add(1, Ordering::SeqCst);
+            })
+            .expect_err("refused");
+        assert_eq!(err.code(), code, "{mode}: {err}");
+        s.synchronize().expect("sync");
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "{mode}: never called");
+        assert_eq!(
+            Arc::strong_count(&calls),
+            1,
+            "{mode}: the closure was freed"
+        );
+    }
+}
+
+#[test]
+fn two_hosts_are_independent() {
+    let h1 = TestHost::new().with_option("devices", "1");
+    let h2 = TestHost::new().with_option("devices", "4");
+    std::thread::scope(|s| {
+        let t1 = s.spawn(|| {
+            h1.load(devplug_plugin_entry)
+                .map(|p| p.platforms()[0].device_count)
+        });
+        let t2 = s.spawn(|| {
+            h2.load(devplug_plugin_entry)
+                .map(|p| p.platforms()[0].device_count)
+        });
+        assert_eq!(t1.join().expect("thread").expect("load"), 1);
+        assert_eq!(t2.join().expect("thread").expect("load"), 4);
+    });
+}
+
+#[test]
+fn devices_are_usable_from_many_threads() {
+    let host = TestHost::new().with_option("tag", "threads");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    std::thread::scope(|s| {
+        for t in 0..4u8 {
+            let dev = &dev;
+            s.spawn(move || {
+                for _ in 0..50 {
+                    let a = dev.allocate(16).expect("a");
+                    dev.memcpy_htod(a, &[t; 16]).expect("htod");
+                    let mut out = [0u8; 16];
+                    dev.memcpy_dtoh(&mut out, a).expect("dtoh");
+                    assert_eq!(out, [t; 16]);
+                    let err = dev.memcpy_dtoh(&mut out, DeviceAddr(1)).expect_err("bad");
+                    assert!(
+                        err.message().contains("0x1"),
+                        "the error of this thread: {err}"
+                    );
+                    dev.deallocate(a, 16);
+                }
+            });
+        }
+    });
+}
