@@ -1,0 +1,90 @@
+//! Plugin boundary benchmarks, with baselines measured in the same run:
+//! - load + init of SIM (µs per runtime, the library already mapped by the first load);
+//! - a plugin call through the ABI (`memset` of 16 bytes on SIM, synchronous) vs the same
+//!   call on the built-in CPU device (goal: ≤ 1.1×).
+//!
+//! `cargo bench -p devplug-tests --bench plugin`
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use devplug_core::{Runtime, RuntimeOptions};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn per_call_ns(iters: usize, mut f: impl FnMut()) -> f64 {
+    let mut samples = Vec::new();
+    for _ in 0..9 {
+        let t = Instant::now();
+        for _ in 0..iters {
+            f();
+        }
+        samples.push(t.elapsed().as_secs_f64() * 1e9 / iters as f64);
+    }
+    median(samples)
+}
+
+fn main() {
+    let sim = devplug_tests::plugin_path("devplug_sim");
+    let options = || RuntimeOptions {
+        discover_from_env: false,
+        ..Default::default()
+    };
+
+    // load + init: a fresh runtime each time (the first load also maps the library)
+    let mut loads = Vec::new();
+    for _ in 0..30 {
+        let rt = Runtime::new(options()).expect("runtime");
+        let t = Instant::now();
+        rt.load_plugin(&sim, &[]).expect("SIM loads");
+        loads.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let mut empty = Vec::new();
+    for _ in 0..30 {
+        let t = Instant::now();
+        black_box(Runtime::new(options()).expect("runtime"));
+        empty.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    println!(
+        "load + init of SIM: median {:.1} us (creating a runtime without plugins: {:.1} us)",
+        median(loads),
+        median(empty)
+    );
+
+    let rt = Runtime::new(options()).expect("runtime");
+    rt.load_plugin(&sim, &[]).expect("SIM loads");
+    let cpu = rt.find_device("CPU").expect("CPU");
+    let dev = rt.find_device("SIM").expect("SIM");
+    let on_cpu = cpu.allocate(16).expect("alloc");
+    let on_sim = dev.allocate(16).expect("alloc");
+    let iters = 200_000;
+    let cpu_ns = per_call_ns(iters, || {
+        on_cpu.memset(0, black_box(7), 16).expect("memset")
+    });
+    let sim_ns = per_call_ns(iters, || {
+        on_sim.memset(0, black_box(7), 16).expect("memset")
+    });
+    // The executor call alone: what crosses the ABI, without the buffer layer's checks.
+    let (cpu_ex, sim_ex) = (cpu.executor().clone(), dev.executor().clone());
+    let (cpu_ptr, sim_ptr) = (on_cpu.ptr(), on_sim.ptr());
+    let cpu_ex_ns = per_call_ns(iters, || {
+        cpu_ex.memset(cpu_ptr, black_box(7), 16).expect("memset")
+    });
+    let sim_ex_ns = per_call_ns(iters, || {
+        sim_ex.memset(sim_ptr, black_box(7), 16).expect("memset")
+    });
+    println!("memset of 16 bytes, synchronous             ns/call   ratio to the CPU device");
+    println!("  Buffer::memset, built-in CPU (baseline)  {cpu_ns:8.1}");
+    println!(
+        "  Buffer::memset, SIM through the ABI      {sim_ns:8.1}   {:.2}x  (goal <= 1.1x)",
+        sim_ns / cpu_ns
+    );
+    println!("  executor call, built-in CPU (baseline)   {cpu_ex_ns:8.1}");
+    println!(
+        "  executor call, SIM through the ABI       {sim_ex_ns:8.1}   {:.2}x",
+        sim_ex_ns / cpu_ex_ns
+    );
+}
