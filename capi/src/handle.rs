@@ -61,6 +61,8 @@ pub trait Kind: Sized + Send + 'static {
     const MAGIC: u64;
     const NAME: &'static str;
     type Value: Send + 'static;
+    /// Whether the kind's name was added to the table of kind names.
+    fn registered() -> &'static std::sync::atomic::AtomicBool;
     fn wrap(o: Object<Self::Value>) -> Self;
     fn object(&self) -> &Object<Self::Value>;
     fn object_mut(&mut self) -> &mut Object<Self::Value>;
@@ -76,6 +78,10 @@ macro_rules! handle {
             const MAGIC: u64 = $magic;
             const NAME: &'static str = stringify!($name);
             type Value = $value;
+            fn registered() -> &'static std::sync::atomic::AtomicBool {
+                static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+                &REGISTERED
+            }
             fn wrap(o: crate::handle::Object<$value>) -> Self {
                 $name(o)
             }
@@ -92,11 +98,12 @@ pub(crate) use handle;
 
 /// Makes a new handle with one reference.
 pub fn new<K: Kind>(value: K::Value) -> *mut K {
-    {
+    if !K::registered().load(Ordering::Acquire) {
         let mut kinds = KINDS.lock();
         if !kinds.iter().any(|(m, _)| *m == K::MAGIC) {
             kinds.push((K::MAGIC, K::NAME));
         }
+        K::registered().store(true, Ordering::Release);
     }
     Box::into_raw(Box::new(K::wrap(Object {
         magic: AtomicU64::new(K::MAGIC),
@@ -129,6 +136,41 @@ pub unsafe fn get_mut<'a, K: Kind>(ptr: *mut K) -> Result<&'a mut K::Value> {
     obj.value
         .as_mut()
         .ok_or_else(|| bad_arg("handle", &format!("is a destroyed {}", K::NAME)))
+}
+
+/// The value of a live handle, mutably, for handles the host changes in place (attribute
+/// sets).
+///
+/// # Safety
+/// As for [`get`]; besides, no other thread uses the handle while the reference lives.
+pub unsafe fn get_mut_shared<'a, K: Kind>(ptr: *mut K, arg: &str) -> Result<&'a mut K::Value> {
+    // SAFETY: forwarded: validates kind and liveness.
+    unsafe { check::<K>(ptr, arg)? };
+    // SAFETY: a live handle of kind K, used by this thread alone (the caller's contract).
+    let obj = unsafe { &mut *ptr }.object_mut();
+    obj.value
+        .as_mut()
+        .ok_or_else(|| bad_arg(arg, &format!("is a destroyed {}", K::NAME)))
+}
+
+/// Writes `value` (a versioned struct, `struct_size` first) into the caller's struct of
+/// `struct_size` bytes: only that many bytes are written, so a program built against an older,
+/// shorter struct is safe with a newer library; `struct_size` is set to the caller's size. NULL
+/// or a size too small to hold `struct_size` is a no-op.
+///
+/// # Safety
+/// `ptr` is NULL or writable for `struct_size` bytes; `T` is a plain C struct.
+pub unsafe fn init_sized<T: Copy>(ptr: *mut T, value: T, struct_size: usize) {
+    if ptr.is_null() || struct_size < std::mem::size_of::<usize>() {
+        return;
+    }
+    let n = struct_size.min(std::mem::size_of::<T>());
+    // SAFETY: the caller's struct holds `struct_size >= n` writable bytes; `value` is a plain
+    // C struct of at least `n` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(&value as *const T as *const u8, ptr as *mut u8, n);
+        (ptr as *mut usize).write(struct_size);
+    }
 }
 
 /// # Safety

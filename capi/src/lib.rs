@@ -7,6 +7,7 @@
 
 pub mod handle;
 pub mod memory;
+pub mod op;
 pub mod plugin;
 pub mod runtime;
 pub mod status;

@@ -55,21 +55,8 @@ pub unsafe extern "C" fn dp_runtime_options_init(
     options: *mut dp_runtime_options_t,
     struct_size: usize,
 ) {
-    if options.is_null() || struct_size < std::mem::size_of::<usize>() {
-        return;
-    }
-    let defaults = dp_runtime_options_t::default();
-    let n = struct_size.min(std::mem::size_of::<dp_runtime_options_t>());
-    // SAFETY: the caller's struct holds `struct_size >= n` writable bytes; `defaults` is a
-    // plain C struct of at least `n` bytes.
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            &defaults as *const dp_runtime_options_t as *const u8,
-            options as *mut u8,
-            n,
-        );
-        (options as *mut usize).write(struct_size);
-    }
+    // SAFETY: the caller's contract.
+    unsafe { handle::init_sized(options, dp_runtime_options_t::default(), struct_size) }
 }
 
 #[doc(hidden)]
@@ -79,7 +66,17 @@ pub struct RuntimeObj {
     devices: RwLock<Vec<DevicePtr>>,
     /// Strings handed out (plugin names, failure messages), valid until the runtime goes.
     strings: parking_lot::Mutex<Vec<CString>>,
+    /// The op handles handed out, by name (one per op), destroyed with the runtime.
+    ops: parking_lot::Mutex<Vec<(String, OpPtr)>>,
 }
+
+/// An op handle's address; handles live until their runtime is destroyed.
+#[derive(Clone, Copy)]
+pub(crate) struct OpPtr(pub *mut crate::op::dp_op_t);
+// SAFETY: as for `DevicePtr`: immutable after creation, only dereferenced through handle::get.
+unsafe impl Send for OpPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OpPtr {}
 
 /// A device handle's address; handles live until their runtime is destroyed.
 #[derive(Clone, Copy)]
@@ -138,6 +135,22 @@ impl RuntimeObj {
     /// Brings the device handles up to date after plugins registered devices.
     pub(crate) fn refresh(&self) {
         self.sync_devices();
+    }
+
+    /// The handle of op `name`, made by `make` the first time.
+    pub(crate) fn op_handle(
+        &self,
+        name: &str,
+        make: impl FnOnce(devplug_core::OpHandle) -> *mut crate::op::dp_op_t,
+    ) -> devplug_core::Result<*mut crate::op::dp_op_t> {
+        let mut ops = self.ops.lock();
+        if let Some((_, p)) = ops.iter().find(|(n, _)| n == name) {
+            return Ok(p.0);
+        }
+        let op = self.runtime.op(name)?;
+        let p = make(op);
+        ops.push((name.to_string(), OpPtr(p)));
+        Ok(p)
     }
 
     /// Keeps strings alive until the runtime is destroyed; returns their addresses.
@@ -233,11 +246,13 @@ pub unsafe extern "C" fn dp_runtime_create(
             cpu_memory_limit: (o.cpu_memory_limit != 0).then_some(o.cpu_memory_limit),
             plugin_path,
             discover_from_env: o.discover_plugins == 1,
+            ..RuntimeOptions::default()
         })?;
         let obj = RuntimeObj {
             runtime,
             devices: RwLock::new(Vec::new()),
             strings: parking_lot::Mutex::new(Vec::new()),
+            ops: parking_lot::Mutex::new(Vec::new()),
         };
         obj.sync_devices();
         // SAFETY: checked above.
@@ -255,13 +270,21 @@ pub unsafe extern "C" fn dp_runtime_create(
 pub unsafe extern "C" fn dp_runtime_destroy(runtime: *mut dp_runtime_t) {
     guard("dp_runtime_destroy", || {
         // SAFETY: the caller's contract.
-        let devices: Vec<DevicePtr> = match unsafe { handle::get(runtime, "runtime") } {
-            Ok(obj) => obj.devices.read().clone(),
-            Err(_) if runtime.is_null() => return Ok(()),
-            Err(e) => return Err(e),
-        };
+        let (devices, ops): (Vec<DevicePtr>, Vec<OpPtr>) =
+            match unsafe { handle::get(runtime, "runtime") } {
+                Ok(obj) => (
+                    obj.devices.read().clone(),
+                    obj.ops.lock().iter().map(|(_, p)| *p).collect(),
+                ),
+                Err(_) if runtime.is_null() => return Ok(()),
+                Err(e) => return Err(e),
+            };
         // SAFETY: the caller's contract.
         unsafe { handle::destroy(runtime, "runtime")? };
+        for op in ops {
+            // SAFETY: the op handles belonged to the runtime just destroyed.
+            unsafe { handle::destroy(op.0, "op")? };
+        }
         for d in devices {
             // SAFETY: the device handles (and their default streams' handles) belonged to the
             // runtime just destroyed.

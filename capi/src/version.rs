@@ -11,7 +11,7 @@ pub const DP_VERSION_PATCH: u32 = 0;
 /// The plugin ABI's major version: plugins of another major are refused.
 pub const DP_ABI_VERSION_MAJOR: u32 = 1;
 /// The plugin ABI's minor version: plugins built against a newer minor are refused.
-pub const DP_ABI_VERSION_MINOR: u32 = 0;
+pub const DP_ABI_VERSION_MINOR: u32 = 1;
 
 /// The library version, `major << 16 | minor << 8 | patch`; equals the `DP_VERSION_*` macros
 /// of the header the program was built with when the library matches it.
@@ -35,6 +35,12 @@ pub extern "C" fn dp_abi_version() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_abi_version_is_the_plugin_headers() {
+        assert_eq!(DP_ABI_VERSION_MAJOR, devplug_plugin_abi::DPP_ABI_MAJOR);
+        assert_eq!(DP_ABI_VERSION_MINOR, devplug_plugin_abi::DPP_ABI_MINOR);
+    }
 
     #[test]
     fn constants_match_the_package_version() {

@@ -59,6 +59,8 @@ impl RawAllocator for ExecutorMemory {
 
 /// One device.
 pub struct Device {
+    /// Position in the runtime's device list (a key of the dispatch cache).
+    index: usize,
     name: String,
     platform: Arc<PlatformEntry>,
     ordinal: usize,
@@ -66,12 +68,15 @@ pub struct Device {
     allocator: Suballocator,
     memory_limit: Option<u64>,
     default_stream: RawStream,
+    /// Work may be pending on the default stream (set before anything is enqueued there).
+    default_stream_dirty: AtomicBool,
     /// Pinned host allocations: address → size.
     host_allocations: Mutex<HashMap<usize, u64>>,
 }
 
 impl Device {
     pub(crate) fn new(
+        index: usize,
         platform: Arc<PlatformEntry>,
         ordinal: usize,
         memory_limit: Option<u64>,
@@ -94,6 +99,7 @@ impl Device {
             },
         );
         Ok(Device {
+            index,
             name,
             platform,
             ordinal,
@@ -101,8 +107,14 @@ impl Device {
             allocator,
             memory_limit,
             default_stream,
+            default_stream_dirty: AtomicBool::new(false),
             host_allocations: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Position in the runtime's device list.
+    pub fn index(&self) -> usize {
+        self.index
     }
 
     /// `TYPE:ordinal` of the platform's device type, e.g. `CPU:0`. For a platform that is
@@ -136,6 +148,7 @@ impl Device {
         &self.executor
     }
 
+    /// The default stream's raw handle (kernels enqueue there).
     pub(crate) fn default_raw_stream(&self) -> &RawStream {
         &self.default_stream
     }
@@ -223,16 +236,26 @@ impl Device {
 
     /// Waits for all work on all streams of the device.
     pub fn synchronize(&self) -> Result<()> {
+        self.default_stream_dirty.store(false, Ordering::Release);
         self.executor.synchronize_stream(&self.default_stream)?;
         self.executor.synchronize_all()
     }
 
     /// Waits for the work on the default stream (what synchronous copies are ordered after).
+    ///
+    /// Costs nothing when nothing was enqueued there since the last time.
     pub(crate) fn synchronize_default_stream(&self) -> Result<()> {
-        if self.executor.stream_is_synchronous(&self.default_stream) {
+        if !self.default_stream_dirty.swap(false, Ordering::AcqRel) {
             return Ok(());
         }
         self.executor.synchronize_stream(&self.default_stream)
+    }
+
+    /// Notes that work is about to be enqueued on the default stream (unless it runs inline).
+    pub(crate) fn default_stream_used(&self) {
+        if !self.executor.stream_is_synchronous(&self.default_stream) {
+            self.default_stream_dirty.store(true, Ordering::Release);
+        }
     }
 }
 

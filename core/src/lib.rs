@@ -14,10 +14,14 @@
 //! ```
 
 pub mod device;
+pub mod dispatch;
 pub mod error;
 pub mod host;
+pub mod kernel;
 pub mod log;
 pub mod memory;
+pub mod op;
+pub mod placement;
 pub mod platform;
 pub mod plugin;
 pub mod runtime;
@@ -26,8 +30,12 @@ pub mod stream;
 pub mod tensor;
 
 pub use device::{Device, DeviceProperties, PlatformEntry};
+pub use dispatch::RunOptions;
 pub use error::{Code, Error, Result};
+pub use kernel::{Binding, KernelContext, KernelDef};
 pub use memory::{Buffer, DevicePtr, MemoryStats};
+pub use op::{AttrValue, Attrs, OpDef, OpHandle};
+pub use placement::{PlacementEvent, Reason};
 pub use platform::{EventStatus, Platform, PlatformInfo, StreamExecutor};
 pub use plugin::{PluginFailure, PluginInfo};
 pub use runtime::{Runtime, RuntimeOptions};

@@ -153,6 +153,15 @@ pub trait StreamExecutor: Send + Sync {
 
     /// Waits for all work on all streams of this device.
     fn synchronize_all(&self) -> Result<()>;
+
+    /// For a plugin's device: its `device_data` and the plugin's handle of `stream`, which
+    /// plugin kernels receive. `None` for devices the core implements.
+    fn plugin_handles(
+        &self,
+        _stream: &RawStream,
+    ) -> Option<(*mut std::ffi::c_void, *mut std::ffi::c_void)> {
+        None
+    }
 }
 
 /// Downcasts a raw stream or event to the executor's own type, or explains the mix-up.

@@ -8,11 +8,16 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::device::{set_active, Device, PlatformEntry};
+use crate::dispatch::{Plans, RunOptions};
 use crate::error::{Error, Result};
 use crate::host::HostPlatform;
+use crate::kernel::{KernelDef, KernelRegistry};
+use crate::op::{Attrs, OpDef, OpHandle, OpRegistry};
+use crate::placement::{PlacementCallback, PlacementLog};
 use crate::platform::{validate_name, Platform};
 use crate::plugin::{self, ExistingPlatform, LoadedPlugin, PluginFailure, PluginInfo};
 use crate::spec::DeviceSpec;
+use crate::tensor::Tensor;
 
 /// The most logical CPU devices a runtime may have.
 pub const MAX_CPU_DEVICES: usize = 64;
@@ -28,6 +33,11 @@ pub struct RuntimeOptions {
     pub plugin_path: Option<String>,
     /// Also load plugins from `DEVPLUG_PLUGIN_PATH` (ignored under elevated privileges).
     pub discover_from_env: bool,
+    /// Ops without a kernel or decomposition on their device run on the CPU (default true);
+    /// false is strict mode: they fail.
+    pub soft_placement: bool,
+    /// Threads a CPU kernel may use (default: the machine's available parallelism).
+    pub intra_op_threads: usize,
 }
 
 impl Default for RuntimeOptions {
@@ -37,6 +47,8 @@ impl Default for RuntimeOptions {
             cpu_memory_limit: None,
             plugin_path: None,
             discover_from_env: true,
+            soft_placement: true,
+            intra_op_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
 }
@@ -54,6 +66,12 @@ pub struct Runtime {
     devices: RwLock<Vec<Arc<Device>>>,
     plugins: Mutex<Vec<PluginRecord>>,
     failures: Mutex<Vec<PluginFailure>>,
+    ops: OpRegistry,
+    kernels: KernelRegistry,
+    plans: Plans,
+    placement: PlacementLog,
+    soft_placement: bool,
+    cpu0: Arc<Device>,
 }
 
 impl Runtime {
@@ -64,16 +82,35 @@ impl Runtime {
                 options.cpu_device_count
             )));
         }
+        let host = Arc::new(HostPlatform::new(options.cpu_device_count));
+        let host_entry = Arc::new(PlatformEntry {
+            info: host.info().clone(),
+            platform: host.clone(),
+            owner: "built-in".into(),
+            active: AtomicBool::new(true),
+        });
+        let mut devices = Vec::with_capacity(options.cpu_device_count);
+        for ordinal in 0..options.cpu_device_count {
+            devices.push(Arc::new(Device::new(
+                ordinal,
+                host_entry.clone(),
+                ordinal,
+                options.cpu_memory_limit,
+            )?));
+        }
         let rt = Runtime {
-            platforms: RwLock::new(Vec::new()),
-            devices: RwLock::new(Vec::new()),
+            cpu0: devices[0].clone(),
+            platforms: RwLock::new(vec![host_entry]),
+            devices: RwLock::new(devices),
             plugins: Mutex::new(Vec::new()),
             failures: Mutex::new(Vec::new()),
+            ops: OpRegistry::with_basis(),
+            kernels: KernelRegistry::default(),
+            plans: Plans::default(),
+            placement: PlacementLog::default(),
+            soft_placement: options.soft_placement,
         };
-        rt.register_platform(
-            Arc::new(HostPlatform::new(options.cpu_device_count)),
-            options.cpu_memory_limit,
-        )?;
+        crate::host::register_kernels(&rt, options.intra_op_threads)?;
         if let Some(path) = &options.plugin_path {
             rt.load_search_path(path);
         }
@@ -132,9 +169,16 @@ impl Runtime {
             }));
         }
         let mut new_devices = Vec::new();
+        let first_index = self.devices.read().len();
         for entry in &entries {
             for ordinal in 0..entry.platform.device_count() {
-                new_devices.push(Arc::new(Device::new(entry.clone(), ordinal, memory_limit)?));
+                let index = first_index + new_devices.len();
+                new_devices.push(Arc::new(Device::new(
+                    index,
+                    entry.clone(),
+                    ordinal,
+                    memory_limit,
+                )?));
             }
         }
         for entry in entries {
@@ -192,7 +236,18 @@ impl Runtime {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let (loaded, platforms) = plugin::load(path, &options, existing)?;
+        let (loaded, platforms, kernels) = plugin::load(path, &options, existing)?;
+        for k in &kernels {
+            self.ops.find(&k.op).map_err(|e| {
+                e.context(format!(
+                    "plugin '{}' registered a kernel for an unknown op",
+                    loaded.name
+                ))
+            })?;
+        }
+        self.kernels
+            .check_all(&kernels)
+            .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
         let names: Vec<String> = platforms.iter().map(|p| p.info.name.clone()).collect();
         let owner = format!("plugin '{}'", loaded.name);
         let dyn_platforms: Vec<Arc<dyn Platform>> = platforms
@@ -200,6 +255,9 @@ impl Runtime {
             .map(|p| p as Arc<dyn Platform>)
             .collect();
         self.register_platforms(dyn_platforms, &owner, None)
+            .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
+        self.kernels
+            .register_all(kernels)
             .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
         let record = PluginRecord {
             plugin: loaded,
@@ -306,6 +364,82 @@ impl Runtime {
                     platform.platform.device_count()
                 ))
             })
+    }
+
+    /// The op registry (the basis set plus what hosts and plugins added).
+    pub fn ops(&self) -> &OpRegistry {
+        &self.ops
+    }
+
+    /// The kernel registry.
+    pub fn kernels(&self) -> &KernelRegistry {
+        &self.kernels
+    }
+
+    pub(crate) fn plans(&self) -> &Plans {
+        &self.plans
+    }
+
+    pub fn placement(&self) -> &PlacementLog {
+        &self.placement
+    }
+
+    /// Whether ops fall back to the CPU when their device cannot run them.
+    pub fn soft_placement(&self) -> bool {
+        self.soft_placement
+    }
+
+    /// `CPU:0`, the default device and the target of soft placement.
+    pub fn cpu_device(&self) -> Result<Arc<Device>> {
+        Ok(self.cpu0.clone())
+    }
+
+    /// Resolves an op name once; run it by handle afterwards.
+    pub fn op(&self, name: &str) -> Result<OpHandle> {
+        self.ops.find(name)
+    }
+
+    /// Registers an op (e.g. `vendor.op`).
+    pub fn register_op(&self, def: OpDef) -> Result<OpHandle> {
+        self.ops.register(def)
+    }
+
+    /// Registers a kernel for an existing op.
+    pub fn register_kernel(&self, def: KernelDef) -> Result<()> {
+        self.ops
+            .find(&def.op)
+            .map_err(|e| e.context(format!("registering a kernel from {}", def.source)))?;
+        validate_name("device type", &def.device_type)?;
+        self.kernels.register(def)
+    }
+
+    /// Runs an op: on `options.device` or the default device, with the fallback order
+    /// native kernel → decomposition → soft placement to the CPU → error.
+    pub fn run(
+        &self,
+        op: &OpHandle,
+        inputs: &[Tensor],
+        attrs: &Attrs,
+        options: &RunOptions,
+    ) -> Result<Vec<Tensor>> {
+        crate::dispatch::run(self, op, inputs, attrs, options)
+    }
+
+    /// [`Runtime::run`] by op name (looks the name up; hold an [`OpHandle`] on hot paths).
+    pub fn run_named(
+        &self,
+        op: &str,
+        inputs: &[Tensor],
+        attrs: &Attrs,
+        options: &RunOptions,
+    ) -> Result<Vec<Tensor>> {
+        let h = self.op(op)?;
+        self.run(&h, inputs, attrs, options)
+    }
+
+    /// Installs (or removes) the host's placement-log callback.
+    pub fn set_placement_callback(&self, callback: Option<PlacementCallback>) {
+        self.placement.set_callback(callback);
     }
 
     /// Waits for all work on all devices.

@@ -53,7 +53,10 @@ impl Stream {
 
     fn raw(&self) -> &RawStream {
         match &self.kind {
-            StreamKind::Default => self.device.default_raw_stream(),
+            StreamKind::Default => {
+                self.device.default_stream_used();
+                self.device.default_raw_stream()
+            }
             StreamKind::Owned(r) => r,
         }
     }

@@ -108,11 +108,43 @@ pub fn num_elements(shape: &[i64]) -> Result<u64> {
     Ok(n)
 }
 
-/// A dense, row-major tensor on one device. Cloning shares the buffer.
+/// A shape of at most [`MAX_RANK`] dimensions, stored inline (no allocation).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Shape {
+    dims: [i64; MAX_RANK],
+    rank: u8,
+}
+
+impl Shape {
+    /// The shape `dims`; the rank was checked by [`num_elements`] before.
+    fn new(dims: &[i64]) -> Shape {
+        let mut s = Shape {
+            dims: [0; MAX_RANK],
+            rank: dims.len().min(MAX_RANK) as u8,
+        };
+        s.dims[..s.rank as usize].copy_from_slice(&dims[..s.rank as usize]);
+        s
+    }
+}
+
+impl std::ops::Deref for Shape {
+    type Target = [i64];
+    fn deref(&self) -> &[i64] {
+        &self.dims[..self.rank as usize]
+    }
+}
+
+impl fmt::Debug for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+/// A dense, row-major tensor on one device. Cloning shares the buffer (and allocates nothing).
 #[derive(Clone)]
 pub struct Tensor {
     dtype: DType,
-    shape: Vec<i64>,
+    shape: Shape,
     buffer: Arc<Buffer>,
 }
 
@@ -129,7 +161,7 @@ impl Tensor {
         let bytes = byte_size(dtype, shape)?;
         Ok(Tensor {
             dtype,
-            shape: shape.to_vec(),
+            shape: Shape::new(shape),
             buffer: device.allocate(bytes)?,
         })
     }
@@ -181,7 +213,7 @@ impl Tensor {
         }
         Ok(Tensor {
             dtype,
-            shape: shape.to_vec(),
+            shape: Shape::new(shape),
             buffer,
         })
     }
@@ -195,7 +227,7 @@ impl Tensor {
     }
 
     pub fn rank(&self) -> usize {
-        self.shape.len()
+        self.shape.rank as usize
     }
 
     pub fn num_elements(&self) -> u64 {

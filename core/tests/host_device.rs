@@ -61,8 +61,8 @@ fn device_count_is_validated() {
 #[test]
 fn memory_limit_is_an_error_not_an_abort() {
     let rt = Runtime::new(RuntimeOptions {
-        cpu_device_count: 1,
         cpu_memory_limit: Some(1 << 20),
+        ..Default::default()
     })
     .unwrap();
     let d = rt.find_device("CPU").unwrap();

@@ -18,7 +18,24 @@ typedef struct dp_stream_t dp_stream_t;   /**< owned: dp_stream_create / dp_stre
 typedef struct dp_event_t dp_event_t;     /**< owned: dp_event_create / dp_event_destroy */
 typedef struct dp_buffer_t dp_buffer_t;   /**< shared: dp_buffer_retain / dp_buffer_release */
 typedef struct dp_tensor_t dp_tensor_t;   /**< shared: dp_tensor_retain / dp_tensor_release */
+typedef struct dp_op_t dp_op_t;           /**< borrowed from its runtime: dp_runtime_find_op */
+typedef struct dp_attrs_t dp_attrs_t;     /**< owned: dp_attrs_create / dp_attrs_destroy */
 
+
+/**
+ * Soft placement for one run: the runtime's setting.
+ */
+#define DP_SOFT_PLACEMENT_DEFAULT -1
+
+/**
+ * Strict: an op its device cannot run fails.
+ */
+#define DP_SOFT_PLACEMENT_OFF 0
+
+/**
+ * An op its device cannot run falls back to the CPU.
+ */
+#define DP_SOFT_PLACEMENT_ON 1
 
 /**
  * The largest rank a tensor may have.
@@ -48,12 +65,72 @@ typedef struct dp_tensor_t dp_tensor_t;   /**< shared: dp_tensor_retain / dp_ten
 /**
  * The plugin ABI's minor version: plugins built against a newer minor are refused.
  */
-#define DP_ABI_VERSION_MINOR 0
+#define DP_ABI_VERSION_MINOR 1
 
 /**
  * A status code: `DP_OK` (0) or one of the `DP_*` error codes.
  */
 typedef int32_t dp_status_t;
+
+/**
+ * An element type: one of the `DP_DTYPE_*` values.
+ */
+typedef int32_t dp_dtype_t;
+
+/**
+ * Options of [`dp_op_run`]. Initialize with [`dp_run_options_init`].
+ */
+typedef struct dp_run_options_t {
+  /**
+   * Set by the init function.
+   */
+  size_t struct_size;
+  /**
+   * The device to run on; NULL: the runtime's default device (`CPU:0`).
+   */
+  dp_device_t *device;
+  /**
+   * `DP_SOFT_PLACEMENT_DEFAULT` (default), `_OFF` (strict) or `_ON`.
+   */
+  int32_t soft_placement;
+} dp_run_options_t;
+
+/**
+ * One placement decision, as the placement callback receives it. Strings are valid during
+ * the call only.
+ */
+typedef struct dp_placement_event_t {
+  /**
+   * `sizeof(dp_placement_event_t)` as the library was compiled.
+   */
+  size_t struct_size;
+  /**
+   * The op, e.g. `"Add"`.
+   */
+  const char *op;
+  /**
+   * The device it ran on (platform and ordinal, e.g. `"SIMCUDA:0"`).
+   */
+  const char *device;
+  /**
+   * `"explicit"`, `"default"`, `"decomposed"`, `"soft-placed"` or `"input copied"`.
+   */
+  const char *reason;
+  /**
+   * The kernel's source (`"built-in"`, `"plugin 'sim'"`) or a note.
+   */
+  const char *detail;
+} dp_placement_event_t;
+
+/**
+ * A placement-log callback; runs on the thread that ran the op.
+ */
+typedef void (*dp_placement_fn)(const struct dp_placement_event_t *event, void *user_data);
+
+/**
+ * Called exactly once when a callback is replaced or its runtime destroyed.
+ */
+typedef void (*dp_drop_fn)(void *user_data);
 
 /**
  * A loaded plugin, as [`dp_runtime_plugin_info`] reports it. Set `struct_size` before the
@@ -224,11 +301,6 @@ typedef struct dp_memory_stats_t {
  * A host function run by a stream.
  */
 typedef void (*dp_host_fn)(void *user_data);
-
-/**
- * An element type: one of the `DP_DTYPE_*` values.
- */
-typedef int32_t dp_dtype_t;
 
 /**
  * Success.
@@ -428,6 +500,130 @@ dp_status_t dp_buffer_copy(dp_buffer_t *dst,
  * `dst` is a buffer handle.
  */
 dp_status_t dp_buffer_memset(dp_buffer_t *dst, size_t offset, uint8_t value, size_t size);
+
+/**
+ * Looks an op up by name; the handle stays valid until the runtime is destroyed. Hosts
+ * resolve names once and keep the handle: running by handle looks nothing up by string.
+ * `DP_NOT_FOUND` for an unknown op.
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `name` a NUL-terminated string; `out_op` writable.
+ */
+dp_status_t dp_runtime_find_op(const dp_runtime_t *runtime, const char *name, dp_op_t **out_op);
+
+/**
+ * The op's name; NULL for an invalid handle.
+ *
+ * # Safety
+ * `op` is an op handle.
+ */
+const char *dp_op_name(const dp_op_t *op);
+
+/**
+ * Creates an empty attribute set.
+ *
+ * # Safety
+ * `out_attrs` is writable.
+ */
+dp_status_t dp_attrs_create(dp_attrs_t **out_attrs);
+
+/**
+ * Destroys an attribute set. NULL is a no-op.
+ *
+ * # Safety
+ * `attrs` is NULL or an attrs handle no other thread is using.
+ */
+void dp_attrs_destroy(dp_attrs_t *attrs);
+
+/**
+ * Sets an integer attribute (adds or replaces).
+ *
+ * # Safety
+ * `attrs` is an attrs handle not used by another thread meanwhile; `name` a C string.
+ */
+dp_status_t dp_attrs_set_int(dp_attrs_t *attrs, const char *name, int64_t value);
+
+/**
+ * Sets a float attribute.
+ *
+ * # Safety
+ * As for [`dp_attrs_set_int`].
+ */
+dp_status_t dp_attrs_set_float(dp_attrs_t *attrs, const char *name, double value);
+
+/**
+ * Sets a bool attribute (`value` 0 or 1).
+ *
+ * # Safety
+ * As for [`dp_attrs_set_int`].
+ */
+dp_status_t dp_attrs_set_bool(dp_attrs_t *attrs, const char *name, int32_t value);
+
+/**
+ * Sets an integer-list attribute (`count` values; `values` may be NULL when `count` is 0).
+ *
+ * # Safety
+ * As for [`dp_attrs_set_int`]; `values` is readable for `count` values.
+ */
+dp_status_t dp_attrs_set_ints(dp_attrs_t *attrs,
+                              const char *name,
+                              const int64_t *values,
+                              size_t count);
+
+/**
+ * Sets a dtype attribute (`DP_DTYPE_*`).
+ *
+ * # Safety
+ * As for [`dp_attrs_set_int`].
+ */
+dp_status_t dp_attrs_set_dtype(dp_attrs_t *attrs, const char *name, dp_dtype_t value);
+
+/**
+ * Sets `*options` to the defaults, writing at most `struct_size` bytes (the caller's
+ * `sizeof(dp_run_options_t)`). NULL or a too small size is a no-op.
+ *
+ * # Safety
+ * `options` is NULL or writable for `struct_size` bytes.
+ */
+void dp_run_options_init(struct dp_run_options_t *options, size_t struct_size);
+
+/**
+ * Runs `op` eagerly on `num_inputs` input tensors with `attrs` (NULL: none), on
+ * `options->device` or the default device, with the fallback order native kernel →
+ * decomposition → soft placement to the CPU → error. Inputs on other devices are copied.
+ * On success the op's outputs (new references the caller releases) are written to
+ * `outputs[0..n]`, where `n` is the op's output count (at most `capacity`), and `n` to
+ * `*out_count` (may be NULL). Errors: `DP_INVALID_ARGUMENT` for wrong arity, dtypes, shapes,
+ * unknown attributes (naming the op and operand); `DP_NOT_FOUND` when no device can run it
+ * (listing where kernels exist).
+ *
+ * # Safety
+ * `runtime` and `op` are handles of one runtime; `inputs` holds `num_inputs` tensor handles
+ * (may be NULL when 0); `attrs` NULL or an attrs handle; `options` NULL or initialized;
+ * `outputs` writable for `capacity` handles.
+ */
+dp_status_t dp_op_run(dp_runtime_t *runtime,
+                      const dp_op_t *op,
+                      dp_tensor_t *const *inputs,
+                      size_t num_inputs,
+                      const dp_attrs_t *attrs,
+                      const struct dp_run_options_t *options,
+                      dp_tensor_t **outputs,
+                      size_t capacity,
+                      size_t *out_count);
+
+/**
+ * Installs the placement-log callback (`fn` NULL removes it). The previous callback's `drop`
+ * is called. The log is also written to standard error when `DEVPLUG_LOG_PLACEMENT=1`.
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `fn` may be called from any thread that runs ops, with
+ * `user_data`, until replaced or the runtime is destroyed.
+ */
+dp_status_t dp_runtime_set_placement_callback(dp_runtime_t *runtime,
+                                              dp_placement_fn fn,
+                                              void *user_data,
+                                              dp_drop_fn drop);
 
 /**
  * Loads a device plugin from an absolute `path`. `options` holds `option_count` strings of

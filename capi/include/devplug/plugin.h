@@ -18,8 +18,9 @@
 
 /**
  * The ABI minor version this header describes. A host refuses plugins with a newer minor.
+ * 1.1 appended kernel registration (see docs/plugin-abi-changelog.md).
  */
-#define DPP_ABI_MINOR 0
+#define DPP_ABI_MINOR 1
 
 /**
  * Log levels of `dpp_host_api_t::log`.
@@ -40,6 +41,37 @@
  * Debugging detail.
  */
 #define DPP_LOG_DEBUG 4
+
+/**
+ * Element types (`dpp_tensor_t::dtype`, kernel dtype constraints); the host API's
+ * `DP_DTYPE_*` values.
+ */
+#define DPP_DTYPE_F32 1
+
+/**
+ * 64-bit float.
+ */
+#define DPP_DTYPE_F64 2
+
+/**
+ * 32-bit signed integer.
+ */
+#define DPP_DTYPE_I32 3
+
+/**
+ * 64-bit signed integer.
+ */
+#define DPP_DTYPE_I64 4
+
+/**
+ * 8-bit unsigned integer.
+ */
+#define DPP_DTYPE_U8 5
+
+/**
+ * Boolean, one byte holding 0 or 1.
+ */
+#define DPP_DTYPE_BOOL 6
 
 /**
  * Platform flag: device memory is host memory (the host may dereference device addresses).
@@ -67,9 +99,29 @@
 #define DPP_EVENT_ERROR 2
 
 /**
- * Size of `dpp_host_api_t` in ABI 1.0.
+ * Size of `dpp_host_api_t` in ABI 1.0 (what a 1.0 plugin may rely on).
  */
-#define DPP_HOST_API_STRUCT_SIZE 64
+#define DPP_HOST_API_STRUCT_SIZE_1_0 64
+
+/**
+ * Size of `dpp_host_api_t` in ABI 1.1.
+ */
+#define DPP_HOST_API_STRUCT_SIZE 112
+
+/**
+ * Size of `dpp_tensor_t` in ABI 1.1.
+ */
+#define DPP_TENSOR_STRUCT_SIZE 48
+
+/**
+ * Size of `dpp_kernel_context_t` in ABI 1.1.
+ */
+#define DPP_KERNEL_CONTEXT_STRUCT_SIZE 80
+
+/**
+ * Size of `dpp_kernel_t` in ABI 1.1.
+ */
+#define DPP_KERNEL_STRUCT_SIZE 80
 
 /**
  * Size of `dpp_plugin_api_t` in ABI 1.0.
@@ -102,16 +154,148 @@
 typedef int32_t dpp_status_t;
 
 /**
- * The host's context, passed back to every host function. Opaque.
- */
-typedef void *dpp_host_context_t;
-
-/**
  * An address in a device's memory. Offsets are meaningful: for an allocation at `a` of `n`
  * bytes, `a + k` (k < n) addresses its byte k. Opaque to the host unless the platform is
  * `DPP_PLATFORM_HOST_VISIBLE`. 0 is never a valid allocation.
  */
 typedef uint64_t dpp_addr_t;
+
+/**
+ * (1.1) A tensor a kernel reads or writes: device memory of the kernel's device. Filled by
+ * the host; valid during `compute`.
+ */
+typedef struct dpp_tensor_t {
+  /**
+   * `DPP_TENSOR_STRUCT_SIZE` or more.
+   */
+  size_t struct_size;
+  /**
+   * Reserved; NULL.
+   */
+  void *ext;
+  /**
+   * `DPP_DTYPE_*`.
+   */
+  int32_t dtype;
+  /**
+   * Number of dimensions (0 for a scalar).
+   */
+  int32_t rank;
+  /**
+   * `rank` dimensions, row-major.
+   */
+  const int64_t *shape;
+  /**
+   * The first element, in the device's memory (dense, row-major).
+   */
+  dpp_addr_t data;
+  /**
+   * Bytes of the tensor's elements.
+   */
+  uint64_t byte_size;
+} dpp_tensor_t;
+
+/**
+ * (1.1) What a kernel's `compute` gets. Filled by the host; valid during the call.
+ */
+typedef struct dpp_kernel_context_t {
+  /**
+   * `DPP_KERNEL_CONTEXT_STRUCT_SIZE` or more.
+   */
+  size_t struct_size;
+  /**
+   * Reserved; NULL.
+   */
+  void *ext;
+  /**
+   * The `device_data` of the device the kernel runs on.
+   */
+  void *device;
+  /**
+   * The device's default stream (the plugin's handle): enqueue the work there. The host
+   * keeps the inputs and outputs alive until the stream reaches what was enqueued.
+   */
+  void *stream;
+  /**
+   * Number of inputs.
+   */
+  size_t num_inputs;
+  /**
+   * The inputs, on the kernel's device.
+   */
+  const struct dpp_tensor_t *inputs;
+  /**
+   * Number of outputs.
+   */
+  size_t num_outputs;
+  /**
+   * The outputs, allocated by the host on the kernel's device with the shapes the op's
+   * shape function gave; the kernel writes them.
+   */
+  const struct dpp_tensor_t *outputs;
+  /**
+   * The op's attributes (defaults filled in), read with the host's `attr_*` functions.
+   */
+  const void *attrs;
+  /**
+   * `dpp_kernel_t::kernel_data`.
+   */
+  void *kernel_data;
+} dpp_kernel_context_t;
+
+/**
+ * (1.1) A kernel a plugin registers with `register_kernel`. Filled by the plugin.
+ */
+typedef struct dpp_kernel_t {
+  /**
+   * `DPP_KERNEL_STRUCT_SIZE` or more.
+   */
+  size_t struct_size;
+  /**
+   * Reserved; NULL.
+   */
+  void *ext;
+  /**
+   * The op's name, e.g. `Add` (an op the runtime knows).
+   */
+  const char *op;
+  /**
+   * The device type the kernel runs on, e.g. `GPU`.
+   */
+  const char *device_type;
+  /**
+   * The platform whose memory it works on: one this plugin registered, or `"ANY"` for a
+   * kernel that works on any platform of the device type. NULL: the plugin's own platform
+   * of `device_type` (there must be exactly one).
+   */
+  const char *platform;
+  /**
+   * The dtypes of the op's first type variable it accepts (`DPP_DTYPE_*`); NULL/0: all.
+   */
+  const int32_t *dtypes;
+  /**
+   * Number of entries of `dtypes`.
+   */
+  size_t num_dtypes;
+  /**
+   * Among kernels for one op, device type and binding, the highest priority wins.
+   */
+  int32_t priority;
+  /**
+   * Passed back in the kernel context.
+   */
+  void *kernel_data;
+  /**
+   * Required. Runs the op: enqueue the work on `context->stream` (or do it at once); return
+   * a status (after `set_error`) when the inputs cannot be handled.
+   */
+  dpp_status_t (*compute)(const struct dpp_kernel_context_t *context);
+} dpp_kernel_t;
+
+/**
+ * The host's context, passed back to every host function. Opaque.
+ */
+typedef void *dpp_host_context_t;
 
 /**
  * Allocator statistics a platform with `DPP_PLATFORM_NO_SUBALLOCATOR` may report.
@@ -456,6 +640,39 @@ typedef struct dpp_host_api_t {
    */
   dpp_status_t (*register_platform)(dpp_host_context_t context,
                                     const struct dpp_platform_t *platform);
+  /**
+   * (1.1) Registers a kernel for an op. Only during `init`, after the platform it binds to
+   * was registered. The host copies everything but `kernel_data` and `compute`, which must
+   * stay valid until shutdown. Conflicts (same op, device type, binding, overlapping dtypes
+   * and priority as a kernel already registered) are refused with `DPP_ALREADY_EXISTS`.
+   */
+  dpp_status_t (*register_kernel)(dpp_host_context_t context, const struct dpp_kernel_t *kernel);
+  /**
+   * (1.1) Reads an integer attribute of the op a kernel runs (`attrs` from the kernel
+   * context). `DPP_NOT_FOUND` when the op has no such attribute, `DPP_INVALID_ARGUMENT` when
+   * it has another type. Any thread, during `compute`.
+   */
+  dpp_status_t (*attr_int)(const void *attrs, const char *name, int64_t *out);
+  /**
+   * (1.1) Reads a float attribute (an integer attribute converts).
+   */
+  dpp_status_t (*attr_float)(const void *attrs, const char *name, double *out);
+  /**
+   * (1.1) Reads a bool attribute as 0 or 1.
+   */
+  dpp_status_t (*attr_bool)(const void *attrs, const char *name, int32_t *out);
+  /**
+   * (1.1) Reads an integer-list attribute: `*out_data` points to `*out_len` values valid
+   * during `compute`.
+   */
+  dpp_status_t (*attr_ints)(const void *attrs,
+                            const char *name,
+                            const int64_t **out_data,
+                            size_t *out_len);
+  /**
+   * (1.1) Reads a dtype attribute (`DPP_DTYPE_*`).
+   */
+  dpp_status_t (*attr_dtype)(const void *attrs, const char *name, int32_t *out);
 } dpp_host_api_t;
 
 /**

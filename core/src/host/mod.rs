@@ -1,6 +1,8 @@
 //! The built-in `HOST` platform: device type `CPU`, a configurable number of logical devices
 //! whose memory is host memory.
 
+pub mod kernels;
+mod ops;
 mod queue;
 
 use std::alloc::Layout;
@@ -14,6 +16,8 @@ use crate::platform::{
     downcast, DeviceDescription, EventStatus, HostFn, Platform, PlatformInfo, RawEvent, RawStream,
     StreamExecutor,
 };
+
+pub(crate) use ops::register_kernels;
 use queue::{CpuEvent, CpuStream, WorkQueue};
 
 /// Alignment of every raw CPU device allocation (a cache line is 64; 256 matches the

@@ -560,6 +560,12 @@ impl StreamExecutor for PluginExecutor {
         self.check("event_synchronize", unsafe { f(self.dev(), e.0) })
     }
 
+    fn plugin_handles(&self, stream: &RawStream) -> Option<(*mut c_void, *mut c_void)> {
+        handle(stream.as_ref(), "stream")
+            .ok()
+            .map(|h| (self.dev(), h.0))
+    }
+
     fn synchronize_all(&self) -> Result<()> {
         let f = required!(self.se, synchronize_all);
         // SAFETY: the plugin's own device.

@@ -62,6 +62,7 @@ pub(crate) struct HostContext {
     existing: Vec<ExistingPlatform>,
     in_init: AtomicBool,
     pub(crate) pending: Mutex<Vec<PendingPlatform>>,
+    pub(crate) pending_kernels: Mutex<Vec<PendingKernel>>,
     /// The first refused registration, reported if init then fails.
     pub(crate) refused: Mutex<Option<Error>>,
 }
@@ -122,6 +123,7 @@ impl HostContext {
             existing,
             in_init: AtomicBool::new(false),
             pending: Mutex::new(Vec::new()),
+            pending_kernels: Mutex::new(Vec::new()),
             refused: Mutex::new(None),
         })
     }
@@ -142,6 +144,12 @@ impl HostContext {
             log: Some(host_log),
             get_option: Some(host_get_option),
             register_platform: Some(host_register_platform),
+            register_kernel: Some(host_register_kernel),
+            attr_int: Some(crate::plugin::kernel::attr_int),
+            attr_float: Some(crate::plugin::kernel::attr_float),
+            attr_bool: Some(crate::plugin::kernel::attr_bool),
+            attr_ints: Some(crate::plugin::kernel::attr_ints),
+            attr_dtype: Some(crate::plugin::kernel::attr_dtype),
         }
     }
 
@@ -256,6 +264,150 @@ impl HostContext {
             },
         });
         Ok(())
+    }
+}
+
+/// A kernel registered during `init`, added to the runtime with the plugin's platforms.
+pub(crate) struct PendingKernel {
+    pub(crate) op: String,
+    pub(crate) device_type: String,
+    pub(crate) binding: crate::kernel::Binding,
+    pub(crate) dtypes: Vec<crate::tensor::DType>,
+    pub(crate) priority: i32,
+    pub(crate) kernel_data: *mut c_void,
+    pub(crate) compute: unsafe extern "C" fn(*const abi::dpp_kernel_context_t) -> abi::dpp_status_t,
+}
+// SAFETY: kernel data belongs to the plugin, whose compute functions may be called from any
+// thread (ABI rule).
+unsafe impl Send for PendingKernel {}
+
+impl HostContext {
+    fn register_kernel(&self, k: *const abi::dpp_kernel_t) -> crate::Result<()> {
+        let plugin = &self.plugin;
+        let err = |field: &str, why: String| {
+            Error::invalid_argument(format!("plugin '{plugin}': dpp_kernel_t.{field} {why}"))
+        };
+        if !self.in_init.load(Ordering::Acquire) {
+            return Err(Error::failed_precondition(format!(
+                "plugin '{plugin}': register_kernel may only be called during init"
+            )));
+        }
+        if k.is_null() {
+            return Err(Error::invalid_argument(format!(
+                "plugin '{plugin}': register_kernel got a NULL dpp_kernel_t"
+            )));
+        }
+        // SAFETY: non-NULL; struct_size is the first field.
+        let size = unsafe { *(k as *const usize) };
+        if size < abi::DPP_KERNEL_STRUCT_SIZE {
+            return Err(err(
+                "struct_size",
+                format!(
+                    "is {size}, smaller than the ABI 1.1 size {}",
+                    abi::DPP_KERNEL_STRUCT_SIZE
+                ),
+            ));
+        }
+        // SAFETY: the plugin declared at least the 1.1 size.
+        let k = unsafe { &*k };
+        let text = |field: &str, ptr: *const c_char| -> crate::Result<Option<String>> {
+            if ptr.is_null() {
+                return Ok(None);
+            }
+            // SAFETY: a string from the plugin, read up to a bound.
+            unsafe { bounded_str(ptr, 256) }
+                .map(Some)
+                .ok_or_else(|| err(field, "is not NUL-terminated within 256 bytes".into()))
+        };
+        let op = text("op", k.op)?.ok_or_else(|| err("op", "is NULL".into()))?;
+        let device_type = text("device_type", k.device_type)?
+            .ok_or_else(|| err("device_type", "is NULL".into()))?;
+        validate_name("device type", &device_type)
+            .map_err(|e| err("device_type", format!("is invalid: {}", e.message)))?;
+        let compute = k
+            .compute
+            .ok_or_else(|| err("compute", "is NULL (required)".into()))?;
+        let own: Vec<String> = self
+            .pending
+            .lock()
+            .iter()
+            .filter(|p| p.info.device_type == device_type)
+            .map(|p| p.info.name.clone())
+            .collect();
+        let binding = match text("platform", k.platform)? {
+            Some(p) if p == "ANY" => crate::kernel::Binding::Any,
+            Some(p) if own.contains(&p) => crate::kernel::Binding::Platform(p),
+            Some(p) => {
+                return Err(err(
+                    "platform",
+                    format!("is '{p}', which is neither \"ANY\" nor a platform of type {device_type} this plugin registered"),
+                ))
+            }
+            None if own.len() == 1 => crate::kernel::Binding::Platform(own[0].clone()),
+            None => {
+                return Err(err(
+                    "platform",
+                    format!(
+                        "is NULL, but the plugin registered {} platforms of type {device_type}: name one (or \"ANY\")",
+                        own.len()
+                    ),
+                ))
+            }
+        };
+        if k.num_dtypes > 0 && k.dtypes.is_null() {
+            return Err(err(
+                "dtypes",
+                format!("is NULL but num_dtypes is {}", k.num_dtypes),
+            ));
+        }
+        if k.num_dtypes > 64 {
+            return Err(err(
+                "num_dtypes",
+                format!("is {}, more than there are dtypes", k.num_dtypes),
+            ));
+        }
+        let mut dtypes = Vec::with_capacity(k.num_dtypes);
+        for i in 0..k.num_dtypes {
+            // SAFETY: `dtypes` holds `num_dtypes` values (checked non-NULL above).
+            let d = unsafe { *k.dtypes.add(i) };
+            dtypes.push(
+                crate::tensor::DType::from_i32(d).ok_or_else(|| {
+                    err("dtypes", format!("[{i}] is {d}, not a DPP_DTYPE_* value"))
+                })?,
+            );
+        }
+        self.pending_kernels.lock().push(PendingKernel {
+            op,
+            device_type,
+            binding,
+            dtypes,
+            priority: k.priority,
+            kernel_data: k.kernel_data,
+            compute,
+        });
+        Ok(())
+    }
+}
+
+unsafe extern "C" fn host_register_kernel(
+    context: *mut c_void,
+    kernel: *const abi::dpp_kernel_t,
+) -> abi::dpp_status_t {
+    // SAFETY: see `context`.
+    let Some(ctx) = (unsafe { self::context(context) }) else {
+        return abi::DPP_INVALID_ARGUMENT;
+    };
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.register_kernel(kernel)))
+            .unwrap_or_else(|_| Err(Error::internal("register_kernel panicked")));
+    match result {
+        Ok(()) => abi::DPP_OK,
+        Err(e) => {
+            crate::log::warn(&e.message);
+            let code = e.code;
+            ctx.refused.lock().get_or_insert(e);
+            code as abi::dpp_status_t
+        }
     }
 }
 

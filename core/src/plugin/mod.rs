@@ -8,6 +8,7 @@ mod discovery;
 mod elf;
 mod executor;
 mod host;
+mod kernel;
 
 use std::ffi::c_void;
 use std::path::Path;
@@ -16,6 +17,7 @@ use std::sync::{Arc, Weak};
 use devplug_plugin_abi as abi;
 
 use crate::error::{Code, Error, Result};
+use crate::kernel::KernelDef;
 pub use discovery::{
     plugin_path_from_env, process_is_elevated, search_path_candidates, PLUGIN_PATH_ENV,
 };
@@ -24,6 +26,10 @@ use host::{bounded_str, take_plugin_error, HostContext};
 pub(crate) use host::{ExistingPlatform, LoadedPlugin};
 pub use host::{PluginFailure, PluginInfo};
 
+/// A plugin just loaded: the library with its init done, its platforms and its kernels (not yet
+/// added to any runtime).
+pub(crate) type Loaded = (Arc<LoadedPlugin>, Vec<Arc<PluginPlatform>>, Vec<KernelDef>);
+
 /// Opens `path`, checks the plugin's version and description, runs its `init` with
 /// `options`, and returns its platforms (not yet added to any runtime). On any failure,
 /// whatever the plugin registered is rolled back and the library is closed.
@@ -31,7 +37,7 @@ pub(crate) fn load(
     path: &Path,
     options: &[(String, String)],
     existing: Vec<ExistingPlatform>,
-) -> Result<(Arc<LoadedPlugin>, Vec<Arc<PluginPlatform>>)> {
+) -> Result<Loaded> {
     let shown = path.display().to_string();
     if !path.is_absolute() {
         return Err(Error::invalid_argument(format!(
@@ -166,6 +172,7 @@ pub(crate) fn load(
     plugin.context.set_in_init(false);
     let message = take_plugin_error();
     let pending = std::mem::take(&mut *plugin.context.pending.lock());
+    let pending_kernels = std::mem::take(&mut *plugin.context.pending_kernels.lock());
     if status != abi::DPP_OK {
         for p in &pending {
             if let Some(f) = p.table.destroy_platform {
@@ -212,7 +219,11 @@ pub(crate) fn load(
             })
         })
         .collect();
-    Ok((plugin, platforms))
+    let kernels = pending_kernels
+        .into_iter()
+        .map(|k| kernel::kernel_def(&plugin, k))
+        .collect();
+    Ok((plugin, platforms, kernels))
 }
 
 /// The identity of a file (device and inode), so that one file reached through two paths is

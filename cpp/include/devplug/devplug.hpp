@@ -1285,6 +1285,94 @@ struct PluginFailure {
 };
 
 /**
+ * @brief Attribute values for an op run (`dp_attrs_t`): a move-only builder.
+ *
+ * `devplug::Attrs().set("axes", std::vector<int64_t>{1}).set("keep_dims", true)`
+ */
+class Attrs {
+ public:
+  /** @brief An empty set. */
+  Attrs() { check(dp_attrs_create(&handle_)); }
+  ~Attrs() { dp_attrs_destroy(handle_); }
+  Attrs(Attrs&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Attrs& operator=(Attrs&& other) noexcept {
+    if (this != &other) {
+      dp_attrs_destroy(handle_);
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  Attrs(const Attrs&) = delete;
+  Attrs& operator=(const Attrs&) = delete;
+
+  /** @brief Sets an integer attribute. */
+  Attrs& set(const std::string& name, int64_t v) & {
+    check(dp_attrs_set_int(handle_, name.c_str(), v));
+    return *this;
+  }
+  /** @brief Sets an integer attribute (int literals). */
+  Attrs& set(const std::string& name, int v) & { return set(name, static_cast<int64_t>(v)); }
+  /** @brief Sets a float attribute. */
+  Attrs& set(const std::string& name, double v) & {
+    check(dp_attrs_set_float(handle_, name.c_str(), v));
+    return *this;
+  }
+  /** @brief Sets a bool attribute. */
+  Attrs& set(const std::string& name, bool v) & {
+    check(dp_attrs_set_bool(handle_, name.c_str(), v ? 1 : 0));
+    return *this;
+  }
+  /** @brief Sets an integer-list attribute. */
+  Attrs& set(const std::string& name, const std::vector<int64_t>& v) & {
+    check(dp_attrs_set_ints(handle_, name.c_str(), v.data(), v.size()));
+    return *this;
+  }
+  /** @brief Sets a dtype attribute. */
+  Attrs& set(const std::string& name, DType v) & {
+    check(dp_attrs_set_dtype(handle_, name.c_str(), to_c(v)));
+    return *this;
+  }
+  /** @brief Rvalue forms, for chaining on a temporary. */
+  template <class V>
+  Attrs&& set(const std::string& name, V&& v) && {
+    set(name, std::forward<V>(v));
+    return std::move(*this);
+  }
+
+  /** @brief The C handle. */
+  const dp_attrs_t* get() const noexcept { return handle_; }
+
+ private:
+  dp_attrs_t* handle_ = nullptr;
+};
+
+/** @brief Options of one op run. */
+struct RunOptions {
+  /** @brief The device; empty: the runtime's default device (`CPU:0`). */
+  Device device;
+  /** @brief `DP_SOFT_PLACEMENT_DEFAULT`, `_OFF` (strict) or `_ON`. */
+  int32_t soft_placement = DP_SOFT_PLACEMENT_DEFAULT;
+};
+
+/** @brief A resolved op (`dp_op_t`), valid while its runtime lives. Cheap to copy. */
+class Op {
+ public:
+  Op() noexcept = default;
+  explicit Op(dp_op_t* handle) noexcept : handle_(handle) {}
+  /** @brief The C handle. */
+  dp_op_t* get() const noexcept { return handle_; }
+  /** @brief The op's name. */
+  std::string name() const {
+    const char* n = dp_op_name(handle_);
+    if (n == nullptr) throw Error::from_last_error(DP_INVALID_ARGUMENT);
+    return n;
+  }
+
+ private:
+  dp_op_t* handle_ = nullptr;
+};
+
+/**
  * @brief The host object: owns the devices and their memory (`dp_runtime_t`).
  *
  * Move-only; a moved-from Runtime is empty. Destroying it waits for all its work and
@@ -1360,6 +1448,79 @@ class Runtime {
   }
   /** @brief Waits until all work on all devices is done. */
   void synchronize() { check(dp_runtime_synchronize(handle_)); }
+
+  /** @brief Resolves an op by name once (`dp_runtime_find_op()`); run it by handle. */
+  Op op(const std::string& name) const {
+    dp_op_t* h = nullptr;
+    check(dp_runtime_find_op(handle_, name.c_str(), &h));
+    return Op(h);
+  }
+
+  /**
+   * @brief Runs @p op eagerly (`dp_op_run()`): on `options.device` or the default device,
+   *        native kernel → decomposition → soft placement to the CPU → error.
+   * @return the op's outputs.
+   */
+  std::vector<Tensor> run(const Op& op, const std::vector<const Tensor*>& inputs, const Attrs* attrs = nullptr,
+                          const RunOptions& options = {}) {
+    dp_tensor_t* in_small[8];
+    std::vector<dp_tensor_t*> in_big;
+    dp_tensor_t** in = in_small;
+    if (inputs.size() > 8) {
+      in_big.resize(inputs.size());
+      in = in_big.data();
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) in[i] = inputs[i]->get();
+    dp_run_options_t o;
+    dp_run_options_init(&o, sizeof o);
+    o.device = options.device.get();
+    o.soft_placement = options.soft_placement;
+    dp_tensor_t* out[8] = {};
+    size_t n = 0;
+    check(dp_op_run(handle_, op.get(), in, inputs.size(), attrs != nullptr ? attrs->get() : nullptr, &o, out, 8,
+                    &n));
+    std::vector<Tensor> result;
+    result.reserve(n);
+    for (size_t i = 0; i < n; ++i) result.push_back(Tensor::adopt(out[i]));
+    return result;
+  }
+  /** @brief run() for ops with one output. */
+  Tensor run1(const Op& op, const std::vector<const Tensor*>& inputs, const Attrs* attrs = nullptr,
+              const RunOptions& options = {}) {
+    std::vector<Tensor> r = run(op, inputs, attrs, options);
+    if (r.size() != 1) throw Error(DP_INVALID_ARGUMENT, op.name() + " does not have exactly one output");
+    return std::move(r.front());
+  }
+  /** @brief run() by op name (looks the name up each time; hold an Op on hot paths). */
+  std::vector<Tensor> run(const std::string& op_name, const std::vector<const Tensor*>& inputs,
+                          const Attrs* attrs = nullptr, const RunOptions& options = {}) {
+    return run(op(op_name), inputs, attrs, options);
+  }
+
+  /**
+   * @brief Installs a placement-log callback (`dp_runtime_set_placement_callback()`); an empty
+   *        function removes it. Exceptions it throws are caught and dropped.
+   */
+  void set_placement_callback(std::function<void(const dp_placement_event_t&)> fn) {
+    if (!fn) {
+      check(dp_runtime_set_placement_callback(handle_, nullptr, nullptr, nullptr));
+      return;
+    }
+    auto* boxed = new std::function<void(const dp_placement_event_t&)>(std::move(fn));
+    const dp_status_t st = dp_runtime_set_placement_callback(
+        handle_,
+        [](const dp_placement_event_t* e, void* user) {
+          try {
+            (*static_cast<std::function<void(const dp_placement_event_t&)>*>(user))(*e);
+          } catch (...) {
+          }
+        },
+        boxed, [](void* user) { delete static_cast<std::function<void(const dp_placement_event_t&)>*>(user); });
+    if (st != DP_OK) {
+      delete boxed;
+      check(st);
+    }
+  }
 
   /**
    * @brief Loads a device plugin from an absolute path with `key=value` load options

@@ -1,4 +1,4 @@
-//! The devplug plugin ABI, version 1.0: every type that crosses between the host and a device
+//! The devplug plugin ABI, version 1.1: every type that crosses between the host and a device
 //! plugin. `include/devplug/plugin.h` is generated from this file by the pinned cbindgen and
 //! committed (the `header` test fails when it is stale).
 //!
@@ -20,7 +20,8 @@ use std::ffi::{c_char, c_void};
 /// The ABI major version this header describes. Plugins of another major are refused.
 pub const DPP_ABI_MAJOR: u32 = 1;
 /// The ABI minor version this header describes. A host refuses plugins with a newer minor.
-pub const DPP_ABI_MINOR: u32 = 0;
+/// 1.1 appended kernel registration (see docs/plugin-abi-changelog.md).
+pub const DPP_ABI_MINOR: u32 = 1;
 
 /// A status code. The values are the host API's `DP_*` codes.
 pub type dpp_status_t = i32;
@@ -53,6 +54,20 @@ pub const DPP_LOG_WARN: i32 = 2;
 pub const DPP_LOG_INFO: i32 = 3;
 /// Debugging detail.
 pub const DPP_LOG_DEBUG: i32 = 4;
+
+/// Element types (`dpp_tensor_t::dtype`, kernel dtype constraints); the host API's
+/// `DP_DTYPE_*` values.
+pub const DPP_DTYPE_F32: i32 = 1;
+/// 64-bit float.
+pub const DPP_DTYPE_F64: i32 = 2;
+/// 32-bit signed integer.
+pub const DPP_DTYPE_I32: i32 = 3;
+/// 64-bit signed integer.
+pub const DPP_DTYPE_I64: i32 = 4;
+/// 8-bit unsigned integer.
+pub const DPP_DTYPE_U8: i32 = 5;
+/// Boolean, one byte holding 0 or 1.
+pub const DPP_DTYPE_BOOL: i32 = 6;
 
 /// Platform flag: device memory is host memory (the host may dereference device addresses).
 pub const DPP_PLATFORM_HOST_VISIBLE: u32 = 1;
@@ -113,6 +128,137 @@ pub struct dpp_host_api_t {
             platform: *const dpp_platform_t,
         ) -> dpp_status_t,
     >,
+
+    // ---- ABI 1.1 ----
+    /// (1.1) Registers a kernel for an op. Only during `init`, after the platform it binds to
+    /// was registered. The host copies everything but `kernel_data` and `compute`, which must
+    /// stay valid until shutdown. Conflicts (same op, device type, binding, overlapping dtypes
+    /// and priority as a kernel already registered) are refused with `DPP_ALREADY_EXISTS`.
+    pub register_kernel: Option<
+        unsafe extern "C" fn(
+            context: dpp_host_context_t,
+            kernel: *const dpp_kernel_t,
+        ) -> dpp_status_t,
+    >,
+    /// (1.1) Reads an integer attribute of the op a kernel runs (`attrs` from the kernel
+    /// context). `DPP_NOT_FOUND` when the op has no such attribute, `DPP_INVALID_ARGUMENT` when
+    /// it has another type. Any thread, during `compute`.
+    pub attr_int: Option<
+        unsafe extern "C" fn(
+            attrs: *const c_void,
+            name: *const c_char,
+            out: *mut i64,
+        ) -> dpp_status_t,
+    >,
+    /// (1.1) Reads a float attribute (an integer attribute converts).
+    pub attr_float: Option<
+        unsafe extern "C" fn(
+            attrs: *const c_void,
+            name: *const c_char,
+            out: *mut f64,
+        ) -> dpp_status_t,
+    >,
+    /// (1.1) Reads a bool attribute as 0 or 1.
+    pub attr_bool: Option<
+        unsafe extern "C" fn(
+            attrs: *const c_void,
+            name: *const c_char,
+            out: *mut i32,
+        ) -> dpp_status_t,
+    >,
+    /// (1.1) Reads an integer-list attribute: `*out_data` points to `*out_len` values valid
+    /// during `compute`.
+    pub attr_ints: Option<
+        unsafe extern "C" fn(
+            attrs: *const c_void,
+            name: *const c_char,
+            out_data: *mut *const i64,
+            out_len: *mut usize,
+        ) -> dpp_status_t,
+    >,
+    /// (1.1) Reads a dtype attribute (`DPP_DTYPE_*`).
+    pub attr_dtype: Option<
+        unsafe extern "C" fn(
+            attrs: *const c_void,
+            name: *const c_char,
+            out: *mut i32,
+        ) -> dpp_status_t,
+    >,
+}
+
+/// (1.1) A tensor a kernel reads or writes: device memory of the kernel's device. Filled by
+/// the host; valid during `compute`.
+#[repr(C)]
+pub struct dpp_tensor_t {
+    /// `DPP_TENSOR_STRUCT_SIZE` or more.
+    pub struct_size: usize,
+    /// Reserved; NULL.
+    pub ext: *mut c_void,
+    /// `DPP_DTYPE_*`.
+    pub dtype: i32,
+    /// Number of dimensions (0 for a scalar).
+    pub rank: i32,
+    /// `rank` dimensions, row-major.
+    pub shape: *const i64,
+    /// The first element, in the device's memory (dense, row-major).
+    pub data: dpp_addr_t,
+    /// Bytes of the tensor's elements.
+    pub byte_size: u64,
+}
+
+/// (1.1) What a kernel's `compute` gets. Filled by the host; valid during the call.
+#[repr(C)]
+pub struct dpp_kernel_context_t {
+    /// `DPP_KERNEL_CONTEXT_STRUCT_SIZE` or more.
+    pub struct_size: usize,
+    /// Reserved; NULL.
+    pub ext: *mut c_void,
+    /// The `device_data` of the device the kernel runs on.
+    pub device: *mut c_void,
+    /// The device's default stream (the plugin's handle): enqueue the work there. The host
+    /// keeps the inputs and outputs alive until the stream reaches what was enqueued.
+    pub stream: *mut c_void,
+    /// Number of inputs.
+    pub num_inputs: usize,
+    /// The inputs, on the kernel's device.
+    pub inputs: *const dpp_tensor_t,
+    /// Number of outputs.
+    pub num_outputs: usize,
+    /// The outputs, allocated by the host on the kernel's device with the shapes the op's
+    /// shape function gave; the kernel writes them.
+    pub outputs: *const dpp_tensor_t,
+    /// The op's attributes (defaults filled in), read with the host's `attr_*` functions.
+    pub attrs: *const c_void,
+    /// `dpp_kernel_t::kernel_data`.
+    pub kernel_data: *mut c_void,
+}
+
+/// (1.1) A kernel a plugin registers with `register_kernel`. Filled by the plugin.
+#[repr(C)]
+pub struct dpp_kernel_t {
+    /// `DPP_KERNEL_STRUCT_SIZE` or more.
+    pub struct_size: usize,
+    /// Reserved; NULL.
+    pub ext: *mut c_void,
+    /// The op's name, e.g. `Add` (an op the runtime knows).
+    pub op: *const c_char,
+    /// The device type the kernel runs on, e.g. `GPU`.
+    pub device_type: *const c_char,
+    /// The platform whose memory it works on: one this plugin registered, or `"ANY"` for a
+    /// kernel that works on any platform of the device type. NULL: the plugin's own platform
+    /// of `device_type` (there must be exactly one).
+    pub platform: *const c_char,
+    /// The dtypes of the op's first type variable it accepts (`DPP_DTYPE_*`); NULL/0: all.
+    pub dtypes: *const i32,
+    /// Number of entries of `dtypes`.
+    pub num_dtypes: usize,
+    /// Among kernels for one op, device type and binding, the highest priority wins.
+    pub priority: i32,
+    /// Passed back in the kernel context.
+    pub kernel_data: *mut c_void,
+    /// Required. Runs the op: enqueue the work on `context->stream` (or do it at once); return
+    /// a status (after `set_error`) when the inputs cannot be handled.
+    pub compute: Option<unsafe extern "C" fn(context: *const dpp_kernel_context_t) -> dpp_status_t>,
 }
 
 /// What a device plugin is. Filled by the plugin: a static object returned by the entry
@@ -446,8 +592,16 @@ pub struct dpp_stream_executor_t {
     pub synchronize_all: Option<unsafe extern "C" fn(device: *mut c_void) -> dpp_status_t>,
 }
 
-/// Size of `dpp_host_api_t` in ABI 1.0.
-pub const DPP_HOST_API_STRUCT_SIZE: usize = 64;
+/// Size of `dpp_host_api_t` in ABI 1.0 (what a 1.0 plugin may rely on).
+pub const DPP_HOST_API_STRUCT_SIZE_1_0: usize = 64;
+/// Size of `dpp_host_api_t` in ABI 1.1.
+pub const DPP_HOST_API_STRUCT_SIZE: usize = 112;
+/// Size of `dpp_tensor_t` in ABI 1.1.
+pub const DPP_TENSOR_STRUCT_SIZE: usize = 48;
+/// Size of `dpp_kernel_context_t` in ABI 1.1.
+pub const DPP_KERNEL_CONTEXT_STRUCT_SIZE: usize = 80;
+/// Size of `dpp_kernel_t` in ABI 1.1.
+pub const DPP_KERNEL_STRUCT_SIZE: usize = 80;
 /// Size of `dpp_plugin_api_t` in ABI 1.0.
 pub const DPP_PLUGIN_API_STRUCT_SIZE: usize = 56;
 /// Size of `dpp_platform_t` in ABI 1.0.
@@ -464,12 +618,28 @@ mod tests {
     use super::*;
     use std::mem::{offset_of, size_of};
 
-    /// The size constants are the end of each struct's last ABI 1.0 field (64-bit targets).
+    /// The size constants are the end of each struct's last field (64-bit targets).
     #[test]
     fn struct_sizes_match_the_constants() {
         assert_eq!(
-            DPP_HOST_API_STRUCT_SIZE,
+            DPP_HOST_API_STRUCT_SIZE_1_0,
             offset_of!(dpp_host_api_t, register_platform) + 8
+        );
+        assert_eq!(
+            DPP_HOST_API_STRUCT_SIZE,
+            offset_of!(dpp_host_api_t, attr_dtype) + 8
+        );
+        assert_eq!(
+            DPP_TENSOR_STRUCT_SIZE,
+            offset_of!(dpp_tensor_t, byte_size) + 8
+        );
+        assert_eq!(
+            DPP_KERNEL_CONTEXT_STRUCT_SIZE,
+            offset_of!(dpp_kernel_context_t, kernel_data) + 8
+        );
+        assert_eq!(
+            DPP_KERNEL_STRUCT_SIZE,
+            offset_of!(dpp_kernel_t, compute) + 8
         );
         assert_eq!(
             DPP_PLUGIN_API_STRUCT_SIZE,

@@ -1,0 +1,484 @@
+//! `dp_op_*`, `dp_attrs_*` and the placement log: running operations eagerly.
+
+use std::ffi::{c_char, c_void, CString};
+use std::sync::Arc;
+
+use devplug_core::{AttrValue, Attrs, Error, OpHandle, PlacementEvent, RunOptions, Tensor};
+
+use crate::handle::{self, check_out, get, handle, write_out};
+use crate::runtime::{device, dp_device_t, dp_runtime_t, runtime_obj, DevicePtr};
+use crate::status::{bad_arg, dp_status_t, guard, guard_value};
+use crate::tensor::{dp_tensor_t, dtype, tensor, TensorObj};
+
+#[doc(hidden)]
+pub struct OpObj {
+    pub(crate) op: OpHandle,
+    name: CString,
+}
+
+handle!(
+    /// An op of a runtime (e.g. `Add`), resolved once by name with
+    /// [`dp_runtime_find_op`]. Borrowed: valid until the runtime is destroyed.
+    dp_op_t,
+    OpObj,
+    0x6470_4f50_0000_0007
+);
+
+handle!(
+    /// Attribute values for an op run. Owned: [`dp_attrs_create`] / [`dp_attrs_destroy`].
+    dp_attrs_t,
+    Attrs,
+    0x6470_4154_0000_0008
+);
+
+/// Looks an op up by name; the handle stays valid until the runtime is destroyed. Hosts
+/// resolve names once and keep the handle: running by handle looks nothing up by string.
+/// `DP_NOT_FOUND` for an unknown op.
+///
+/// # Safety
+/// `runtime` is a runtime handle; `name` a NUL-terminated string; `out_op` writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_runtime_find_op(
+    runtime: *const dp_runtime_t,
+    name: *const c_char,
+    out_op: *mut *mut dp_op_t,
+) -> dp_status_t {
+    guard("dp_runtime_find_op", || {
+        // SAFETY: the caller's contract.
+        let rt = unsafe { runtime_obj(runtime)? };
+        // SAFETY: the caller's contract.
+        let name = unsafe { handle::c_str(name, "name")? };
+        check_out(out_op, "out_op")?;
+        let h = rt.op_handle(name, |op| {
+            handle::new::<dp_op_t>(OpObj {
+                name: CString::new(op.name()).unwrap_or_default(),
+                op,
+            })
+        })?;
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_op, "out_op", h) }
+    })
+}
+
+/// The op's name; NULL for an invalid handle.
+///
+/// # Safety
+/// `op` is an op handle.
+#[no_mangle]
+pub unsafe extern "C" fn dp_op_name(op: *const dp_op_t) -> *const c_char {
+    // SAFETY: the caller's contract.
+    guard_value("dp_op_name", std::ptr::null(), || {
+        Ok(unsafe { get(op, "op")? }.name.as_ptr())
+    })
+}
+
+/// Creates an empty attribute set.
+///
+/// # Safety
+/// `out_attrs` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_attrs_create(out_attrs: *mut *mut dp_attrs_t) -> dp_status_t {
+    guard("dp_attrs_create", || {
+        check_out(out_attrs, "out_attrs")?;
+        // SAFETY: the caller's contract.
+        unsafe {
+            write_out(
+                out_attrs,
+                "out_attrs",
+                handle::new::<dp_attrs_t>(Attrs::new()),
+            )
+        }
+    })
+}
+
+/// Destroys an attribute set. NULL is a no-op.
+///
+/// # Safety
+/// `attrs` is NULL or an attrs handle no other thread is using.
+#[no_mangle]
+pub unsafe extern "C" fn dp_attrs_destroy(attrs: *mut dp_attrs_t) {
+    // SAFETY: the caller's contract.
+    guard("dp_attrs_destroy", || unsafe {
+        handle::destroy(attrs, "attrs")
+    });
+}
+
+/// # Safety
+/// `attrs` is an attrs handle used by this thread only; `name` a C string.
+unsafe fn set(
+    attrs: *mut dp_attrs_t,
+    name: *const c_char,
+    value: AttrValue,
+) -> devplug_core::Result<()> {
+    // SAFETY: the caller's contract.
+    let name = unsafe { handle::c_str(name, "name")? };
+    if name.is_empty() {
+        return Err(bad_arg("name", "is empty"));
+    }
+    // SAFETY: the caller's contract (no other thread uses the set while it is changed).
+    let a = unsafe { handle::get_mut_shared(attrs, "attrs")? };
+    a.set(name, value);
+    Ok(())
+}
+
+/// Sets an integer attribute (adds or replaces).
+///
+/// # Safety
+/// `attrs` is an attrs handle not used by another thread meanwhile; `name` a C string.
+#[no_mangle]
+pub unsafe extern "C" fn dp_attrs_set_int(
+    attrs: *mut dp_attrs_t,
+    name: *const c_char,
+    value: i64,
+) -> dp_status_t {
+    // SAFETY: the caller's contract.
+    guard("dp_attrs_set_int", || unsafe {
+        set(attrs, name, AttrValue::Int(value))
+    })
+}
+
+/// Sets a float attribute.
+///
+/// # Safety
+/// As for [`dp_attrs_set_int`].
+#[no_mangle]
+pub unsafe extern "C" fn dp_attrs_set_float(
+    attrs: *mut dp_attrs_t,
+    name: *const c_char,
+    value: f64,
+) -> dp_status_t {
+    // SAFETY: the caller's contract.
+    guard("dp_attrs_set_float", || unsafe {
+        set(attrs, name, AttrValue::Float(value))
+    })
+}
+
+/// Sets a bool attribute (`value` 0 or 1).
+///
+/// # Safety
+/// As for [`dp_attrs_set_int`].
+#[no_mangle]
+pub unsafe extern "C" fn dp_attrs_set_bool(
+    attrs: *mut dp_attrs_t,
+    name: *const c_char,
+    value: i32,
+) -> dp_status_t {
+    guard("dp_attrs_set_bool", || {
+        if value != 0 && value != 1 {
+            return Err(bad_arg("value", &format!("is {value}, not 0 or 1")));
+        }
+        // SAFETY: the caller's contract.
+        unsafe { set(attrs, name, AttrValue::Bool(value == 1)) }
+    })
+}
+
+/// Sets an integer-list attribute (`count` values; `values` may be NULL when `count` is 0).
+///
+/// # Safety
+/// As for [`dp_attrs_set_int`]; `values` is readable for `count` values.
+#[no_mangle]
+pub unsafe extern "C" fn dp_attrs_set_ints(
+    attrs: *mut dp_attrs_t,
+    name: *const c_char,
+    values: *const i64,
+    count: usize,
+) -> dp_status_t {
+    guard("dp_attrs_set_ints", || {
+        if count > 0 && values.is_null() {
+            return Err(bad_arg("values", &format!("is NULL but count is {count}")));
+        }
+        if count > 1 << 20 {
+            return Err(bad_arg(
+                "count",
+                &format!("is {count}, more than an attribute may hold"),
+            ));
+        }
+        let v = if count == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: non-NULL and `count` values long (the caller's contract).
+            unsafe { std::slice::from_raw_parts(values, count) }.to_vec()
+        };
+        // SAFETY: the caller's contract.
+        unsafe { set(attrs, name, AttrValue::Ints(v)) }
+    })
+}
+
+/// Sets a dtype attribute (`DP_DTYPE_*`).
+///
+/// # Safety
+/// As for [`dp_attrs_set_int`].
+#[no_mangle]
+pub unsafe extern "C" fn dp_attrs_set_dtype(
+    attrs: *mut dp_attrs_t,
+    name: *const c_char,
+    value: crate::tensor::dp_dtype_t,
+) -> dp_status_t {
+    guard("dp_attrs_set_dtype", || {
+        let d = dtype(value, "value")?;
+        // SAFETY: the caller's contract.
+        unsafe { set(attrs, name, AttrValue::DType(d)) }
+    })
+}
+
+/// Soft placement for one run: the runtime's setting.
+pub const DP_SOFT_PLACEMENT_DEFAULT: i32 = -1;
+/// Strict: an op its device cannot run fails.
+pub const DP_SOFT_PLACEMENT_OFF: i32 = 0;
+/// An op its device cannot run falls back to the CPU.
+pub const DP_SOFT_PLACEMENT_ON: i32 = 1;
+
+/// Options of [`dp_op_run`]. Initialize with [`dp_run_options_init`].
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct dp_run_options_t {
+    /// Set by the init function.
+    pub struct_size: usize,
+    /// The device to run on; NULL: the runtime's default device (`CPU:0`).
+    pub device: *mut dp_device_t,
+    /// `DP_SOFT_PLACEMENT_DEFAULT` (default), `_OFF` (strict) or `_ON`.
+    pub soft_placement: i32,
+}
+
+impl Default for dp_run_options_t {
+    fn default() -> Self {
+        dp_run_options_t {
+            struct_size: std::mem::size_of::<dp_run_options_t>(),
+            device: std::ptr::null_mut(),
+            soft_placement: DP_SOFT_PLACEMENT_DEFAULT,
+        }
+    }
+}
+
+/// Sets `*options` to the defaults, writing at most `struct_size` bytes (the caller's
+/// `sizeof(dp_run_options_t)`). NULL or a too small size is a no-op.
+///
+/// # Safety
+/// `options` is NULL or writable for `struct_size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn dp_run_options_init(options: *mut dp_run_options_t, struct_size: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { handle::init_sized(options, dp_run_options_t::default(), struct_size) }
+}
+
+/// Runs `op` eagerly on `num_inputs` input tensors with `attrs` (NULL: none), on
+/// `options->device` or the default device, with the fallback order native kernel →
+/// decomposition → soft placement to the CPU → error. Inputs on other devices are copied.
+/// On success the op's outputs (new references the caller releases) are written to
+/// `outputs[0..n]`, where `n` is the op's output count (at most `capacity`), and `n` to
+/// `*out_count` (may be NULL). Errors: `DP_INVALID_ARGUMENT` for wrong arity, dtypes, shapes,
+/// unknown attributes (naming the op and operand); `DP_NOT_FOUND` when no device can run it
+/// (listing where kernels exist).
+///
+/// # Safety
+/// `runtime` and `op` are handles of one runtime; `inputs` holds `num_inputs` tensor handles
+/// (may be NULL when 0); `attrs` NULL or an attrs handle; `options` NULL or initialized;
+/// `outputs` writable for `capacity` handles.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dp_op_run(
+    runtime: *mut dp_runtime_t,
+    op: *const dp_op_t,
+    inputs: *const *mut dp_tensor_t,
+    num_inputs: usize,
+    attrs: *const dp_attrs_t,
+    options: *const dp_run_options_t,
+    outputs: *mut *mut dp_tensor_t,
+    capacity: usize,
+    out_count: *mut usize,
+) -> dp_status_t {
+    guard("dp_op_run", || {
+        // SAFETY: the caller's contract.
+        let rt = unsafe { runtime_obj(runtime)? };
+        // SAFETY: the caller's contract.
+        let op = unsafe { get(op, "op")? };
+        if num_inputs > 0 && inputs.is_null() {
+            return Err(bad_arg(
+                "inputs",
+                &format!("is NULL but num_inputs is {num_inputs}"),
+            ));
+        }
+        if num_inputs > 4096 {
+            return Err(bad_arg(
+                "num_inputs",
+                &format!("is {num_inputs}, more than an op may take"),
+            ));
+        }
+        let mut ins: Vec<Tensor> = Vec::with_capacity(num_inputs);
+        for i in 0..num_inputs {
+            // SAFETY: `inputs` holds `num_inputs` handles (the caller's contract).
+            let h = unsafe { *inputs.add(i) };
+            // SAFETY: the caller's contract.
+            let t = unsafe { tensor(h, "inputs[i]") }.map_err(|e| {
+                Error::new(
+                    e.code,
+                    e.message.replace("inputs[i]", &format!("inputs[{i}]")),
+                )
+            })?;
+            ins.push(t.tensor.clone());
+        }
+        let empty = Attrs::new();
+        let attrs = if attrs.is_null() {
+            &empty
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { get(attrs, "attrs")? }
+        };
+        let o = if options.is_null() {
+            dp_run_options_t::default()
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe {
+                handle::read_sized(
+                    options,
+                    dp_run_options_t::default(),
+                    std::mem::size_of::<dp_run_options_t>(),
+                    "options",
+                )?
+            }
+        };
+        let run = RunOptions {
+            device: if o.device.is_null() {
+                None
+            } else {
+                // SAFETY: the caller's contract.
+                Some(unsafe { device(o.device, "options->device")? }.clone())
+            },
+            soft_placement: match o.soft_placement {
+                DP_SOFT_PLACEMENT_DEFAULT => None,
+                DP_SOFT_PLACEMENT_OFF => Some(false),
+                DP_SOFT_PLACEMENT_ON => Some(true),
+                other => {
+                    return Err(bad_arg(
+                        "options->soft_placement",
+                        &format!("is {other}, not a DP_SOFT_PLACEMENT_* value"),
+                    ))
+                }
+            },
+        };
+        let n = op.op.def().outputs.len();
+        if capacity < n {
+            return Err(bad_arg(
+                "capacity",
+                &format!("is {capacity}, but {} has {n} output(s)", op.op.name()),
+            ));
+        }
+        if n > 0 && outputs.is_null() {
+            return Err(bad_arg("outputs", "is NULL"));
+        }
+        let results = rt.runtime().run(&op.op, &ins, attrs, &run)?;
+        for (i, t) in results.into_iter().enumerate().take(n) {
+            let dev = rt.handle_of(t.device()).unwrap_or(std::ptr::null_mut());
+            let h = handle::new::<dp_tensor_t>(TensorObj {
+                tensor: t,
+                device: DevicePtr(dev),
+            });
+            // SAFETY: `outputs` is writable for `capacity >= n` handles.
+            unsafe { outputs.add(i).write(h) };
+        }
+        if !out_count.is_null() {
+            // SAFETY: non-NULL and writable (the caller's contract).
+            unsafe { out_count.write(n) };
+        }
+        Ok(())
+    })
+}
+
+/// One placement decision, as the placement callback receives it. Strings are valid during
+/// the call only.
+#[repr(C)]
+pub struct dp_placement_event_t {
+    /// `sizeof(dp_placement_event_t)` as the library was compiled.
+    pub struct_size: usize,
+    /// The op, e.g. `"Add"`.
+    pub op: *const c_char,
+    /// The device it ran on (platform and ordinal, e.g. `"SIMCUDA:0"`).
+    pub device: *const c_char,
+    /// `"explicit"`, `"default"`, `"decomposed"`, `"soft-placed"` or `"input copied"`.
+    pub reason: *const c_char,
+    /// The kernel's source (`"built-in"`, `"plugin 'sim'"`) or a note.
+    pub detail: *const c_char,
+}
+
+/// A placement-log callback; runs on the thread that ran the op.
+pub type dp_placement_fn =
+    Option<unsafe extern "C" fn(event: *const dp_placement_event_t, user_data: *mut c_void)>;
+/// Called exactly once when a callback is replaced or its runtime destroyed.
+pub type dp_drop_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+
+struct Callback {
+    func: unsafe extern "C" fn(*const dp_placement_event_t, *mut c_void),
+    user_data: *mut c_void,
+    drop: dp_drop_fn,
+}
+// SAFETY: the host promises its callback may run on any thread with this user data.
+unsafe impl Send for Callback {}
+// SAFETY: as above.
+unsafe impl Sync for Callback {}
+
+impl Drop for Callback {
+    fn drop(&mut self) {
+        if let Some(d) = self.drop {
+            // SAFETY: the host's drop function, called exactly once.
+            unsafe { d(self.user_data) };
+        }
+    }
+}
+
+impl Callback {
+    fn call(&self, e: &PlacementEvent) {
+        let c = |s: &str| CString::new(s.replace('\0', "")).unwrap_or_default();
+        let (op, device, reason, detail) = (
+            c(&e.op),
+            c(&e.device),
+            c(&e.reason.to_string()),
+            c(&e.detail),
+        );
+        let ev = dp_placement_event_t {
+            struct_size: std::mem::size_of::<dp_placement_event_t>(),
+            op: op.as_ptr(),
+            device: device.as_ptr(),
+            reason: reason.as_ptr(),
+            detail: detail.as_ptr(),
+        };
+        // SAFETY: the host's callback with an event valid for the call.
+        unsafe { (self.func)(&ev, self.user_data) };
+    }
+}
+
+/// Installs the placement-log callback (`fn` NULL removes it). The previous callback's `drop`
+/// is called. The log is also written to standard error when `DEVPLUG_LOG_PLACEMENT=1`.
+///
+/// # Safety
+/// `runtime` is a runtime handle; `fn` may be called from any thread that runs ops, with
+/// `user_data`, until replaced or the runtime is destroyed.
+#[no_mangle]
+pub unsafe extern "C" fn dp_runtime_set_placement_callback(
+    runtime: *mut dp_runtime_t,
+    r#fn: dp_placement_fn,
+    user_data: *mut c_void,
+    drop: dp_drop_fn,
+) -> dp_status_t {
+    guard("dp_runtime_set_placement_callback", || {
+        // SAFETY: the caller's contract.
+        let rt = unsafe { runtime_obj(runtime)? };
+        let cb = r#fn.map(|func| {
+            let c = Arc::new(Callback {
+                func,
+                user_data,
+                drop,
+            });
+            let f: devplug_core::placement::PlacementCallback =
+                Arc::new(move |e: &PlacementEvent| c.call(e));
+            f
+        });
+        if cb.is_none() {
+            if let Some(d) = drop {
+                // SAFETY: no callback was installed with this data: drop it at once.
+                unsafe { d(user_data) };
+            }
+        }
+        rt.runtime().set_placement_callback(cb);
+        Ok(())
+    })
+}

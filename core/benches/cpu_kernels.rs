@@ -1,0 +1,347 @@
+//! CPU kernel benchmarks, each printed against a baseline measured in the same run:
+//! - Add of 1 M f32 elements: GB/s moved (3 x 4 MB) vs `memcpy` moving as many bytes
+//!   (goal: >= 0.8x);
+//! - MatMul 1024 x 1024 x 1024 f32, one thread and all threads: GFLOP/s vs OpenBLAS's
+//!   `cblas_sgemm` when `libopenblas.so.0` is installed (goal: >= 0.9x);
+//! - Add of 16 f32 elements: ns per call (for orientation: NumPy takes about 290 ns including
+//!   its Python call);
+//! - a few more for orientation: Sum of 1 M f32, Exp of 1 M f32, transpose of 1024 x 1024 f32.
+//!
+//! `cargo bench -p devplug-core --bench cpu_kernels`
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use devplug_core::host::kernels::{
+    binary, matmul, reduce, transpose, unary, BinaryOp, CpuContext, ReduceOp, UnaryOp, View,
+    ViewMut,
+};
+use devplug_core::DType;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Median seconds of `reps` calls of `f`, after one warm-up call.
+fn time<F: FnMut()>(reps: usize, mut f: F) -> f64 {
+    f();
+    let mut v = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        f();
+        v.push(t.elapsed().as_secs_f64());
+    }
+    median(v)
+}
+
+/// f32 data as bytes, 8-byte aligned (backed by u64s).
+struct Buf {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Buf {
+    fn new(n_f32: usize, seed: u32) -> Buf {
+        let mut b = Buf {
+            words: vec![0; n_f32.div_ceil(2)],
+            len: n_f32 * 4,
+        };
+        for (i, c) in b.bytes_mut().chunks_exact_mut(4).enumerate() {
+            let x = ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32;
+            c.copy_from_slice(&(x / 16_777_216.0 - 0.5).to_ne_bytes());
+        }
+        b
+    }
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the u64s hold `len` initialized bytes; u8 needs no alignment.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; any bytes are valid u64s.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), self.len) }
+    }
+    fn f32s(&self) -> *const f32 {
+        self.words.as_ptr().cast()
+    }
+    fn f32s_mut(&mut self) -> *mut f32 {
+        self.words.as_mut_ptr().cast()
+    }
+}
+
+fn view<'a>(b: &'a Buf, shape: &'a [usize]) -> View<'a> {
+    View {
+        data: b.bytes(),
+        dtype: DType::F32,
+        shape,
+    }
+}
+
+fn view_mut<'a>(b: &'a mut Buf, shape: &'a [usize]) -> ViewMut<'a> {
+    ViewMut {
+        data: b.bytes_mut(),
+        dtype: DType::F32,
+        shape,
+    }
+}
+
+type Sgemm = unsafe extern "C" fn(
+    i32,
+    i32,
+    i32,
+    i32,
+    i32,
+    i32,
+    f32,
+    *const f32,
+    i32,
+    *const f32,
+    i32,
+    f32,
+    *mut f32,
+    i32,
+);
+
+struct OpenBlas {
+    _lib: libloading::Library,
+    sgemm: Sgemm,
+    set_threads: Option<unsafe extern "C" fn(i32)>,
+    core: Option<String>,
+}
+
+fn open_blas() -> Option<OpenBlas> {
+    // SAFETY: loading OpenBLAS runs its initializers, which only set up its thread pool.
+    let lib = unsafe { libloading::Library::new("libopenblas.so.0") }.ok()?;
+    // SAFETY: the symbols have these C signatures in every OpenBLAS release; the function
+    // pointers are used only while `lib` (kept in the struct) is loaded.
+    unsafe {
+        let sgemm = *lib.get::<Sgemm>(b"cblas_sgemm\0").ok()?;
+        let set_threads = lib
+            .get::<unsafe extern "C" fn(i32)>(b"openblas_set_num_threads\0")
+            .ok()
+            .map(|s| *s);
+        let core = lib
+            .get::<unsafe extern "C" fn() -> *const std::ffi::c_char>(b"openblas_get_corename\0")
+            .ok()
+            .map(|f| f())
+            .filter(|p| !p.is_null())
+            .map(|p| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned());
+        Some(OpenBlas {
+            _lib: lib,
+            sgemm,
+            set_threads,
+            core,
+        })
+    }
+}
+
+fn main() {
+    let one = CpuContext::SINGLE;
+    let all = CpuContext::all_threads();
+    println!("threads available: {}", all.threads);
+
+    // --- Add of 1 M f32 vs memcpy --------------------------------------------------------
+    const N: usize = 1 << 20;
+    let shape = [N];
+    let a = Buf::new(N, 1);
+    let b = Buf::new(N, 2);
+    let mut c = Buf::new(N, 3);
+    // memcpy moving the same 12 MB: 6 MB read + 6 MB written.
+    let src = Buf::new(N * 3 / 2, 4);
+    let mut dst = Buf::new(N * 3 / 2, 5);
+    let reps = 200;
+    let t_copy = time(reps, || {
+        dst.bytes_mut().copy_from_slice(black_box(src.bytes()));
+        black_box(dst.bytes());
+    });
+    let mut add = |ctx: &CpuContext| {
+        time(reps, || {
+            binary(
+                ctx,
+                BinaryOp::Add,
+                view(&a, &shape),
+                view(&b, &shape),
+                view_mut(&mut c, &shape),
+            )
+            .expect("add");
+            black_box(c.bytes());
+        })
+    };
+    let t_add1 = add(&one);
+    let t_add_all = add(&all);
+    let moved = (3 * N * 4) as f64;
+    let gbs = |t: f64| moved / t / 1e9;
+    println!();
+    println!("Add, 1 M f32 (12 MB moved)      GB/s    ratio to memcpy (goal >= 0.8x)");
+    println!("  memcpy of 6 MB (baseline)  {:8.2}", gbs(t_copy));
+    println!(
+        "  add, 1 thread              {:8.2}    {:.2}x",
+        gbs(t_add1),
+        t_copy / t_add1
+    );
+    println!(
+        "  add, {} threads             {:8.2}    {:.2}x",
+        all.threads,
+        gbs(t_add_all),
+        t_copy / t_add_all
+    );
+
+    // --- MatMul 1024^3 f32 vs OpenBLAS ----------------------------------------------------
+    const M: usize = 1024;
+    let ms = [M, M];
+    let ma = Buf::new(M * M, 6);
+    let mb = Buf::new(M * M, 7);
+    let mut mc = Buf::new(M * M, 8);
+    let flop = 2.0 * (M * M * M) as f64;
+    let reps = 8;
+    let mut ours = |ctx: &CpuContext| {
+        time(reps, || {
+            matmul(
+                ctx,
+                view(&ma, &ms),
+                view(&mb, &ms),
+                false,
+                false,
+                view_mut(&mut mc, &ms),
+            )
+            .expect("matmul");
+            black_box(mc.bytes());
+        })
+    };
+    let t_mm1 = ours(&one);
+    let t_mm_all = ours(&all);
+    let blas = open_blas();
+    let mut t_blas = |threads: usize| -> Option<f64> {
+        let blas = blas.as_ref()?;
+        if let Some(set) = blas.set_threads {
+            // SAFETY: plain setter, OpenBLAS is loaded.
+            unsafe { set(threads as i32) };
+        }
+        let (ap, bp, cp) = (ma.f32s(), mb.f32s(), mc.f32s_mut());
+        Some(time(reps, || {
+            // SAFETY: row-major (101), no transposes (111); A, B and C are 1024 x 1024 f32
+            // matrices with leading dimension 1024, alive for the call.
+            unsafe {
+                (blas.sgemm)(
+                    101, 111, 111, M as i32, M as i32, M as i32, 1.0, ap, M as i32, bp, M as i32,
+                    0.0, cp, M as i32,
+                )
+            };
+            black_box(cp);
+        }))
+    };
+    let blas1 = t_blas(1);
+    let blas_all = t_blas(all.threads);
+    let gf = |t: f64| flop / t / 1e9;
+    println!();
+    match &blas {
+        Some(b) => println!(
+            "MatMul 1024^3 f32               GFLOP/s  ratio to OpenBLAS sgemm (goal >= 0.9x); \
+             OpenBLAS core: {}{}",
+            b.core.as_deref().unwrap_or("unknown"),
+            std::env::var("OPENBLAS_CORETYPE")
+                .map(|v| format!(" (OPENBLAS_CORETYPE={v})"))
+                .unwrap_or_default()
+        ),
+        None => println!("MatMul 1024^3 f32               GFLOP/s"),
+    }
+    for (label, t, tb) in [
+        ("1 thread ", t_mm1, blas1),
+        ("all threads", t_mm_all, blas_all),
+    ] {
+        match tb {
+            Some(tb) => {
+                println!("  OpenBLAS, {label:<12}      {:8.1}", gf(tb));
+                println!(
+                    "  devplug,  {label:<12}      {:8.1}  {:.2}x",
+                    gf(t),
+                    tb / t
+                );
+            }
+            None => println!("  devplug,  {label:<12}      {:8.1}", gf(t)),
+        }
+    }
+    if blas.is_none() {
+        println!("  OpenBLAS not installed: install libopenblas0 to compare");
+    }
+
+    // --- Add of 16 f32: per-call cost ------------------------------------------------------
+    let s16 = [16usize];
+    let a16 = Buf::new(16, 9);
+    let b16 = Buf::new(16, 10);
+    let mut c16 = Buf::new(16, 11);
+    let calls = 1_000_000;
+    let t16 = time(7, || {
+        for _ in 0..calls {
+            binary(
+                &one,
+                BinaryOp::Add,
+                black_box(view(&a16, &s16)),
+                black_box(view(&b16, &s16)),
+                view_mut(&mut c16, &s16),
+            )
+            .expect("add16");
+            black_box(c16.bytes());
+        }
+    });
+    let t_call = time(7, || {
+        for _ in 0..calls {
+            black_box(noop(black_box(&a16), black_box(&b16)));
+        }
+    });
+    println!();
+    println!("Add of 16 f32 through binary()  ns/call (NumPy ~290 incl. Python)");
+    println!("  binary                     {:8.1}", t16 / calls as f64 * 1e9);
+    println!(
+        "  empty call (baseline)      {:8.1}",
+        t_call / calls as f64 * 1e9
+    );
+
+    // --- For orientation ----------------------------------------------------------------------
+    let mut s1 = Buf::new(1, 0);
+    let t_sum = time(50, || {
+        reduce(
+            &one,
+            ReduceOp::Sum,
+            view(&a, &shape),
+            &[0],
+            view_mut(&mut s1, &[]),
+        )
+        .expect("sum");
+    });
+    let t_exp = time(20, || {
+        unary(&one, UnaryOp::Exp, view(&a, &shape), view_mut(&mut c, &shape)).expect("exp");
+    });
+    let t_tr = time(20, || {
+        transpose(&one, view(&a, &[1024, 1024]), &[1, 0], view_mut(&mut c, &[1024, 1024]))
+            .expect("transpose");
+    });
+    let t_copy4 = time(50, || {
+        c.bytes_mut().copy_from_slice(black_box(a.bytes()));
+        black_box(c.bytes());
+    });
+    println!();
+    println!("Other, 1 thread                 GB/s read   ratio to memcpy of 4 MB");
+    println!("  memcpy of 4 MB             {:8.2}", N as f64 * 4.0 / t_copy4 / 1e9);
+    println!(
+        "  sum of 1 M f32             {:8.2}    {:.2}x",
+        N as f64 * 4.0 / t_sum / 1e9,
+        t_copy4 / t_sum
+    );
+    println!(
+        "  transpose 1024^2 f32       {:8.2}    {:.2}x",
+        N as f64 * 4.0 / t_tr / 1e9,
+        t_copy4 / t_tr
+    );
+    println!(
+        "  exp of 1 M f32             {:8.2}    {:.2}x   ({:.2} ns/element)",
+        N as f64 * 4.0 / t_exp / 1e9,
+        t_copy4 / t_exp,
+        t_exp / N as f64 * 1e9
+    );
+}
+
+#[inline(never)]
+fn noop(a: &Buf, b: &Buf) -> usize {
+    a.len ^ b.len
+}

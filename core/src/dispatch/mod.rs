@@ -1,0 +1,357 @@
+//! Dispatch: running an op on a device, with the fallback order of DESIGN.md:
+//! (1) a native kernel on the device; (2) the op's decomposition, expanded on the device
+//! (recursively); (3) soft placement to the CPU, copying what is needed, unless strict;
+//! (4) an error listing where kernels for the op exist. Every step is visible in the
+//! placement log.
+//!
+//! The hot path parses nothing and hashes no string: hosts hold an [`OpHandle`], and the
+//! choice for (op, device, dtype) is cached in a map readers load without locking
+//! (`arc-swap`), rebuilt when kernels are registered.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::kernel::{KernelContext, KernelDef};
+use crate::op::{check_inputs, Attrs, Emitter, InferContext, OpHandle, SpecRef};
+use crate::placement::{PlacementEvent, Reason};
+use crate::runtime::Runtime;
+use crate::tensor::{DType, Tensor};
+
+/// How deep decompositions may nest before dispatch gives up (a cycle guard).
+const MAX_DEPTH: usize = 32;
+
+/// What to do for one (op, device, dtype).
+#[derive(Clone, Debug)]
+pub(crate) enum Plan {
+    Native(Arc<KernelDef>),
+    Decompose,
+    /// No kernel and no decomposition on the device; this CPU kernel could run it.
+    SoftPlace(Arc<KernelDef>),
+    Missing,
+}
+
+/// A hasher for the cache's integer keys (no strings are hashed on the hot path).
+#[derive(Default)]
+pub(crate) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct PlanCache {
+    generation: u64,
+    plans: HashMap<u64, Plan, BuildHasherDefault<KeyHasher>>,
+}
+
+/// The per-runtime cache of plans.
+#[derive(Default)]
+pub(crate) struct Plans(ArcSwap<PlanCache>);
+
+/// Options of one op run.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// The device to run on; `None`: the runtime's default device (`CPU:0`).
+    pub device: Option<Arc<Device>>,
+    /// Overrides the runtime's soft-placement setting for this run (`Some(false)`: strict).
+    pub soft_placement: Option<bool>,
+}
+
+fn key(op: &OpHandle, device: &Device, dtype: Option<DType>) -> u64 {
+    (op.index() as u64) << 32 | (device.index() as u64) << 8 | dtype.map_or(0, |d| d as u64)
+}
+
+impl Plans {
+    fn get(&self, rt: &Runtime, op: &OpHandle, device: &Device, dtype: Option<DType>) -> Plan {
+        let k = key(op, device, dtype);
+        let generation = rt.kernels().generation();
+        let cache = self.0.load();
+        if cache.generation == generation {
+            if let Some(p) = cache.plans.get(&k) {
+                return p.clone();
+            }
+        }
+        let plan = compute_plan(rt, op, device, dtype);
+        self.0.rcu(|old| {
+            let mut next = PlanCache {
+                generation,
+                plans: if old.generation == generation {
+                    old.plans.clone()
+                } else {
+                    HashMap::default()
+                },
+            };
+            next.plans.insert(k, plan.clone());
+            next
+        });
+        plan
+    }
+}
+
+fn compute_plan(rt: &Runtime, op: &OpHandle, device: &Device, dtype: Option<DType>) -> Plan {
+    let info = &device.platform().info;
+    if let Some(k) = rt
+        .kernels()
+        .resolve(op.name(), &info.name, &info.device_type, dtype)
+    {
+        return Plan::Native(k);
+    }
+    if op.def().decomposition.is_some() {
+        return Plan::Decompose;
+    }
+    if let Ok(cpu) = rt.cpu_device() {
+        let ci = &cpu.platform().info;
+        if let Some(k) = rt
+            .kernels()
+            .resolve(op.name(), &ci.name, &ci.device_type, dtype)
+        {
+            return Plan::SoftPlace(k);
+        }
+    }
+    Plan::Missing
+}
+
+/// Runs `op` with `inputs` and `attrs` as `options` say.
+pub(crate) fn run(
+    rt: &Runtime,
+    op: &OpHandle,
+    inputs: &[Tensor],
+    attrs: &Attrs,
+    options: &RunOptions,
+) -> Result<Vec<Tensor>> {
+    let (device, reason) = match &options.device {
+        Some(d) => (d.clone(), Reason::Explicit),
+        None => (rt.cpu_device()?, Reason::Default),
+    };
+    let soft = options
+        .soft_placement
+        .unwrap_or_else(|| rt.soft_placement());
+    execute(rt, op, &device, inputs, attrs, soft, reason, 0)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn execute(
+    rt: &Runtime,
+    op: &OpHandle,
+    device: &Arc<Device>,
+    inputs: &[Tensor],
+    attrs: &Attrs,
+    soft: bool,
+    reason: Reason,
+    depth: usize,
+) -> Result<Vec<Tensor>> {
+    let def = op.def();
+    let specs: Vec<SpecRef> = inputs.iter().map(SpecRef::from).collect();
+    let dtype = check_inputs(def, &specs)?;
+    let attrs = attrs.complete(&def.name, &def.attrs)?;
+    let outputs = (def.shape_fn)(&InferContext {
+        op: &def.name,
+        inputs: &specs,
+        attrs: &attrs,
+    })?;
+    let kernel_dtype = dtype.or_else(|| outputs.first().map(|o| o.dtype));
+    match rt.plans().get(rt, op, device, kernel_dtype) {
+        Plan::Native(k) => run_kernel(rt, op, &k, device, inputs, &attrs, &outputs, reason),
+        Plan::Decompose => {
+            if depth >= MAX_DEPTH {
+                return Err(Error::internal(format!(
+                    "{}: decompositions nest deeper than {MAX_DEPTH} levels (a cycle?)",
+                    def.name
+                )));
+            }
+            log(rt, op, device, Reason::Decomposed, || {
+                "no kernel on the device; its decomposition runs there".into()
+            });
+            let decomposition = def.decomposition.clone().ok_or_else(|| {
+                Error::internal(format!("{}: planned decomposition is missing", def.name))
+            })?;
+            let mut emitter = DeviceEmitter {
+                rt,
+                device: device.clone(),
+                soft,
+                depth: depth + 1,
+            };
+            decomposition(&mut emitter, inputs, &attrs).map_err(|e| {
+                e.context(format!(
+                    "{} (decomposed on {})",
+                    def.name,
+                    device.qualified_name()
+                ))
+            })
+        }
+        Plan::SoftPlace(k) if soft => {
+            let cpu = rt.cpu_device()?;
+            log(rt, op, &cpu, Reason::SoftPlaced, || {
+                format!(
+                    "no kernel or decomposition on {}; running on the CPU",
+                    device.qualified_name()
+                )
+            });
+            run_kernel(
+                rt,
+                op,
+                &k,
+                &cpu,
+                inputs,
+                &attrs,
+                &outputs,
+                Reason::SoftPlaced,
+            )
+        }
+        Plan::SoftPlace(_) | Plan::Missing => Err(no_kernel(rt, op, device, kernel_dtype, soft)),
+    }
+}
+
+fn no_kernel(
+    rt: &Runtime,
+    op: &OpHandle,
+    device: &Device,
+    dtype: Option<DType>,
+    soft: bool,
+) -> Error {
+    let places = rt.kernels().locations(op.name());
+    let dtype = dtype.map_or(String::new(), |d| format!(" for {d}"));
+    let mut msg = format!(
+        "{}: no kernel{dtype} on {} (platform {}, type {}) and no decomposition",
+        op.name(),
+        device.qualified_name(),
+        device.platform().info.name,
+        device.device_type()
+    );
+    if !soft {
+        msg.push_str("; soft placement to the CPU is off (strict mode)");
+    }
+    if places.is_empty() {
+        msg.push_str("; no device has a kernel for this op");
+    } else {
+        msg.push_str(&format!("; kernels exist for: {}", places.join(", ")));
+    }
+    Error::new(crate::error::Code::NotFound, msg)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_kernel(
+    rt: &Runtime,
+    op: &OpHandle,
+    kernel: &KernelDef,
+    device: &Arc<Device>,
+    inputs: &[Tensor],
+    attrs: &Attrs,
+    outputs: &[crate::op::TensorSpec],
+    reason: Reason,
+) -> Result<Vec<Tensor>> {
+    // Inputs living elsewhere are copied to the device first.
+    let moved: Vec<Tensor>;
+    let inputs = if inputs.iter().all(|t| Arc::ptr_eq(t.device(), device)) {
+        inputs
+    } else {
+        moved = inputs
+            .iter()
+            .map(|t| {
+                if Arc::ptr_eq(t.device(), device) {
+                    Ok(t.clone())
+                } else {
+                    log(rt, op, device, Reason::InputCopied, || {
+                        format!("input copied from {}", t.device().qualified_name())
+                    });
+                    t.copy_to(device)
+                }
+            })
+            .collect::<Result<_>>()?;
+        &moved
+    };
+    let outs = outputs
+        .iter()
+        .map(|o| Tensor::uninit(device, o.dtype, &o.shape))
+        .collect::<Result<Vec<_>>>()?;
+    (kernel.func)(&KernelContext {
+        device,
+        inputs,
+        outputs: &outs,
+        attrs,
+    })
+    .map_err(|e| {
+        e.context(format!(
+            "{} on {} (kernel from {})",
+            op.name(),
+            device.qualified_name(),
+            kernel.source
+        ))
+    })?;
+    if reason != Reason::SoftPlaced {
+        log(rt, op, device, reason, || {
+            format!("kernel from {}", kernel.source)
+        });
+    }
+    Ok(outs)
+}
+
+#[inline]
+fn log(
+    rt: &Runtime,
+    op: &OpHandle,
+    device: &Device,
+    reason: Reason,
+    detail: impl FnOnce() -> String,
+) {
+    let p = rt.placement();
+    if p.enabled() {
+        p.record(PlacementEvent {
+            op: op.name().to_string(),
+            device: device.qualified_name(),
+            reason,
+            detail: detail(),
+        });
+    }
+}
+
+/// Runs a decomposition's ops on one device.
+struct DeviceEmitter<'a> {
+    rt: &'a Runtime,
+    device: Arc<Device>,
+    soft: bool,
+    depth: usize,
+}
+
+impl Emitter for DeviceEmitter<'_> {
+    fn op(&mut self, op: &str, inputs: &[Tensor], attrs: &Attrs) -> Result<Vec<Tensor>> {
+        let h = self.rt.ops().find(op)?;
+        execute(
+            self.rt,
+            &h,
+            &self.device,
+            inputs,
+            attrs,
+            self.soft,
+            Reason::Decomposed,
+            self.depth,
+        )
+    }
+
+    fn scalar(&mut self, dtype: DType, value: f64) -> Result<Tensor> {
+        let bytes: Vec<u8> = match dtype {
+            DType::F32 => (value as f32).to_ne_bytes().to_vec(),
+            DType::F64 => value.to_ne_bytes().to_vec(),
+            DType::I32 => (value as i32).to_ne_bytes().to_vec(),
+            DType::I64 => (value as i64).to_ne_bytes().to_vec(),
+            DType::U8 => vec![value as u8],
+            DType::Bool => vec![u8::from(value != 0.0)],
+        };
+        Tensor::from_bytes(&self.device, dtype, &[], &bytes)
+    }
+}

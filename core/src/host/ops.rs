@@ -1,0 +1,305 @@
+//! The CPU device's kernels: every basis op (and a native Relu), registered for device type
+//! `CPU` bound to the `HOST` platform, adapting tensors to the compute functions of
+//! [`kernels`](super::kernels).
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::host::kernels::{
+    self as k, BinaryOp, CompareOp, CpuContext, ReduceOp, UnaryOp, View, ViewMut,
+};
+use crate::host::HostPlatform;
+use crate::kernel::{Binding, KernelContext, KernelDef, KernelFn};
+use crate::op::basis;
+use crate::runtime::Runtime;
+use crate::tensor::{DType, Tensor, MAX_RANK};
+
+/// A shape as `usize`s, on the stack.
+struct Dims {
+    dims: [usize; MAX_RANK],
+    rank: usize,
+}
+
+impl Dims {
+    fn of(t: &Tensor) -> Dims {
+        let mut dims = [0usize; MAX_RANK];
+        for (d, s) in dims.iter_mut().zip(t.shape()) {
+            *d = *s as usize;
+        }
+        Dims {
+            dims,
+            rank: t.rank(),
+        }
+    }
+    fn get(&self) -> &[usize] {
+        &self.dims[..self.rank]
+    }
+}
+
+fn host_bytes(t: &Tensor) -> Result<&[u8]> {
+    if !t.device().host_visible() {
+        return Err(Error::internal(format!(
+            "a CPU kernel got a tensor on {}",
+            t.device().name()
+        )));
+    }
+    let len = t.byte_size() as usize;
+    if len == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: the tensor's buffer is host memory (host-visible platform), alive while `t` is
+    // borrowed, and at least `byte_size` bytes long.
+    Ok(unsafe { std::slice::from_raw_parts(t.buffer().ptr().0 as *const u8, len) })
+}
+
+#[allow(clippy::mut_from_ref)]
+fn host_bytes_mut(t: &Tensor) -> Result<&mut [u8]> {
+    if !t.device().host_visible() {
+        return Err(Error::internal(format!(
+            "a CPU kernel got an output on {}",
+            t.device().name()
+        )));
+    }
+    let len = t.byte_size() as usize;
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    // SAFETY: outputs are fresh allocations made by dispatch for this kernel call only: host
+    // memory, alive while `t` is borrowed, not aliased by any input or other output.
+    Ok(unsafe { std::slice::from_raw_parts_mut(t.buffer().ptr().0 as *mut u8, len) })
+}
+
+/// Runs `f` with views of the first `N` inputs and the first output.
+fn with_views<const N: usize>(
+    cx: &KernelContext,
+    f: impl FnOnce([View; N], ViewMut) -> Result<()>,
+) -> Result<()> {
+    if cx.inputs.len() < N || cx.outputs.is_empty() {
+        return Err(Error::internal(
+            "a CPU kernel got too few inputs or outputs",
+        ));
+    }
+    let dims: [Dims; N] = std::array::from_fn(|i| Dims::of(&cx.inputs[i]));
+    let mut views = Vec::with_capacity(N);
+    for i in 0..N {
+        views.push(View {
+            data: host_bytes(&cx.inputs[i])?,
+            dtype: cx.inputs[i].dtype(),
+            shape: dims[i].get(),
+        });
+    }
+    let views: [View; N] = views
+        .try_into()
+        .map_err(|_| Error::internal("view count"))?;
+    let od = Dims::of(&cx.outputs[0]);
+    let out = ViewMut {
+        data: host_bytes_mut(&cx.outputs[0])?,
+        dtype: cx.outputs[0].dtype(),
+        shape: od.get(),
+    };
+    f(views, out)
+}
+
+/// Runs `f` with views of all inputs (variadic ops) and the first output.
+fn with_list(cx: &KernelContext, f: impl FnOnce(&[View], ViewMut) -> Result<()>) -> Result<()> {
+    let dims: Vec<Dims> = cx.inputs.iter().map(Dims::of).collect();
+    let views = cx
+        .inputs
+        .iter()
+        .zip(&dims)
+        .map(|(t, d)| {
+            Ok(View {
+                data: host_bytes(t)?,
+                dtype: t.dtype(),
+                shape: d.get(),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let out = cx
+        .outputs
+        .first()
+        .ok_or_else(|| Error::internal("no output"))?;
+    let od = Dims::of(out);
+    f(
+        &views,
+        ViewMut {
+            data: host_bytes_mut(out)?,
+            dtype: out.dtype(),
+            shape: od.get(),
+        },
+    )
+}
+
+fn norm_axis(a: i64, rank: usize) -> usize {
+    if a < 0 {
+        (a + rank as i64) as usize
+    } else {
+        a as usize
+    }
+}
+
+fn scalar_bytes(dtype: DType, value: f64) -> Vec<u8> {
+    match dtype {
+        DType::F32 => (value as f32).to_ne_bytes().to_vec(),
+        DType::F64 => value.to_ne_bytes().to_vec(),
+        DType::I32 => (value as i32).to_ne_bytes().to_vec(),
+        DType::I64 => (value as i64).to_ne_bytes().to_vec(),
+        DType::U8 => vec![value as u8],
+        DType::Bool => vec![u8::from(value != 0.0)],
+    }
+}
+
+fn kernel_for(op: &str, ctx: CpuContext) -> Option<KernelFn> {
+    let binary = |b: BinaryOp| -> KernelFn {
+        Arc::new(move |cx: &KernelContext| {
+            with_views::<2>(cx, |[a, b2], o| k::binary(&ctx, b, a, b2, o))
+        })
+    };
+    let unary = |u: UnaryOp| -> KernelFn {
+        Arc::new(move |cx: &KernelContext| with_views::<1>(cx, |[a], o| k::unary(&ctx, u, a, o)))
+    };
+    let compare = |c: CompareOp| -> KernelFn {
+        Arc::new(move |cx: &KernelContext| {
+            with_views::<2>(cx, |[a, b], o| k::compare(&ctx, c, a, b, o))
+        })
+    };
+    let reduce = |r: ReduceOp| -> KernelFn {
+        Arc::new(move |cx: &KernelContext| {
+            let rank = cx.inputs.first().map_or(0, |t| t.rank());
+            let raw = cx.attrs.ints("axes")?;
+            let mut axes: Vec<usize> = if raw.is_empty() {
+                (0..rank).collect()
+            } else {
+                raw.iter().map(|a| norm_axis(*a, rank)).collect()
+            };
+            axes.sort_unstable();
+            with_views::<1>(cx, |[a], o| k::reduce(&ctx, r, a, &axes, o))
+        })
+    };
+    Some(match op {
+        "Add" => binary(BinaryOp::Add),
+        "Sub" => binary(BinaryOp::Sub),
+        "Mul" => binary(BinaryOp::Mul),
+        "Div" => binary(BinaryOp::Div),
+        "Maximum" => binary(BinaryOp::Maximum),
+        "Minimum" => binary(BinaryOp::Minimum),
+        "Pow" => binary(BinaryOp::Pow),
+        "Neg" => unary(UnaryOp::Neg),
+        "Abs" => unary(UnaryOp::Abs),
+        "Exp" => unary(UnaryOp::Exp),
+        "Log" => unary(UnaryOp::Log),
+        "Tanh" => unary(UnaryOp::Tanh),
+        "Sqrt" => unary(UnaryOp::Sqrt),
+        "Rsqrt" => unary(UnaryOp::Rsqrt),
+        "Sigmoid" => unary(UnaryOp::Sigmoid),
+        "Equal" => compare(CompareOp::Equal),
+        "NotEqual" => compare(CompareOp::NotEqual),
+        "Less" => compare(CompareOp::Less),
+        "LessEqual" => compare(CompareOp::LessEqual),
+        "Greater" => compare(CompareOp::Greater),
+        "GreaterEqual" => compare(CompareOp::GreaterEqual),
+        "ReduceSum" => reduce(ReduceOp::Sum),
+        "ReduceMax" => reduce(ReduceOp::Max),
+        "ReduceMin" => reduce(ReduceOp::Min),
+        "ReduceMean" => reduce(ReduceOp::Mean),
+        "Select" => Arc::new(move |cx: &KernelContext| {
+            with_views::<3>(cx, |[c, a, b], o| k::select(&ctx, c, a, b, o))
+        }),
+        "Cast" => {
+            Arc::new(move |cx: &KernelContext| with_views::<1>(cx, |[a], o| k::cast(&ctx, a, o)))
+        }
+        "MatMul" => Arc::new(move |cx: &KernelContext| {
+            let (ta, tb) = (cx.attrs.bool("transpose_a")?, cx.attrs.bool("transpose_b")?);
+            with_views::<2>(cx, |[a, b], o| k::matmul(&ctx, a, b, ta, tb, o))
+        }),
+        "BroadcastTo" => Arc::new(move |cx: &KernelContext| {
+            with_views::<1>(cx, |[a], o| k::broadcast_to(&ctx, a, o))
+        }),
+        "Reshape" => Arc::new(move |cx: &KernelContext| {
+            with_views::<1>(cx, |[a], o| {
+                o.data.copy_from_slice(a.data);
+                Ok(())
+            })
+        }),
+        "Transpose" => Arc::new(move |cx: &KernelContext| {
+            let rank = cx.inputs.first().map_or(0, |t| t.rank());
+            let raw = cx.attrs.ints("perm")?;
+            let perm: Vec<usize> = if raw.is_empty() {
+                (0..rank).rev().collect()
+            } else {
+                raw.iter().map(|p| *p as usize).collect()
+            };
+            with_views::<1>(cx, |[a], o| k::transpose(&ctx, a, &perm, o))
+        }),
+        "Concat" => Arc::new(move |cx: &KernelContext| {
+            let rank = cx.inputs.first().map_or(0, |t| t.rank());
+            let axis = norm_axis(cx.attrs.int("axis")?, rank);
+            with_list(cx, |ins, o| k::concat(&ctx, ins, axis, o))
+        }),
+        "Slice" => Arc::new(move |cx: &KernelContext| {
+            let starts: Vec<usize> = cx
+                .attrs
+                .ints("begin")?
+                .iter()
+                .map(|b| *b as usize)
+                .collect();
+            with_views::<1>(cx, |[a], o| k::slice(&ctx, a, &starts, o))
+        }),
+        "Fill" => Arc::new(move |cx: &KernelContext| {
+            let out = cx
+                .outputs
+                .first()
+                .ok_or_else(|| Error::internal("no output"))?;
+            let value = scalar_bytes(out.dtype(), cx.attrs.float("value")?);
+            with_views::<0>(cx, |[], o| {
+                let v = View {
+                    data: &value,
+                    dtype: o.dtype,
+                    shape: &[],
+                };
+                k::fill(&ctx, v, o)
+            })
+        }),
+        "Iota" => Arc::new(move |cx: &KernelContext| {
+            let rank = cx.outputs.first().map_or(0, |t| t.rank());
+            let axis = norm_axis(cx.attrs.int("axis")?, rank);
+            with_views::<0>(cx, |[], o| k::iota(&ctx, axis, o))
+        }),
+        "AddN" => {
+            Arc::new(move |cx: &KernelContext| with_list(cx, |ins, o| k::add_n(&ctx, ins, o)))
+        }
+        "Relu" => Arc::new(move |cx: &KernelContext| {
+            let zero = scalar_bytes(cx.inputs.first().map_or(DType::F32, |t| t.dtype()), 0.0);
+            with_views::<1>(cx, |[a], o| {
+                let z = View {
+                    data: &zero,
+                    dtype: a.dtype,
+                    shape: &[],
+                };
+                k::binary(&ctx, BinaryOp::Maximum, a, z, o)
+            })
+        }),
+        _ => return None,
+    })
+}
+
+/// Registers the CPU kernels of every basis op with `rt`.
+pub(crate) fn register_kernels(rt: &Runtime, threads: usize) -> Result<()> {
+    let ctx = CpuContext {
+        threads: threads.max(1),
+    };
+    for def in basis::definitions() {
+        if let Some(func) = kernel_for(&def.name, ctx) {
+            rt.kernels().register(KernelDef {
+                op: def.name.clone(),
+                device_type: HostPlatform::DEVICE_TYPE.into(),
+                binding: Binding::Platform(HostPlatform::NAME.into()),
+                dtypes: Vec::new(),
+                priority: 0,
+                source: "built-in".into(),
+                func,
+            })?;
+        }
+    }
+    Ok(())
+}

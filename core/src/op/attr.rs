@@ -1,0 +1,193 @@
+//! Op attributes: typed values with defaults, looked up by name.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+use crate::tensor::DType;
+
+/// The type of an attribute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttrType {
+    Int,
+    Float,
+    Bool,
+    Ints,
+    DType,
+    Str,
+}
+
+impl fmt::Display for AttrType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AttrType::Int => "int",
+            AttrType::Float => "float",
+            AttrType::Bool => "bool",
+            AttrType::Ints => "int list",
+            AttrType::DType => "dtype",
+            AttrType::Str => "string",
+        })
+    }
+}
+
+/// An attribute value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttrValue {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Ints(Vec<i64>),
+    DType(DType),
+    Str(String),
+}
+
+impl AttrValue {
+    pub fn ty(&self) -> AttrType {
+        match self {
+            AttrValue::Int(_) => AttrType::Int,
+            AttrValue::Float(_) => AttrType::Float,
+            AttrValue::Bool(_) => AttrType::Bool,
+            AttrValue::Ints(_) => AttrType::Ints,
+            AttrValue::DType(_) => AttrType::DType,
+            AttrValue::Str(_) => AttrType::Str,
+        }
+    }
+}
+
+/// An attribute an op declares.
+#[derive(Clone, Debug)]
+pub struct AttrDef {
+    pub name: &'static str,
+    pub ty: AttrType,
+    /// `None`: required.
+    pub default: Option<AttrValue>,
+}
+
+/// Attribute values by name, as passed to an op (small: a vector, searched linearly).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Attrs(Vec<(String, AttrValue)>);
+
+impl Attrs {
+    pub fn new() -> Attrs {
+        Attrs(Vec::new())
+    }
+
+    /// Adds or replaces `name`.
+    pub fn set(&mut self, name: &str, value: AttrValue) -> &mut Attrs {
+        match self.0.iter_mut().find(|(n, _)| n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.0.push((name.to_string(), value)),
+        }
+        self
+    }
+
+    /// Builder form of [`Attrs::set`].
+    pub fn with(mut self, name: &str, value: AttrValue) -> Attrs {
+        self.set(name, value);
+        self
+    }
+
+    pub fn get(&self, name: &str) -> Option<&AttrValue> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &AttrValue)> {
+        self.0.iter().map(|(n, v)| (n.as_str(), v))
+    }
+
+    pub fn int(&self, name: &str) -> Result<i64> {
+        match self.get(name) {
+            Some(AttrValue::Int(v)) => Ok(*v),
+            other => Err(wrong(name, "int", other)),
+        }
+    }
+
+    pub fn float(&self, name: &str) -> Result<f64> {
+        match self.get(name) {
+            Some(AttrValue::Float(v)) => Ok(*v),
+            Some(AttrValue::Int(v)) => Ok(*v as f64),
+            other => Err(wrong(name, "float", other)),
+        }
+    }
+
+    pub fn bool(&self, name: &str) -> Result<bool> {
+        match self.get(name) {
+            Some(AttrValue::Bool(v)) => Ok(*v),
+            other => Err(wrong(name, "bool", other)),
+        }
+    }
+
+    pub fn ints(&self, name: &str) -> Result<&[i64]> {
+        match self.get(name) {
+            Some(AttrValue::Ints(v)) => Ok(v),
+            other => Err(wrong(name, "int list", other)),
+        }
+    }
+
+    pub fn dtype(&self, name: &str) -> Result<DType> {
+        match self.get(name) {
+            Some(AttrValue::DType(v)) => Ok(*v),
+            other => Err(wrong(name, "dtype", other)),
+        }
+    }
+
+    /// Checks `self` against an op's declarations and fills in defaults: unknown names, wrong
+    /// types and missing required attributes are errors naming the op and the attribute.
+    pub(crate) fn complete(&self, op: &str, defs: &[AttrDef]) -> Result<Attrs> {
+        for (name, value) in &self.0 {
+            let def = defs.iter().find(|d| d.name == name).ok_or_else(|| {
+                let known: Vec<&str> = defs.iter().map(|d| d.name).collect();
+                Error::invalid_argument(format!(
+                    "{op}: unknown attribute '{name}' (the op has: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ))
+            })?;
+            let ok =
+                value.ty() == def.ty || (def.ty == AttrType::Float && value.ty() == AttrType::Int);
+            if !ok {
+                return Err(Error::invalid_argument(format!(
+                    "{op}: attribute '{name}' must be a {}, not a {}",
+                    def.ty,
+                    value.ty()
+                )));
+            }
+        }
+        if self.0.len() == defs.len() {
+            return Ok(self.clone());
+        }
+        let mut out = self.clone();
+        for d in defs {
+            if out.get(d.name).is_none() {
+                match &d.default {
+                    Some(v) => {
+                        out.0.push((d.name.to_string(), v.clone()));
+                    }
+                    None => {
+                        return Err(Error::invalid_argument(format!(
+                            "{op}: required attribute '{}' ({}) is missing",
+                            d.name, d.ty
+                        )))
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn wrong(name: &str, want: &str, got: Option<&AttrValue>) -> Error {
+    match got {
+        None => Error::invalid_argument(format!("attribute '{name}' is missing")),
+        Some(v) => Error::invalid_argument(format!(
+            "attribute '{name}' must be a {want}, not a {}",
+            v.ty()
+        )),
+    }
+}

@@ -1,0 +1,383 @@
+//! The basis set: the ops every device is expected to cover (in the spirit of XLA's HLO), and
+//! the composite ops defined by a decomposition into them (Relu, Softmax, LogSoftmax, Gelu).
+//!
+//! Attribute conventions: axes may be negative (counted from the end); `axes = []` on a
+//! reduction means all axes; `perm = []` on Transpose reverses the axes; Slice's `size` entry
+//! `-1` means "to the end"; Reshape's `shape` may hold one `-1`.
+
+use std::sync::Arc;
+
+use crate::op::shape;
+use crate::op::{
+    ArgDef, ArgType, AttrDef, AttrType, AttrValue, Attrs, Decomposition, Emitter, OpDef, ShapeFn,
+    TypeVar,
+};
+use crate::tensor::{DType, Tensor};
+
+/// Numeric dtypes.
+pub const NUMERIC: [DType; 5] = [DType::F32, DType::F64, DType::I32, DType::I64, DType::U8];
+/// Floating-point dtypes.
+pub const FLOAT: [DType; 2] = [DType::F32, DType::F64];
+/// Signed dtypes.
+pub const SIGNED: [DType; 4] = [DType::F32, DType::F64, DType::I32, DType::I64];
+
+/// Binary elementwise ops with broadcasting (`x`, `y` → `z`).
+pub const BINARY: [&str; 7] = ["Add", "Sub", "Mul", "Div", "Maximum", "Minimum", "Pow"];
+/// Unary elementwise ops.
+pub const UNARY: [&str; 8] = [
+    "Neg", "Abs", "Exp", "Log", "Tanh", "Sqrt", "Rsqrt", "Sigmoid",
+];
+/// Comparisons (→ bool) with broadcasting.
+pub const COMPARE: [&str; 6] = [
+    "Equal",
+    "NotEqual",
+    "Less",
+    "LessEqual",
+    "Greater",
+    "GreaterEqual",
+];
+/// Reductions (`axes`, `keep_dims`).
+pub const REDUCE: [&str; 4] = ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean"];
+
+fn arg(name: &'static str, ty: ArgType) -> ArgDef {
+    ArgDef {
+        name,
+        ty,
+        list: false,
+    }
+}
+
+fn t(name: &'static str) -> ArgDef {
+    arg(name, ArgType::Var("T"))
+}
+
+fn attr(name: &'static str, ty: AttrType, default: Option<AttrValue>) -> AttrDef {
+    AttrDef { name, ty, default }
+}
+
+fn def(
+    name: &str,
+    inputs: Vec<ArgDef>,
+    outputs: Vec<ArgDef>,
+    allowed: &[DType],
+    attrs: Vec<AttrDef>,
+    shape_fn: ShapeFn,
+) -> OpDef {
+    OpDef {
+        name: name.to_string(),
+        inputs,
+        outputs,
+        type_vars: if allowed.is_empty() {
+            Vec::new()
+        } else {
+            vec![TypeVar {
+                name: "T",
+                allowed: allowed.to_vec(),
+            }]
+        },
+        attrs,
+        shape_fn,
+        decomposition: None,
+    }
+}
+
+/// Every op of the basis set and the composites.
+pub fn definitions() -> Vec<OpDef> {
+    let mut v = Vec::new();
+    let all = DType::ALL;
+    for name in BINARY {
+        let allowed: &[DType] = match name {
+            "Maximum" | "Minimum" => &all,
+            _ => &NUMERIC,
+        };
+        v.push(def(
+            name,
+            vec![t("x"), t("y")],
+            vec![t("z")],
+            allowed,
+            vec![],
+            shape::binary,
+        ));
+    }
+    for name in UNARY {
+        let allowed: &[DType] = match name {
+            "Neg" => &SIGNED,
+            "Abs" => &NUMERIC,
+            _ => &FLOAT,
+        };
+        v.push(def(
+            name,
+            vec![t("x")],
+            vec![t("y")],
+            allowed,
+            vec![],
+            shape::same,
+        ));
+    }
+    for name in COMPARE {
+        let allowed: &[DType] = match name {
+            "Equal" | "NotEqual" => &all,
+            _ => &NUMERIC,
+        };
+        v.push(def(
+            name,
+            vec![t("x"), t("y")],
+            vec![arg("z", ArgType::Fixed(DType::Bool))],
+            allowed,
+            vec![],
+            shape::compare,
+        ));
+    }
+    v.push(def(
+        "Select",
+        vec![
+            arg("condition", ArgType::Fixed(DType::Bool)),
+            t("x"),
+            t("y"),
+        ],
+        vec![t("z")],
+        &all,
+        vec![],
+        shape::select,
+    ));
+    v.push(def(
+        "Cast",
+        vec![t("x")],
+        vec![arg("y", ArgType::Attr("dtype"))],
+        &all,
+        vec![attr("dtype", AttrType::DType, None)],
+        shape::cast,
+    ));
+    v.push(def(
+        "MatMul",
+        vec![t("a"), t("b")],
+        vec![t("product")],
+        &NUMERIC,
+        vec![
+            attr("transpose_a", AttrType::Bool, Some(AttrValue::Bool(false))),
+            attr("transpose_b", AttrType::Bool, Some(AttrValue::Bool(false))),
+        ],
+        shape::matmul,
+    ));
+    for name in REDUCE {
+        v.push(def(
+            name,
+            vec![t("x")],
+            vec![t("y")],
+            &NUMERIC,
+            vec![
+                attr("axes", AttrType::Ints, Some(AttrValue::Ints(vec![]))),
+                attr("keep_dims", AttrType::Bool, Some(AttrValue::Bool(false))),
+            ],
+            shape::reduce,
+        ));
+    }
+    v.push(def(
+        "BroadcastTo",
+        vec![t("x")],
+        vec![t("y")],
+        &all,
+        vec![attr("shape", AttrType::Ints, None)],
+        shape::broadcast_to,
+    ));
+    v.push(def(
+        "Reshape",
+        vec![t("x")],
+        vec![t("y")],
+        &all,
+        vec![attr("shape", AttrType::Ints, None)],
+        shape::reshape,
+    ));
+    v.push(def(
+        "Transpose",
+        vec![t("x")],
+        vec![t("y")],
+        &all,
+        vec![attr("perm", AttrType::Ints, Some(AttrValue::Ints(vec![])))],
+        shape::transpose,
+    ));
+    v.push(def(
+        "Concat",
+        vec![ArgDef {
+            name: "inputs",
+            ty: ArgType::Var("T"),
+            list: true,
+        }],
+        vec![t("y")],
+        &all,
+        vec![attr("axis", AttrType::Int, Some(AttrValue::Int(0)))],
+        shape::concat,
+    ));
+    v.push(def(
+        "Slice",
+        vec![t("x")],
+        vec![t("y")],
+        &all,
+        vec![
+            attr("begin", AttrType::Ints, None),
+            attr("size", AttrType::Ints, None),
+        ],
+        shape::slice,
+    ));
+    v.push(def(
+        "Fill",
+        vec![],
+        vec![arg("y", ArgType::Attr("dtype"))],
+        &[],
+        vec![
+            attr("shape", AttrType::Ints, None),
+            attr("value", AttrType::Float, None),
+            attr("dtype", AttrType::DType, Some(AttrValue::DType(DType::F32))),
+        ],
+        shape::fill,
+    ));
+    v.push(def(
+        "Iota",
+        vec![],
+        vec![arg("y", ArgType::Attr("dtype"))],
+        &[],
+        vec![
+            attr("shape", AttrType::Ints, None),
+            attr("axis", AttrType::Int, Some(AttrValue::Int(0))),
+            attr("dtype", AttrType::DType, Some(AttrValue::DType(DType::I64))),
+        ],
+        shape::iota,
+    ));
+    v.push(def(
+        "AddN",
+        vec![ArgDef {
+            name: "inputs",
+            ty: ArgType::Var("T"),
+            list: true,
+        }],
+        vec![t("sum")],
+        &NUMERIC,
+        vec![],
+        shape::add_n,
+    ));
+    v.extend(composites());
+    v
+}
+
+fn one(mut v: Vec<Tensor>) -> crate::Result<Tensor> {
+    v.pop()
+        .ok_or_else(|| crate::Error::internal("an op returned no output"))
+}
+
+fn axis_attrs(axis: i64) -> Attrs {
+    Attrs::new()
+        .with("axes", AttrValue::Ints(vec![axis]))
+        .with("keep_dims", AttrValue::Bool(true))
+}
+
+type DecompositionFn = fn(&mut dyn Emitter, &[Tensor], &Attrs) -> crate::Result<Vec<Tensor>>;
+
+fn decomposition(f: DecompositionFn) -> Option<Decomposition> {
+    Some(Arc::new(f))
+}
+
+/// Relu, Softmax, LogSoftmax and Gelu: defined by decompositions into the basis set.
+fn composites() -> Vec<OpDef> {
+    let mut relu = def(
+        "Relu",
+        vec![t("x")],
+        vec![t("y")],
+        &SIGNED,
+        vec![],
+        shape::same,
+    );
+    relu.decomposition = decomposition(|e, x, _| {
+        let zero = e.scalar(x[0].dtype(), 0.0)?;
+        e.op("Maximum", &[x[0].clone(), zero], &Attrs::new())
+    });
+    let axis = || vec![attr("axis", AttrType::Int, Some(AttrValue::Int(-1)))];
+    let mut softmax = def(
+        "Softmax",
+        vec![t("x")],
+        vec![t("y")],
+        &FLOAT,
+        axis(),
+        shape::same,
+    );
+    softmax.decomposition = decomposition(|e, x, a| {
+        let axis = a.int("axis")?;
+        let max = one(e.op("ReduceMax", &[x[0].clone()], &axis_attrs(axis))?)?;
+        let shifted = one(e.op("Sub", &[x[0].clone(), max], &Attrs::new())?)?;
+        let ex = one(e.op("Exp", &[shifted], &Attrs::new())?)?;
+        let sum = one(e.op("ReduceSum", std::slice::from_ref(&ex), &axis_attrs(axis))?)?;
+        e.op("Div", &[ex, sum], &Attrs::new())
+    });
+    let mut log_softmax = def(
+        "LogSoftmax",
+        vec![t("x")],
+        vec![t("y")],
+        &FLOAT,
+        axis(),
+        shape::same,
+    );
+    log_softmax.decomposition = decomposition(|e, x, a| {
+        let axis = a.int("axis")?;
+        let max = one(e.op("ReduceMax", &[x[0].clone()], &axis_attrs(axis))?)?;
+        let shifted = one(e.op("Sub", &[x[0].clone(), max], &Attrs::new())?)?;
+        let ex = one(e.op("Exp", std::slice::from_ref(&shifted), &Attrs::new())?)?;
+        let sum = one(e.op("ReduceSum", &[ex], &axis_attrs(axis))?)?;
+        let log = one(e.op("Log", &[sum], &Attrs::new())?)?;
+        e.op("Sub", &[shifted, log], &Attrs::new())
+    });
+    // The tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+    let mut gelu = def(
+        "Gelu",
+        vec![t("x")],
+        vec![t("y")],
+        &FLOAT,
+        vec![],
+        shape::same,
+    );
+    gelu.decomposition = decomposition(|e, x, _| {
+        let d = x[0].dtype();
+        let none = Attrs::new();
+        let x = x[0].clone();
+        let x2 = one(e.op("Mul", &[x.clone(), x.clone()], &none)?)?;
+        let x3 = one(e.op("Mul", &[x2, x.clone()], &none)?)?;
+        let c = e.scalar(d, 0.044715)?;
+        let cx3 = one(e.op("Mul", &[x3, c], &none)?)?;
+        let inner = one(e.op("Add", &[x.clone(), cx3], &none)?)?;
+        let k = e.scalar(d, (2.0 / std::f64::consts::PI).sqrt())?;
+        let scaled = one(e.op("Mul", &[inner, k], &none)?)?;
+        let th = one(e.op("Tanh", &[scaled], &none)?)?;
+        let one_ = e.scalar(d, 1.0)?;
+        let p = one(e.op("Add", &[th, one_], &none)?)?;
+        let half = e.scalar(d, 0.5)?;
+        let hx = one(e.op("Mul", &[x, half], &none)?)?;
+        e.op("Mul", &[hx, p], &none)
+    });
+    vec![relu, softmax, log_softmax, gelu]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::OpRegistry;
+
+    #[test]
+    fn the_basis_set_registers_cleanly() {
+        let r = OpRegistry::with_basis();
+        assert_eq!(r.len(), definitions().len());
+        for name in [
+            "Add",
+            "MatMul",
+            "ReduceMean",
+            "Concat",
+            "Iota",
+            "AddN",
+            "Relu",
+            "Gelu",
+            "Softmax",
+            "LogSoftmax",
+        ] {
+            assert!(r.find(name).is_ok(), "{name}");
+        }
+        assert!(r.find("Relu").unwrap().def().decomposition.is_some());
+        assert_eq!(r.find("Nope").unwrap_err().code, crate::Code::NotFound);
+    }
+}

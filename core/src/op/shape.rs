@@ -1,0 +1,388 @@
+//! Shape functions of the basis ops, and the broadcasting rule (NumPy's).
+
+use crate::error::{Error, Result};
+use crate::op::{InferContext, TensorSpec};
+
+use crate::tensor::{DType, MAX_RANK};
+
+/// NumPy broadcasting of two shapes; `None` when they are incompatible.
+pub fn broadcast_shapes(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0i64; rank];
+    for i in 0..rank {
+        let da = if i + a.len() >= rank {
+            a[i + a.len() - rank]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= rank {
+            b[i + b.len() - rank]
+        } else {
+            1
+        };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return None,
+        };
+    }
+    Some(out)
+}
+
+fn broadcast_all(cx: &InferContext, names: &[&str]) -> Result<Vec<i64>> {
+    let mut shape = cx.inputs[0].shape.to_vec();
+    for (i, s) in cx.inputs.iter().enumerate().skip(1) {
+        shape = broadcast_shapes(&shape, s.shape).ok_or_else(|| {
+            cx.error(format!(
+                "shapes {:?} ('{}') and {:?} ('{}') cannot be broadcast together",
+                cx.inputs[0].shape,
+                names.first().copied().unwrap_or("x"),
+                s.shape,
+                names.get(i).copied().unwrap_or("y")
+            ))
+        })?;
+    }
+    Ok(shape)
+}
+
+pub(crate) fn binary(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+    Ok(vec![TensorSpec {
+        dtype: cx.inputs[0].dtype,
+        shape: broadcast_all(cx, &["x", "y"])?,
+    }])
+}
+
+pub(crate) fn compare(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+    Ok(vec![TensorSpec {
+        dtype: DType::Bool,
+        shape: broadcast_all(cx, &["x", "y"])?,
+    }])
+}
+
+pub(crate) fn select(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+    Ok(vec![TensorSpec {
+        dtype: cx.inputs[1].dtype,
+        shape: broadcast_all(cx, &["condition", "x", "y"])?,
+    }])
+}
+
+pub(crate) fn same(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+    Ok(vec![cx.inputs[0].to_spec()])
+}
+
+pub(crate) fn cast(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+    Ok(vec![TensorSpec {
+        dtype: cx.attrs.dtype("dtype")?,
+        shape: cx.inputs[0].shape.to_vec(),
+    }])
+}
+
+pub(crate) fn add_n(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+    let first = &cx.inputs[0];
+    for (i, s) in cx.inputs.iter().enumerate().skip(1) {
+        if s.shape != first.shape {
+            return Err(cx.error(format!(
+                "input 'inputs[{i}]' has shape {:?} but 'inputs[0]' has {:?}; AddN does not broadcast",
+                s.shape, first.shape
+            )));
+        }
+    }
+    Ok(vec![first.to_spec()])
+}
+
+pub(crate) fn matmul(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+    let (a, b) = (cx.inputs[0].shape, cx.inputs[1].shape);
+    if a.len() < 2 || b.len() < 2 {
+        return Err(cx.error(format!(
+            "inputs must have rank >= 2, got 'a' {:?} and 'b' {:?}",
+            a, b
+        )));
+    }
+    let (ta, tb) = (cx.attrs.bool("transpose_a")?, cx.attrs.bool("transpose_b")?);
+    let (m, ka) = if ta {
+        (a[a.len() - 1], a[a.len() - 2])
+    } else {
+        (a[a.len() - 2], a[a.len() - 1])
+    };
+    let (kb, n) = if tb {
+        (b[b.len() - 1], b[b.len() - 2])
+    } else {
+        (b[b.len() - 2], b[b.len() - 1])
+    };
+    if ka != kb {
+        return Err(cx.error(format!(
+            "inner dimensions differ: 'a' {:?}{} has {ka}, 'b' {:?}{} has {kb}",
+            a,
+            if ta { " (transposed)" } else { "" },
+            b,
+            if tb { " (transposed)" } else { "" }
+        )));
+    }
+    let batch = broadcast_shapes(&a[..a.len() - 2], &b[..b.len() - 2]).ok_or_else(|| {
+        cx.error(format!(
+            "batch dimensions of 'a' {:?} and 'b' {:?} cannot be broadcast",
+            a, b
+        ))
+    })?;
+    let mut shape = batch;
+    shape.extend([m, n]);
+    Ok(vec![TensorSpec {
+        dtype: cx.inputs[0].dtype,
+        shape,
+    }])
+}
+
+/// Normalizes possibly negative axes against `rank`: sorted, unique, in range.
+pub(crate) fn axes(cx: &InferContext, raw: &[i64], rank: usize, what: &str) -> Result<Vec<usize>> {
+    let mut out = Vec::with_capacity(raw.len());
+    for &a in raw {
+        let r = rank as i64;
+        let n = if a < 0 { a + r } else { a };
+        if n < 0 || n >= r {
+            return Err(cx.error(format!("{what} {a} is out of range for rank {rank}")));
+        }
+        if out.contains(&(n as usize)) {
+            return Err(cx.error(format!("{what} {a} appears twice")));
+        }
+        out.push(n as usize);
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// The axes a reduction runs over (`axes = []` means all of them).
+pub(crate) fn reduce_axes(cx: &InferContext) -> Result<Vec<usize>> {
+    let rank = cx.inputs[0].shape.len();
+    let raw = cx.attrs.ints("axes")?;
+    if raw.is_empty() {
+        return Ok((0..rank).collect());
+    }
+    axes(cx, raw, rank, "axis")
+}
+
+pub(crate) fn reduce(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+    let axes = reduce_axes(cx)?;
+    let keep = cx.attrs.bool("keep_dims")?;
+    let shape = cx.inputs[0]
+        .shape
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| match (axes.contains(&i), keep) {
+            (true, true) => Some(1),
+            (true, false) => None,
+            (false, _) => Some(*d),
+        })
+        .collect();
+    Ok(vec![TensorSpec {
+        dtype: cx.inputs[0].dtype,
+        shape,
+    }])
+}
+
+fn check_shape(cx: &InferContext, name: &str, shape: &[i64]) -> Result<()> {
+    if shape.len() > MAX_RANK {
+        return Err(cx.error(format!(
+            "attribute '{name}' has rank {} > {MAX_RANK}",
+            shape.len()
+        )));
+    }
+    if let Some(d) = shape.iter().find(|d| **d < 0) {
+        return Err(cx.error(format!(
+            "attribute '{name}' {:?} has the negative dimension {d}",
+            shape
+        )));
+    }
+    crate::tensor::num_elements(shape).map_err(|e| cx.error(e.message))?;
+    Ok(())
+}
+
+pub(crate) fn broadcast_to(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+    let target = cx.attrs.ints("shape")?;
+    check_shape(cx, "shape", target)?;
+    match broadcast_shapes(cx.inputs[0].shape, target) {
+        Some(s) if s == target => Ok(vec![TensorSpec {
+            dtype: cx.inputs[0].dtype,
+            shape: target.to_vec(),
+        }]),
+        _ => Err(cx.error(format!(
+            "shape {:?} cannot be broadcast to {:?}",
+            cx.inputs[0].shape, target
+        ))),
+    }
+}
+
+pub(crate) fn reshape(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+    let input = &cx.inputs[0];
+    let count: i64 = input.shape.iter().product();
+    let mut shape = cx.attrs.ints("shape")?.to_vec();
+    if shape.len() > MAX_RANK {
+        return Err(cx.error(format!(
+            "attribute 'shape' has rank {} > {MAX_RANK}",
+            shape.len()
+        )));
+    }
+    let wild: Vec<usize> = shape
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| **d == -1)
+        .map(|(i, _)| i)
+        .collect();
+    if wild.len() > 1 || shape.iter().any(|d| *d < -1) {
+        return Err(cx.error(format!(
+            "attribute 'shape' {:?} may hold one -1 and no other negative",
+            shape
+        )));
+    }
+    let known: i64 = shape.iter().filter(|d| **d != -1).product();
+    if let Some(&w) = wild.first() {
+        if known == 0 || count % known != 0 {
+            return Err(cx.error(format!(
+                "cannot reshape {:?} ({count} elements) to {:?}",
+                input.shape, shape
+            )));
+        }
+        shape[w] = count / known;
+    } else if known != count {
+        return Err(cx.error(format!(
+            "cannot reshape {:?} ({count} elements) to {:?}",
+            input.shape, shape
+        )));
+    }
+    Ok(vec![TensorSpec {
+        dtype: input.dtype,
+        shape,
+    }])
+}
+
+/// The permutation of a transpose (`perm = []` reverses the axes).
+pub(crate) fn perm(cx: &InferContext) -> Result<Vec<usize>> {
+    let rank = cx.inputs[0].shape.len();
+    let raw = cx.attrs.ints("perm")?;
+    if raw.is_empty() {
+        return Ok((0..rank).rev().collect());
+    }
+    if raw.len() != rank {
+        return Err(cx.error(format!(
+            "attribute 'perm' {:?} has {} entries for rank {rank}",
+            raw,
+            raw.len()
+        )));
+    }
+    let mut seen = vec![false; rank];
+    let mut out = Vec::with_capacity(rank);
+    for &p in raw {
+        if p < 0 || p as usize >= rank || seen[p as usize] {
+            return Err(cx.error(format!(
+                "attribute 'perm' {:?} is not a permutation of 0..{rank}",
+                raw
+            )));
+        }
+        seen[p as usize] = true;
+        out.push(p as usize);
+    }
+    Ok(out)
+}
+
+pub(crate) fn transpose(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+    let p = perm(cx)?;
+    let shape = p.iter().map(|&i| cx.inputs[0].shape[i]).collect();
+    Ok(vec![TensorSpec {
+        dtype: cx.inputs[0].dtype,
+        shape,
+    }])
+}
+
+/// The concat axis, normalized.
+pub(crate) fn concat_axis(cx: &InferContext) -> Result<usize> {
+    let rank = cx.inputs[0].shape.len();
+    if rank == 0 {
+        return Err(cx.error("inputs must have rank >= 1 to be concatenated"));
+    }
+    Ok(axes(cx, &[cx.attrs.int("axis")?], rank, "axis")?[0])
+}
+
+pub(crate) fn concat(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+    let axis = concat_axis(cx)?;
+    let first = cx.inputs[0].shape;
+    let mut shape = first.to_vec();
+    for (i, s) in cx.inputs.iter().enumerate().skip(1) {
+        let fits = s.shape.len() == first.len()
+            && s.shape
+                .iter()
+                .zip(first.iter())
+                .enumerate()
+                .all(|(d, (x, y))| d == axis || x == y);
+        if !fits {
+            return Err(cx.error(format!(
+                "input 'inputs[{i}]' has shape {:?}, which does not match 'inputs[0]' {:?} outside axis {axis}",
+                s.shape, first
+            )));
+        }
+        shape[axis] += s.shape[axis];
+    }
+    Ok(vec![TensorSpec {
+        dtype: cx.inputs[0].dtype,
+        shape,
+    }])
+}
+
+/// The slice's start and size per axis (`size -1` = to the end).
+pub(crate) fn slice_bounds(cx: &InferContext) -> Result<(Vec<usize>, Vec<i64>)> {
+    let shape = cx.inputs[0].shape;
+    let (begin, size) = (cx.attrs.ints("begin")?, cx.attrs.ints("size")?);
+    if begin.len() != shape.len() || size.len() != shape.len() {
+        return Err(cx.error(format!(
+            "attributes 'begin' {:?} and 'size' {:?} need one entry per axis of {:?}",
+            begin, size, shape
+        )));
+    }
+    let mut starts = Vec::with_capacity(shape.len());
+    let mut sizes = Vec::with_capacity(shape.len());
+    for i in 0..shape.len() {
+        let (b, s, d) = (begin[i], size[i], shape[i]);
+        let s = if s == -1 { d - b } else { s };
+        if b < 0 || s < 0 || b + s > d {
+            return Err(cx.error(format!(
+                "slice begin {} size {} is out of bounds for axis {i} of size {d}",
+                begin[i], size[i]
+            )));
+        }
+        starts.push(b as usize);
+        sizes.push(s);
+    }
+    Ok((starts, sizes))
+}
+
+pub(crate) fn slice(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+    let (_, sizes) = slice_bounds(cx)?;
+    Ok(vec![TensorSpec {
+        dtype: cx.inputs[0].dtype,
+        shape: sizes,
+    }])
+}
+
+pub(crate) fn fill(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+    let shape = cx.attrs.ints("shape")?;
+    check_shape(cx, "shape", shape)?;
+    Ok(vec![TensorSpec {
+        dtype: cx.attrs.dtype("dtype")?,
+        shape: shape.to_vec(),
+    }])
+}
+
+pub(crate) fn iota(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+    let out = fill(cx)?;
+    let rank = out[0].shape.len();
+    if rank == 0 {
+        return Err(cx.error("attribute 'shape' must have rank >= 1"));
+    }
+    axes(cx, &[cx.attrs.int("axis")?], rank, "axis")?;
+    if out[0].dtype == DType::Bool {
+        return Err(Error::invalid_argument(format!(
+            "{}: dtype bool is not allowed",
+            cx.op
+        )));
+    }
+    Ok(out)
+}

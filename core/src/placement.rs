@@ -1,0 +1,104 @@
+//! The placement log: every decision dispatch takes (which device, why, which kernel).
+//!
+//! On when `DEVPLUG_LOG_PLACEMENT=1` (written to standard error) or when the host installs a
+//! callback. Costs one atomic load per op when off.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+/// Why an op ran where it ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// The caller named the device.
+    Explicit,
+    /// No device was named: the runtime's default device.
+    Default,
+    /// The device has no kernel for the op; its decomposition ran there instead.
+    Decomposed,
+    /// Neither a kernel nor a decomposition on the device; the op ran on the CPU.
+    SoftPlaced,
+    /// An input lived on another device and was copied.
+    InputCopied,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Reason::Explicit => "explicit",
+            Reason::Default => "default",
+            Reason::Decomposed => "decomposed",
+            Reason::SoftPlaced => "soft-placed",
+            Reason::InputCopied => "input copied",
+        })
+    }
+}
+
+/// One placement decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlacementEvent {
+    pub op: String,
+    /// The device the op ran on (`SIMCUDA:0` style: platform and ordinal).
+    pub device: String,
+    pub reason: Reason,
+    /// Who provided the kernel (`built-in`, `plugin 'sim'`), the decomposition, or a note.
+    pub detail: String,
+}
+
+impl fmt::Display for PlacementEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} on {}: {} ({})",
+            self.op, self.device, self.reason, self.detail
+        )
+    }
+}
+
+/// A host's placement callback.
+pub type PlacementCallback = Arc<dyn Fn(&PlacementEvent) + Send + Sync>;
+
+/// The runtime's placement log.
+pub struct PlacementLog {
+    enabled: AtomicBool,
+    to_stderr: bool,
+    callback: RwLock<Option<PlacementCallback>>,
+}
+
+impl Default for PlacementLog {
+    fn default() -> Self {
+        let to_stderr = std::env::var("DEVPLUG_LOG_PLACEMENT").is_ok_and(|v| v == "1");
+        PlacementLog {
+            enabled: AtomicBool::new(to_stderr),
+            to_stderr,
+            callback: RwLock::new(None),
+        }
+    }
+}
+
+impl PlacementLog {
+    /// True when a decision must be reported (check before building an event).
+    #[inline]
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// Installs (or, with `None`, removes) the host's callback.
+    pub fn set_callback(&self, callback: Option<PlacementCallback>) {
+        let on = callback.is_some() || self.to_stderr;
+        *self.callback.write() = callback;
+        self.enabled.store(on, Ordering::Relaxed);
+    }
+
+    pub fn record(&self, event: PlacementEvent) {
+        if self.to_stderr {
+            eprintln!("[devplug placement] {event}");
+        }
+        let cb = self.callback.read().clone();
+        if let Some(cb) = cb {
+            cb(&event);
+        }
+    }
+}

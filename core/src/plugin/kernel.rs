@@ -1,0 +1,210 @@
+//! Plugin kernels (ABI 1.1): turning a kernel a plugin registered into a [`KernelDef`] whose
+//! code calls the plugin's `compute`, and the `attr_*` functions of the host table.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::Arc;
+
+use devplug_plugin_abi as abi;
+
+use crate::error::Result;
+use crate::kernel::{KernelContext, KernelDef, KernelFn};
+use crate::op::{AttrValue, Attrs};
+use crate::plugin::executor::check;
+use crate::plugin::host::{LoadedPlugin, PendingKernel};
+use crate::tensor::Tensor;
+
+/// What a plugin kernel's closure owns.
+struct PluginKernel {
+    plugin: Arc<LoadedPlugin>,
+    name: String,
+    kernel_data: *mut c_void,
+    compute: unsafe extern "C" fn(*const abi::dpp_kernel_context_t) -> abi::dpp_status_t,
+}
+// SAFETY: kernel data belongs to the plugin, whose compute may run on any thread (ABI rule).
+unsafe impl Send for PluginKernel {}
+// SAFETY: as above; the host never mutates it.
+unsafe impl Sync for PluginKernel {}
+
+fn describe(t: &Tensor) -> abi::dpp_tensor_t {
+    abi::dpp_tensor_t {
+        struct_size: abi::DPP_TENSOR_STRUCT_SIZE,
+        ext: std::ptr::null_mut(),
+        dtype: t.dtype() as i32,
+        rank: t.rank() as i32,
+        shape: t.shape().as_ptr(),
+        data: t.buffer().ptr().0,
+        byte_size: t.byte_size(),
+    }
+}
+
+impl PluginKernel {
+    fn run(&self, cx: &KernelContext) -> Result<()> {
+        let device = cx.device;
+        let raw = device.default_raw_stream();
+        let (device_data, stream) = device.executor().plugin_handles(raw).ok_or_else(|| {
+            crate::Error::internal(format!(
+                "plugin '{}': kernel {} was dispatched to {}, which is not a plugin device",
+                self.plugin.name,
+                self.name,
+                device.name()
+            ))
+        })?;
+        let inputs: Vec<abi::dpp_tensor_t> = cx.inputs.iter().map(describe).collect();
+        let outputs: Vec<abi::dpp_tensor_t> = cx.outputs.iter().map(describe).collect();
+        let context = abi::dpp_kernel_context_t {
+            struct_size: abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE,
+            ext: std::ptr::null_mut(),
+            device: device_data,
+            stream,
+            num_inputs: inputs.len(),
+            inputs: inputs.as_ptr(),
+            num_outputs: outputs.len(),
+            outputs: outputs.as_ptr(),
+            attrs: cx.attrs as *const Attrs as *const c_void,
+            kernel_data: self.kernel_data,
+        };
+        device.default_stream_used();
+        // SAFETY: the plugin's compute with a context valid for the call.
+        let status = unsafe { (self.compute)(&context) };
+        check(&self.plugin, &format!("kernel {}", self.name), status)?;
+        // The stream may still be working on these: keep them alive until it got there.
+        let keep: Vec<Tensor> = cx.inputs.iter().chain(cx.outputs).cloned().collect();
+        device
+            .executor()
+            .host_callback(raw, Box::new(move || drop(keep)))
+    }
+}
+
+/// The kernel definition of a plugin kernel.
+pub(crate) fn kernel_def(plugin: &Arc<LoadedPlugin>, k: PendingKernel) -> KernelDef {
+    let pk = PluginKernel {
+        plugin: plugin.clone(),
+        name: k.op.clone(),
+        kernel_data: k.kernel_data,
+        compute: k.compute,
+    };
+    let func: KernelFn = Arc::new(move |cx: &KernelContext| pk.run(cx));
+    KernelDef {
+        op: k.op,
+        device_type: k.device_type,
+        binding: k.binding,
+        dtypes: k.dtypes,
+        priority: k.priority,
+        source: format!("plugin '{}'", plugin.name),
+        func,
+    }
+}
+
+/// # Safety
+/// `attrs` is the `attrs` of a live kernel context; `name` is NULL or a C string.
+unsafe fn lookup<'a>(
+    attrs: *const c_void,
+    name: *const c_char,
+) -> std::result::Result<&'a AttrValue, abi::dpp_status_t> {
+    if attrs.is_null() || name.is_null() {
+        return Err(abi::DPP_INVALID_ARGUMENT);
+    }
+    // SAFETY: the caller's contract: `attrs` points to the Attrs of the running kernel.
+    let attrs = unsafe { &*(attrs as *const Attrs) };
+    // SAFETY: a NUL-terminated name from the plugin.
+    let name = unsafe { CStr::from_ptr(name) }
+        .to_str()
+        .map_err(|_| abi::DPP_INVALID_ARGUMENT)?;
+    attrs.get(name).ok_or(abi::DPP_NOT_FOUND)
+}
+
+/// Writes `value` to `out` (checked non-NULL).
+///
+/// # Safety
+/// `out` is NULL or writable.
+unsafe fn put<T>(out: *mut T, value: T) -> abi::dpp_status_t {
+    if out.is_null() {
+        return abi::DPP_INVALID_ARGUMENT;
+    }
+    // SAFETY: non-NULL and writable by the caller's contract.
+    unsafe { out.write(value) };
+    abi::DPP_OK
+}
+
+pub(crate) unsafe extern "C" fn attr_int(
+    attrs: *const c_void,
+    name: *const c_char,
+    out: *mut i64,
+) -> abi::dpp_status_t {
+    // SAFETY: the ABI's contract for attr functions.
+    match unsafe { lookup(attrs, name) } {
+        // SAFETY: as above.
+        Ok(AttrValue::Int(v)) => unsafe { put(out, *v) },
+        Ok(_) => abi::DPP_INVALID_ARGUMENT,
+        Err(s) => s,
+    }
+}
+
+pub(crate) unsafe extern "C" fn attr_float(
+    attrs: *const c_void,
+    name: *const c_char,
+    out: *mut f64,
+) -> abi::dpp_status_t {
+    // SAFETY: the ABI's contract for attr functions.
+    match unsafe { lookup(attrs, name) } {
+        // SAFETY: as above.
+        Ok(AttrValue::Float(v)) => unsafe { put(out, *v) },
+        // SAFETY: as above.
+        Ok(AttrValue::Int(v)) => unsafe { put(out, *v as f64) },
+        Ok(_) => abi::DPP_INVALID_ARGUMENT,
+        Err(s) => s,
+    }
+}
+
+pub(crate) unsafe extern "C" fn attr_bool(
+    attrs: *const c_void,
+    name: *const c_char,
+    out: *mut i32,
+) -> abi::dpp_status_t {
+    // SAFETY: the ABI's contract for attr functions.
+    match unsafe { lookup(attrs, name) } {
+        // SAFETY: as above.
+        Ok(AttrValue::Bool(v)) => unsafe { put(out, i32::from(*v)) },
+        Ok(_) => abi::DPP_INVALID_ARGUMENT,
+        Err(s) => s,
+    }
+}
+
+pub(crate) unsafe extern "C" fn attr_ints(
+    attrs: *const c_void,
+    name: *const c_char,
+    out_data: *mut *const i64,
+    out_len: *mut usize,
+) -> abi::dpp_status_t {
+    if out_data.is_null() || out_len.is_null() {
+        return abi::DPP_INVALID_ARGUMENT;
+    }
+    // SAFETY: the ABI's contract for attr functions.
+    match unsafe { lookup(attrs, name) } {
+        Ok(AttrValue::Ints(v)) => {
+            // SAFETY: both out-pointers are non-NULL and writable (the ABI's contract); the
+            // data lives in the kernel's Attrs for the duration of compute.
+            unsafe {
+                out_data.write(v.as_ptr());
+                out_len.write(v.len());
+            }
+            abi::DPP_OK
+        }
+        Ok(_) => abi::DPP_INVALID_ARGUMENT,
+        Err(s) => s,
+    }
+}
+
+pub(crate) unsafe extern "C" fn attr_dtype(
+    attrs: *const c_void,
+    name: *const c_char,
+    out: *mut i32,
+) -> abi::dpp_status_t {
+    // SAFETY: the ABI's contract for attr functions.
+    match unsafe { lookup(attrs, name) } {
+        // SAFETY: as above.
+        Ok(AttrValue::DType(d)) => unsafe { put(out, *d as i32) },
+        Ok(_) => abi::DPP_INVALID_ARGUMENT,
+        Err(s) => s,
+    }
+}
