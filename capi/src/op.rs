@@ -342,7 +342,11 @@ pub unsafe extern "C" fn dp_op_run(
                 None
             } else {
                 // SAFETY: the caller's contract.
-                Some(unsafe { device(o.device, "options->device")? }.clone())
+                let d = unsafe { device(o.device, "options->device")? };
+                if rt.handle_of(d).is_none() {
+                    return Err(bad_arg("options->device", "belongs to another runtime"));
+                }
+                Some(d.clone())
             },
             soft_placement: match o.soft_placement {
                 DP_SOFT_PLACEMENT_DEFAULT => None,

@@ -252,11 +252,7 @@ fn main() {
         match tb {
             Some(tb) => {
                 println!("  OpenBLAS, {label:<12}      {:8.1}", gf(tb));
-                println!(
-                    "  devplug,  {label:<12}      {:8.1}  {:.2}x",
-                    gf(t),
-                    tb / t
-                );
+                println!("  devplug,  {label:<12}      {:8.1}  {:.2}x", gf(t), tb / t);
             }
             None => println!("  devplug,  {label:<12}      {:8.1}", gf(t)),
         }
@@ -291,7 +287,10 @@ fn main() {
     });
     println!();
     println!("Add of 16 f32 through binary()  ns/call (NumPy ~290 incl. Python)");
-    println!("  binary                     {:8.1}", t16 / calls as f64 * 1e9);
+    println!(
+        "  binary                     {:8.1}",
+        t16 / calls as f64 * 1e9
+    );
     println!(
         "  empty call (baseline)      {:8.1}",
         t_call / calls as f64 * 1e9
@@ -310,11 +309,22 @@ fn main() {
         .expect("sum");
     });
     let t_exp = time(20, || {
-        unary(&one, UnaryOp::Exp, view(&a, &shape), view_mut(&mut c, &shape)).expect("exp");
+        unary(
+            &one,
+            UnaryOp::Exp,
+            view(&a, &shape),
+            view_mut(&mut c, &shape),
+        )
+        .expect("exp");
     });
     let t_tr = time(20, || {
-        transpose(&one, view(&a, &[1024, 1024]), &[1, 0], view_mut(&mut c, &[1024, 1024]))
-            .expect("transpose");
+        transpose(
+            &one,
+            view(&a, &[1024, 1024]),
+            &[1, 0],
+            view_mut(&mut c, &[1024, 1024]),
+        )
+        .expect("transpose");
     });
     let t_copy4 = time(50, || {
         c.bytes_mut().copy_from_slice(black_box(a.bytes()));
@@ -322,7 +332,10 @@ fn main() {
     });
     println!();
     println!("Other, 1 thread                 GB/s read   ratio to memcpy of 4 MB");
-    println!("  memcpy of 4 MB             {:8.2}", N as f64 * 4.0 / t_copy4 / 1e9);
+    println!(
+        "  memcpy of 4 MB             {:8.2}",
+        N as f64 * 4.0 / t_copy4 / 1e9
+    );
     println!(
         "  sum of 1 M f32             {:8.2}    {:.2}x",
         N as f64 * 4.0 / t_sum / 1e9,

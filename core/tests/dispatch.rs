@@ -88,7 +88,7 @@ fn bad_inputs_name_the_op_and_operand() {
         Attrs::new().with("perm", AttrValue::Bool(true)),
     )
     .unwrap_err();
-    assert!(e.message.contains("'perm' must be a int list"), "{e}");
+    assert!(e.message.contains("'perm' must be an int list"), "{e}");
     let e = rt
         .run_named("Nope", &[], &Attrs::new(), &RunOptions::default())
         .unwrap_err();

@@ -15,12 +15,15 @@
  *     until that stream reaches the mark; an event never recorded is complete; waits and
  *     queries refer to the most recent record at the time of the call.
  *   - Faults can be injected through load options (allocation, copies, init).
+ *   - Native kernels (ABI 1.1) for part of the basis set only (Add, Mul, MatMul, ReduceSum), so
+ *     that the runtime's decomposition and soft-placement paths run. compute validates and
+ *     enqueues on the stream; the worker computes later, so results need a synchronize.
  *
  * Locking: each device has one mutex (allocator, statistics, stream and event lists, event
  * marks) and one condition variable (broadcast when a mark is reached); each stream has a
  * queue mutex with two condition variables (work queued, work done). Lock order: device
  * mutex, then a stream's mutex; a worker never holds its stream's mutex while it takes the
- * device mutex, and runs host callbacks and copies with no lock held.
+ * device mutex, and runs host callbacks, copies and kernels with no lock held.
  *
  * Nothing here is global and mutable: everything hangs off the platform data of one init, so
  * two runtimes may load the same library at the same time.
@@ -81,6 +84,8 @@ typedef struct sim_options {
   uint64_t fail_copy_after;
   sim_fail_init fail_init;
   bool no_suballocator;
+  bool kernels;            /* register native kernels (kernels=1, the default) */
+  int32_t kernel_priority; /* their priority */
 } sim_options;
 
 struct sim_device;
@@ -118,7 +123,35 @@ typedef enum sim_op_kind {
   SIM_OP_CALLBACK,
   SIM_OP_MARK,
   SIM_OP_WAIT,
+  SIM_OP_KERNEL,
 } sim_op_kind;
+
+/* Native kernels (ABI 1.1). Tensors have at most SIM_MAX_RANK dimensions (the host's limit). */
+#define SIM_MAX_RANK 8
+
+typedef enum sim_kernel_id { SIM_K_ADD, SIM_K_MUL, SIM_K_MATMUL, SIM_K_REDUCE_SUM } sim_kernel_id;
+
+/* A tensor of a queued kernel, captured by value at enqueue time (the host's shape arrays are
+ * only valid during compute). */
+typedef struct sim_ktensor {
+  int32_t rank;
+  int64_t shape[SIM_MAX_RANK];
+  int64_t count; /* elements */
+  dpp_addr_t data;
+  uint64_t bytes;
+} sim_ktensor;
+
+/* What a queued kernel runs: everything by value. */
+typedef struct sim_kjob {
+  sim_kernel_id id;
+  const char *op; /* static string, for messages */
+  int32_t dtype;
+  int nin;
+  sim_ktensor in[2];
+  sim_ktensor out;
+  bool transpose_a, transpose_b;   /* MatMul */
+  bool reduced[SIM_MAX_RANK];      /* ReduceSum: the input's reduced axes */
+} sim_kjob;
 
 typedef struct sim_op {
   struct sim_op *next;
@@ -133,7 +166,14 @@ typedef struct sim_op {
   sim_marker *marker;
   bool inject_fail; /* decided at enqueue time (fail_copy_after) */
   uint64_t copy_number;
+  sim_kjob *job; /* SIM_OP_KERNEL: points into the same allocation (see sim_kop), freed with it */
 } sim_op;
+
+/* A kernel op: the op and its job in one allocation, so free(op) frees both. */
+typedef struct sim_kop {
+  sim_op op; /* first: a sim_kop * is a sim_op * */
+  sim_kjob job;
+} sim_kop;
 
 typedef struct sim_stream {
   uint32_t magic;
@@ -463,10 +503,12 @@ static void sim_injected_copy_msg(const sim_device *d, char *msg, const char *fn
 /* ------------------------------------------------------------------------------------------ */
 /* Streams */
 
+static void sim_run_kernel(sim_device *d, const sim_kjob *j, dpp_status_t *st, char *msg);
+
 static void sim_run_op(sim_stream *s, sim_op *op, dpp_status_t *st, char *msg) {
   sim_device *d = s->dev;
   static const char *const names[] = {"memcpy_htod_async", "memcpy_dtoh_async", "memcpy_dtod_async",
-                                      "memset_async", "host_callback", "mark", "wait"};
+                                      "memset_async", "host_callback", "mark", "wait", "kernel"};
   const char *fn = names[op->kind];
   if (op->kind != SIM_OP_MARK && op->kind != SIM_OP_WAIT && d->latency_us) {
     sim_sleep_us(d->latency_us);
@@ -546,6 +588,9 @@ static void sim_run_op(sim_stream *s, sim_op *op, dpp_status_t *st, char *msg) {
     }
     sim_marker_unref(op->marker);
     pthread_mutex_unlock(&d->mu);
+    return;
+  case SIM_OP_KERNEL:
+    sim_run_kernel(d, op->job, st, msg);
     return;
   }
 }
@@ -1476,6 +1521,760 @@ static const dpp_stream_executor_t sim_executor = {
 };
 
 /* ------------------------------------------------------------------------------------------ */
+/* Native kernels (ABI 1.1)
+ *
+ * SIM implements part of the basis set on purpose (see README.md): Add, Mul, MatMul, ReduceSum.
+ * A kernel's compute validates the context (counts, dtypes, shapes against the op's rules,
+ * addresses inside live allocations, the stream), captures everything it needs by value in a
+ * SIM_OP_KERNEL op and enqueues it on context->stream. The stream's worker runs it later (after
+ * latency_us, like any data operation), translating the addresses again: memory freed in
+ * between is a stream error, reported by the next synchronize. Elements are loaded and stored
+ * with memcpy, so no alignment is assumed. */
+
+static size_t sim_dtype_size(int32_t dtype) {
+  switch (dtype) {
+  case DPP_DTYPE_F32:
+  case DPP_DTYPE_I32:
+    return 4;
+  case DPP_DTYPE_F64:
+  case DPP_DTYPE_I64:
+    return 8;
+  case DPP_DTYPE_U8:
+  case DPP_DTYPE_BOOL:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+static const char *sim_dtype_name(int32_t dtype) {
+  switch (dtype) {
+  case DPP_DTYPE_F32: return "f32";
+  case DPP_DTYPE_F64: return "f64";
+  case DPP_DTYPE_I32: return "i32";
+  case DPP_DTYPE_I64: return "i64";
+  case DPP_DTYPE_U8: return "u8";
+  case DPP_DTYPE_BOOL: return "bool";
+  default: return "an unknown dtype";
+  }
+}
+
+/* "[2, 3]" into buf (truncated to n bytes). */
+static const char *sim_fmt_shape(char *buf, size_t n, int rank, const int64_t *shape) {
+  size_t at = 0;
+  int w = snprintf(buf, n, "[");
+  at = w > 0 ? (size_t)w : 0;
+  for (int i = 0; i < rank && at < n; i++) {
+    w = snprintf(buf + at, n - at, "%s%" PRId64, i ? ", " : "", shape[i]);
+    at += w > 0 ? (size_t)w : 0;
+  }
+  if (at < n) {
+    snprintf(buf + at, n - at, "]");
+  }
+  return buf;
+}
+
+static bool sim_same_shape(int ra, const int64_t *a, int rb, const int64_t *b) {
+  if (ra != rb) {
+    return false;
+  }
+  for (int i = 0; i < ra; i++) {
+    if (a[i] != b[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* NumPy broadcasting of two shapes; false when incompatible. */
+static bool sim_broadcast(int ra, const int64_t *a, int rb, const int64_t *b, int *out_rank, int64_t *out) {
+  int r = ra > rb ? ra : rb;
+  for (int i = 0; i < r; i++) {
+    int ia = i - (r - ra), ib = i - (r - rb);
+    int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
+    if (da == db || db == 1) {
+      out[i] = da;
+    } else if (da == 1) {
+      out[i] = db;
+    } else {
+      return false;
+    }
+  }
+  *out_rank = r;
+  return true;
+}
+
+/* Element strides of a row-major tensor of `rank` dims `shape` broadcast to `out_rank` dims:
+ * aligned at the end, 0 along the dims it is broadcast over. */
+static void sim_bcast_strides(int rank, const int64_t *shape, int out_rank, int64_t *strides) {
+  int64_t st = 1;
+  for (int i = out_rank - 1; i >= 0; i--) {
+    int k = i - (out_rank - rank);
+    if (k < 0) {
+      strides[i] = 0;
+      continue;
+    }
+    strides[i] = shape[k] == 1 ? 0 : st;
+    st *= shape[k];
+  }
+}
+
+#define SIM_LDST(SUF, T)                                                                                        \
+  static inline T sim_ld_##SUF(const unsigned char *p, int64_t i) {                                            \
+    T v;                                                                                                       \
+    memcpy(&v, p + (size_t)i * sizeof(T), sizeof(T));                                                          \
+    return v;                                                                                                  \
+  }                                                                                                            \
+  static inline void sim_st_##SUF(unsigned char *p, int64_t i, T v) {                                          \
+    memcpy(p + (size_t)i * sizeof(T), &v, sizeof(T));                                                          \
+  }
+SIM_LDST(f32, float)
+SIM_LDST(f64, double)
+SIM_LDST(i32, int32_t)
+SIM_LDST(i64, int64_t)
+#undef SIM_LDST
+
+/* Two's-complement wrapping without implementation-defined conversions. */
+static inline int32_t sim_wrap32(uint32_t u) {
+  return u <= (uint32_t)INT32_MAX ? (int32_t)u : (int32_t)(u - UINT32_C(0x80000000)) + INT32_MIN;
+}
+static inline int64_t sim_wrap64(uint64_t u) {
+  return u <= (uint64_t)INT64_MAX ? (int64_t)u : (int64_t)(u - UINT64_C(0x8000000000000000)) + INT64_MIN;
+}
+
+static inline float sim_add_f32(float a, float b) { return a + b; }
+static inline float sim_mul_f32(float a, float b) { return a * b; }
+static inline double sim_add_f64(double a, double b) { return a + b; }
+static inline double sim_mul_f64(double a, double b) { return a * b; }
+static inline int32_t sim_add_i32(int32_t a, int32_t b) { return sim_wrap32((uint32_t)a + (uint32_t)b); }
+static inline int32_t sim_mul_i32(int32_t a, int32_t b) { return sim_wrap32((uint32_t)a * (uint32_t)b); }
+static inline int64_t sim_add_i64(int64_t a, int64_t b) { return sim_wrap64((uint64_t)a + (uint64_t)b); }
+static inline int64_t sim_mul_i64(int64_t a, int64_t b) { return sim_wrap64((uint64_t)a * (uint64_t)b); }
+
+/* z = FN(x, y) over the output's elements, the outer dims walked with an odometer. */
+#define SIM_BINARY_LOOP(SUF, FN)                                                                               \
+  do {                                                                                                         \
+    for (int64_t row = 0; row < rows; row++) {                                                                 \
+      for (int64_t k = 0; k < inner; k++) {                                                                    \
+        sim_st_##SUF(z, zi++, FN(sim_ld_##SUF(x, ox + k * ix), sim_ld_##SUF(y, oy + k * iy)));                 \
+      }                                                                                                        \
+      for (int dd = R - 2; dd >= 0; dd--) {                                                                    \
+        ox += sx[dd];                                                                                          \
+        oy += sy[dd];                                                                                          \
+        if (++idx[dd] < o->shape[dd]) {                                                                        \
+          break;                                                                                               \
+        }                                                                                                      \
+        ox -= sx[dd] * o->shape[dd];                                                                           \
+        oy -= sy[dd] * o->shape[dd];                                                                           \
+        idx[dd] = 0;                                                                                           \
+      }                                                                                                        \
+    }                                                                                                          \
+  } while (0)
+
+static void sim_k_binary(const sim_kjob *j, const unsigned char *x, const unsigned char *y, unsigned char *z) {
+  const sim_ktensor *o = &j->out;
+  if (o->count == 0) {
+    return;
+  }
+  int R = o->rank;
+  int64_t sx[SIM_MAX_RANK] = {0}, sy[SIM_MAX_RANK] = {0}, idx[SIM_MAX_RANK] = {0};
+  sim_bcast_strides(j->in[0].rank, j->in[0].shape, R, sx);
+  sim_bcast_strides(j->in[1].rank, j->in[1].shape, R, sy);
+  int64_t inner = R ? o->shape[R - 1] : 1, ix = R ? sx[R - 1] : 0, iy = R ? sy[R - 1] : 0;
+  int64_t rows = o->count / inner, ox = 0, oy = 0, zi = 0;
+  bool mul = j->id == SIM_K_MUL;
+  switch (j->dtype) {
+  case DPP_DTYPE_F32:
+    if (mul) {
+      SIM_BINARY_LOOP(f32, sim_mul_f32);
+    } else {
+      SIM_BINARY_LOOP(f32, sim_add_f32);
+    }
+    break;
+  case DPP_DTYPE_F64:
+    if (mul) {
+      SIM_BINARY_LOOP(f64, sim_mul_f64);
+    } else {
+      SIM_BINARY_LOOP(f64, sim_add_f64);
+    }
+    break;
+  case DPP_DTYPE_I32:
+    if (mul) {
+      SIM_BINARY_LOOP(i32, sim_mul_i32);
+    } else {
+      SIM_BINARY_LOOP(i32, sim_add_i32);
+    }
+    break;
+  case DPP_DTYPE_I64:
+    if (mul) {
+      SIM_BINARY_LOOP(i64, sim_mul_i64);
+    } else {
+      SIM_BINARY_LOOP(i64, sim_add_i64);
+    }
+    break;
+  default:
+    break; /* refused by compute */
+  }
+}
+#undef SIM_BINARY_LOOP
+
+/* A plain triple loop per matrix of the batch, accumulating in double. */
+#define SIM_MATMUL_LOOP(SUF, T)                                                                                \
+  do {                                                                                                         \
+    for (int64_t bi = 0; bi < nbatch; bi++) {                                                                  \
+      for (int64_t i = 0; i < m; i++) {                                                                        \
+        for (int64_t jn = 0; jn < n; jn++) {                                                                   \
+          double acc = 0.0;                                                                                    \
+          for (int64_t p = 0; p < k; p++) {                                                                    \
+            acc += (double)sim_ld_##SUF(a, oa + i * ai + p * ap) * (double)sim_ld_##SUF(b, ob + p * bp + jn * bj); \
+          }                                                                                                    \
+          sim_st_##SUF(c, oc++, (T)acc);                                                                       \
+        }                                                                                                      \
+      }                                                                                                        \
+      for (int dd = BR - 1; dd >= 0; dd--) {                                                                   \
+        oa += sa[dd];                                                                                          \
+        ob += sb[dd];                                                                                          \
+        if (++idx[dd] < o->shape[dd]) {                                                                        \
+          break;                                                                                               \
+        }                                                                                                      \
+        oa -= sa[dd] * o->shape[dd];                                                                           \
+        ob -= sb[dd] * o->shape[dd];                                                                           \
+        idx[dd] = 0;                                                                                           \
+      }                                                                                                        \
+    }                                                                                                          \
+  } while (0)
+
+static void sim_k_matmul(const sim_kjob *j, const unsigned char *a, const unsigned char *b, unsigned char *c) {
+  const sim_ktensor *A = &j->in[0], *B = &j->in[1], *o = &j->out;
+  if (o->count == 0) {
+    return;
+  }
+  int ra = A->rank, rb = B->rank, BR = o->rank - 2;
+  int64_t m = o->shape[BR], n = o->shape[BR + 1];
+  int64_t k = j->transpose_a ? A->shape[ra - 2] : A->shape[ra - 1];
+  /* A(i, p) = a[oa + i * ai + p * ap], B(p, j) = b[ob + p * bp + j * bj]. */
+  int64_t ai = j->transpose_a ? 1 : k, ap = j->transpose_a ? m : 1;
+  int64_t bp = j->transpose_b ? 1 : n, bj = j->transpose_b ? k : 1;
+  int64_t sa[SIM_MAX_RANK] = {0}, sb[SIM_MAX_RANK] = {0}, idx[SIM_MAX_RANK] = {0};
+  sim_bcast_strides(ra - 2, A->shape, BR, sa); /* in matrices */
+  sim_bcast_strides(rb - 2, B->shape, BR, sb);
+  int64_t nbatch = 1;
+  for (int i = 0; i < BR; i++) {
+    sa[i] *= m * k;
+    sb[i] *= k * n;
+    nbatch *= o->shape[i];
+  }
+  int64_t oa = 0, ob = 0, oc = 0;
+  if (j->dtype == DPP_DTYPE_F32) {
+    SIM_MATMUL_LOOP(f32, float);
+  } else if (j->dtype == DPP_DTYPE_F64) {
+    SIM_MATMUL_LOOP(f64, double);
+  }
+}
+#undef SIM_MATMUL_LOOP
+
+/* Neumaier's compensated sum (Kahan's, also right when the next term is the larger). */
+typedef struct sim_fsum {
+  double s, c;
+} sim_fsum;
+
+static inline double sim_abs(double v) {
+  return v < 0 ? -v : v;
+}
+
+static inline void sim_fsum_add(sim_fsum *a, double v) {
+  double t = a->s + v;
+  if (sim_abs(a->s) >= sim_abs(v)) {
+    a->c += (a->s - t) + v;
+  } else {
+    a->c += (v - t) + a->s;
+  }
+  a->s = t;
+}
+
+static inline double sim_fsum_get(const sim_fsum *a) {
+  /* With an infinity or a NaN the compensation is NaN: the plain sum is the answer then. */
+  return a->s - a->s == 0 ? a->s + a->c : a->s;
+}
+
+static void sim_k_reduce_sum(const sim_kjob *j, const unsigned char *x, unsigned char *y) {
+  const sim_ktensor *in = &j->in[0];
+  int r = in->rank, nk = 0, nr = 0;
+  int64_t stride[SIM_MAX_RANK], kshape[SIM_MAX_RANK], kstr[SIM_MAX_RANK], rshape[SIM_MAX_RANK], rstr[SIM_MAX_RANK];
+  int64_t st = 1, nout = 1, nred = 1;
+  for (int i = r - 1; i >= 0; i--) {
+    stride[i] = st;
+    st *= in->shape[i];
+  }
+  for (int i = 0; i < r; i++) {
+    if (j->reduced[i]) {
+      rshape[nr] = in->shape[i];
+      rstr[nr++] = stride[i];
+      nred *= in->shape[i];
+    } else {
+      kshape[nk] = in->shape[i];
+      kstr[nk++] = stride[i];
+      nout *= in->shape[i];
+    }
+  }
+  bool is_float = j->dtype == DPP_DTYPE_F32 || j->dtype == DPP_DTYPE_F64;
+  int64_t kidx[SIM_MAX_RANK] = {0}, base = 0;
+  for (int64_t o = 0; o < nout; o++) {
+    int64_t ridx[SIM_MAX_RANK] = {0}, off = base;
+    sim_fsum fs = {0.0, 0.0};
+    uint64_t is = 0;
+    for (int64_t t = 0; t < nred; t++) {
+      switch (j->dtype) {
+      case DPP_DTYPE_F32: sim_fsum_add(&fs, (double)sim_ld_f32(x, off)); break;
+      case DPP_DTYPE_F64: sim_fsum_add(&fs, sim_ld_f64(x, off)); break;
+      case DPP_DTYPE_I32: is += (uint64_t)(int64_t)sim_ld_i32(x, off); break;
+      default: is += (uint64_t)sim_ld_i64(x, off); break;
+      }
+      for (int dd = nr - 1; dd >= 0; dd--) {
+        off += rstr[dd];
+        if (++ridx[dd] < rshape[dd]) {
+          break;
+        }
+        off -= rstr[dd] * rshape[dd];
+        ridx[dd] = 0;
+      }
+    }
+    if (is_float) {
+      double v = sim_fsum_get(&fs);
+      if (j->dtype == DPP_DTYPE_F32) {
+        sim_st_f32(y, o, (float)v);
+      } else {
+        sim_st_f64(y, o, v);
+      }
+    } else if (j->dtype == DPP_DTYPE_I32) {
+      sim_st_i32(y, o, sim_wrap32((uint32_t)is));
+    } else {
+      sim_st_i64(y, o, sim_wrap64(is));
+    }
+    for (int dd = nk - 1; dd >= 0; dd--) {
+      base += kstr[dd];
+      if (++kidx[dd] < kshape[dd]) {
+        break;
+      }
+      base -= kstr[dd] * kshape[dd];
+      kidx[dd] = 0;
+    }
+  }
+}
+
+/* What SIM implements, and how. */
+typedef struct sim_kernel_desc {
+  const char *op;
+  int nin;
+  const char *in_names[2];
+  const char *out_name;
+  const int32_t *dtypes;
+  size_t num_dtypes;
+} sim_kernel_desc;
+
+static const int32_t sim_numeric_dtypes[] = {DPP_DTYPE_F32, DPP_DTYPE_F64, DPP_DTYPE_I32, DPP_DTYPE_I64};
+static const int32_t sim_float_dtypes[] = {DPP_DTYPE_F32, DPP_DTYPE_F64};
+
+/* Indexed by sim_kernel_id. */
+static const sim_kernel_desc sim_kernel_descs[] = {
+    {"Add", 2, {"x", "y"}, "z", sim_numeric_dtypes, 4},
+    {"Mul", 2, {"x", "y"}, "z", sim_numeric_dtypes, 4},
+    {"MatMul", 2, {"a", "b"}, "product", sim_float_dtypes, 2},
+    {"ReduceSum", 1, {"x", NULL}, "y", sim_numeric_dtypes, 4},
+};
+
+static void sim_run_kernel(sim_device *d, const sim_kjob *j, dpp_status_t *st, char *msg) {
+  const sim_kernel_desc *k = &sim_kernel_descs[j->id];
+  char fn[48], what[48];
+  unsigned char *in[2] = {NULL, NULL}, *out = NULL;
+  bool ok = true;
+  snprintf(fn, sizeof fn, "kernel %s", j->op);
+  /* Translated again: the memory may have been freed since the kernel was enqueued (the arena
+   * lives until destroy_device, which joins the workers first). */
+  pthread_mutex_lock(&d->mu);
+  for (int i = 0; ok && i < j->nin; i++) {
+    if (j->in[i].bytes) {
+      snprintf(what, sizeof what, "input '%s'", k->in_names[i]);
+      ok = sim_translate(d, fn, what, j->in[i].data, j->in[i].bytes, &in[i], msg);
+    }
+  }
+  if (ok && j->out.bytes) {
+    snprintf(what, sizeof what, "output '%s'", k->out_name);
+    ok = sim_translate(d, fn, what, j->out.data, j->out.bytes, &out, msg);
+  }
+  pthread_mutex_unlock(&d->mu);
+  if (!ok) {
+    *st = DPP_INVALID_ARGUMENT;
+    return;
+  }
+  switch (j->id) {
+  case SIM_K_ADD:
+  case SIM_K_MUL:
+    sim_k_binary(j, in[0], in[1], out);
+    break;
+  case SIM_K_MATMUL:
+    sim_k_matmul(j, in[0], in[1], out);
+    break;
+  case SIM_K_REDUCE_SUM:
+    sim_k_reduce_sum(j, in[0], out);
+    break;
+  }
+}
+
+/* Copies the host's tensor `t` into `out`, checking what SIM relies on. */
+static bool sim_ktensor_read(const sim_device *d, const char *fn, const char *what, const dpp_tensor_t *t,
+                             sim_ktensor *out, int32_t *dtype, char *msg) {
+  char sh[160];
+  if (t->struct_size < DPP_TENSOR_STRUCT_SIZE) {
+    sim_devmsg(d, msg, fn, "%s: dpp_tensor_t.struct_size is %zu, smaller than the ABI 1.1 size %d", what,
+               t->struct_size, DPP_TENSOR_STRUCT_SIZE);
+    return false;
+  }
+  size_t es = sim_dtype_size(t->dtype);
+  if (!es) {
+    sim_devmsg(d, msg, fn, "%s has the unknown dtype %d", what, (int)t->dtype);
+    return false;
+  }
+  if (t->rank < 0 || t->rank > SIM_MAX_RANK) {
+    sim_devmsg(d, msg, fn, "%s has rank %d; SIM supports ranks 0 to %d", what, (int)t->rank, SIM_MAX_RANK);
+    return false;
+  }
+  if (t->rank > 0 && !t->shape) {
+    sim_devmsg(d, msg, fn, "%s has rank %d but its shape is NULL", what, (int)t->rank);
+    return false;
+  }
+  int64_t count = 1;
+  for (int i = 0; i < t->rank; i++) {
+    int64_t dim = t->shape[i];
+    if (dim < 0) {
+      sim_devmsg(d, msg, fn, "%s has the negative dimension %" PRId64 " in %s", what, dim,
+                 sim_fmt_shape(sh, sizeof sh, t->rank, t->shape));
+      return false;
+    }
+    if (dim && count > INT64_MAX / (int64_t)es / dim) {
+      sim_devmsg(d, msg, fn, "%s shape %s has too many elements", what, sim_fmt_shape(sh, sizeof sh, t->rank, t->shape));
+      return false;
+    }
+    count *= dim;
+  }
+  if ((uint64_t)count * es != t->byte_size) {
+    sim_devmsg(d, msg, fn, "%s: byte_size is %" PRIu64 " but shape %s of %s is %" PRIu64 " bytes", what,
+               t->byte_size, sim_fmt_shape(sh, sizeof sh, t->rank, t->shape), sim_dtype_name(t->dtype),
+               (uint64_t)count * es);
+    return false;
+  }
+  out->rank = t->rank;
+  for (int i = 0; i < t->rank; i++) {
+    out->shape[i] = t->shape[i];
+  }
+  out->count = count;
+  out->data = t->data;
+  out->bytes = t->byte_size;
+  *dtype = t->dtype;
+  return true;
+}
+
+/* Reads a bool attribute: true when read (or absent: `*out` keeps its default). */
+static bool sim_attr_bool(const sim_device *d, const char *fn, const dpp_kernel_context_t *cx, const char *name,
+                          bool *out, bool *found, char *msg) {
+  const dpp_host_api_t *host = d->plat->host;
+  int32_t v = 0;
+  *found = false;
+  if (!host->attr_bool) {
+    sim_devmsg(d, msg, fn, "the host table has no attr_bool to read attribute '%s'", name);
+    return false;
+  }
+  dpp_status_t st = host->attr_bool(cx->attrs, name, &v);
+  if (st == DPP_NOT_FOUND) {
+    return true;
+  }
+  if (st != DPP_OK) {
+    sim_devmsg(d, msg, fn, "cannot read bool attribute '%s' (status %d)", name, (int)st);
+    return false;
+  }
+  *out = v != 0;
+  *found = true;
+  return true;
+}
+
+/* Validates the context and enqueues kernel `id` on context->stream. */
+static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kernel_id id) {
+  const sim_kernel_desc *k = &sim_kernel_descs[id];
+  char msg[SIM_MSG_MAX], fn[48], what[48], s1[160], s2[160], s3[160];
+  if (!cx || cx->struct_size < DPP_KERNEL_CONTEXT_STRUCT_SIZE) {
+    return DPP_INVALID_ARGUMENT; /* nothing to reach the host table through */
+  }
+  sim_plugin *plugin = (sim_plugin *)cx->kernel_data;
+  sim_device *d = sim_dev(cx->device);
+  if (!d || !plugin || d->plat->plugin != plugin) {
+    return plugin ? sim_host_error(plugin->host, DPP_INVALID_ARGUMENT,
+                                   "SIM: kernel %s: context->device is not a device of this SIM platform", k->op)
+                  : DPP_INVALID_ARGUMENT;
+  }
+  snprintf(fn, sizeof fn, "kernel %s", k->op);
+  if (cx->num_inputs != (size_t)k->nin || !cx->inputs || cx->num_outputs != 1 || !cx->outputs) {
+    sim_devmsg(d, msg, fn, "expects %d input(s) and 1 output, got %zu input(s)%s and %zu output(s)%s", k->nin,
+               cx->num_inputs, cx->num_inputs && !cx->inputs ? " (NULL array)" : "", cx->num_outputs,
+               cx->num_outputs && !cx->outputs ? " (NULL array)" : "");
+    return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
+  }
+
+  sim_kop *kop = (sim_kop *)calloc(1, sizeof *kop);
+  if (!kop) {
+    sim_devmsg(d, msg, fn, "out of host memory");
+    return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
+  }
+  sim_kjob *j = &kop->job;
+  j->id = id;
+  j->op = k->op;
+  j->nin = k->nin;
+
+  /* Tensors and dtypes. */
+  int32_t dtypes[3] = {0, 0, 0};
+  for (int i = 0; i <= k->nin; i++) {
+    bool is_out = i == k->nin;
+    snprintf(what, sizeof what, "%s '%s'", is_out ? "output" : "input", is_out ? k->out_name : k->in_names[i]);
+    if (!sim_ktensor_read(d, fn, what, is_out ? &cx->outputs[0] : &cx->inputs[i], is_out ? &j->out : &j->in[i],
+                          &dtypes[i], msg)) {
+      goto invalid;
+    }
+    if (i == 0) {
+      bool supported = false;
+      for (size_t t = 0; t < k->num_dtypes; t++) {
+        supported = supported || k->dtypes[t] == dtypes[0];
+      }
+      if (!supported) {
+        sim_devmsg(d, msg, fn, "%s has dtype %s, which SIM's %s does not support (%s)", what,
+                   sim_dtype_name(dtypes[0]), k->op, k->num_dtypes == 4 ? "f32, f64, i32, i64" : "f32, f64");
+        goto invalid;
+      }
+    } else if (dtypes[i] != dtypes[0]) {
+      sim_devmsg(d, msg, fn, "%s has dtype %s but input '%s' has %s", what, sim_dtype_name(dtypes[i]), k->in_names[0],
+                 sim_dtype_name(dtypes[0]));
+      goto invalid;
+    }
+  }
+  j->dtype = dtypes[0];
+
+  /* Shapes (the op's shape function, checked against the output the host allocated). */
+  const sim_ktensor *x = &j->in[0], *y = &j->in[1], *o = &j->out;
+  int64_t want[SIM_MAX_RANK + 2];
+  int want_rank = 0;
+  bool keep_dims_known = true;
+  bool keep_dims = false;
+  switch (id) {
+  case SIM_K_ADD:
+  case SIM_K_MUL:
+    if (!sim_broadcast(x->rank, x->shape, y->rank, y->shape, &want_rank, want)) {
+      sim_devmsg(d, msg, fn, "shapes %s ('x') and %s ('y') cannot be broadcast together",
+                 sim_fmt_shape(s1, sizeof s1, x->rank, x->shape), sim_fmt_shape(s2, sizeof s2, y->rank, y->shape));
+      goto invalid;
+    }
+    break;
+  case SIM_K_MATMUL: {
+    bool found;
+    if (!sim_attr_bool(d, fn, cx, "transpose_a", &j->transpose_a, &found, msg) ||
+        !sim_attr_bool(d, fn, cx, "transpose_b", &j->transpose_b, &found, msg)) {
+      goto invalid;
+    }
+    if (x->rank < 2 || y->rank < 2) {
+      sim_devmsg(d, msg, fn, "inputs must have rank >= 2, got 'a' %s and 'b' %s",
+                 sim_fmt_shape(s1, sizeof s1, x->rank, x->shape), sim_fmt_shape(s2, sizeof s2, y->rank, y->shape));
+      goto invalid;
+    }
+    int ra = x->rank, rb = y->rank;
+    int64_t m = j->transpose_a ? x->shape[ra - 1] : x->shape[ra - 2];
+    int64_t ka = j->transpose_a ? x->shape[ra - 2] : x->shape[ra - 1];
+    int64_t kb = j->transpose_b ? y->shape[rb - 1] : y->shape[rb - 2];
+    int64_t n = j->transpose_b ? y->shape[rb - 2] : y->shape[rb - 1];
+    if (ka != kb) {
+      sim_devmsg(d, msg, fn, "inner dimensions differ: 'a' %s%s has %" PRId64 ", 'b' %s%s has %" PRId64,
+                 sim_fmt_shape(s1, sizeof s1, ra, x->shape), j->transpose_a ? " (transposed)" : "", ka,
+                 sim_fmt_shape(s2, sizeof s2, rb, y->shape), j->transpose_b ? " (transposed)" : "", kb);
+      goto invalid;
+    }
+    if (!sim_broadcast(ra - 2, x->shape, rb - 2, y->shape, &want_rank, want)) {
+      sim_devmsg(d, msg, fn, "batch dimensions of 'a' %s and 'b' %s cannot be broadcast",
+                 sim_fmt_shape(s1, sizeof s1, ra, x->shape), sim_fmt_shape(s2, sizeof s2, rb, y->shape));
+      goto invalid;
+    }
+    want[want_rank++] = m;
+    want[want_rank++] = n;
+    break;
+  }
+  case SIM_K_REDUCE_SUM: {
+    const dpp_host_api_t *host = d->plat->host;
+    const int64_t *axes = NULL;
+    size_t naxes = 0;
+    if (!host->attr_ints) {
+      sim_devmsg(d, msg, fn, "the host table has no attr_ints to read attribute 'axes'");
+      goto invalid;
+    }
+    dpp_status_t st = host->attr_ints(cx->attrs, "axes", &axes, &naxes);
+    if (st == DPP_NOT_FOUND) {
+      naxes = 0;
+    } else if (st != DPP_OK) {
+      sim_devmsg(d, msg, fn, "cannot read int-list attribute 'axes' (status %d)", (int)st);
+      goto invalid;
+    } else if (naxes && !axes) {
+      sim_devmsg(d, msg, fn, "attr_ints gave %zu axes and a NULL array", naxes);
+      goto invalid;
+    }
+    for (size_t i = 0; i < naxes; i++) {
+      int64_t a = axes[i], nrm = a < 0 ? a + x->rank : a;
+      if (nrm < 0 || nrm >= x->rank) {
+        sim_devmsg(d, msg, fn, "axis %" PRId64 " is out of range for rank %d", a, (int)x->rank);
+        goto invalid;
+      }
+      if (j->reduced[nrm]) {
+        sim_devmsg(d, msg, fn, "axis %" PRId64 " appears twice", a);
+        goto invalid;
+      }
+      j->reduced[nrm] = true;
+    }
+    if (naxes == 0) {
+      for (int i = 0; i < x->rank; i++) {
+        j->reduced[i] = true;
+      }
+    }
+    if (!sim_attr_bool(d, fn, cx, "keep_dims", &keep_dims, &keep_dims_known, msg)) {
+      goto invalid;
+    }
+    for (int i = 0; i < x->rank; i++) {
+      if (!j->reduced[i]) {
+        want[want_rank++] = x->shape[i];
+      } else if (keep_dims) {
+        want[want_rank++] = 1;
+      }
+    }
+    break;
+  }
+  }
+  if (!sim_same_shape(o->rank, o->shape, want_rank, want)) {
+    bool ok = false;
+    if (id == SIM_K_REDUCE_SUM && !keep_dims_known) {
+      /* keep_dims unknown (the host gave no such attribute): the other form is fine too. */
+      int alt_rank = 0;
+      int64_t alt[SIM_MAX_RANK];
+      for (int i = 0; i < x->rank; i++) {
+        if (!j->reduced[i]) {
+          alt[alt_rank++] = x->shape[i];
+        } else {
+          alt[alt_rank++] = 1;
+        }
+      }
+      ok = sim_same_shape(o->rank, o->shape, alt_rank, alt);
+    }
+    if (!ok) {
+      sim_devmsg(d, msg, fn, "output '%s' has shape %s but %s %s gives %s", k->out_name,
+                 sim_fmt_shape(s1, sizeof s1, o->rank, o->shape), k->op,
+                 k->nin == 2 ? "of these inputs" : "of this input", sim_fmt_shape(s3, sizeof s3, want_rank, want));
+      goto invalid;
+    }
+  }
+
+  /* The output must not overlap an input (an elementwise op may work in place). */
+  for (int i = 0; i < k->nin; i++) {
+    const sim_ktensor *t = &j->in[i];
+    bool overlap = o->bytes && t->bytes && o->data < t->data + t->bytes && t->data < o->data + o->bytes;
+    bool in_place = (id == SIM_K_ADD || id == SIM_K_MUL) && o->data == t->data && o->bytes == t->bytes;
+    if (overlap && !in_place) {
+      sim_devmsg(d, msg, fn, "output '%s' (0x%016" PRIx64 ", %" PRIu64 " bytes) overlaps input '%s' (0x%016" PRIx64
+                 ", %" PRIu64 " bytes)", k->out_name, o->data, o->bytes, k->in_names[i], t->data, t->bytes);
+      goto invalid;
+    }
+  }
+
+  /* Addresses and the stream, then enqueue: under the device mutex, like any async op. */
+  {
+    unsigned char *unused;
+    bool ok = true;
+    pthread_mutex_lock(&d->mu);
+    sim_stream *s = sim_find_stream(d, cx->stream);
+    if (!s) {
+      sim_devmsg(d, msg, fn, "context->stream %p is not a live stream of this device", cx->stream);
+      ok = false;
+    }
+    for (int i = 0; ok && i <= k->nin; i++) {
+      const sim_ktensor *t = i == k->nin ? o : &j->in[i];
+      if (t->bytes) {
+        snprintf(what, sizeof what, "%s '%s'", i == k->nin ? "output" : "input", i == k->nin ? k->out_name : k->in_names[i]);
+        ok = sim_translate(d, fn, what, t->data, t->bytes, &unused, msg);
+      }
+    }
+    if (ok) {
+      kop->op.kind = SIM_OP_KERNEL;
+      kop->op.job = j;
+      sim_enqueue(s, &kop->op);
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (ok) {
+      return DPP_OK;
+    }
+  }
+
+invalid:
+  free(kop);
+  return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
+}
+
+static dpp_status_t sim_compute_add(const dpp_kernel_context_t *cx) {
+  return sim_kernel_compute(cx, SIM_K_ADD);
+}
+static dpp_status_t sim_compute_mul(const dpp_kernel_context_t *cx) {
+  return sim_kernel_compute(cx, SIM_K_MUL);
+}
+static dpp_status_t sim_compute_matmul(const dpp_kernel_context_t *cx) {
+  return sim_kernel_compute(cx, SIM_K_MATMUL);
+}
+static dpp_status_t sim_compute_reduce_sum(const dpp_kernel_context_t *cx) {
+  return sim_kernel_compute(cx, SIM_K_REDUCE_SUM);
+}
+
+/* Registers SIM's kernels for its platform (init). Sets *out_count to how many. */
+static dpp_status_t sim_register_kernels(const dpp_host_api_t *host, sim_plugin *plugin, const sim_platform *p,
+                                         int *out_count) {
+  static dpp_status_t (*const computes[])(const dpp_kernel_context_t *) = {
+      sim_compute_add, sim_compute_mul, sim_compute_matmul, sim_compute_reduce_sum};
+  *out_count = 0;
+  if (!p->opt.kernels) {
+    return DPP_OK;
+  }
+  if (host->struct_size < DPP_HOST_API_STRUCT_SIZE || !host->register_kernel) {
+    sim_log(p, DPP_LOG_INFO, "SIM: the host (ABI %u.%u) cannot register kernels; SIM registers none",
+            (unsigned)host->abi_major, (unsigned)host->abi_minor);
+    return DPP_OK;
+  }
+  for (size_t i = 0; i < sizeof computes / sizeof computes[0]; i++) {
+    const sim_kernel_desc *k = &sim_kernel_descs[i];
+    if ((i == SIM_K_MATMUL && !host->attr_bool) || (i == SIM_K_REDUCE_SUM && !host->attr_ints)) {
+      sim_log(p, DPP_LOG_WARN, "SIM: the host table has no %s, which kernel %s needs; %s not registered",
+              i == SIM_K_MATMUL ? "attr_bool" : "attr_ints", k->op, k->op);
+      continue;
+    }
+    dpp_kernel_t reg;
+    memset(&reg, 0, sizeof reg);
+    reg.struct_size = DPP_KERNEL_STRUCT_SIZE;
+    reg.ext = NULL;
+    reg.op = k->op;
+    reg.device_type = p->opt.device_type;
+    reg.platform = p->opt.platform;
+    reg.dtypes = k->dtypes;
+    reg.num_dtypes = k->num_dtypes;
+    reg.priority = p->opt.kernel_priority;
+    reg.kernel_data = plugin;
+    reg.compute = computes[i];
+    dpp_status_t st = host->register_kernel(host->context, &reg);
+    if (st != DPP_OK) {
+      return sim_host_error(host, st, "SIM: the host refused kernel %s for %s bound to %s (status %d)", k->op,
+                            p->opt.device_type, p->opt.platform, (int)st);
+    }
+    ++*out_count;
+  }
+  return DPP_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Devices */
 
 /* Stops every stream, frees events, checks for leaks, frees the device. */
@@ -1855,12 +2654,24 @@ static dpp_status_t sim_read_options(const dpp_host_api_t *host, sim_options *o)
       return sim_bad_option(host, "no_suballocator", v, "1/true/yes/on or 0/false/no/off");
     }
   }
+  o->kernels = true;
+  if ((v = sim_opt(host, "kernels")) != NULL) {
+    if (!sim_parse_bool(v, &o->kernels)) {
+      return sim_bad_option(host, "kernels", v, "1/true/yes/on or 0/false/no/off");
+    }
+  }
+  if ((v = sim_opt(host, "kernel_priority")) != NULL) {
+    if (!sim_parse_i32(v, &o->kernel_priority)) {
+      return sim_bad_option(host, "kernel_priority", v, "a 32-bit signed integer");
+    }
+  }
   return DPP_OK;
 }
 
 static dpp_status_t sim_init(const dpp_host_api_t *host, void **out_plugin_data) {
-  if (!host || host->struct_size < DPP_HOST_API_STRUCT_SIZE) {
-    /* The host table is too old (or absent) to even say why. */
+  if (!host || host->struct_size < DPP_HOST_API_STRUCT_SIZE_1_0) {
+    /* The host table is too small (or absent) to even say why. A 1.0 table (without
+     * register_kernel and the attr_* readers) is fine: SIM then registers no kernels. */
     return host ? DPP_ABI_MISMATCH : DPP_INVALID_ARGUMENT;
   }
   if (host->abi_major != DPP_ABI_MAJOR) {
@@ -1920,6 +2731,14 @@ static dpp_status_t sim_init(const dpp_host_api_t *host, void **out_plugin_data)
     free(plugin);
     return st;
   }
+  int nkernels = 0;
+  st = sim_register_kernels(host, plugin, p, &nkernels);
+  if (st != DPP_OK) {
+    /* As below: the host rolls the platform back and calls destroy_platform. */
+    p->plugin = NULL;
+    free(plugin);
+    return st;
+  }
   if (opt.fail_init == SIM_FAIL_INIT_AFTER) {
     /* Registered, then failing: the host rolls the registration back and calls
      * destroy_platform, which frees the platform; shutdown is not called after a failed init. */
@@ -1927,8 +2746,10 @@ static dpp_status_t sim_init(const dpp_host_api_t *host, void **out_plugin_data)
     free(plugin);
     return sim_host_error(host, DPP_INTERNAL, "SIM: injected init failure");
   }
-  sim_log(p, DPP_LOG_INFO, "SIM: platform %s (type %s, priority %d): %d device(s) of %" PRIu64 " bytes",
-          p->opt.platform, p->opt.device_type, (int)p->opt.priority, p->opt.devices, p->opt.memory);
+  sim_log(p, DPP_LOG_INFO,
+          "SIM: platform %s (type %s, priority %d): %d device(s) of %" PRIu64 " bytes, %d native kernel(s) (priority %d)",
+          p->opt.platform, p->opt.device_type, (int)p->opt.priority, p->opt.devices, p->opt.memory, nkernels,
+          (int)p->opt.kernel_priority);
   *out_plugin_data = plugin;
   return DPP_OK;
 }

@@ -12,6 +12,7 @@
 
 #include <dlfcn.h>
 #include <inttypes.h>
+#include <math.h> /* INFINITY */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -72,6 +73,19 @@ static void clear_err(void) {
 /* ------------------------------------------------------------------------------------------ */
 /* The fake host */
 
+/* A kernel the plugin registered (the fake host copies what the real one copies). */
+typedef struct fake_kernel {
+  char op[64], device_type[72], platform[72];
+  bool platform_null;
+  int32_t dtypes[8];
+  size_t num_dtypes;
+  int32_t priority;
+  void *kernel_data;
+  dpp_status_t (*compute)(const dpp_kernel_context_t *context);
+} fake_kernel;
+
+enum { FAKE_MAX_KERNELS = 16 };
+
 typedef struct fake_host {
   dpp_host_api_t api;
   const char *const *options; /* "key=value", NULL-terminated */
@@ -81,6 +95,11 @@ typedef struct fake_host {
   void *plugin_data;
   atomic_int warnings, errors;
   bool quiet;
+  /* Kernels (ABI 1.1). */
+  dpp_status_t register_kernel_result;
+  int register_kernel_calls;
+  int nkernels;
+  fake_kernel kernels[FAKE_MAX_KERNELS];
 } fake_host;
 
 static void host_set_error(dpp_host_context_t ctx, const char *message) {
@@ -127,6 +146,151 @@ static dpp_status_t host_register_platform(dpp_host_context_t ctx, const dpp_pla
   return DPP_OK;
 }
 
+static dpp_status_t host_register_kernel(dpp_host_context_t ctx, const dpp_kernel_t *k) {
+  fake_host *h = (fake_host *)ctx;
+  h->register_kernel_calls++;
+  if (h->register_kernel_result != DPP_OK) {
+    host_set_error(ctx, "fake host: kernel refused");
+    return h->register_kernel_result;
+  }
+  if (!k || k->struct_size < DPP_KERNEL_STRUCT_SIZE || !k->op || !k->device_type || !k->compute ||
+      (k->num_dtypes && !k->dtypes) || k->num_dtypes > 8 || h->nkernels == FAKE_MAX_KERNELS ||
+      strlen(k->op) >= 64 || strlen(k->device_type) >= 72 || (k->platform && strlen(k->platform) >= 72)) {
+    host_set_error(ctx, "fake host: invalid dpp_kernel_t");
+    return DPP_INVALID_ARGUMENT;
+  }
+  fake_kernel *f = &h->kernels[h->nkernels++];
+  memset(f, 0, sizeof *f);
+  strcpy(f->op, k->op);
+  strcpy(f->device_type, k->device_type);
+  f->platform_null = k->platform == NULL;
+  if (k->platform) {
+    strcpy(f->platform, k->platform);
+  }
+  memcpy(f->dtypes, k->dtypes, k->num_dtypes * sizeof *k->dtypes);
+  f->num_dtypes = k->num_dtypes;
+  f->priority = k->priority;
+  f->kernel_data = k->kernel_data;
+  f->compute = k->compute;
+  return DPP_OK;
+}
+
+/* A tiny attribute store: what the kernel context's `attrs` points to in these tests. */
+enum { ATTR_INT, ATTR_FLOAT, ATTR_BOOL, ATTR_INTS, ATTR_DTYPE };
+
+typedef struct fake_attr {
+  const char *name;
+  int type;
+  int64_t i; /* int, bool, dtype */
+  double f;
+  const int64_t *ints;
+  size_t nints;
+} fake_attr;
+
+typedef struct fake_attrs {
+  int n;
+  fake_attr a[8];
+} fake_attrs;
+
+static void attrs_add_bool(fake_attrs *a, const char *name, bool v) {
+  a->a[a->n++] = (fake_attr){name, ATTR_BOOL, v, 0, NULL, 0};
+}
+
+static void attrs_add_ints(fake_attrs *a, const char *name, const int64_t *v, size_t n) {
+  a->a[a->n++] = (fake_attr){name, ATTR_INTS, 0, 0, v, n};
+}
+
+static void attrs_add_int(fake_attrs *a, const char *name, int64_t v) {
+  a->a[a->n++] = (fake_attr){name, ATTR_INT, v, 0, NULL, 0};
+}
+
+static const fake_attr *attr_find(const void *attrs, const char *name) {
+  const fake_attrs *a = (const fake_attrs *)attrs;
+  for (int i = 0; a && name && i < a->n; i++) {
+    if (strcmp(a->a[i].name, name) == 0) {
+      return &a->a[i];
+    }
+  }
+  return NULL;
+}
+
+/* As the host's readers: DPP_NOT_FOUND when absent, DPP_INVALID_ARGUMENT for another type. */
+static dpp_status_t host_attr_int(const void *attrs, const char *name, int64_t *out) {
+  const fake_attr *a = attr_find(attrs, name);
+  if (!attrs || !name || !out) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  if (!a) {
+    return DPP_NOT_FOUND;
+  }
+  if (a->type != ATTR_INT) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  *out = a->i;
+  return DPP_OK;
+}
+
+static dpp_status_t host_attr_float(const void *attrs, const char *name, double *out) {
+  const fake_attr *a = attr_find(attrs, name);
+  if (!attrs || !name || !out) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  if (!a) {
+    return DPP_NOT_FOUND;
+  }
+  if (a->type != ATTR_FLOAT && a->type != ATTR_INT) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  *out = a->type == ATTR_INT ? (double)a->i : a->f;
+  return DPP_OK;
+}
+
+static dpp_status_t host_attr_bool(const void *attrs, const char *name, int32_t *out) {
+  const fake_attr *a = attr_find(attrs, name);
+  if (!attrs || !name || !out) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  if (!a) {
+    return DPP_NOT_FOUND;
+  }
+  if (a->type != ATTR_BOOL) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  *out = a->i ? 1 : 0;
+  return DPP_OK;
+}
+
+static dpp_status_t host_attr_ints(const void *attrs, const char *name, const int64_t **out_data, size_t *out_len) {
+  const fake_attr *a = attr_find(attrs, name);
+  if (!attrs || !name || !out_data || !out_len) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  if (!a) {
+    return DPP_NOT_FOUND;
+  }
+  if (a->type != ATTR_INTS) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  *out_data = a->ints;
+  *out_len = a->nints;
+  return DPP_OK;
+}
+
+static dpp_status_t host_attr_dtype(const void *attrs, const char *name, int32_t *out) {
+  const fake_attr *a = attr_find(attrs, name);
+  if (!attrs || !name || !out) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  if (!a) {
+    return DPP_NOT_FOUND;
+  }
+  if (a->type != ATTR_DTYPE) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  *out = (int32_t)a->i;
+  return DPP_OK;
+}
+
 static void host_init(fake_host *h, const char *const *options) {
   memset(h, 0, sizeof *h);
   h->api.struct_size = DPP_HOST_API_STRUCT_SIZE;
@@ -137,8 +301,23 @@ static void host_init(fake_host *h, const char *const *options) {
   h->api.log = host_log;
   h->api.get_option = host_get_option;
   h->api.register_platform = host_register_platform;
+  h->api.register_kernel = host_register_kernel;
+  h->api.attr_int = host_attr_int;
+  h->api.attr_float = host_attr_float;
+  h->api.attr_bool = host_attr_bool;
+  h->api.attr_ints = host_attr_ints;
+  h->api.attr_dtype = host_attr_dtype;
   h->options = options;
   h->quiet = true;
+}
+
+static const fake_kernel *find_kernel(const fake_host *h, const char *op) {
+  for (int i = 0; i < h->nkernels; i++) {
+    if (strcmp(h->kernels[i].op, op) == 0) {
+      return &h->kernels[i];
+    }
+  }
+  return NULL;
 }
 
 static const dpp_plugin_api_t *g_api;
@@ -869,6 +1048,958 @@ static void test_options(void) {
   }
 }
 
+/* ---- native kernels (ABI 1.1) ---- */
+
+/* A tensor of a kernel test: host data (inputs) and its device copy. */
+typedef struct ktensor {
+  int32_t dtype;
+  int rank;
+  int64_t shape[8];
+  const void *host; /* input data; NULL for an output (filled with 0xEE bytes) */
+  dpp_addr_t addr;  /* 0 for an empty tensor */
+  uint64_t bytes;
+} ktensor;
+
+static size_t esize(int32_t dt) {
+  return dt == DPP_DTYPE_F64 || dt == DPP_DTYPE_I64 ? 8 : dt == DPP_DTYPE_U8 || dt == DPP_DTYPE_BOOL ? 1 : 4;
+}
+
+static int64_t numel(int rank, const int64_t *shape) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) {
+    n *= shape[i];
+  }
+  return n;
+}
+
+static ktensor kt(int32_t dtype, int rank, const int64_t *shape, const void *host) {
+  ktensor t;
+  memset(&t, 0, sizeof t);
+  t.dtype = dtype;
+  t.rank = rank;
+  for (int i = 0; i < rank; i++) {
+    t.shape[i] = shape[i];
+  }
+  t.host = host;
+  t.bytes = (uint64_t)numel(rank, shape) * esize(dtype);
+  return t;
+}
+
+/* Allocates the device copy and uploads the data (or 0xEE bytes). No CHECK: threads use it. */
+static bool kt_upload_quiet(sim_dev *d, ktensor *t) {
+  t->addr = 0;
+  if (!t->bytes) {
+    return true;
+  }
+  if (d->se->allocate(d->dd, t->bytes, &t->addr) != DPP_OK) {
+    return false;
+  }
+  if (t->host) {
+    return d->se->memcpy_htod(d->dd, t->addr, t->host, t->bytes) == DPP_OK;
+  }
+  return d->se->memset(d->dd, t->addr, 0xEE, t->bytes) == DPP_OK;
+}
+
+static void kt_upload(sim_dev *d, ktensor *t) {
+  CHECK(kt_upload_quiet(d, t));
+}
+
+static void kt_free(sim_dev *d, ktensor *t) {
+  if (t->addr) {
+    d->se->deallocate(d->dd, t->addr, t->bytes);
+    t->addr = 0;
+  }
+}
+
+/* Calls the kernel's compute with a context built here; afterwards scribbles over the tensor
+ * descriptions and shape arrays (valid only during compute), so a kernel that kept pointers to
+ * them computes garbage. */
+static dpp_status_t call_kernel(const fake_kernel *k, sim_dev *d, void *stream, const ktensor *in, int nin,
+                                const ktensor *out, const fake_attrs *attrs) {
+  int64_t shapes[4][8];
+  dpp_tensor_t ins[3], outs[1];
+  for (int i = 0; i <= nin; i++) {
+    const ktensor *t = i == nin ? out : &in[i];
+    dpp_tensor_t *dt = i == nin ? &outs[0] : &ins[i];
+    memcpy(shapes[i], t->shape, sizeof shapes[i]);
+    *dt = (dpp_tensor_t){DPP_TENSOR_STRUCT_SIZE, NULL, t->dtype, t->rank, shapes[i], t->addr, t->bytes};
+  }
+  dpp_kernel_context_t cx = {DPP_KERNEL_CONTEXT_STRUCT_SIZE, NULL, d->dd, stream, (size_t)nin, ins, 1, outs,
+                             attrs, k->kernel_data};
+  clear_err();
+  dpp_status_t st = k->compute(&cx);
+  memset(shapes, 0x7F, sizeof shapes);
+  memset(ins, 0x5C, sizeof ins);
+  memset(outs, 0x5C, sizeof outs);
+  return st;
+}
+
+/* ---- plain C references ---- */
+
+static double ld_f(int32_t dt, const void *p, int64_t i) {
+  return dt == DPP_DTYPE_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+}
+
+static int64_t ld_i(int32_t dt, const void *p, int64_t i) {
+  return dt == DPP_DTYPE_I32 ? (int64_t)((const int32_t *)p)[i] : ((const int64_t *)p)[i];
+}
+
+static double dabs(double v) {
+  return v < 0 ? -v : v;
+}
+
+static bool is_float(int32_t dt) {
+  return dt == DPP_DTYPE_F32 || dt == DPP_DTYPE_F64;
+}
+
+/* Row-major index into `t` of the output coordinate `coord` (rank `r`), NumPy-broadcast. */
+static int64_t bcast_index(const ktensor *t, int r, const int64_t *coord, int skip_last) {
+  int64_t idx = 0;
+  int tr = t->rank - skip_last, rr = r - skip_last;
+  for (int i = 0; i < tr; i++) {
+    int64_t c = coord[i + (rr - tr)];
+    idx = idx * t->shape[i] + (t->shape[i] == 1 ? 0 : c);
+  }
+  return idx;
+}
+
+static void unravel(int64_t i, int r, const int64_t *shape, int64_t *coord) {
+  for (int k = r - 1; k >= 0; k--) {
+    coord[k] = shape[k] ? i % shape[k] : 0;
+    i = shape[k] ? i / shape[k] : 0;
+  }
+}
+
+/* Checks `got` (the output) against the reference `want` (doubles for floats, int64 for ints). */
+static bool same_values(int32_t dt, const void *got, const double *wantf, const int64_t *wanti, int64_t n,
+                        double rtol) {
+  for (int64_t i = 0; i < n; i++) {
+    if (is_float(dt)) {
+      double g = ld_f(dt, got, i), w = dt == DPP_DTYPE_F32 ? (double)(float)wantf[i] : wantf[i];
+      double tol = rtol * (dabs(w) + 1.0);
+      if (!(dabs(g - w) <= tol) && !(g == w)) {
+        fprintf(stderr, "  element %" PRId64 ": got %.17g, want %.17g\n", i, g, w);
+        return false;
+      }
+    } else {
+      int64_t g = ld_i(dt, got, i), w = dt == DPP_DTYPE_I32 ? (int64_t)(int32_t)(uint32_t)(uint64_t)wanti[i] : wanti[i];
+      if (g != w) {
+        fprintf(stderr, "  element %" PRId64 ": got %" PRId64 ", want %" PRId64 "\n", i, g, w);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+static void ref_binary(bool mul, const ktensor *x, const ktensor *y, const ktensor *z, double *rf, int64_t *ri) {
+  int64_t n = numel(z->rank, z->shape), coord[8];
+  for (int64_t i = 0; i < n; i++) {
+    unravel(i, z->rank, z->shape, coord);
+    int64_t a = bcast_index(x, z->rank, coord, 0), b = bcast_index(y, z->rank, coord, 0);
+    if (is_float(z->dtype)) {
+      double p = ld_f(x->dtype, x->host, a), q = ld_f(y->dtype, y->host, b);
+      rf[i] = z->dtype == DPP_DTYPE_F32 ? (double)(mul ? (float)p * (float)q : (float)p + (float)q) : mul ? p * q : p + q;
+    } else {
+      uint64_t p = (uint64_t)ld_i(x->dtype, x->host, a), q = (uint64_t)ld_i(y->dtype, y->host, b);
+      ri[i] = (int64_t)(mul ? p * q : p + q);
+    }
+  }
+}
+
+static void ref_matmul(bool ta, bool tb, const ktensor *a, const ktensor *b, const ktensor *c, double *rf) {
+  int r = c->rank;
+  int64_t m = c->shape[r - 2], n = c->shape[r - 1];
+  int64_t k = ta ? a->shape[a->rank - 2] : a->shape[a->rank - 1];
+  int64_t total = numel(r, c->shape), coord[8];
+  for (int64_t e = 0; e < total; e++) {
+    unravel(e, r, c->shape, coord);
+    int64_t i = coord[r - 2], j = coord[r - 1];
+    int64_t ba = bcast_index(a, r, coord, 2) * m * k, bb = bcast_index(b, r, coord, 2) * k * n;
+    double acc = 0;
+    for (int64_t p = 0; p < k; p++) {
+      double av = ld_f(a->dtype, a->host, ba + (ta ? p * m + i : i * k + p));
+      double bv = ld_f(b->dtype, b->host, bb + (tb ? j * k + p : p * n + j));
+      acc += av * bv;
+    }
+    rf[e] = acc;
+  }
+}
+
+/* `axes` already normalized into a mask; the output has the kept dims in order. */
+static void ref_reduce_sum(const ktensor *x, const bool *reduced, int64_t nout, double *rf, int64_t *ri) {
+  int64_t n = numel(x->rank, x->shape), coord[8];
+  for (int64_t o = 0; o < nout; o++) {
+    rf[o] = 0;
+    ri[o] = 0;
+  }
+  static long double acc[512]; /* nout <= 512 in these tests */
+  memset(acc, 0, sizeof acc);
+  for (int64_t i = 0; i < n; i++) {
+    unravel(i, x->rank, x->shape, coord);
+    int64_t o = 0;
+    for (int d = 0; d < x->rank; d++) {
+      if (!reduced[d]) {
+        o = o * x->shape[d] + coord[d];
+      }
+    }
+    if (is_float(x->dtype)) {
+      acc[o] += ld_f(x->dtype, x->host, i);
+    } else {
+      ri[o] = (int64_t)((uint64_t)ri[o] + (uint64_t)ld_i(x->dtype, x->host, i));
+    }
+  }
+  for (int64_t o = 0; o < nout; o++) {
+    if (is_float(x->dtype)) {
+      rf[o] = (double)acc[o];
+    }
+  }
+}
+
+/* ---- a gate: a host callback that holds its stream until the test opens it ---- */
+
+typedef struct gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool open;
+} gate;
+
+static void gate_wait(void *arg) {
+  gate *g = (gate *)arg;
+  pthread_mutex_lock(&g->mu);
+  while (!g->open) {
+    pthread_cond_wait(&g->cv, &g->mu);
+  }
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_init(gate *g) {
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->cv, NULL);
+  g->open = false;
+}
+
+static void gate_open(gate *g) {
+  pthread_mutex_lock(&g->mu);
+  g->open = true;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_destroy(gate *g) {
+  pthread_cond_destroy(&g->cv);
+  pthread_mutex_destroy(&g->mu);
+}
+
+/* Runs a kernel on `stream`, synchronizes, downloads the output into `got` (bytes of out). */
+static bool run_sync(const fake_kernel *k, sim_dev *d, void *stream, ktensor *in, int nin, ktensor *out,
+                     const fake_attrs *attrs, void *got) {
+  for (int i = 0; i < nin; i++) {
+    kt_upload(d, &in[i]);
+  }
+  kt_upload(d, out);
+  dpp_status_t st = call_kernel(k, d, stream, in, nin, out, attrs);
+  CHECK_OK(st);
+  CHECK_OK(d->se->synchronize_stream(d->dd, stream));
+  if (out->bytes) {
+    CHECK_OK(d->se->memcpy_dtoh(d->dd, got, out->addr, out->bytes));
+  }
+  for (int i = 0; i < nin; i++) {
+    kt_free(d, &in[i]);
+  }
+  kt_free(d, out);
+  return st == DPP_OK;
+}
+
+/* Deterministic data: small integers (exact in every dtype), some negative. */
+static void gen(int32_t dt, void *p, int64_t n, int seed) {
+  for (int64_t i = 0; i < n; i++) {
+    int64_t v = (int64_t)((i * 7 + seed * 13) % 19) - 9;
+    switch (dt) {
+    case DPP_DTYPE_F32: ((float *)p)[i] = (float)v * 0.5f; break;
+    case DPP_DTYPE_F64: ((double *)p)[i] = (double)v * 0.25; break;
+    case DPP_DTYPE_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    default: ((int64_t *)p)[i] = v; break;
+    }
+  }
+}
+
+/* Add or Mul of x (shape xs) and y (shape ys) in dtype dt, checked against the reference. */
+static void check_binary(const fake_host *h, sim_dev *d, void *stream, const char *op, int32_t dt, int rx,
+                         const int64_t *xs, int ry, const int64_t *ys, int rz, const int64_t *zs) {
+  const fake_kernel *k = find_kernel(h, op);
+  CHECK(k != NULL);
+  if (!k) {
+    return;
+  }
+  static unsigned char xb[8 * 256], yb[8 * 256], got[8 * 256];
+  static double rf[256];
+  static int64_t ri[256];
+  ktensor in[2] = {kt(dt, rx, xs, xb), kt(dt, ry, ys, yb)}, out = kt(dt, rz, zs, NULL);
+  gen(dt, xb, numel(rx, xs), 1);
+  gen(dt, yb, numel(ry, ys), 2);
+  ref_binary(strcmp(op, "Mul") == 0, &in[0], &in[1], &out, rf, ri);
+  if (run_sync(k, d, stream, in, 2, &out, NULL, got)) {
+    bool ok = same_values(dt, got, rf, ri, numel(rz, zs), 0.0);
+    CHECK(ok);
+    if (!ok) {
+      fprintf(stderr, "  (%s, dtype %d)\n", op, (int)dt);
+    }
+  }
+}
+
+static void check_matmul(const fake_host *h, sim_dev *d, void *stream, int32_t dt, bool ta, bool tb, int ra,
+                         const int64_t *as, int rb, const int64_t *bs, int rc, const int64_t *cs) {
+  const fake_kernel *k = find_kernel(h, "MatMul");
+  CHECK(k != NULL);
+  if (!k) {
+    return;
+  }
+  static unsigned char ab[8 * 512], bb[8 * 512], got[8 * 512];
+  static double rf[512];
+  ktensor in[2] = {kt(dt, ra, as, ab), kt(dt, rb, bs, bb)}, out = kt(dt, rc, cs, NULL);
+  gen(dt, ab, numel(ra, as), 3);
+  gen(dt, bb, numel(rb, bs), 4);
+  ref_matmul(ta, tb, &in[0], &in[1], &out, rf);
+  fake_attrs attrs = {0};
+  attrs_add_bool(&attrs, "transpose_a", ta);
+  attrs_add_bool(&attrs, "transpose_b", tb);
+  if (run_sync(k, d, stream, in, 2, &out, &attrs, got)) {
+    bool ok = same_values(dt, got, rf, NULL, numel(rc, cs), dt == DPP_DTYPE_F32 ? 1e-6 : 1e-13);
+    CHECK(ok);
+    if (!ok) {
+      fprintf(stderr, "  (MatMul ta=%d tb=%d)\n", (int)ta, (int)tb);
+    }
+  }
+}
+
+/* ReduceSum of x (shape xs) over `axes` (as given: may be negative, empty = all). */
+static void check_reduce(const fake_host *h, sim_dev *d, void *stream, int32_t dt, int rx, const int64_t *xs,
+                         const int64_t *axes, size_t naxes, bool keep_dims) {
+  const fake_kernel *k = find_kernel(h, "ReduceSum");
+  CHECK(k != NULL);
+  if (!k) {
+    return;
+  }
+  static unsigned char xb[8 * 512], got[8 * 512];
+  static double rf[512];
+  static int64_t ri[512];
+  bool reduced[8] = {false};
+  int64_t ys[8] = {0};
+  int ry = 0;
+  for (size_t i = 0; i < naxes; i++) {
+    reduced[axes[i] < 0 ? axes[i] + rx : axes[i]] = true;
+  }
+  for (int i = 0; i < rx; i++) {
+    reduced[i] = reduced[i] || naxes == 0;
+    if (!reduced[i]) {
+      ys[ry++] = xs[i];
+    } else if (keep_dims) {
+      ys[ry++] = 1;
+    }
+  }
+  ktensor in = kt(dt, rx, xs, xb), out = kt(dt, ry, ys, NULL);
+  gen(dt, xb, numel(rx, xs), 5);
+  int64_t nout = numel(ry, ys);
+  ref_reduce_sum(&in, reduced, nout, rf, ri);
+  fake_attrs attrs = {0};
+  attrs_add_ints(&attrs, "axes", axes, naxes);
+  attrs_add_bool(&attrs, "keep_dims", keep_dims);
+  if (run_sync(k, d, stream, &in, 1, &out, &attrs, got)) {
+    bool ok = same_values(dt, got, rf, ri, nout, dt == DPP_DTYPE_F32 ? 1e-6 : 1e-13);
+    CHECK(ok);
+    if (!ok) {
+      fprintf(stderr, "  (ReduceSum dtype %d, %zu axes)\n", (int)dt, naxes);
+    }
+  }
+}
+
+static const int32_t k_numeric[] = {DPP_DTYPE_F32, DPP_DTYPE_F64, DPP_DTYPE_I32, DPP_DTYPE_I64};
+
+/* What SIM registered: 4 kernels for (device_type, platform) at `priority`. */
+static void check_registration(const fake_host *h, const char *device_type, const char *platform, int32_t priority) {
+  static const char *const ops[] = {"Add", "Mul", "MatMul", "ReduceSum"};
+  CHECK(h->nkernels == 4);
+  for (int i = 0; i < 4; i++) {
+    const fake_kernel *k = find_kernel(h, ops[i]);
+    CHECK(k != NULL);
+    if (!k) {
+      continue;
+    }
+    CHECK(strcmp(k->device_type, device_type) == 0);
+    CHECK(!k->platform_null && strcmp(k->platform, platform) == 0);
+    CHECK(k->priority == priority);
+    CHECK(k->kernel_data != NULL && k->kernel_data == h->kernels[0].kernel_data);
+    if (strcmp(ops[i], "MatMul") == 0) {
+      CHECK(k->num_dtypes == 2 && k->dtypes[0] == DPP_DTYPE_F32 && k->dtypes[1] == DPP_DTYPE_F64);
+    } else {
+      CHECK(k->num_dtypes == 4 && memcmp(k->dtypes, k_numeric, sizeof k_numeric) == 0);
+    }
+  }
+}
+
+/* Kernels from several threads at once, each on its own stream. */
+typedef struct kstress_arg {
+  const fake_host *h;
+  sim_dev *dev;
+  int seed;
+  int bad;
+} kstress_arg;
+
+static void *kstress_thread(void *p) {
+  kstress_arg *a = (kstress_arg *)p;
+  const fake_kernel *add = find_kernel(a->h, "Add"), *sum = find_kernel(a->h, "ReduceSum");
+  sim_dev *d = a->dev;
+  void *s = NULL;
+  if (!add || !sum || d->se->create_stream(d->dd, &s) != DPP_OK) {
+    a->bad++;
+    return NULL;
+  }
+  static const int64_t shx[2] = {4, 16}, shy[1] = {16}, shs[1] = {4};
+  for (int it = 0; it < 25; it++) {
+    int32_t xv[64], yv[16], zv[64], sv[4];
+    for (int i = 0; i < 64; i++) {
+      xv[i] = a->seed * 1000 + it * 64 + i;
+    }
+    for (int i = 0; i < 16; i++) {
+      yv[i] = i - it;
+    }
+    ktensor x = kt(DPP_DTYPE_I32, 2, shx, xv), y = kt(DPP_DTYPE_I32, 1, shy, yv);
+    ktensor z = kt(DPP_DTYPE_I32, 2, shx, NULL), r = kt(DPP_DTYPE_I32, 1, shs, NULL);
+    if (!kt_upload_quiet(d, &x) || !kt_upload_quiet(d, &y) || !kt_upload_quiet(d, &z) || !kt_upload_quiet(d, &r)) {
+      a->bad++;
+    }
+    ktensor in[2] = {x, y};
+    static const int64_t axis1[1] = {1};
+    fake_attrs attrs = {0};
+    attrs_add_ints(&attrs, "axes", axis1, 1);
+    attrs_add_bool(&attrs, "keep_dims", false);
+    ktensor zin = z;
+    zin.host = zv; /* only its shape and address are used */
+    if (call_kernel(add, d, s, in, 2, &z, NULL) != DPP_OK || call_kernel(sum, d, s, &zin, 1, &r, &attrs) != DPP_OK ||
+        d->se->memcpy_dtoh_async(d->dd, s, zv, z.addr, z.bytes) != DPP_OK ||
+        d->se->memcpy_dtoh_async(d->dd, s, sv, r.addr, r.bytes) != DPP_OK ||
+        d->se->synchronize_stream(d->dd, s) != DPP_OK) {
+      a->bad++;
+    }
+    for (int row = 0; row < 4; row++) {
+      int32_t want = 0;
+      for (int c = 0; c < 16; c++) {
+        int32_t e = xv[row * 16 + c] + yv[c];
+        want += e;
+        if (zv[row * 16 + c] != e) {
+          a->bad++;
+        }
+      }
+      if (sv[row] != want) {
+        a->bad++;
+      }
+    }
+    kt_free(d, &x);
+    kt_free(d, &y);
+    kt_free(d, &z);
+    kt_free(d, &r);
+  }
+  d->se->destroy_stream(d->dd, s);
+  return NULL;
+}
+
+static void test_kernels(void) {
+  static const char *const opts[] = {"devices=2", "memory=1M", "latency_us=2000", "device_type=GPU",
+                                     "platform=SIMCUDA", "kernel_priority=5", NULL};
+  fake_host h;
+  CHECK_OK(load(&h, opts));
+  check_registration(&h, "GPU", "SIMCUDA", 5);
+  if (h.nkernels != 4) {
+    unload(&h);
+    return;
+  }
+  const fake_kernel *add = find_kernel(&h, "Add"), *mul = find_kernel(&h, "Mul");
+  const fake_kernel *mm = find_kernel(&h, "MatMul"), *sum = find_kernel(&h, "ReduceSum");
+  sim_dev d0, d1;
+  CHECK_OK(create(&h, 0, &d0));
+  CHECK_OK(create(&h, 1, &d1));
+  const dpp_stream_executor_t *se = d0.se;
+  void *dd = d0.dd, *s = NULL;
+  CHECK_OK(se->create_stream(dd, &s));
+
+  /* Results appear only when the stream got there: a gate holds the stream; the output still
+   * holds what was there before; open the gate, synchronize, the sum is there. */
+  {
+    static const int64_t s23[2] = {2, 3}, s3[1] = {3};
+    float xv[6] = {1, 2, 3, 4, 5, 6}, yv[3] = {10, 20, 30}, got[6];
+    ktensor in[2] = {kt(DPP_DTYPE_F32, 2, s23, xv), kt(DPP_DTYPE_F32, 1, s3, yv)};
+    ktensor out = kt(DPP_DTYPE_F32, 2, s23, NULL);
+    kt_upload(&d0, &in[0]);
+    kt_upload(&d0, &in[1]);
+    kt_upload(&d0, &out);
+    gate g;
+    gate_init(&g);
+    CHECK_OK(se->host_callback(dd, s, gate_wait, &g));
+    /* The stream reads its inputs when it runs the kernel: this copy, queued before it,
+     * changes x first. */
+    float x2[6] = {100, 200, 300, 400, 500, 600};
+    CHECK_OK(se->memcpy_htod_async(dd, s, in[0].addr, x2, sizeof x2));
+    CHECK_OK(call_kernel(add, &d0, s, in, 2, &out, NULL)); /* descriptions scribbled over after */
+    CHECK_OK(se->memcpy_dtoh(dd, got, out.addr, sizeof got));
+    unsigned char sentinel[sizeof got];
+    memset(sentinel, 0xEE, sizeof sentinel);
+    CHECK(memcmp(got, sentinel, sizeof got) == 0); /* not computed yet */
+    gate_open(&g);
+    CHECK_OK(se->synchronize_stream(dd, s));
+    CHECK_OK(se->memcpy_dtoh(dd, got, out.addr, sizeof got));
+    for (int i = 0; i < 6; i++) {
+      CHECK(got[i] == x2[i] + yv[i % 3]);
+    }
+    gate_destroy(&g);
+
+    /* On the default stream (NULL) as well, with latency: not there until synchronized. */
+    float x3[6] = {-1, -2, -3, -4, -5, -6};
+    CHECK_OK(se->memcpy_htod(dd, in[0].addr, x3, sizeof x3));
+    CHECK_OK(se->memset(dd, out.addr, 0xEE, out.bytes));
+    CHECK_OK(call_kernel(mul, &d0, NULL, in, 2, &out, NULL));
+    CHECK_OK(se->synchronize_stream(dd, NULL));
+    CHECK_OK(se->memcpy_dtoh(dd, got, out.addr, sizeof got));
+    for (int i = 0; i < 6; i++) {
+      CHECK(got[i] == x3[i] * yv[i % 3]);
+    }
+
+    /* In place: the output may be an input (same address and size). */
+    CHECK_OK(call_kernel(add, &d0, s, (ktensor[]){out, in[1]}, 2, &out, NULL));
+    CHECK_OK(se->synchronize_stream(dd, s));
+    CHECK_OK(se->memcpy_dtoh(dd, got, out.addr, sizeof got));
+    for (int i = 0; i < 6; i++) {
+      CHECK(got[i] == x3[i] * yv[i % 3] + yv[i % 3]);
+    }
+
+    /* Memory freed before the stream reaches the kernel: a stream error at synchronize. */
+    gate_init(&g);
+    CHECK_OK(se->host_callback(dd, s, gate_wait, &g));
+    CHECK_OK(call_kernel(add, &d0, s, in, 2, &out, NULL));
+    char h1[32];
+    hex(h1, in[1].addr);
+    kt_free(&d0, &in[1]);
+    gate_open(&g);
+    clear_err();
+    CHECK_ST(se->synchronize_stream(dd, s), DPP_INVALID_ARGUMENT);
+    CHECK(err_has("kernel Add") && err_has("input 'y'") && err_has(h1) && err_has("not inside a live allocation"));
+    CHECK_OK(se->synchronize_stream(dd, s)); /* reported once */
+    gate_destroy(&g);
+    kt_free(&d0, &in[0]);
+    kt_free(&d0, &out);
+  }
+
+  /* Add and Mul with broadcasting, every dtype. */
+  {
+    static const int64_t s23[2] = {2, 3}, s3[1] = {3}, s21[2] = {2, 1}, s13[2] = {1, 3}, s234[3] = {2, 3, 4},
+                         s14[2] = {1, 4}, s31[2] = {3, 1}, s0[1] = {0}, s20[2] = {2, 0}, s1[1] = {1};
+    for (int t = 0; t < 4; t++) {
+      int32_t dt = k_numeric[t];
+      for (int m = 0; m < 2; m++) {
+        const char *op = m ? "Mul" : "Add";
+        check_binary(&h, &d0, s, op, dt, 2, s23, 1, s3, 2, s23);   /* [2,3] + [3] */
+        check_binary(&h, &d0, s, op, dt, 1, s3, 2, s23, 2, s23);   /* [3] + [2,3] */
+        check_binary(&h, &d0, s, op, dt, 2, s21, 2, s13, 2, s23);  /* [2,1] + [1,3] */
+        check_binary(&h, &d0, s, op, dt, 0, NULL, 2, s23, 2, s23); /* scalar + [2,3] */
+        check_binary(&h, &d0, s, op, dt, 2, s23, 0, NULL, 2, s23); /* [2,3] + scalar */
+        check_binary(&h, &d0, s, op, dt, 0, NULL, 0, NULL, 0, NULL); /* scalars */
+        check_binary(&h, &d0, s, op, dt, 3, s234, 2, s14, 3, s234); /* [2,3,4] + [1,4] */
+        check_binary(&h, &d0, s, op, dt, 3, s234, 2, s31, 3, s234); /* [2,3,4] + [3,1] */
+        check_binary(&h, &d0, s, op, dt, 3, s234, 3, s234, 3, s234);
+        check_binary(&h, &d0, s, op, dt, 1, s1, 1, s3, 1, s3);
+        check_binary(&h, &d0, s, op, dt, 1, s0, 1, s1, 1, s0);     /* empty */
+        check_binary(&h, &d0, s, op, dt, 2, s20, 1, s0, 2, s20);   /* empty, broadcast */
+      }
+    }
+    /* Integers wrap (two's complement), as the CPU kernels do. */
+    int32_t xi[2] = {INT32_MAX, INT32_MIN}, yi[1] = {2}, got[2];
+    static const int64_t s2[1] = {2};
+    ktensor in[2] = {kt(DPP_DTYPE_I32, 1, s2, xi), kt(DPP_DTYPE_I32, 1, s1, yi)};
+    ktensor out = kt(DPP_DTYPE_I32, 1, s2, NULL);
+    if (run_sync(add, &d0, s, in, 2, &out, NULL, got)) {
+      CHECK(got[0] == INT32_MIN + 1 && got[1] == INT32_MIN + 2);
+    }
+    if (run_sync(mul, &d0, s, in, 2, &out, NULL, got)) {
+      CHECK(got[0] == -2 && got[1] == 0);
+    }
+    int64_t xl[1] = {INT64_MAX}, yl[1] = {1}, gl[1];
+    ktensor inl[2] = {kt(DPP_DTYPE_I64, 1, s1, xl), kt(DPP_DTYPE_I64, 1, s1, yl)};
+    ktensor outl = kt(DPP_DTYPE_I64, 1, s1, NULL);
+    if (run_sync(add, &d0, s, inl, 2, &outl, NULL, gl)) {
+      CHECK(gl[0] == INT64_MIN);
+    }
+  }
+
+  /* MatMul: 2-D with every transpose combination, batched, broadcast batch, f32 and f64. */
+  {
+    static const int64_t a23[2] = {2, 3}, a32[2] = {3, 2}, b34[2] = {3, 4}, b43[2] = {4, 3}, c24[2] = {2, 4};
+    for (int t = 0; t < 2; t++) {
+      int32_t dt = t ? DPP_DTYPE_F64 : DPP_DTYPE_F32;
+      check_matmul(&h, &d0, s, dt, false, false, 2, a23, 2, b34, 2, c24);
+      check_matmul(&h, &d0, s, dt, true, false, 2, a32, 2, b34, 2, c24);
+      check_matmul(&h, &d0, s, dt, false, true, 2, a23, 2, b43, 2, c24);
+      check_matmul(&h, &d0, s, dt, true, true, 2, a32, 2, b43, 2, c24);
+    }
+    static const int64_t ab[3] = {3, 2, 5}, bb[3] = {3, 5, 4}, cb[3] = {3, 2, 4};
+    check_matmul(&h, &d0, s, DPP_DTYPE_F32, false, false, 3, ab, 3, bb, 3, cb);
+    static const int64_t abt[4] = {2, 3, 5, 2}, bbt[4] = {2, 3, 4, 5}, cbt[4] = {2, 3, 2, 4};
+    check_matmul(&h, &d0, s, DPP_DTYPE_F64, true, true, 4, abt, 4, bbt, 4, cbt);
+    static const int64_t ax[4] = {2, 1, 2, 3}, bx[3] = {3, 3, 2}, cx[4] = {2, 3, 2, 2};
+    check_matmul(&h, &d0, s, DPP_DTYPE_F32, false, false, 4, ax, 3, bx, 4, cx); /* batch [2,1] x [3] */
+    static const int64_t ay[2] = {4, 3}, by[3] = {5, 3, 2}, cy[3] = {5, 4, 2};
+    check_matmul(&h, &d0, s, DPP_DTYPE_F64, false, false, 2, ay, 3, by, 3, cy); /* rank 2 x rank 3 */
+    static const int64_t a20[2] = {2, 0}, b03[2] = {0, 3}, c23[2] = {2, 3};
+    check_matmul(&h, &d0, s, DPP_DTYPE_F32, false, false, 2, a20, 2, b03, 2, c23); /* k = 0: zeros */
+    /* Attributes absent (a host without defaults): no transposes. */
+    float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, got[4];
+    static const int64_t s22[2] = {2, 2};
+    ktensor in[2] = {kt(DPP_DTYPE_F32, 2, s22, a), kt(DPP_DTYPE_F32, 2, s22, b)};
+    ktensor out = kt(DPP_DTYPE_F32, 2, s22, NULL);
+    fake_attrs none = {0};
+    if (run_sync(mm, &d0, s, in, 2, &out, &none, got)) {
+      CHECK(got[0] == 19 && got[1] == 22 && got[2] == 43 && got[3] == 50);
+    }
+  }
+
+  /* ReduceSum over no (= all), one, several and negative axes, with and without keep_dims. */
+  {
+    static const int64_t x234[3] = {2, 3, 4}, x5[1] = {5}, x20[2] = {2, 0};
+    static const int64_t ax1[1] = {1}, ax02[2] = {0, 2}, axm1[1] = {-1}, axm3m1[2] = {-3, -1}, ax21[2] = {2, 1},
+                         ax012[3] = {0, 1, 2}, ax0[1] = {0}, axm2[1] = {-2};
+    for (int t = 0; t < 4; t++) {
+      int32_t dt = k_numeric[t];
+      for (int keep = 0; keep < 2; keep++) {
+        check_reduce(&h, &d0, s, dt, 3, x234, NULL, 0, keep);
+        check_reduce(&h, &d0, s, dt, 3, x234, ax1, 1, keep);
+        check_reduce(&h, &d0, s, dt, 3, x234, ax02, 2, keep);
+        check_reduce(&h, &d0, s, dt, 3, x234, axm1, 1, keep);
+        check_reduce(&h, &d0, s, dt, 3, x234, axm3m1, 2, keep);
+        check_reduce(&h, &d0, s, dt, 3, x234, ax21, 2, keep);
+        check_reduce(&h, &d0, s, dt, 3, x234, ax012, 3, keep);
+        check_reduce(&h, &d0, s, dt, 1, x5, ax0, 1, keep);
+        check_reduce(&h, &d0, s, dt, 0, NULL, NULL, 0, keep); /* a scalar: itself */
+        check_reduce(&h, &d0, s, dt, 2, x20, ax1, 1, keep);   /* empty rows: zeros */
+        check_reduce(&h, &d0, s, dt, 2, x20, axm2, 1, keep);  /* nothing to write */
+      }
+    }
+    /* Compensated: 1 + 1e100 + 1 - 1e100 is 2 (a naive sum says 0); an infinity stays one. */
+    double v[4] = {1.0, 1e100, 1.0, -1e100}, got = -1;
+    static const int64_t s4[1] = {4};
+    fake_attrs all = {0};
+    attrs_add_ints(&all, "axes", NULL, 0);
+    attrs_add_bool(&all, "keep_dims", false);
+    ktensor in = kt(DPP_DTYPE_F64, 1, s4, v), out = kt(DPP_DTYPE_F64, 0, NULL, NULL);
+    if (run_sync(sum, &d0, s, &in, 1, &out, &all, &got)) {
+      CHECK(got == 2.0);
+    }
+    float fv[4] = {1.0f, 16777216.0f, 1.0f, 1.0f}, fgot = 0;
+    ktensor fin = kt(DPP_DTYPE_F32, 1, s4, fv), fout = kt(DPP_DTYPE_F32, 0, NULL, NULL);
+    if (run_sync(sum, &d0, s, &fin, 1, &fout, &all, &fgot)) {
+      CHECK(fgot == 16777220.0f); /* exact in f32; a float-by-float sum gives 16777216 */
+    }
+    v[1] = INFINITY;
+    in = kt(DPP_DTYPE_F64, 1, s4, v);
+    if (run_sync(sum, &d0, s, &in, 1, &out, &all, &got)) {
+      CHECK(got == INFINITY);
+    }
+    int32_t iv[4] = {INT32_MAX, 1, 0, 0}, igot = 0;
+    ktensor iin = kt(DPP_DTYPE_I32, 1, s4, iv), iout = kt(DPP_DTYPE_I32, 0, NULL, NULL);
+    if (run_sync(sum, &d0, s, &iin, 1, &iout, &all, &igot)) {
+      CHECK(igot == INT32_MIN); /* wraps */
+    }
+  }
+
+  /* Bad inputs: DPP_INVALID_ARGUMENT with a message, nothing enqueued. */
+  {
+    static const int64_t s23[2] = {2, 3}, s4[1] = {4}, s3[1] = {3}, s22[2] = {2, 2}, s2[1] = {2}, s32[2] = {3, 2};
+    float f[6] = {0};
+    ktensor x = kt(DPP_DTYPE_F32, 2, s23, f), y = kt(DPP_DTYPE_F32, 1, s3, f), z = kt(DPP_DTYPE_F32, 2, s23, NULL);
+    kt_upload(&d0, &x);
+    kt_upload(&d0, &y);
+    kt_upload(&d0, &z);
+    ktensor in[2] = {x, y};
+    char h1[32];
+
+    CHECK_ST(call_kernel(add, &d0, s, in, 1, &z, NULL), DPP_INVALID_ARGUMENT); /* one input */
+    CHECK(err_has("kernel Add") && err_has("expects 2 input(s)"));
+    CHECK_ST(call_kernel(sum, &d0, s, in, 2, &z, NULL), DPP_INVALID_ARGUMENT); /* two inputs */
+    CHECK(err_has("kernel ReduceSum") && err_has("got 2 input(s)"));
+    {
+      ktensor bad[2] = {x, y};
+      bad[1].dtype = DPP_DTYPE_F64;
+      bad[1].bytes = 24;
+      CHECK_ST(call_kernel(add, &d0, s, bad, 2, &z, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("input 'y' has dtype f64") && err_has("'x' has f32"));
+      bad[1] = y;
+      bad[0].dtype = DPP_DTYPE_U8;
+      bad[0].bytes = 6;
+      CHECK_ST(call_kernel(mul, &d0, s, bad, 2, &z, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("dtype u8") && err_has("does not support"));
+      bad[0] = x;
+      bad[0].dtype = 99;
+      CHECK_ST(call_kernel(mul, &d0, s, bad, 2, &z, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("unknown dtype 99"));
+      bad[0] = x;
+      bad[0].bytes = 20; /* not 6 x 4 */
+      CHECK_ST(call_kernel(add, &d0, s, bad, 2, &z, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("byte_size is 20") && err_has("[2, 3]"));
+      bad[0] = x;
+      bad[0].shape[1] = -3;
+      CHECK_ST(call_kernel(add, &d0, s, bad, 2, &z, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("negative dimension"));
+      bad[0] = x;
+      bad[0].rank = 9;
+      CHECK_ST(call_kernel(add, &d0, s, bad, 2, &z, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("rank 9"));
+      bad[0] = x;
+      bad[1] = kt(DPP_DTYPE_F32, 1, s4, f); /* [2,3] + [4] */
+      bad[1].addr = x.addr;
+      CHECK_ST(call_kernel(add, &d0, s, bad, 2, &z, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("[2, 3] ('x') and [4] ('y') cannot be broadcast"));
+      /* The output's shape disagrees with broadcasting. */
+      ktensor z2 = kt(DPP_DTYPE_F32, 2, s32, NULL);
+      z2.addr = z.addr;
+      CHECK_ST(call_kernel(add, &d0, s, in, 2, &z2, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("output 'z' has shape [3, 2]") && err_has("gives [2, 3]"));
+      /* Addresses: a freed one, one past its allocation, another device's, 0. */
+      dpp_addr_t w = 0;
+      CHECK_OK(se->allocate(dd, 64, &w));
+      se->deallocate(dd, w, 64);
+      bad[0] = x;
+      bad[1] = y;
+      bad[1].addr = w;
+      CHECK_ST(call_kernel(add, &d0, s, bad, 2, &z, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("input 'y'") && err_has(hex(h1, w)) && err_has("not inside a live allocation"));
+      bad[1].addr = y.addr + 4; /* 12 bytes from 4: past the end of its 12-byte allocation */
+      CHECK_ST(call_kernel(add, &d0, s, bad, 2, &z, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("runs past the end"));
+      dpp_addr_t o1 = 0;
+      CHECK_OK(d1.se->allocate(d1.dd, 64, &o1));
+      ktensor zo = z;
+      zo.addr = o1;
+      CHECK_ST(call_kernel(add, &d0, s, in, 2, &zo, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("output 'z'") && err_has("SIM device 1"));
+      d1.se->deallocate(d1.dd, o1, 64);
+      zo.addr = 0;
+      CHECK_ST(call_kernel(add, &d0, s, in, 2, &zo, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("output 'z'"));
+    }
+    /* A stream that is not one of the device's. */
+    CHECK_ST(call_kernel(add, &d0, (void *)&h, in, 2, &z, NULL), DPP_INVALID_ARGUMENT);
+    CHECK(err_has("not a live stream"));
+    /* Another device's device_data, a NULL context, a small context. */
+    {
+      dpp_kernel_context_t cx;
+      memset(&cx, 0, sizeof cx);
+      CHECK_ST(add->compute(NULL), DPP_INVALID_ARGUMENT);
+      cx.struct_size = 16;
+      CHECK_ST(add->compute(&cx), DPP_INVALID_ARGUMENT);
+      cx.struct_size = DPP_KERNEL_CONTEXT_STRUCT_SIZE;
+      cx.device = &h;
+      cx.kernel_data = add->kernel_data;
+      clear_err();
+      CHECK_ST(add->compute(&cx), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("not a device of this SIM platform"));
+    }
+    /* A tensor description of an older, smaller layout. */
+    {
+      dpp_tensor_t ti[2], to;
+      ti[0] = (dpp_tensor_t){DPP_TENSOR_STRUCT_SIZE, NULL, DPP_DTYPE_F32, 2, s23, x.addr, x.bytes};
+      ti[1] = (dpp_tensor_t){16, NULL, DPP_DTYPE_F32, 1, s3, y.addr, y.bytes};
+      to = (dpp_tensor_t){DPP_TENSOR_STRUCT_SIZE, NULL, DPP_DTYPE_F32, 2, s23, z.addr, z.bytes};
+      dpp_kernel_context_t cx = {DPP_KERNEL_CONTEXT_STRUCT_SIZE, NULL, dd, s, 2, ti, 1, &to, NULL, add->kernel_data};
+      clear_err();
+      CHECK_ST(add->compute(&cx), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("struct_size is 16"));
+      ti[1].struct_size = DPP_TENSOR_STRUCT_SIZE;
+      ti[1].shape = NULL;
+      CHECK_ST(add->compute(&cx), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("shape is NULL"));
+      cx.outputs = NULL;
+      CHECK_ST(add->compute(&cx), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("NULL array"));
+    }
+    /* MatMul: rank < 2, inner dimensions, batch dimensions, integer dtype, an attribute of another type. */
+    {
+      fake_attrs attrs = {0};
+      attrs_add_bool(&attrs, "transpose_a", false);
+      attrs_add_bool(&attrs, "transpose_b", false);
+      ktensor a = kt(DPP_DTYPE_F32, 2, s23, f), b = kt(DPP_DTYPE_F32, 2, s23, f), c = kt(DPP_DTYPE_F32, 2, s22, NULL);
+      a.addr = x.addr;
+      b.addr = x.addr;
+      c.addr = z.addr;
+      ktensor ab[2] = {a, b};
+      CHECK_ST(call_kernel(mm, &d0, s, ab, 2, &c, &attrs), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("kernel MatMul") && err_has("inner dimensions differ") && err_has("has 3") && err_has("has 2"));
+      fake_attrs tb = {0};
+      attrs_add_bool(&tb, "transpose_a", false);
+      attrs_add_bool(&tb, "transpose_b", true);
+      CHECK_OK(call_kernel(mm, &d0, s, ab, 2, &c, &tb)); /* [2,3] x [2,3]^T = [2,2] */
+      CHECK_OK(se->synchronize_stream(dd, s));
+      ab[1] = kt(DPP_DTYPE_F32, 1, s3, f);
+      ab[1].addr = y.addr;
+      CHECK_ST(call_kernel(mm, &d0, s, ab, 2, &c, &attrs), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("rank >= 2"));
+      static const int64_t a223[3] = {2, 2, 3}, b332[3] = {3, 3, 2}, c222[3] = {2, 2, 2};
+      ktensor ba[2] = {kt(DPP_DTYPE_F32, 3, a223, f), kt(DPP_DTYPE_F32, 3, b332, f)};
+      ktensor bc = kt(DPP_DTYPE_F32, 3, c222, NULL);
+      CHECK_ST(call_kernel(mm, &d0, s, ba, 2, &bc, &attrs), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("batch dimensions"));
+      ktensor ia[2] = {kt(DPP_DTYPE_I32, 2, s23, f), kt(DPP_DTYPE_I32, 2, s32, f)};
+      ktensor ic = kt(DPP_DTYPE_I32, 2, s22, NULL);
+      ia[0].addr = x.addr;
+      ia[1].addr = x.addr;
+      ic.addr = z.addr;
+      CHECK_ST(call_kernel(mm, &d0, s, ia, 2, &ic, &attrs), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("dtype i32") && err_has("f32, f64"));
+      fake_attrs wrong = {0};
+      attrs_add_int(&wrong, "transpose_a", 1);
+      ab[1] = kt(DPP_DTYPE_F32, 2, s32, f);
+      ab[1].addr = x.addr;
+      CHECK_ST(call_kernel(mm, &d0, s, ab, 2, &c, &wrong), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("bool attribute 'transpose_a'"));
+      /* The output overlapping an input (not allowed for MatMul). */
+      ktensor cz = c;
+      cz.addr = x.addr;
+      CHECK_ST(call_kernel(mm, &d0, s, ab, 2, &cz, &attrs), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("overlaps input 'a'"));
+    }
+    /* ReduceSum: an axis out of range, an axis twice, the output shape ignoring keep_dims. */
+    {
+      static const int64_t a3[1] = {3}, am3[1] = {-3}, a11[2] = {1, -1}, a0[1] = {0};
+      fake_attrs at = {0};
+      attrs_add_ints(&at, "axes", a3, 1);
+      attrs_add_bool(&at, "keep_dims", false);
+      ktensor r = kt(DPP_DTYPE_F32, 1, s2, NULL);
+      r.addr = z.addr;
+      CHECK_ST(call_kernel(sum, &d0, s, &x, 1, &r, &at), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("axis 3 is out of range for rank 2"));
+      at.a[0].ints = am3;
+      CHECK_ST(call_kernel(sum, &d0, s, &x, 1, &r, &at), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("axis -3 is out of range"));
+      at.a[0].ints = a11;
+      at.a[0].nints = 2;
+      CHECK_ST(call_kernel(sum, &d0, s, &x, 1, &r, &at), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("axis -1 appears twice"));
+      at.a[0].ints = a0;
+      at.a[0].nints = 1;
+      at.a[1].i = 1; /* keep_dims: the output should be [1, 3] */
+      ktensor r3 = kt(DPP_DTYPE_F32, 1, s3, NULL);
+      r3.addr = z.addr;
+      CHECK_ST(call_kernel(sum, &d0, s, &x, 1, &r3, &at), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("output 'y' has shape [3]") && err_has("[1, 3]"));
+      at.a[1].i = 0;
+      CHECK_OK(call_kernel(sum, &d0, s, &x, 1, &r3, &at));
+      /* keep_dims absent: either form is accepted. */
+      at.n = 1;
+      CHECK_OK(call_kernel(sum, &d0, s, &x, 1, &r3, &at));
+      static const int64_t s13[2] = {1, 3};
+      ktensor r13 = kt(DPP_DTYPE_F32, 2, s13, NULL);
+      r13.addr = z.addr;
+      CHECK_OK(call_kernel(sum, &d0, s, &x, 1, &r13, &at));
+      CHECK_OK(se->synchronize_stream(dd, s));
+    }
+    kt_free(&d0, &x);
+    kt_free(&d0, &y);
+    kt_free(&d0, &z);
+  }
+  CHECK_OK(se->synchronize_all(dd));
+
+  /* Several threads at once on one device. */
+  {
+    enum { T = 4 };
+    pthread_t th[T];
+    kstress_arg args[T];
+    for (int i = 0; i < T; i++) {
+      args[i] = (kstress_arg){&h, &d1, i, 0};
+      CHECK(pthread_create(&th[i], NULL, kstress_thread, &args[i]) == 0);
+    }
+    for (int i = 0; i < T; i++) {
+      pthread_join(th[i], NULL);
+      CHECK(args[i].bad == 0);
+    }
+  }
+
+  int w0 = atomic_load(&h.warnings);
+  se->destroy_stream(dd, s);
+  destroy(&h, &d0);
+  destroy(&h, &d1);
+  CHECK(atomic_load(&h.warnings) == w0); /* nothing leaked */
+  unload(&h);
+}
+
+/* Load options and hosts that cannot take kernels. */
+static void test_kernel_registration(void) {
+  fake_host h;
+  {
+    /* Defaults: for the platform's own type and name, priority 0. */
+    CHECK_OK(load(&h, NULL));
+    check_registration(&h, "SIM", "SIM", 0);
+    unload(&h);
+  }
+  {
+    /* The drop-in case: kernels for GPU bound to SIMCUDA. */
+    static const char *const opts[] = {"device_type=GPU", "platform=SIMCUDA", "priority=3", NULL};
+    CHECK_OK(load(&h, opts));
+    check_registration(&h, "GPU", "SIMCUDA", 0);
+    unload(&h);
+  }
+  {
+    static const char *const opts[] = {"kernels=0", NULL};
+    CHECK_OK(load(&h, opts));
+    CHECK(h.registered == 1 && h.nkernels == 0 && h.register_kernel_calls == 0);
+    unload(&h);
+  }
+  {
+    static const char *const opts[] = {"kernels=on", "kernel_priority=-3", "device_type=NPU", NULL};
+    CHECK_OK(load(&h, opts));
+    check_registration(&h, "NPU", "SIM", -3);
+    unload(&h);
+  }
+  {
+    /* An ABI 1.0 host table (64 bytes, no register_kernel): no kernels, no failure. The
+     * pointer past the 1.0 end is set here only to show SIM does not read it. */
+    host_init(&h, NULL);
+    h.api.struct_size = DPP_HOST_API_STRUCT_SIZE_1_0;
+    h.api.abi_minor = 0;
+    clear_err();
+    CHECK_OK(g_api->init(&h.api, &h.plugin_data));
+    CHECK(h.registered == 1 && h.register_kernel_calls == 0 && h.nkernels == 0);
+    unload(&h);
+  }
+  {
+    /* A 1.1-sized table whose register_kernel is NULL. */
+    host_init(&h, NULL);
+    h.api.register_kernel = NULL;
+    CHECK_OK(g_api->init(&h.api, &h.plugin_data));
+    CHECK(h.registered == 1 && h.nkernels == 0);
+    unload(&h);
+  }
+  {
+    /* Without attr_bool MatMul is left out; without attr_ints ReduceSum. */
+    host_init(&h, NULL);
+    h.api.attr_bool = NULL;
+    h.api.attr_ints = NULL;
+    CHECK_OK(g_api->init(&h.api, &h.plugin_data));
+    CHECK(h.nkernels == 2 && find_kernel(&h, "Add") && find_kernel(&h, "Mul") && !find_kernel(&h, "MatMul"));
+    unload(&h);
+  }
+  {
+    /* The host refuses a kernel: init fails with that status; the host rolls the platform back. */
+    host_init(&h, NULL);
+    h.register_kernel_result = DPP_ALREADY_EXISTS;
+    clear_err();
+    CHECK_ST(g_api->init(&h.api, &h.plugin_data), DPP_ALREADY_EXISTS);
+    CHECK(err_has("refused kernel Add") && err_has("SIM"));
+    CHECK(h.registered == 1 && h.register_kernel_calls == 1);
+    h.platform.destroy_platform(h.platform.platform_data);
+  }
+  test_bad_option("kernels=maybe", "kernels");
+  test_bad_option("kernels=", "kernels");
+  test_bad_option("kernel_priority=x", "kernel_priority");
+  test_bad_option("kernel_priority=3000000000", "kernel_priority");
+}
+
 /* ---- init failures, registration refused, two loads at once ---- */
 
 static void test_init(void) {
@@ -966,6 +2097,8 @@ int main(int argc, char **argv) {
   test_options();
   test_faults();
   test_main_load();
+  test_kernel_registration();
+  test_kernels();
 
   sleep_ms(1);
   dlclose(lib);

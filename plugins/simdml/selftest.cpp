@@ -4,20 +4,35 @@
 // asynchronous streams ordered by events, host callbacks, errors crossing as status+message
 // (exceptions included), and that only `devplug_plugin_entry` is exported.
 //
+// Kernels (ABI 1.1): the fake host takes register_kernel and offers the attr_* readers; each
+// SIMDML kernel (Add, Sub, Relu in f32 and f64) runs through a fake kernel context on a real
+// SIMDML stream and is compared with a reference after synchronize; argument errors, stream
+// errors and exceptions become statuses with messages; kernels=0 registers none; an ABI 1.0
+// host table gets a clear error. A small in-process plugin built from plugin.hpp checks the
+// header's kernel API where SIMDML does not reach (attributes, ANY binding, every kind of
+// exception, refusals, a newer host's larger dpp_tensor_t).
+//
 // Usage: simdml_selftest <path to libdevplug_simdml.so>. Exits 0 when every check passes.
 #include <devplug/plugin.h>
+#include <devplug/plugin.hpp>
 
 #include <dlfcn.h>
 #include <elf.h>
 
+#include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <limits>
 #include <mutex>
+#include <new>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,11 +84,45 @@ struct Registered {
   std::string name, device_type, vendor, version;
 };
 
+/** A kernel as the fake host copied it. */
+struct RegisteredKernel {
+  size_t struct_size = 0;
+  std::string op, device_type;
+  bool platform_null = true;
+  std::string platform;
+  std::vector<int32_t> dtypes;
+  int32_t priority = 0;
+  void* kernel_data = nullptr;
+  dpp_status_t (*compute)(const dpp_kernel_context_t*) = nullptr;
+};
+
+/** The attributes the fake host's attr_* functions read (the runtime's rules: NOT_FOUND,
+ *  INVALID_ARGUMENT for another type, an int reads as a float). */
+struct FakeAttrs {
+  enum Kind { Int, Float, Bool, Ints, DType };
+  struct Value {
+    std::string name;
+    Kind kind;
+    int64_t i;
+    double f;
+    std::vector<int64_t> v;
+  };
+  std::vector<Value> values;
+  const Value* find(const char* name) const {
+    for (const Value& v : values) {
+      if (name != nullptr && v.name == name) return &v;
+    }
+    return nullptr;
+  }
+};
+
 struct FakeHost {
   std::vector<std::pair<std::string, std::string>> options;
-  std::string refuse_name;  // register_platform refuses this name with DPP_ALREADY_EXISTS
+  std::string refuse_name;    // register_platform refuses this name with DPP_ALREADY_EXISTS
+  std::string refuse_kernel;  // register_kernel refuses this op with DPP_ALREADY_EXISTS
   bool in_init = false;
   std::vector<Registered> platforms;
+  std::vector<RegisteredKernel> kernels;
   std::mutex log_mu;
   std::vector<std::pair<int32_t, std::string>> logs;
   dpp_host_api_t api{};
@@ -114,6 +163,76 @@ struct FakeHost {
       h->platforms.push_back(std::move(r));
       return DPP_OK;
     };
+    api.register_kernel = [](dpp_host_context_t ctx, const dpp_kernel_t* k) -> dpp_status_t {
+      auto* h = static_cast<FakeHost*>(ctx);
+      if (!h->in_init) return DPP_FAILED_PRECONDITION;
+      if (k == nullptr || k->struct_size < DPP_KERNEL_STRUCT_SIZE || k->op == nullptr || k->device_type == nullptr ||
+          k->compute == nullptr || (k->num_dtypes > 0 && k->dtypes == nullptr)) {
+        return DPP_INVALID_ARGUMENT;
+      }
+      if (h->refuse_kernel == k->op) return DPP_ALREADY_EXISTS;
+      RegisteredKernel r;
+      r.struct_size = k->struct_size;
+      r.op = k->op;  // copied during the call, like the host
+      r.device_type = k->device_type;
+      r.platform_null = k->platform == nullptr;
+      r.platform = k->platform ? k->platform : "";
+      r.dtypes.assign(k->dtypes, k->dtypes + k->num_dtypes);
+      r.priority = k->priority;
+      r.kernel_data = k->kernel_data;
+      r.compute = k->compute;
+      h->kernels.push_back(std::move(r));
+      return DPP_OK;
+    };
+    api.attr_int = [](const void* attrs, const char* name, int64_t* out) -> dpp_status_t {
+      const FakeAttrs::Value* v = attrs ? static_cast<const FakeAttrs*>(attrs)->find(name) : nullptr;
+      if (v == nullptr) return DPP_NOT_FOUND;
+      if (v->kind != FakeAttrs::Int || out == nullptr) return DPP_INVALID_ARGUMENT;
+      *out = v->i;
+      return DPP_OK;
+    };
+    api.attr_float = [](const void* attrs, const char* name, double* out) -> dpp_status_t {
+      const FakeAttrs::Value* v = attrs ? static_cast<const FakeAttrs*>(attrs)->find(name) : nullptr;
+      if (v == nullptr) return DPP_NOT_FOUND;
+      if ((v->kind != FakeAttrs::Float && v->kind != FakeAttrs::Int) || out == nullptr) return DPP_INVALID_ARGUMENT;
+      *out = v->kind == FakeAttrs::Int ? static_cast<double>(v->i) : v->f;
+      return DPP_OK;
+    };
+    api.attr_bool = [](const void* attrs, const char* name, int32_t* out) -> dpp_status_t {
+      const FakeAttrs::Value* v = attrs ? static_cast<const FakeAttrs*>(attrs)->find(name) : nullptr;
+      if (v == nullptr) return DPP_NOT_FOUND;
+      if (v->kind != FakeAttrs::Bool || out == nullptr) return DPP_INVALID_ARGUMENT;
+      *out = v->i != 0 ? 1 : 0;
+      return DPP_OK;
+    };
+    api.attr_ints = [](const void* attrs, const char* name, const int64_t** out, size_t* len) -> dpp_status_t {
+      const FakeAttrs::Value* v = attrs ? static_cast<const FakeAttrs*>(attrs)->find(name) : nullptr;
+      if (v == nullptr) return DPP_NOT_FOUND;
+      if (v->kind != FakeAttrs::Ints || out == nullptr || len == nullptr) return DPP_INVALID_ARGUMENT;
+      *out = v->v.data();
+      *len = v->v.size();
+      return DPP_OK;
+    };
+    api.attr_dtype = [](const void* attrs, const char* name, int32_t* out) -> dpp_status_t {
+      const FakeAttrs::Value* v = attrs ? static_cast<const FakeAttrs*>(attrs)->find(name) : nullptr;
+      if (v == nullptr) return DPP_NOT_FOUND;
+      if (v->kind != FakeAttrs::DType || out == nullptr) return DPP_INVALID_ARGUMENT;
+      *out = static_cast<int32_t>(v->i);
+      return DPP_OK;
+    };
+  }
+
+  /** Makes the table an ABI 1.0 one: 64 bytes, no register_kernel or attr_* functions. */
+  void make_abi_1_0() {
+    api.struct_size = DPP_HOST_API_STRUCT_SIZE_1_0;
+    api.abi_minor = 0;
+  }
+
+  const RegisteredKernel* kernel(const std::string& op) const {
+    for (const RegisteredKernel& k : kernels) {
+      if (k.op == op) return &k;
+    }
+    return nullptr;
   }
 
   dpp_status_t init(const dpp_plugin_api_t* plugin, void** data) {
@@ -437,6 +556,596 @@ void test_device(const Registered& reg) {
   pl.destroy_device(pl.platform_data, &dev);
 }
 
+// ------------------------------------------------------------------------------------------
+// Kernels
+// ------------------------------------------------------------------------------------------
+
+/** A tensor of a kernel call: device memory the test owns. */
+struct KTensor {
+  int32_t dtype = DPP_DTYPE_F32;
+  std::vector<int64_t> shape;
+  dpp_addr_t addr = 0;
+  uint64_t bytes = 0;
+};
+
+size_t elem_size(int32_t dtype) { return dtype == DPP_DTYPE_F64 || dtype == DPP_DTYPE_I64 ? 8 : 4; }
+
+uint64_t count(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+dpp_tensor_t raw_tensor(const KTensor& t) {
+  dpp_tensor_t r{};
+  r.struct_size = DPP_TENSOR_STRUCT_SIZE;
+  r.ext = nullptr;
+  r.dtype = t.dtype;
+  r.rank = static_cast<int32_t>(t.shape.size());
+  r.shape = t.shape.empty() ? nullptr : t.shape.data();
+  r.data = t.addr;
+  r.byte_size = t.bytes;
+  return r;
+}
+
+dpp_kernel_context_t make_context(void* device, void* stream, const std::vector<dpp_tensor_t>& in,
+                                  const std::vector<dpp_tensor_t>& out, const void* attrs, void* kernel_data) {
+  dpp_kernel_context_t c{};
+  c.struct_size = DPP_KERNEL_CONTEXT_STRUCT_SIZE;
+  c.ext = nullptr;
+  c.device = device;
+  c.stream = stream;
+  c.num_inputs = in.size();
+  c.inputs = in.empty() ? nullptr : in.data();
+  c.num_outputs = out.size();
+  c.outputs = out.empty() ? nullptr : out.data();
+  c.attrs = attrs;
+  c.kernel_data = kernel_data;
+  return c;
+}
+
+/** Calls kernel @p k as the runtime would: a context over @p in and @p out. */
+dpp_status_t run_kernel(const RegisteredKernel& k, void* device, void* stream, const std::vector<KTensor>& in,
+                        const std::vector<KTensor>& out, const void* attrs = nullptr) {
+  std::vector<dpp_tensor_t> ri, ro;
+  for (const KTensor& t : in) ri.push_back(raw_tensor(t));
+  for (const KTensor& t : out) ro.push_back(raw_tensor(t));
+  const dpp_kernel_context_t c = make_context(device, stream, ri, ro, attrs, k.kernel_data);
+  g_last_error.clear();
+  return k.compute(&c);
+}
+
+/** A SIMDML device and its default stream, with typed uploads and downloads. */
+struct KDevice {
+  const dpp_stream_executor_t* se;
+  void* d;
+  void* stream = nullptr;
+
+  template <class T>
+  KTensor upload(int32_t dtype, std::vector<int64_t> shape, const std::vector<T>& values) {
+    KTensor t;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    t.bytes = count(t.shape) * sizeof(T);
+    CHECK(values.size() == count(t.shape));
+    CHECK_OK(se->allocate(d, t.bytes == 0 ? 1 : t.bytes, &t.addr));
+    if (t.bytes != 0) CHECK_OK(se->memcpy_htod(d, t.addr, values.data(), t.bytes));
+    return t;
+  }
+  KTensor output(int32_t dtype, std::vector<int64_t> shape) {
+    KTensor t;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    t.bytes = count(t.shape) * elem_size(dtype);
+    CHECK_OK(se->allocate(d, t.bytes == 0 ? 1 : t.bytes, &t.addr));
+    if (t.bytes != 0) CHECK_OK(se->memset(d, t.addr, 0xEE, t.bytes));  // garbage before the kernel
+    return t;
+  }
+  template <class T>
+  std::vector<T> download(const KTensor& t) {
+    std::vector<T> out(t.bytes / sizeof(T));
+    if (t.bytes != 0) CHECK_OK(se->memcpy_dtoh(d, out.data(), t.addr, t.bytes));
+    return out;
+  }
+  void free(const KTensor& t) { se->deallocate(d, t.addr, t.bytes == 0 ? 1 : t.bytes); }
+};
+
+/** The reference: z[i] = op(x[bx(i)], y[by(i)]) with NumPy broadcasting, by unravelling i. */
+template <class T>
+std::vector<T> reference(const std::string& op, const std::vector<int64_t>& xs, const std::vector<T>& x,
+                         const std::vector<int64_t>& ys, const std::vector<T>& y, const std::vector<int64_t>& zs) {
+  std::vector<T> z(count(zs));
+  for (uint64_t i = 0; i < z.size(); ++i) {
+    uint64_t rest = i, xi = 0, yi = 0, xstep = 1, ystep = 1;
+    for (size_t k = zs.size(); k-- > 0;) {
+      const uint64_t coord = rest % static_cast<uint64_t>(zs[k]);
+      rest /= static_cast<uint64_t>(zs[k]);
+      const size_t off = zs.size() - k;  // position from the end
+      if (off <= xs.size()) {
+        const int64_t d = xs[xs.size() - off];
+        xi += (d == 1 ? 0 : coord) * xstep;
+        xstep *= static_cast<uint64_t>(d);
+      }
+      if (off <= ys.size()) {
+        const int64_t d = ys[ys.size() - off];
+        yi += (d == 1 ? 0 : coord) * ystep;
+        ystep *= static_cast<uint64_t>(d);
+      }
+    }
+    if (op == "Add") z[i] = x[xi] + y[yi];
+    if (op == "Sub") z[i] = x[xi] - y[yi];
+    if (op == "Relu") z[i] = std::isnan(x[xi]) ? x[xi] : (x[xi] > 0 ? x[xi] : T(0));
+  }
+  return z;
+}
+
+template <class T>
+bool same_values(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!(a[i] == b[i]) && !(std::isnan(a[i]) && std::isnan(b[i]))) {
+      std::fprintf(stderr, "  element %zu: %g, expected %g\n", i, static_cast<double>(a[i]), static_cast<double>(b[i]));
+      return false;
+    }
+  }
+  return true;
+}
+
+template <class T>
+std::vector<T> iota_values(uint64_t n, T start, T step) {
+  std::vector<T> v(n);
+  for (uint64_t i = 0; i < n; ++i) v[i] = start + step * static_cast<T>(i);
+  return v;
+}
+
+/** One elementwise case through kernel @p op, checked against the reference. */
+template <class T>
+void check_case(FakeHost& host, KDevice& dev, const std::string& op, int32_t dtype, std::vector<int64_t> xs,
+                std::vector<int64_t> ys, std::vector<int64_t> zs) {
+  const RegisteredKernel* k = host.kernel(op);
+  CHECK(k != nullptr);
+  if (k == nullptr) return;
+  const bool unary = op == "Relu";
+  std::vector<T> x = iota_values<T>(count(xs), T(-3.5), T(1.25));
+  std::vector<T> y = iota_values<T>(count(ys), T(10), T(-0.75));
+  if (unary && x.size() >= 3) {
+    x[0] = std::numeric_limits<T>::quiet_NaN();
+    x[1] = -std::numeric_limits<T>::infinity();
+    x[2] = std::numeric_limits<T>::infinity();
+  }
+  KTensor tx = dev.upload(dtype, xs, x);
+  KTensor ty = dev.upload(dtype, ys, y);
+  KTensor tz = dev.output(dtype, zs);
+  std::vector<KTensor> in = unary ? std::vector<KTensor>{tx} : std::vector<KTensor>{tx, ty};
+  CHECK_OK(run_kernel(*k, dev.d, dev.stream, in, {tz}));
+  CHECK_OK(dev.se->synchronize_stream(dev.d, dev.stream));
+  const std::vector<T> want = reference<T>(op, xs, x, unary ? xs : ys, unary ? x : y, zs);
+  const bool ok = same_values(dev.download<T>(tz), want);
+  if (!ok) std::fprintf(stderr, "  %s %s: wrong values\n", op.c_str(), dtype == DPP_DTYPE_F32 ? "f32" : "f64");
+  CHECK(ok);
+  dev.free(tx);
+  dev.free(ty);
+  dev.free(tz);
+}
+
+/** SIMDML's kernels on a device of the platform @p reg, registered with @p host. */
+void test_kernels(FakeHost& host, const Registered& reg, const dpp_plugin_api_t* api, int latency_us) {
+  // ---- What was registered ---------------------------------------------------------------
+  CHECK(host.kernels.size() == 3);
+  for (const char* op : {"Add", "Sub", "Relu"}) {
+    const RegisteredKernel* k = host.kernel(op);
+    CHECK(k != nullptr);
+    if (k == nullptr) continue;
+    CHECK(k->struct_size == DPP_KERNEL_STRUCT_SIZE);
+    CHECK(k->device_type == reg.device_type);
+    CHECK(k->platform_null);  // the plugin's own platform of the type
+    CHECK((k->dtypes == std::vector<int32_t>{DPP_DTYPE_F32, DPP_DTYPE_F64}));
+    CHECK(k->priority == 0);
+    CHECK(k->compute != nullptr && k->kernel_data != nullptr);
+  }
+  CHECK(host.kernel("Mul") == nullptr && host.kernel("MatMul") == nullptr);  // SIM's, not ours
+  const RegisteredKernel* add = host.kernel("Add");
+  const RegisteredKernel* relu = host.kernel("Relu");
+  if (add == nullptr || relu == nullptr) return;
+
+  const dpp_platform_t& pl = reg.p;
+  dpp_device_t raw_dev{};
+  raw_dev.struct_size = DPP_DEVICE_STRUCT_SIZE;
+  CHECK_OK(pl.create_device(pl.platform_data, 0, &raw_dev));
+  if (raw_dev.se == nullptr) return;
+  KDevice dev{raw_dev.se, raw_dev.device_data};
+  CHECK_OK(dev.se->create_stream(dev.d, &dev.stream));
+
+  // ---- Every kernel against the reference ---------------------------------------------------
+  check_case<float>(host, dev, "Add", DPP_DTYPE_F32, {2, 3}, {2, 3}, {2, 3});
+  check_case<double>(host, dev, "Add", DPP_DTYPE_F64, {2, 3}, {3}, {2, 3});
+  check_case<float>(host, dev, "Add", DPP_DTYPE_F32, {}, {4}, {4});         // scalar + vector
+  check_case<double>(host, dev, "Add", DPP_DTYPE_F64, {0, 3}, {3}, {0, 3});  // empty
+  check_case<float>(host, dev, "Sub", DPP_DTYPE_F32, {4, 1}, {1, 5}, {4, 5});
+  check_case<double>(host, dev, "Sub", DPP_DTYPE_F64, {2, 1, 3}, {4, 1}, {2, 4, 3});
+  check_case<float>(host, dev, "Relu", DPP_DTYPE_F32, {3, 4}, {3, 4}, {3, 4});
+  check_case<double>(host, dev, "Relu", DPP_DTYPE_F64, {7}, {7}, {7});
+
+  // ---- Asynchronous, on the stream it was given, with the injected latency -----------------
+  {
+    KTensor x = dev.upload<float>(DPP_DTYPE_F32, {4}, {1, 2, 3, 4});
+    KTensor z = dev.output(DPP_DTYPE_F32, {4});
+    Gate gate;
+    CHECK_OK(dev.se->host_callback(dev.d, dev.stream, gate_callback, &gate));
+    CHECK_OK(run_kernel(*add, dev.d, dev.stream, {x, x}, {z}));
+    CHECK(dev.download<uint32_t>(z) == std::vector<uint32_t>(4, 0xEEEEEEEEu));  // not run yet
+    const auto t0 = std::chrono::steady_clock::now();
+    gate.release();
+    CHECK_OK(dev.se->synchronize_stream(dev.d, dev.stream));
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    CHECK(dev.download<float>(z) == (std::vector<float>{2, 4, 6, 8}));
+    CHECK(waited >= std::chrono::microseconds(latency_us));  // the kernel got the latency
+    // Memory freed after the kernel was enqueued: an error of the stream, reported once.
+    Gate gate2;
+    CHECK_OK(dev.se->host_callback(dev.d, dev.stream, gate_callback, &gate2));
+    CHECK_OK(run_kernel(*relu, dev.d, dev.stream, {x}, {z}));
+    dev.free(z);
+    gate2.release();
+    CHECK_STATUS(dev.se->synchronize_stream(dev.d, dev.stream), DPP_INVALID_ARGUMENT);
+    const std::string e = take_error();
+    CHECK(contains(e, "Relu output") && contains(e, "not inside a live allocation"));
+    std::printf("  (freed while queued: \"%s\")\n", e.c_str());
+    CHECK_OK(dev.se->synchronize_stream(dev.d, dev.stream));
+    dev.free(x);
+  }
+
+  // ---- Argument errors: synchronous, with messages -------------------------------------------
+  {
+    KTensor x = dev.upload<float>(DPP_DTYPE_F32, {2, 3}, std::vector<float>(6, 1));
+    KTensor y = dev.upload<float>(DPP_DTYPE_F32, {4}, std::vector<float>(4, 1));
+    KTensor z = dev.output(DPP_DTYPE_F32, {2, 3});
+    KTensor xi = x;
+    xi.dtype = DPP_DTYPE_I32;
+    KTensor short_z = z;
+    short_z.bytes -= 4;
+    KTensor gone = z;
+    gone.addr += 1 << 20;
+    const struct {
+      const RegisteredKernel* k;
+      std::vector<KTensor> in, out;
+      const char* expect;
+    } cases[] = {
+        {add, {x}, {z}, "kernel Add: expects 2 input(s) and 1 output(s), got 1 and 1"},
+        {add, {x, y}, {z}, "SIMDML:0: Add: shapes [2, 3] and [4] cannot be broadcast together"},
+        {add, {x, x}, {y}, "SIMDML:0: Add: the output has shape [4], not [2, 3]"},
+        {add, {xi, xi}, {z}, "SIMDML:0: Add: dtypes i32[2, 3], i32[2, 3] -> f32[2, 3]: SIMDML's Add takes f32 or f64"},
+        {add, {x, x}, {short_z}, "SIMDML:0: Add: z f32[2, 3] has 20 bytes, not 24"},
+        {relu, {x}, {gone}, "SIMDML:0: Relu y: ["},
+        {relu, {x, x}, {z}, "kernel Relu: expects 1 input(s) and 1 output(s), got 2 and 1"},
+    };
+    for (const auto& c : cases) {
+      CHECK_STATUS(run_kernel(*c.k, dev.d, dev.stream, c.in, c.out), DPP_INVALID_ARGUMENT);
+      const std::string e = take_error();
+      if (!contains(e, c.expect)) std::fprintf(stderr, "  got \"%s\", expected \"%s...\"\n", e.c_str(), c.expect);
+      CHECK(contains(e, c.expect));
+    }
+    CHECK_OK(dev.se->synchronize_stream(dev.d, dev.stream));  // nothing was enqueued
+
+    // Malformed contexts.
+    std::vector<dpp_tensor_t> ri{raw_tensor(x)}, ro{raw_tensor(z)};
+    CHECK_STATUS(add->compute(nullptr), DPP_INVALID_ARGUMENT);
+    dpp_kernel_context_t c = make_context(dev.d, dev.stream, ri, ro, nullptr, add->kernel_data);
+    c.struct_size = 16;
+    CHECK_STATUS(add->compute(&c), DPP_ABI_MISMATCH);
+    c = make_context(dev.d, dev.stream, ri, ro, nullptr, nullptr);
+    CHECK_STATUS(add->compute(&c), DPP_INVALID_ARGUMENT);
+    c = make_context(dev.d, dev.stream, ri, ro, nullptr, add->kernel_data);
+    c.num_inputs = 2;
+    c.inputs = nullptr;
+    CHECK_STATUS(add->compute(&c), DPP_INVALID_ARGUMENT);
+    CHECK(contains(take_error(), "kernel Add: inputs: the array of 2 tensors is NULL"));
+    ri[0].rank = 2;
+    ri[0].shape = nullptr;
+    c = make_context(dev.d, dev.stream, ri, ro, nullptr, relu->kernel_data);
+    CHECK_STATUS(relu->compute(&c), DPP_INVALID_ARGUMENT);
+    CHECK(contains(take_error(), "tensor 0: rank 2 but the shape is NULL"));
+    ri[0] = raw_tensor(x);
+    void* event = nullptr;
+    CHECK_OK(dev.se->create_event(dev.d, &event));
+    c = make_context(dev.d, event, ri, ro, nullptr, relu->kernel_data);  // an event as the stream
+    CHECK_STATUS(relu->compute(&c), DPP_INVALID_ARGUMENT);
+    CHECK(contains(take_error(), "not a stream"));
+    dev.se->destroy_event(dev.d, event);
+
+    // A device of another platform (a second init of the plugin): refused, not misused.
+    FakeHost other;
+    void* other_data = nullptr;
+    CHECK_OK(other.init(api, &other_data));
+    if (other.platforms.size() == 1) {
+      const dpp_platform_t& op = other.platforms[0].p;
+      dpp_device_t od{};
+      od.struct_size = DPP_DEVICE_STRUCT_SIZE;
+      CHECK_OK(op.create_device(op.platform_data, 0, &od));
+      c = make_context(od.device_data, dev.stream, ri, ro, nullptr, relu->kernel_data);
+      CHECK_STATUS(relu->compute(&c), DPP_INTERNAL);
+      CHECK(contains(take_error(), "not a device of platform SIMDML"));
+      op.destroy_device(op.platform_data, &od);
+      op.destroy_platform(op.platform_data);
+    }
+    api->shutdown(other_data);
+    dev.free(x);
+    dev.free(y);
+    dev.free(z);
+  }
+
+  dev.se->destroy_stream(dev.d, dev.stream);
+  pl.destroy_device(pl.platform_data, &raw_dev);
+}
+
+/** Load options and hosts that change what init does with kernels. */
+void test_kernel_options(const dpp_plugin_api_t* api) {
+  {
+    FakeHost host;
+    host.options = {{"kernels", "0"}};
+    void* data = nullptr;
+    CHECK_OK(host.init(api, &data));
+    CHECK(host.kernels.empty() && host.platforms.size() == 1);
+    for (auto& r : host.platforms) r.p.destroy_platform(r.p.platform_data);
+    api->shutdown(data);
+  }
+  {
+    // An exception thrown inside a kernel becomes DPP_INTERNAL with its message.
+    FakeHost host;
+    host.options = {{"throw_in_kernel", "1"}, {"device_type", "NPU"}};
+    void* data = nullptr;
+    CHECK_OK(host.init(api, &data));
+    const RegisteredKernel* sub = host.kernel("Sub");
+    CHECK(sub != nullptr && sub->device_type == "NPU");
+    if (sub != nullptr && host.platforms.size() == 1) {
+      const dpp_platform_t& pl = host.platforms[0].p;
+      dpp_device_t d{};
+      d.struct_size = DPP_DEVICE_STRUCT_SIZE;
+      CHECK_OK(pl.create_device(pl.platform_data, 0, &d));
+      void* stream = nullptr;
+      CHECK_OK(d.se->create_stream(d.device_data, &stream));
+      CHECK_STATUS(run_kernel(*sub, d.device_data, stream, {}, {}), DPP_INTERNAL);
+      const std::string e = take_error();
+      CHECK(contains(e, "kernel Sub throws because load option throw_in_kernel=1"));
+      std::printf("  (throw_in_kernel=1: \"%s\")\n", e.c_str());
+      d.se->destroy_stream(d.device_data, stream);
+      pl.destroy_device(pl.platform_data, &d);
+    }
+    for (auto& r : host.platforms) r.p.destroy_platform(r.p.platform_data);
+    api->shutdown(data);
+  }
+  {
+    // The host refuses a kernel: init fails with the host's status, naming the kernel.
+    FakeHost host;
+    host.refuse_kernel = "Sub";
+    void* data = nullptr;
+    CHECK_STATUS(host.init(api, &data), DPP_ALREADY_EXISTS);
+    const std::string e = take_error();
+    CHECK(contains(e, "the host refused kernel Sub for GPU on SIMDML (ALREADY_EXISTS)"));
+    std::printf("  (refused kernel: \"%s\")\n", e.c_str());
+    for (auto& r : host.platforms) r.p.destroy_platform(r.p.platform_data);  // the host's rollback
+  }
+  {
+    // An ABI 1.0 host table has no register_kernel: a clear error, or no kernels asked for.
+    FakeHost host;
+    host.make_abi_1_0();
+    void* data = nullptr;
+    CHECK_STATUS(host.init(api, &data), DPP_UNIMPLEMENTED);
+    const std::string e = take_error();
+    CHECK(contains(e, "kernel Add for GPU: the host has plugin ABI 1.0 (a 64-byte dpp_host_api_t without "
+                      "register_kernel); kernels need ABI 1.1"));
+    std::printf("  (ABI 1.0 host: \"%s\")\n", e.c_str());
+    for (auto& r : host.platforms) r.p.destroy_platform(r.p.platform_data);
+    FakeHost old;
+    old.make_abi_1_0();
+    old.options = {{"kernels", "0"}};
+    CHECK_OK(old.init(api, &data));
+    CHECK(old.platforms.size() == 1);
+    for (auto& r : old.platforms) r.p.destroy_platform(r.p.platform_data);
+    api->shutdown(data);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// plugin.hpp's kernel API, in process (what SIMDML's kernels do not reach)
+// ------------------------------------------------------------------------------------------
+
+namespace hdr {
+
+namespace dp = devplug::plugin;
+
+struct Seen {
+  std::vector<std::string> lines;
+  void add(const std::string& s) { lines.push_back(s); }
+};
+Seen g_seen;
+dp::Host g_saved;  // kept past init: registering with it later must fail
+
+/** Records what a call of a dp:: function gives: its value or the Error's code and message. */
+template <class F>
+void record(const char* what, F&& f) {
+  try {
+    g_seen.add(std::string(what) + "=" + f());
+  } catch (const dp::Error& e) {
+    g_seen.add(std::string(what) + ": " + e.code_name() + ": " + e.message());
+  }
+}
+
+class Probe : public dp::Kernel {
+ public:
+  void compute(dp::KernelContext& cx) override {
+    record("i", [&] { return std::to_string(cx.attr_int("i")); });
+    record("f", [&] { return std::to_string(cx.attr_float("f")); });
+    record("i as float", [&] { return std::to_string(cx.attr_float("i")); });
+    record("b", [&] { return std::string(cx.attr_bool("b") ? "true" : "false"); });
+    record("v", [&] { return dp::shape_string(cx.attr_ints("v")); });
+    record("d", [&] { return std::string(dp::dtype_name(cx.attr_dtype("d"))); });
+    record("missing", [&] { return std::to_string(cx.attr_int("missing")); });
+    record("f as int", [&] { return std::to_string(cx.attr_int("f")); });
+    record("device", [&] { return std::to_string(cx.device().ordinal()); });
+    record("input 9", [&] { return cx.input(9).describe(); });
+    std::string all;
+    for (dp::Tensor t : cx.inputs()) all += t.describe() + "@" + std::to_string(t.data()) + " ";
+    g_seen.add("inputs=" + all + std::to_string(cx.inputs()[1].num_elements()));
+    g_seen.add("op=" + cx.op());
+  }
+};
+
+void init(dp::Host& host) {
+  g_saved = host;
+  const std::string mode = host.option_string("mode", "");
+  const dp::KernelSpec any{"Probe", "GPU", std::string("ANY"), {}, 5};
+  if (mode == "probe") {
+    g_seen.add(std::string("supports_kernels=") + (host.supports_kernels() ? "1" : "0"));
+    host.register_kernel(any, std::make_unique<Probe>());
+  } else if (mode == "throw") {
+    auto reg = [&](const char* op, dp::KernelFn f) { host.register_kernel({op, "GPU", std::string("ANY"), {}, 0}, f); };
+    reg("ThrowError", [](dp::KernelContext&) { throw dp::Error::not_found("no such thing"); });
+    reg("ThrowStd", [](dp::KernelContext&) { throw std::runtime_error("std says no"); });
+    reg("ThrowAlloc", [](dp::KernelContext&) { throw std::bad_alloc(); });
+    reg("ThrowInt", [](dp::KernelContext&) { throw 7; });
+  } else if (mode == "bindings") {
+    record("own platform", [&] {
+      host.register_kernel({"Add", "GPU", std::nullopt, {}, 0}, [](dp::KernelContext&) {});
+      return std::string("registered");
+    });
+    record("named", [&] {
+      host.register_kernel({"Add", "GPU", std::string("NOPE"), {}, 0}, [](dp::KernelContext&) {});
+      return std::string("registered");
+    });
+    record("empty", [&] {
+      host.register_kernel(any, dp::KernelFn());
+      return std::string("registered");
+    });
+    record("null", [&] {
+      host.register_kernel(any, std::unique_ptr<dp::Kernel>());
+      return std::string("registered");
+    });
+  } else {
+    host.register_kernel(any, std::make_unique<Probe>());  // refused or not: the host decides
+  }
+}
+
+const dpp_plugin_api_t kApi = dp::detail::make_plugin_api<&init>("hdrtest", "0");
+
+}  // namespace hdr
+
+void test_header_kernels() {
+  const dpp_plugin_api_t* api = &hdr::kApi;
+  {
+    hdr::g_seen = {};
+    FakeHost host;
+    host.options = {{"mode", "probe"}};
+    void* data = nullptr;
+    CHECK_OK(host.init(api, &data));
+    const RegisteredKernel* k = host.kernel("Probe");
+    CHECK(k != nullptr);
+    if (k != nullptr) {
+      CHECK(!k->platform_null && k->platform == "ANY" && k->priority == 5 && k->dtypes.empty());
+      FakeAttrs attrs;
+      attrs.values = {{"i", FakeAttrs::Int, 3, 0, {}},
+                      {"f", FakeAttrs::Float, 0, 2.5, {}},
+                      {"b", FakeAttrs::Bool, 1, 0, {}},
+                      {"v", FakeAttrs::Ints, 0, 0, {1, -2, 3}},
+                      {"d", FakeAttrs::DType, DPP_DTYPE_F64, 0, {}}};
+      // A newer host's larger dpp_tensor_t: elements are struct_size bytes apart.
+      struct BigTensor {
+        dpp_tensor_t t;
+        uint64_t newer_field[3];
+      };
+      const int64_t s0[] = {2, 3};
+      const int64_t s1[] = {4};
+      BigTensor big[2] = {};
+      big[0].t = dpp_tensor_t{sizeof(BigTensor), nullptr, DPP_DTYPE_F32, 2, s0, 0x100, 24};
+      big[1].t = dpp_tensor_t{sizeof(BigTensor), nullptr, DPP_DTYPE_I64, 1, s1, 0x200, 32};
+      big[0].newer_field[0] = big[1].newer_field[0] = 0xBAD;
+      dpp_kernel_context_t c = make_context(nullptr, nullptr, {}, {}, &attrs, k->kernel_data);
+      c.num_inputs = 2;
+      c.inputs = &big[0].t;
+      CHECK_OK(k->compute(&c));
+      const std::vector<std::string> want = {
+          "supports_kernels=1",
+          "i=3",
+          "f=2.500000",
+          "i as float=3.000000",
+          "b=true",
+          "v=[1, -2, 3]",
+          "d=f64",
+          "missing: NOT_FOUND: kernel Probe: the op has no attribute 'missing'",
+          "f as int: INVALID_ARGUMENT: kernel Probe: attribute 'f' is not of type int",
+          "device: FAILED_PRECONDITION: kernel Probe is bound to ANY: it may run on other plugins' devices, so it "
+          "has no Device or Stream of this plugin",
+          "input 9: INVALID_ARGUMENT: kernel Probe: no input 9 (the op got 2)",
+          "inputs=f32[2, 3]@256 i64[4]@512 4",
+          "op=Probe",
+      };
+      CHECK(hdr::g_seen.lines == want);
+      if (hdr::g_seen.lines != want) {
+        for (const std::string& l : hdr::g_seen.lines) std::fprintf(stderr, "  seen: %s\n", l.c_str());
+      }
+    }
+    // Registration after init is refused by the header (the host would refuse too).
+    try {
+      hdr::g_saved.register_kernel({"Late", "GPU", std::string("ANY"), {}, 0}, [](devplug::plugin::KernelContext&) {});
+      CHECK(false);
+    } catch (const devplug::plugin::Error& e) {
+      CHECK(e.code() == DPP_FAILED_PRECONDITION);
+      CHECK(contains(e.message(), "register_kernel"));
+    }
+    hdr::g_saved = devplug::plugin::Host();
+    api->shutdown(data);
+  }
+  {
+    FakeHost host;
+    host.options = {{"mode", "throw"}};
+    void* data = nullptr;
+    CHECK_OK(host.init(api, &data));
+    const struct {
+      const char* op;
+      dpp_status_t status;
+      const char* message;
+    } cases[] = {{"ThrowError", DPP_NOT_FOUND, "no such thing"},
+                 {"ThrowStd", DPP_INTERNAL, "std says no"},
+                 {"ThrowAlloc", DPP_RESOURCE_EXHAUSTED, "out of memory (std::bad_alloc)"},
+                 {"ThrowInt", DPP_INTERNAL, "unknown C++ exception"}};
+    for (const auto& c : cases) {
+      const RegisteredKernel* k = host.kernel(c.op);
+      CHECK(k != nullptr);
+      if (k == nullptr) continue;
+      CHECK_STATUS(run_kernel(*k, nullptr, nullptr, {}, {}), c.status);
+      CHECK(take_error() == c.message);
+    }
+    api->shutdown(data);
+  }
+  {
+    hdr::g_seen = {};
+    FakeHost host;
+    host.options = {{"mode", "bindings"}};
+    void* data = nullptr;
+    CHECK_OK(host.init(api, &data));
+    CHECK(host.kernels.empty());
+    const std::vector<std::string> want = {
+        "own platform: INVALID_ARGUMENT: kernel Add for GPU: this plugin registered no platform of type GPU "
+        "(register the platform first)",
+        "named: INVALID_ARGUMENT: kernel Add for GPU: platform NOPE is not a platform of type GPU that this plugin "
+        "registered (register the platform first)",
+        "empty: INVALID_ARGUMENT: kernel Probe for GPU: the kernel function is empty",
+        "null: INVALID_ARGUMENT: register_kernel: the kernel Probe is null",
+    };
+    CHECK(hdr::g_seen.lines == want);
+    if (hdr::g_seen.lines != want) {
+      for (const std::string& l : hdr::g_seen.lines) std::fprintf(stderr, "  seen: %s\n", l.c_str());
+    }
+    api->shutdown(data);
+  }
+  {
+    FakeHost host;
+    host.refuse_kernel = "Probe";
+    void* data = nullptr;
+    CHECK_STATUS(host.init(api, &data), DPP_ALREADY_EXISTS);
+    CHECK(take_error() == "the host refused kernel Probe for GPU on ANY (ALREADY_EXISTS)");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -486,6 +1195,7 @@ int main(int argc, char** argv) {
       CHECK(r.p.destroy_platform != nullptr);
       CHECK(!r.vendor.empty() && r.version == "0.1.0");
       test_device(r);
+      test_kernels(host, r, api, 2000);
       r.p.destroy_platform(r.p.platform_data);
     }
     CHECK(!host.logs.empty() && contains(host.logs[0].second, "SIMDML"));
@@ -573,6 +1283,14 @@ int main(int argc, char** argv) {
     void* data = nullptr;
     CHECK_STATUS(host.init(api, &data), DPP_ABI_MISMATCH);
     CHECK(!take_error().empty());
+  }
+
+  // ---- Kernels: load options, refusals, an ABI 1.0 host; the header's kernel API ------------
+  {
+    std::printf("kernel options\n");
+    test_kernel_options(api);
+    std::printf("plugin.hpp kernels\n");
+    test_header_kernels();
   }
 
   // ---- Only the entry symbol is exported ----------------------------------------------------

@@ -8,7 +8,12 @@
 // - every stream is a worker thread with a queue, so work is asynchronous to the host and a
 //   missing synchronization gives wrong results; events and host callbacks are ordered on it;
 // - every executor function is implemented, the optional ones included (pinned host memory,
-//   unified memory addressable from both sides, memory usage, allocator statistics).
+//   unified memory addressable from both sides, memory usage, allocator statistics);
+// - kernels (plugin ABI 1.1) for its own subset of ops, deliberately not SIM's: Add and Sub
+//   (NumPy broadcasting) and Relu (a composite op: a native kernel runs before the runtime's
+//   decomposition), f32 and f64. No Mul, no MatMul: an op SIMDML lacks follows the fallback
+//   order. Each kernel checks its arguments at once (errors with messages), then enqueues the
+//   arithmetic on the device's stream worker (asynchronous, with the injected latency).
 //
 // Load options (all optional):
 //   platform=NAME       platform name (default SIMDML)
@@ -16,8 +21,10 @@
 //   priority=N          priority among platforms of the type (default 100)
 //   devices=N           number of devices, 0..1024 (default 1)
 //   memory=BYTES        device memory per device, e.g. 4096, 64M, 1GiB (default 32 MiB)
-//   latency_us=N        simulated latency added to every asynchronous copy/memset (default 0)
+//   latency_us=N        simulated latency added to every asynchronous copy/memset/kernel (default 0)
+//   kernels=0           register no kernels (a device-only plugin; default 1)
 //   throw_in_init=1     init throws a std::runtime_error (shows exceptions becoming errors)
+//   throw_in_kernel=1   every kernel throws a std::runtime_error when called (likewise)
 #include <devplug/plugin.hpp>
 
 #include <algorithm>
@@ -70,6 +77,8 @@ struct Config {
   int32_t devices = 1;
   uint64_t memory = uint64_t(32) << 20;
   std::chrono::microseconds latency{0};
+  bool kernels = true;
+  bool throw_in_kernel = false;
 };
 
 // ------------------------------------------------------------------------------------------
@@ -417,6 +426,11 @@ class DmlDevice : public dp::Device {
         config_(config),
         arena_(std::make_shared<Arena>(label_, config.memory)) {}
 
+  /** "SIMDML:0": for messages. */
+  const std::string& label() const { return label_; }
+  /** The device's memory (shared with work queued on its streams). */
+  const std::shared_ptr<Arena>& arena() const { return arena_; }
+
   // -- Description ----------------------------------------------------------------------
   std::string hardware_name() const override { return "SIMDML simulated accelerator"; }
   std::string vendor() const override { return "devplug examples"; }
@@ -560,6 +574,183 @@ class DmlDevice : public dp::Device {
 };
 
 // ------------------------------------------------------------------------------------------
+// Kernels: Add, Sub (broadcasting) and Relu, f32 and f64
+// ------------------------------------------------------------------------------------------
+
+enum class Op { Add, Sub, Relu };
+
+/** How to walk a broadcast: the output's shape and each input's element strides over it. */
+struct Plan {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> x_strides, y_strides;  // 0 along broadcast dimensions
+  uint64_t count = 0;
+  bool flat = false;  // every operand has the output's shape: one flat loop
+};
+
+/** The NumPy broadcast of @p a and @p b into @p out; false when they do not broadcast. */
+bool broadcast_shape(dp::Span<int64_t> a, dp::Span<int64_t> b, std::vector<int64_t>* out) {
+  const size_t rank = std::max(a.size(), b.size());
+  out->assign(rank, 1);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i + a.size() >= rank ? a[i + a.size() - rank] : 1;
+    const int64_t db = i + b.size() >= rank ? b[i + b.size() - rank] : 1;
+    if (da == db || db == 1) {
+      (*out)[i] = da;
+    } else if (da == 1) {
+      (*out)[i] = db;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<int64_t> strides_over(dp::Span<int64_t> s, const std::vector<int64_t>& out) {
+  std::vector<int64_t> st(out.size(), 0);
+  int64_t step = 1;
+  for (size_t k = s.size(); k-- > 0;) {
+    st[k + out.size() - s.size()] = s[k] == 1 ? 0 : step;
+    step *= s[k];
+  }
+  return st;
+}
+
+Plan make_plan(dp::Span<int64_t> x, dp::Span<int64_t> y, const std::vector<int64_t>& out) {
+  Plan p;
+  p.shape = out;
+  p.x_strides = strides_over(x, out);
+  p.y_strides = strides_over(y, out);
+  p.count = 1;
+  for (int64_t d : out) p.count *= static_cast<uint64_t>(d);
+  p.flat = x.equals(out) && y.equals(out);
+  return p;
+}
+
+template <class T>
+T load(const uint8_t* p, uint64_t i) {
+  T v;
+  std::memcpy(&v, p + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+template <class T>
+void store(uint8_t* p, uint64_t i, T v) {
+  std::memcpy(p + i * sizeof(T), &v, sizeof(T));
+}
+
+template <class T>
+T apply(Op op, T a, T b) {
+  switch (op) {
+    case Op::Add: return a + b;
+    case Op::Sub: return a - b;
+    case Op::Relu: break;
+  }
+  // Relu: max(x, 0) with NaN propagated (like the runtime's Maximum, its decomposition).
+  return a < T(0) ? T(0) : a;
+}
+
+/** z = op(x, y) over the plan (y is unused by Relu). The inputs may be the output. */
+template <class T>
+void run(Op op, const Plan& p, const uint8_t* x, const uint8_t* y, uint8_t* z) {
+  if (p.count == 0) return;
+  if (p.flat) {
+    for (uint64_t i = 0; i < p.count; ++i) store<T>(z, i, apply<T>(op, load<T>(x, i), y ? load<T>(y, i) : T(0)));
+    return;
+  }
+  const size_t rank = p.shape.size();
+  std::vector<int64_t> idx(rank, 0);
+  int64_t xi = 0, yi = 0;
+  for (uint64_t i = 0; i < p.count; ++i) {
+    store<T>(z, i, apply<T>(op, load<T>(x, static_cast<uint64_t>(xi)), load<T>(y, static_cast<uint64_t>(yi))));
+    for (size_t d = rank; d-- > 0;) {
+      ++idx[d];
+      xi += p.x_strides[d];
+      yi += p.y_strides[d];
+      if (idx[d] < p.shape[d]) break;
+      xi -= p.x_strides[d] * p.shape[d];
+      yi -= p.y_strides[d] * p.shape[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/** What a kernel's queued work needs: copied out of the kernel context. */
+struct Operand {
+  Addr addr;
+  uint64_t size;
+};
+
+/** Checks @p t's byte size against its dtype and shape, and its memory now. */
+Operand operand(const DmlDevice& dev, const std::string& op, const char* name, const dp::Tensor& t) {
+  if (t.byte_size() != t.expected_byte_size()) {
+    throw Error::invalid_argument(dev.label() + ": " + op + ": " + name + " " + t.describe() + " has " +
+                                  std::to_string(t.byte_size()) + " bytes, not " +
+                                  std::to_string(t.expected_byte_size()));
+  }
+  // The arena's messages start with the device's label.
+  dev.arena()->resolve(t.data(), t.byte_size(), (op + " " + name).c_str());
+  return Operand{t.data(), t.byte_size()};
+}
+
+/** Add, Sub (x, y -> z, broadcasting) and Relu (x -> y). */
+void elementwise_kernel(dp::KernelContext& cx, Op op, bool throw_in_kernel) {
+  if (throw_in_kernel) {
+    throw std::runtime_error("simdml: kernel " + cx.op() + " throws because load option throw_in_kernel=1 was given");
+  }
+  DmlDevice& dev = cx.device<DmlDevice>();
+  std::shared_ptr<Worker> worker = cx.stream<DmlStream>().worker;
+  const std::string what = dev.label() + ": " + cx.op();
+  const bool binary = op != Op::Relu;
+  cx.check_arity(binary ? 2 : 1, 1);
+  const dp::Tensor x = cx.input(0), y = binary ? cx.input(1) : cx.input(0), z = cx.output(0);
+  const dp::DType dtype = x.dtype();
+  if ((dtype != dp::DType::F32 && dtype != dp::DType::F64) || y.dtype() != dtype || z.dtype() != dtype) {
+    throw Error::invalid_argument(what + ": dtypes " + (binary ? x.describe() + ", " + y.describe() : x.describe()) +
+                                  " -> " + z.describe() + ": SIMDML's " + cx.op() +
+                                  " takes f32 or f64 tensors of one dtype");
+  }
+  std::vector<int64_t> shape;
+  if (!broadcast_shape(x.shape(), y.shape(), &shape)) {
+    throw Error::invalid_argument(what + ": shapes " + dp::shape_string(x.shape()) + " and " +
+                                  dp::shape_string(y.shape()) + " cannot be broadcast together");
+  }
+  if (!z.shape().equals(shape)) {
+    throw Error::invalid_argument(what + ": the output has shape " + dp::shape_string(z.shape()) + ", not " +
+                                  dp::shape_string(shape));
+  }
+  const Operand xo = operand(dev, cx.op(), "x", x);
+  const Operand yo = binary ? operand(dev, cx.op(), "y", y) : xo;
+  const Operand zo = operand(dev, cx.op(), binary ? "z" : "y", z);
+  const Plan plan = make_plan(x.shape(), y.shape(), shape);
+  const std::string label = cx.op();
+  worker->enqueue(
+      [a = dev.arena(), op, dtype, plan, xo, yo, zo, binary, label] {
+        // Resolved again: the memory may have been freed since (an error of the stream then).
+        const uint8_t* xp = a->resolve(xo.addr, xo.size, (label + " x").c_str());
+        const uint8_t* yp = binary ? a->resolve(yo.addr, yo.size, (label + " y").c_str()) : nullptr;
+        uint8_t* zp = a->resolve(zo.addr, zo.size, (label + " output").c_str());
+        if (dtype == dp::DType::F32) {
+          run<float>(op, plan, xp, yp ? yp : xp, zp);
+        } else {
+          run<double>(op, plan, xp, yp ? yp : xp, zp);
+        }
+      },
+      true);
+}
+
+void register_kernels(dp::Host& host, const Config& c) {
+  const std::vector<dp::DType> floats{dp::DType::F32, dp::DType::F64};
+  const bool t = c.throw_in_kernel;
+  const std::pair<const char*, Op> ops[] = {{"Add", Op::Add}, {"Sub", Op::Sub}, {"Relu", Op::Relu}};
+  for (const auto& o : ops) {
+    const Op op = o.second;
+    host.register_kernel(dp::KernelSpec{o.first, c.device_type, std::nullopt, floats, 0},
+                         [op, t](dp::KernelContext& cx) { elementwise_kernel(cx, op, t); });
+  }
+  host.info("registered kernels Add, Sub, Relu (f32, f64) for platform " + c.platform);
+}
+
+// ------------------------------------------------------------------------------------------
 // Platform and init
 // ------------------------------------------------------------------------------------------
 
@@ -596,11 +787,14 @@ void simdml_init(dp::Host& host) {
   c.memory = host.option_size("memory", c.memory);
   if (c.memory == 0) throw Error::invalid_argument("load option 'memory' must not be 0");
   c.latency = std::chrono::microseconds(host.option_int<uint32_t>("latency_us", 0));
+  c.kernels = host.option_bool("kernels", c.kernels);
+  c.throw_in_kernel = host.option_bool("throw_in_kernel", c.throw_in_kernel);
 
   dp::Platform& p = host.register_platform(std::make_unique<DmlPlatform>(c));
   host.info("registered platform " + p.name() + " (type " + c.device_type + ", priority " +
             std::to_string(c.priority) + ", " + std::to_string(c.devices) + " device(s) of " +
             std::to_string(c.memory) + " bytes)");
+  if (c.kernels) register_kernels(host, c);
 }
 
 }  // namespace

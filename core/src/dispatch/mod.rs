@@ -198,8 +198,9 @@ fn execute(
             let cpu = rt.cpu_device()?;
             log(rt, op, &cpu, Reason::SoftPlaced, || {
                 format!(
-                    "no kernel or decomposition on {}; running on the CPU",
-                    device.qualified_name()
+                    "no kernel or decomposition on {}; kernel from {} on the CPU",
+                    device.qualified_name(),
+                    k.source
                 )
             });
             run_kernel(

@@ -19,12 +19,12 @@ pub enum AttrType {
 impl fmt::Display for AttrType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            AttrType::Int => "int",
-            AttrType::Float => "float",
-            AttrType::Bool => "bool",
-            AttrType::Ints => "int list",
-            AttrType::DType => "dtype",
-            AttrType::Str => "string",
+            AttrType::Int => "an int",
+            AttrType::Float => "a float",
+            AttrType::Bool => "a bool",
+            AttrType::Ints => "an int list",
+            AttrType::DType => "a dtype",
+            AttrType::Str => "a string",
         })
     }
 }
@@ -101,7 +101,7 @@ impl Attrs {
     pub fn int(&self, name: &str) -> Result<i64> {
         match self.get(name) {
             Some(AttrValue::Int(v)) => Ok(*v),
-            other => Err(wrong(name, "int", other)),
+            other => Err(wrong(name, "an int", other)),
         }
     }
 
@@ -109,28 +109,28 @@ impl Attrs {
         match self.get(name) {
             Some(AttrValue::Float(v)) => Ok(*v),
             Some(AttrValue::Int(v)) => Ok(*v as f64),
-            other => Err(wrong(name, "float", other)),
+            other => Err(wrong(name, "a float", other)),
         }
     }
 
     pub fn bool(&self, name: &str) -> Result<bool> {
         match self.get(name) {
             Some(AttrValue::Bool(v)) => Ok(*v),
-            other => Err(wrong(name, "bool", other)),
+            other => Err(wrong(name, "a bool", other)),
         }
     }
 
     pub fn ints(&self, name: &str) -> Result<&[i64]> {
         match self.get(name) {
             Some(AttrValue::Ints(v)) => Ok(v),
-            other => Err(wrong(name, "int list", other)),
+            other => Err(wrong(name, "an int list", other)),
         }
     }
 
     pub fn dtype(&self, name: &str) -> Result<DType> {
         match self.get(name) {
             Some(AttrValue::DType(v)) => Ok(*v),
-            other => Err(wrong(name, "dtype", other)),
+            other => Err(wrong(name, "a dtype", other)),
         }
     }
 
@@ -153,7 +153,7 @@ impl Attrs {
                 value.ty() == def.ty || (def.ty == AttrType::Float && value.ty() == AttrType::Int);
             if !ok {
                 return Err(Error::invalid_argument(format!(
-                    "{op}: attribute '{name}' must be a {}, not a {}",
+                    "{op}: attribute '{name}' must be {}, not {}",
                     def.ty,
                     value.ty()
                 )));

@@ -289,7 +289,7 @@ pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DTy
             inputs.len()
         )));
     }
-    let mut bound: Vec<(&'static str, DType, &'static str)> = Vec::with_capacity(2);
+    let mut bound: Vec<(&'static str, DType, String)> = Vec::with_capacity(2);
     for (i, spec) in inputs.iter().enumerate() {
         let arg = &def.inputs[i.min(def.inputs.len() - 1)];
         let operand = if arg.list {
@@ -324,7 +324,7 @@ pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DTy
                             )));
                         }
                     }
-                    bound.push((v, spec.dtype, arg.name));
+                    bound.push((v, spec.dtype, operand.clone()));
                 }
             }
             _ => {}

@@ -55,6 +55,19 @@
  * DEVPLUG_PLUGIN("myplugin", "1.0.0", my_init)
  * @endcode
  *
+ * Kernels (ABI 1.1): after registering a platform, init may register kernels for ops. A
+ * kernel receives a KernelContext: the vendor's Device and Stream (typed, checked), the inputs
+ * and outputs as Tensor views, the op's attributes; it checks its arguments and enqueues the
+ * work on the device's stream. Exceptions become statuses as everywhere else.
+ *
+ * @code
+ * host.register_kernel({"Add", "GPU", std::nullopt, {dp::DType::F32}, 0}, [](dp::KernelContext& cx) {
+ *   cx.check_arity(2, 1);
+ *   MyDevice& dev = cx.device<MyDevice>();
+ *   dev.enqueue_add(cx.stream<MyStream>(), cx.input(0), cx.input(1), cx.output(0));  // throws on bad input
+ * });
+ * @endcode
+ *
  * Build the plugin with `-fvisibility=hidden` (CMake's `devplug_add_plugin()` does) and,
  * on ELF platforms, a linker version script that exports only `devplug_plugin_entry`:
  * libstdc++ gives its own templates default visibility, so instantiations such as
@@ -69,6 +82,9 @@
  *   by Platform::destroy_device() (default: deleted).
  * - Streams and events: Device::create_stream() / Device::create_event(), destroyed by
  *   Device::destroy_stream() (default: synchronize, then delete) / Device::destroy_event().
+ * - Kernels: Host::register_kernel() keeps the function (or Kernel) until `shutdown`, or until
+ *   a failed `init` returns (the host rolled it back); a kernel the host refuses is destroyed
+ *   at once.
  * - `shutdown`: frees the state `init` created. By the ABI every platform is gone by then.
  *
  * Thread safety: the host may call every executor function from any thread, concurrently;
@@ -87,8 +103,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <stdexcept>
@@ -96,6 +114,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 /** @brief The devplug C++ API. */
 namespace devplug {
@@ -104,11 +123,14 @@ namespace plugin {
 
 class Device;
 class Platform;
+class Stream;
+class KernelContext;
 
 namespace detail {
 struct PluginState;
 struct PlatformHolder;
 struct DeviceHolder;
+struct KernelHolder;
 struct Trampolines;
 }  // namespace detail
 
@@ -248,17 +270,281 @@ class Error : public std::runtime_error {
 };
 
 // ------------------------------------------------------------------------------------------
+// Kernel types (ABI 1.1)
+// ------------------------------------------------------------------------------------------
+
+/**
+ * @brief Element types (the `DPP_DTYPE_*` values).
+ *
+ * An enum with a fixed underlying type: a dtype a newer host sends that this header does not
+ * name is still a value (dtype_size() is 0 for it), so a kernel can refuse it with a message.
+ */
+enum class DType : int32_t {
+  F32 = DPP_DTYPE_F32,    ///< 32-bit float.
+  F64 = DPP_DTYPE_F64,    ///< 64-bit float.
+  I32 = DPP_DTYPE_I32,    ///< 32-bit signed integer.
+  I64 = DPP_DTYPE_I64,    ///< 64-bit signed integer.
+  U8 = DPP_DTYPE_U8,      ///< 8-bit unsigned integer.
+  Bool = DPP_DTYPE_BOOL,  ///< Boolean, one byte holding 0 or 1.
+};
+
+/** @brief Bytes per element of @p d; 0 for a dtype this header does not know. */
+inline size_t dtype_size(DType d) noexcept {
+  switch (d) {
+    case DType::F32: case DType::I32: return 4;
+    case DType::F64: case DType::I64: return 8;
+    case DType::U8: case DType::Bool: return 1;
+  }
+  return 0;
+}
+
+/** @brief `"f32"`, `"f64"`, `"i32"`, `"i64"`, `"u8"`, `"bool"`; `"unknown"` otherwise. */
+inline const char* dtype_name(DType d) noexcept {
+  switch (d) {
+    case DType::F32: return "f32";
+    case DType::F64: return "f64";
+    case DType::I32: return "i32";
+    case DType::I64: return "i64";
+    case DType::U8: return "u8";
+    case DType::Bool: return "bool";
+  }
+  return "unknown";
+}
+
+/**
+ * @brief A read-only view of @p T values someone else owns (C++17 has no `std::span`).
+ * Valid as long as what it views: for kernel arguments, during the kernel call.
+ */
+template <class T>
+class Span {
+ public:
+  constexpr Span() noexcept = default;
+  /** @brief @p size values at @p data (NULL allowed when @p size is 0). */
+  constexpr Span(const T* data, size_t size) noexcept : data_(data), size_(size) {}
+  constexpr const T* data() const noexcept { return data_; }
+  constexpr size_t size() const noexcept { return size_; }
+  constexpr bool empty() const noexcept { return size_ == 0; }
+  /** @brief Value @p i (i < size(), unchecked). */
+  constexpr const T& operator[](size_t i) const noexcept { return data_[i]; }
+  constexpr const T* begin() const noexcept { return data_; }
+  constexpr const T* end() const noexcept { return data_ + size_; }
+  /** @brief A copy that outlives the view (e.g. for work enqueued on a stream). */
+  std::vector<T> to_vector() const { return std::vector<T>(begin(), end()); }
+  /** @brief Whether both views hold equal values. */
+  template <class Range>
+  bool equals(const Range& other) const {
+    size_t i = 0;
+    for (const auto& v : other) {
+      if (i >= size_ || !(data_[i] == v)) return false;
+      ++i;
+    }
+    return i == size_;
+  }
+
+ private:
+  const T* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/** @brief `"[2, 3]"`: a shape for messages. */
+template <class Range>
+std::string shape_string(const Range& shape) {
+  std::string out = "[";
+  bool first = true;
+  for (const auto& d : shape) {
+    if (!first) out += ", ";
+    out += std::to_string(d);
+    first = false;
+  }
+  return out + "]";
+}
+
+/**
+ * @brief What a kernel is registered for: Host::register_kernel()'s description of it.
+ *
+ * @code
+ * host.register_kernel({"Add", "GPU", std::nullopt, {dp::DType::F32, dp::DType::F64}, 0}, add_fn);
+ * @endcode
+ */
+struct KernelSpec {
+  /** @brief The op's name, e.g. `"Add"` (an op the runtime knows). */
+  std::string op;
+  /** @brief The device type it runs on, e.g. `"GPU"`. */
+  std::string device_type;
+  /**
+   * @brief The platform whose memory it works on: `std::nullopt` = this plugin's one platform
+   *        of device_type (an error when it registered several); a name = one of this
+   *        plugin's platforms; `"ANY"` = every platform of the type, other plugins' included
+   *        (memory-agnostic kernels only: KernelContext::device() and stream() then throw).
+   */
+  std::optional<std::string> platform;
+  /** @brief The dtypes of the op's first type variable it accepts; empty = all. */
+  std::vector<DType> dtypes;
+  /** @brief Among kernels for one op, device type and binding, the highest priority wins. */
+  int32_t priority = 0;
+};
+
+/**
+ * @brief A kernel's view of one input or output (`dpp_tensor_t`): dtype, shape and where its
+ *        elements live in the device's memory (dense, row-major).
+ *
+ * Valid during the kernel call only: work enqueued on a stream copies what it needs
+ * (data(), byte_size(), shape().to_vector()). The host keeps the memory itself alive until
+ * the stream reaches that work.
+ */
+class Tensor {
+ public:
+  /** @brief A view of @p raw (checked by the kernel trampoline: struct size, shape). */
+  explicit Tensor(const dpp_tensor_t& raw) noexcept : raw_(&raw) {}
+  /** @brief The element type. */
+  DType dtype() const noexcept { return static_cast<DType>(raw_->dtype); }
+  /** @brief The number of dimensions. */
+  size_t rank() const noexcept { return static_cast<size_t>(raw_->rank); }
+  /** @brief The dimensions (empty for a scalar); every one is >= 0. */
+  Span<int64_t> shape() const noexcept { return Span<int64_t>(raw_->rank > 0 ? raw_->shape : nullptr, rank()); }
+  /** @brief The address of the first element, in the device's memory. */
+  Addr data() const noexcept { return raw_->data; }
+  /** @brief Bytes of the elements, as the host says. */
+  uint64_t byte_size() const noexcept { return raw_->byte_size; }
+  /** @brief The number of elements (1 for a scalar); UINT64_MAX if it overflows. */
+  uint64_t num_elements() const noexcept {
+    uint64_t n = 1;
+    for (int64_t d : shape()) {
+      const uint64_t u = static_cast<uint64_t>(d);
+      if (u != 0 && n > std::numeric_limits<uint64_t>::max() / u) return std::numeric_limits<uint64_t>::max();
+      n *= u;
+    }
+    return n;
+  }
+  /** @brief num_elements() × dtype_size(dtype()): the bytes the tensor should have (0 for an
+   *         unknown dtype, UINT64_MAX on overflow). */
+  uint64_t expected_byte_size() const noexcept {
+    const uint64_t n = num_elements(), s = dtype_size(dtype());
+    if (s == 0) return 0;
+    return n > std::numeric_limits<uint64_t>::max() / s ? std::numeric_limits<uint64_t>::max() : n * s;
+  }
+  /** @brief `"f32[2, 3]"`, for messages. */
+  std::string describe() const {
+    std::string d = dtype_size(dtype()) != 0 ? dtype_name(dtype()) : "dtype(" + std::to_string(raw_->dtype) + ")";
+    return d + shape_string(shape());
+  }
+  /** @brief The host's struct. */
+  const dpp_tensor_t& raw() const noexcept { return *raw_; }
+
+ private:
+  const dpp_tensor_t* raw_;
+};
+
+/**
+ * @brief The inputs or the outputs of a kernel call: Tensor views of the host's array.
+ *        Elements are `struct_size` bytes apart (the first element's), so a newer host's
+ *        larger `dpp_tensor_t` is read correctly.
+ */
+class TensorList {
+ public:
+  /** @brief An input iterator over the tensors. */
+  class iterator {
+   public:
+    using value_type = Tensor;
+    using reference = Tensor;
+    using difference_type = std::ptrdiff_t;
+    using iterator_category = std::input_iterator_tag;
+    iterator(const TensorList* list, size_t i) noexcept : list_(list), i_(i) {}
+    Tensor operator*() const noexcept { return (*list_)[i_]; }
+    iterator& operator++() noexcept {
+      ++i_;
+      return *this;
+    }
+    bool operator==(const iterator& o) const noexcept { return i_ == o.i_ && list_ == o.list_; }
+    bool operator!=(const iterator& o) const noexcept { return !(*this == o); }
+
+   private:
+    const TensorList* list_;
+    size_t i_;
+  };
+
+  TensorList() noexcept = default;
+  /** @brief How many. */
+  size_t size() const noexcept { return size_; }
+  /** @brief Whether there are none. */
+  bool empty() const noexcept { return size_ == 0; }
+  /** @brief Tensor @p i (i < size(), unchecked; KernelContext::input() checks). */
+  Tensor operator[](size_t i) const noexcept {
+    return Tensor(*reinterpret_cast<const dpp_tensor_t*>(base_ + i * stride_));
+  }
+  iterator begin() const noexcept { return iterator(this, 0); }
+  iterator end() const noexcept { return iterator(this, size_); }
+
+ private:
+  friend struct detail::Trampolines;
+  TensorList(const unsigned char* base, size_t stride, size_t size) noexcept
+      : base_(base), stride_(stride), size_(size) {}
+  const unsigned char* base_ = nullptr;
+  size_t stride_ = 0;
+  size_t size_ = 0;
+};
+
+/**
+ * @brief A kernel as a class, for Host::register_kernel(const KernelSpec&, std::unique_ptr<Kernel>).
+ *        compute() may be called from any thread, concurrently, until the plugin shuts down.
+ */
+class Kernel {
+ public:
+  Kernel() = default;
+  virtual ~Kernel() = default;
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+  /** @brief Runs the op: check the arguments, enqueue the work on context.stream(). Throw to fail. */
+  virtual void compute(KernelContext& context) = 0;
+};
+
+/** @brief A kernel as a function (see Host::register_kernel()). */
+using KernelFn = std::function<void(KernelContext&)>;
+
+// ------------------------------------------------------------------------------------------
 // Internal state shared by the host wrapper and the tables
 // ------------------------------------------------------------------------------------------
 
 namespace detail {
 
+/** @brief A platform this plugin registered (for the binding checks of register_kernel). */
+struct PlatformRecord {
+  std::string name, device_type;
+  const PlatformHolder* holder;  // compared, never dereferenced after registration
+};
+
+/** @brief The host table's field @p offset (of @p size bytes) lies within its struct_size. */
+inline bool host_has(const dpp_host_api_t* api, size_t offset, size_t size) noexcept {
+  return api != nullptr && api->struct_size >= offset + size;
+}
+#define DEVPLUG_PLUGIN_HOST_FN_(api, field) \
+  (::devplug::plugin::detail::host_has((api), offsetof(dpp_host_api_t, field), sizeof((api)->field)) ? (api)->field : nullptr)
+
 /** @brief What one successful `init` created; freed when shutdown and every holder let go. */
 struct PluginState {
-  explicit PluginState(const dpp_host_api_t* host_api) : api(host_api) {}
+  explicit PluginState(const dpp_host_api_t* host_api)
+      : api(host_api),
+        register_kernel(DEVPLUG_PLUGIN_HOST_FN_(host_api, register_kernel)),
+        attr_int(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_int)),
+        attr_float(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_float)),
+        attr_bool(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_bool)),
+        attr_ints(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_ints)),
+        attr_dtype(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_dtype)) {}
   const dpp_host_api_t* api;
   std::atomic<bool> in_init{true};
   std::atomic<int> live_platforms{0};
+  // ABI 1.1 functions; NULL when the host's table is too short to hold them (ABI 1.0).
+  decltype(dpp_host_api_t::register_kernel) register_kernel;
+  decltype(dpp_host_api_t::attr_int) attr_int;
+  decltype(dpp_host_api_t::attr_float) attr_float;
+  decltype(dpp_host_api_t::attr_bool) attr_bool;
+  decltype(dpp_host_api_t::attr_ints) attr_ints;
+  decltype(dpp_host_api_t::attr_dtype) attr_dtype;
+  std::mutex mu;  // guards the two lists below
+  std::vector<PlatformRecord> platforms;
+  /** Kernels the host holds until shutdown. They hold the state (through their Host): the
+   *  list is cleared at shutdown and after a failed init, which breaks the cycle. */
+  std::vector<std::shared_ptr<KernelHolder>> kernels;
 
   void set_error(const char* message) const noexcept {
     if (api != nullptr && api->set_error != nullptr) api->set_error(api->context, message);
@@ -267,6 +553,7 @@ struct PluginState {
     if (api != nullptr && api->log != nullptr) api->log(api->context, level, message);
   }
 };
+#undef DEVPLUG_PLUGIN_HOST_FN_
 
 }  // namespace detail
 
@@ -275,7 +562,8 @@ struct PluginState {
 // ------------------------------------------------------------------------------------------
 
 /**
- * @brief The host, as the plugin sees it: load options, logging and platform registration.
+ * @brief The host, as the plugin sees it: load options, logging, platform and kernel
+ *        registration.
  *
  * A cheap copyable handle over the host's `dpp_host_api_t`. The init function receives one;
  * Platform::host() and Device::host() give one later. Logging works from any thread until
@@ -405,6 +693,42 @@ class Host {
    */
   Platform& register_platform(std::unique_ptr<Platform> platform) const;
 
+  /**
+   * @brief Whether the host takes kernels: its table has `register_kernel` (ABI 1.1 or newer).
+   */
+  bool supports_kernels() const noexcept { return state_ && state_->register_kernel != nullptr; }
+
+  /**
+   * @brief Registers @p kernel for @p spec (ABI 1.1). Only during init, after the platform it
+   *        binds to was registered.
+   *
+   * The kernel is bound to `spec.platform` (see KernelSpec): the host calls it only for
+   * devices of that platform, with a KernelContext whose device<MyDevice>() and
+   * stream<MyStream>() are this plugin's objects. It may be called from any thread,
+   * concurrently, until the plugin shuts down (when it is destroyed). An exception it throws
+   * fails the op (see the file comment for the status).
+   *
+   * @code
+   * host.register_kernel({"Relu", "GPU", std::nullopt, {dp::DType::F32}, 0}, [](dp::KernelContext& cx) {
+   *   auto& dev = cx.device<MyDevice>();
+   *   cx.check_arity(1, 1);
+   *   dev.enqueue_relu(cx.stream<MyStream>(), cx.input(0), cx.output(0));
+   * });
+   * @endcode
+   *
+   * @throws Error `DPP_FAILED_PRECONDITION` outside init; `DPP_UNIMPLEMENTED` when the host is
+   *         older than ABI 1.1 (supports_kernels() is false); `DPP_INVALID_ARGUMENT` for an
+   *         empty function or op, or a binding that names no platform of this plugin of that
+   *         type (or is ambiguous); with the host's status when the host refuses (e.g.
+   *         `DPP_ALREADY_EXISTS` for a kernel with the same op, type, binding, overlapping
+   *         dtypes and priority; the host keeps its own detailed message). A refused kernel is
+   *         destroyed at once.
+   */
+  void register_kernel(const KernelSpec& spec, KernelFn kernel) const;
+
+  /** @brief register_kernel() with a Kernel object (owned by the plugin until shutdown). */
+  void register_kernel(const KernelSpec& spec, std::unique_ptr<Kernel> kernel) const;
+
   // -- Raw access -----------------------------------------------------------------------
 
   /** @brief The host's ABI major version. */
@@ -416,6 +740,7 @@ class Host {
 
  private:
   friend struct detail::Trampolines;
+  friend class KernelContext;
   explicit Host(std::shared_ptr<detail::PluginState> state) : state_(std::move(state)) {}
 
   const dpp_host_api_t* init_api(const char* what) const {
@@ -753,6 +1078,154 @@ class Platform {
 };
 
 // ------------------------------------------------------------------------------------------
+// KernelContext
+// ------------------------------------------------------------------------------------------
+
+/**
+ * @brief What a kernel gets (`dpp_kernel_context_t`): its device and the device's default
+ *        stream, typed; the inputs and outputs; the op's attributes.
+ *
+ * Valid during the kernel call only. The host guarantees: the device belongs to the platform
+ * the kernel is bound to; the stream is that device's default stream, where the kernel
+ * enqueues its work (or does it at once); the outputs are allocated on the device with the
+ * shapes the op's shape function gave; inputs and outputs stay alive until the stream reaches
+ * the work enqueued now.
+ */
+class KernelContext {
+ public:
+  KernelContext(const KernelContext&) = delete;
+  KernelContext& operator=(const KernelContext&) = delete;
+
+  /** @brief The op the kernel was registered for. */
+  const std::string& op() const noexcept;
+  /** @brief The host (e.g. for logging). */
+  const Host& host() const noexcept;
+
+  /**
+   * @brief The device the kernel runs on, as the vendor's Device class @p T.
+   * @throws Error `DPP_FAILED_PRECONDITION` for a kernel bound to `"ANY"` (it may run on
+   *         other plugins' devices); `DPP_INTERNAL` when the device is not a @p T.
+   */
+  template <class T = Device>
+  T& device() const {
+    static_assert(std::is_base_of<Device, T>::value, "KernelContext::device<T>: T must derive from Device");
+    Device& d = device_base();
+    T* t = dynamic_cast<T*>(&d);
+    if (t == nullptr) throw Error::internal("kernel " + op() + ": the device is not of the Device class asked for");
+    return *t;
+  }
+
+  /**
+   * @brief The device's default stream, as the vendor's Stream class @p T: enqueue the work here.
+   * @throws Error as device(); `DPP_INVALID_ARGUMENT` when the handle is not a stream of the device.
+   */
+  template <class T = Stream>
+  T& stream() const {
+    static_assert(std::is_base_of<Stream, T>::value, "KernelContext::stream<T>: T must derive from Stream");
+    Stream& s = stream_base();
+    T* t = dynamic_cast<T*>(&s);
+    if (t == nullptr) throw Error::internal("kernel " + op() + ": the stream is not of the Stream class asked for");
+    return *t;
+  }
+
+  /** @brief The inputs. */
+  const TensorList& inputs() const noexcept { return inputs_; }
+  /** @brief The outputs (allocated by the host). */
+  const TensorList& outputs() const noexcept { return outputs_; }
+  /** @brief Input @p i. @throws Error `DPP_INVALID_ARGUMENT` naming the op when there is none. */
+  Tensor input(size_t i) const { return at(inputs_, i, "input"); }
+  /** @brief Output @p i. @throws Error `DPP_INVALID_ARGUMENT` naming the op when there is none. */
+  Tensor output(size_t i) const { return at(outputs_, i, "output"); }
+  /** @brief Throws `DPP_INVALID_ARGUMENT` unless there are @p inputs inputs and @p outputs outputs. */
+  void check_arity(size_t inputs, size_t outputs) const {
+    if (inputs_.size() == inputs && outputs_.size() == outputs) return;
+    throw Error::invalid_argument("kernel " + op() + ": expects " + std::to_string(inputs) + " input(s) and " +
+                                  std::to_string(outputs) + " output(s), got " + std::to_string(inputs_.size()) +
+                                  " and " + std::to_string(outputs_.size()));
+  }
+
+  /**
+   * @brief An integer attribute of the op.
+   * @throws Error `DPP_NOT_FOUND` when the op has no attribute @p name, `DPP_INVALID_ARGUMENT`
+   *         when it has another type (messages name the op and the attribute).
+   */
+  int64_t attr_int(const std::string& name) const {
+    int64_t v = 0;
+    read_attr(name, "int", [&](const dpp_host_api_t*, const detail::PluginState& st, const char* n) {
+      return st.attr_int ? st.attr_int(raw_->attrs, n, &v) : kNoFunction;
+    });
+    return v;
+  }
+  /** @brief A float attribute (an integer attribute converts). Throws as attr_int(). */
+  double attr_float(const std::string& name) const {
+    double v = 0;
+    read_attr(name, "float", [&](const dpp_host_api_t*, const detail::PluginState& st, const char* n) {
+      return st.attr_float ? st.attr_float(raw_->attrs, n, &v) : kNoFunction;
+    });
+    return v;
+  }
+  /** @brief A bool attribute. Throws as attr_int(). */
+  bool attr_bool(const std::string& name) const {
+    int32_t v = 0;
+    read_attr(name, "bool", [&](const dpp_host_api_t*, const detail::PluginState& st, const char* n) {
+      return st.attr_bool ? st.attr_bool(raw_->attrs, n, &v) : kNoFunction;
+    });
+    return v != 0;
+  }
+  /** @brief An integer-list attribute, a view valid during the kernel call. Throws as attr_int(). */
+  Span<int64_t> attr_ints(const std::string& name) const {
+    const int64_t* data = nullptr;
+    size_t len = 0;
+    read_attr(name, "ints", [&](const dpp_host_api_t*, const detail::PluginState& st, const char* n) {
+      return st.attr_ints ? st.attr_ints(raw_->attrs, n, &data, &len) : kNoFunction;
+    });
+    if (len != 0 && data == nullptr) {
+      throw Error::internal("kernel " + op() + ": the host's attr_ints gave " + std::to_string(len) + " values at NULL");
+    }
+    return Span<int64_t>(len != 0 ? data : nullptr, len);
+  }
+  /** @brief A dtype attribute. Throws as attr_int(). */
+  DType attr_dtype(const std::string& name) const {
+    int32_t v = 0;
+    read_attr(name, "dtype", [&](const dpp_host_api_t*, const detail::PluginState& st, const char* n) {
+      return st.attr_dtype ? st.attr_dtype(raw_->attrs, n, &v) : kNoFunction;
+    });
+    return static_cast<DType>(v);
+  }
+
+  /** @brief The host's struct, for what this class does not wrap. */
+  const dpp_kernel_context_t& raw() const noexcept { return *raw_; }
+
+ private:
+  friend struct detail::Trampolines;
+  static constexpr dpp_status_t kNoFunction = -1;
+
+  KernelContext(const dpp_kernel_context_t* raw, const detail::KernelHolder* kernel, TensorList inputs,
+                TensorList outputs) noexcept
+      : raw_(raw), kernel_(kernel), inputs_(inputs), outputs_(outputs) {}
+
+  Device& device_base() const;
+  Stream& stream_base() const;
+
+  Tensor at(const TensorList& list, size_t i, const char* what) const {
+    if (i >= list.size()) {
+      throw Error::invalid_argument("kernel " + op() + ": no " + what + " " + std::to_string(i) + " (the op got " +
+                                    std::to_string(list.size()) + ")");
+    }
+    return list[i];
+  }
+
+  /** Calls @p call(api, state, name) and turns the host's status into an Error. */
+  template <class F>
+  void read_attr(const std::string& name, const char* kind, F&& call) const;
+
+  const dpp_kernel_context_t* raw_;
+  const detail::KernelHolder* kernel_;
+  TensorList inputs_;
+  TensorList outputs_;
+};
+
+// ------------------------------------------------------------------------------------------
 // The C tables
 // ------------------------------------------------------------------------------------------
 
@@ -795,6 +1268,33 @@ struct Handle {
   const DeviceHolder* owner;
   std::unique_ptr<Stream> stream;
   std::unique_ptr<Event> event;
+};
+
+/** @brief A registered kernel (`kernel_data`): the function, its binding, its description. */
+struct KernelHolder {
+  static constexpr uint32_t kMagic = 0x4B524E4Cu;  // "KRNL"
+  KernelHolder(Host h, const KernelSpec& spec, const PlatformHolder* p, std::string binding, KernelFn f)
+      : host(std::move(h)),
+        op(spec.op),
+        device_type(spec.device_type),
+        spec_platform(spec.platform.value_or("")),
+        platform_name(std::move(binding)),
+        platform(p),
+        fn(std::move(f)) {
+    for (DType d : spec.dtypes) dtypes.push_back(static_cast<int32_t>(d));
+  }
+  KernelHolder(const KernelHolder&) = delete;
+  KernelHolder& operator=(const KernelHolder&) = delete;
+  ~KernelHolder() { magic = 0; }
+  uint32_t magic = kMagic;
+  Host host;
+  std::string op, device_type;
+  std::string spec_platform;  // as given (for dpp_kernel_t.platform)
+  std::string platform_name;  // the platform it is bound to, or "ANY" (for messages)
+  const PlatformHolder* platform;  // nullptr: bound to ANY
+  std::vector<int32_t> dtypes;
+  KernelFn fn;
+  dpp_kernel_t desc{};
 };
 
 /**
@@ -897,9 +1397,9 @@ struct Trampolines {
       return code;
     };
     char message[192];
-    if (host->struct_size < DPP_HOST_API_STRUCT_SIZE) {
+    if (host->struct_size < DPP_HOST_API_STRUCT_SIZE_1_0) {
       std::snprintf(message, sizeof message, "the host's dpp_host_api_t has %zu bytes, fewer than ABI %d.0's %d",
-                    static_cast<size_t>(host->struct_size), DPP_ABI_MAJOR, DPP_HOST_API_STRUCT_SIZE);
+                    static_cast<size_t>(host->struct_size), DPP_ABI_MAJOR, DPP_HOST_API_STRUCT_SIZE_1_0);
       return refuse(DPP_ABI_MISMATCH, message);
     }
     if (host->abi_major != DPP_ABI_MAJOR) {
@@ -922,7 +1422,19 @@ struct Trampolines {
       *out_plugin_data = new std::shared_ptr<PluginState>(state);
     });
     state->in_init.store(false, std::memory_order_release);
+    // The host rolls back what a failed init registered and never calls its kernels.
+    if (status != DPP_OK) drop_kernels(state.get());
     return status;
+  }
+
+  /** Destroys the kernels (they hold the state: this breaks the cycle). */
+  static void drop_kernels(PluginState* state) noexcept {
+    std::vector<std::shared_ptr<KernelHolder>> kernels;
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      kernels.swap(state->kernels);
+    }
+    guard_void(state, "destroying the kernels", [&] { kernels.clear(); });
   }
 
   /** `shutdown`: frees what init created. */
@@ -932,6 +1444,7 @@ struct Trampolines {
     if (*state && (*state)->live_platforms.load() != 0) {
       (*state)->log(DPP_LOG_WARN, "shutdown: the host did not destroy every platform of this plugin first");
     }
+    if (*state) drop_kernels(state->get());
     delete state;
   }
 
@@ -1268,12 +1781,135 @@ struct Trampolines {
     }
     // The host owns it now; destroy_platform deletes it.
     host.state_->live_platforms.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lock(host.state_->mu);
+      host.state_->platforms.push_back(PlatformRecord{p->name, p->device_type, p.get()});
+    }
     p.release();
     return pl;
+  }
+
+  // -- Kernels (ABI 1.1) ----------------------------------------------------------------
+
+  /** The host's tensor array @p ptr of @p n, checked; elements `struct_size` bytes apart. */
+  static TensorList tensor_list(const dpp_tensor_t* ptr, size_t n, const char* what, const std::string& op) {
+    if (n == 0) return TensorList();
+    auto bad = [&](const std::string& why) {
+      return Error::invalid_argument("kernel " + op + ": " + what + ": " + why);
+    };
+    if (ptr == nullptr) throw bad("the array of " + std::to_string(n) + " tensors is NULL");
+    const size_t stride = ptr->struct_size;
+    if (stride < DPP_TENSOR_STRUCT_SIZE || stride % alignof(dpp_tensor_t) != 0) {
+      throw bad("dpp_tensor_t.struct_size is " + std::to_string(stride) + ", not a valid size (ABI 1.1: " +
+                std::to_string(DPP_TENSOR_STRUCT_SIZE) + ")");
+    }
+    if (n > std::numeric_limits<size_t>::max() / stride) throw bad("too many tensors");
+    TensorList list(reinterpret_cast<const unsigned char*>(ptr), stride, n);
+    for (size_t i = 0; i < n; ++i) {
+      const dpp_tensor_t& t = list[i].raw();
+      const std::string which = "tensor " + std::to_string(i) + ": ";
+      if (t.struct_size < DPP_TENSOR_STRUCT_SIZE) {
+        throw bad(which + "dpp_tensor_t.struct_size is " + std::to_string(t.struct_size));
+      }
+      if (t.rank < 0) throw bad(which + "rank " + std::to_string(t.rank) + " is negative");
+      if (t.rank > 0 && t.shape == nullptr) throw bad(which + "rank " + std::to_string(t.rank) + " but the shape is NULL");
+      for (int32_t d = 0; d < t.rank; ++d) {
+        if (t.shape[d] < 0) {
+          throw bad(which + "shape " + shape_string(Span<int64_t>(t.shape, static_cast<size_t>(t.rank))) +
+                    " has a negative dimension");
+        }
+      }
+    }
+    return list;
+  }
+
+  /** `compute` of every kernel registered through Host::register_kernel(). */
+  static dpp_status_t kernel_compute(const dpp_kernel_context_t* ctx) noexcept {
+    if (ctx == nullptr) return DPP_INVALID_ARGUMENT;
+    // Too short to hold kernel_data: no way to reach the host to say why.
+    if (ctx->struct_size < DPP_KERNEL_CONTEXT_STRUCT_SIZE) return DPP_ABI_MISMATCH;
+    const auto* k = static_cast<const KernelHolder*>(ctx->kernel_data);
+    if (k == nullptr || k->magic != KernelHolder::kMagic) return DPP_INVALID_ARGUMENT;
+    return guard(k->host.state_.get(), [&] {
+      TensorList inputs = tensor_list(ctx->inputs, ctx->num_inputs, "inputs", k->op);
+      TensorList outputs = tensor_list(ctx->outputs, ctx->num_outputs, "outputs", k->op);
+      KernelContext cx(ctx, k, inputs, outputs);
+      k->fn(cx);
+    });
+  }
+
+  /** Registers a kernel through @p host (Host::register_kernel's body). */
+  static void register_kernel(const Host& host, const KernelSpec& spec, KernelFn fn) {
+    const dpp_host_api_t* api = host.init_api("register_kernel");
+    PluginState& st = *host.state_;
+    const std::string what = "kernel " + spec.op + " for " + spec.device_type;
+    if (st.register_kernel == nullptr) {
+      throw Error::unimplemented(what + ": the host has plugin ABI " + std::to_string(api->abi_major) + "." +
+                                 std::to_string(api->abi_minor) + " (a " + std::to_string(api->struct_size) +
+                                 "-byte dpp_host_api_t without register_kernel); kernels need ABI 1.1");
+    }
+    if (!fn) throw Error::invalid_argument(what + ": the kernel function is empty");
+    if (spec.op.empty()) throw Error::invalid_argument("register_kernel: the op name is empty");
+    // The binding: the host checks it too, but the kernel needs the platform to check its
+    // devices, and this says precisely what is wrong.
+    const PlatformHolder* bound = nullptr;
+    std::string binding = "ANY";
+    if (!spec.platform || *spec.platform != "ANY") {
+      std::vector<const PlatformRecord*> own;
+      std::lock_guard<std::mutex> lock(st.mu);
+      for (const PlatformRecord& r : st.platforms) {
+        if (r.device_type == spec.device_type) own.push_back(&r);
+      }
+      const PlatformRecord* found = nullptr;
+      if (spec.platform) {
+        for (const PlatformRecord* r : own) {
+          if (r->name == *spec.platform) found = r;
+        }
+        if (found == nullptr) {
+          throw Error::invalid_argument(what + ": platform " + *spec.platform + " is not a platform of type " +
+                                        spec.device_type + " that this plugin registered (register the platform first)");
+        }
+      } else if (own.size() == 1) {
+        found = own[0];
+      } else if (own.empty()) {
+        throw Error::invalid_argument(what + ": this plugin registered no platform of type " + spec.device_type +
+                                      " (register the platform first)");
+      } else {
+        std::string names;
+        for (const PlatformRecord* r : own) names += (names.empty() ? "" : ", ") + r->name;
+        throw Error::invalid_argument(what + ": this plugin registered " + std::to_string(own.size()) +
+                                      " platforms of type " + spec.device_type + " (" + names +
+                                      "); name one in KernelSpec::platform");
+      }
+      bound = found->holder;
+      binding = found->name;
+    }
+    auto k = std::make_shared<KernelHolder>(host, spec, bound, binding, std::move(fn));
+    dpp_kernel_t& desc = k->desc;
+    desc.struct_size = DPP_KERNEL_STRUCT_SIZE;
+    desc.ext = nullptr;
+    desc.op = k->op.c_str();
+    desc.device_type = k->device_type.c_str();
+    desc.platform = spec.platform ? k->spec_platform.c_str() : nullptr;  // NULL: the host resolves it
+    desc.dtypes = k->dtypes.empty() ? nullptr : k->dtypes.data();
+    desc.num_dtypes = k->dtypes.size();
+    desc.priority = spec.priority;
+    desc.kernel_data = k.get();
+    desc.compute = &Trampolines::kernel_compute;
+    const dpp_status_t status = st.register_kernel(api->context, &desc);
+    if (status != DPP_OK) {
+      throw Error(status, "the host refused " + what + " on " + binding + " (" + status_name(status) + ")");
+    }
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.kernels.push_back(std::move(k));
   }
 };
 
 static_assert(sizeof(dpp_plugin_api_t) >= DPP_PLUGIN_API_STRUCT_SIZE, "plugin.h: dpp_plugin_api_t size");
+static_assert(sizeof(dpp_host_api_t) >= DPP_HOST_API_STRUCT_SIZE, "plugin.h: dpp_host_api_t size");
+static_assert(sizeof(dpp_kernel_t) >= DPP_KERNEL_STRUCT_SIZE, "plugin.h: dpp_kernel_t size");
+static_assert(sizeof(dpp_kernel_context_t) >= DPP_KERNEL_CONTEXT_STRUCT_SIZE, "plugin.h: dpp_kernel_context_t size");
+static_assert(sizeof(dpp_tensor_t) >= DPP_TENSOR_STRUCT_SIZE, "plugin.h: dpp_tensor_t size");
 static_assert(sizeof(dpp_platform_t) >= DPP_PLATFORM_STRUCT_SIZE, "plugin.h: dpp_platform_t size");
 static_assert(sizeof(dpp_device_t) >= DPP_DEVICE_STRUCT_SIZE, "plugin.h: dpp_device_t size");
 static_assert(sizeof(dpp_stream_executor_t) >= DPP_STREAM_EXECUTOR_STRUCT_SIZE,
@@ -1296,6 +1932,57 @@ constexpr dpp_plugin_api_t make_plugin_api(const char* name, const char* version
 
 inline Platform& Host::register_platform(std::unique_ptr<Platform> platform) const {
   return detail::Trampolines::register_platform(*this, std::move(platform));
+}
+
+inline void Host::register_kernel(const KernelSpec& spec, KernelFn kernel) const {
+  detail::Trampolines::register_kernel(*this, spec, std::move(kernel));
+}
+
+inline void Host::register_kernel(const KernelSpec& spec, std::unique_ptr<Kernel> kernel) const {
+  if (!kernel) throw Error::invalid_argument("register_kernel: the kernel " + spec.op + " is null");
+  std::shared_ptr<Kernel> k(std::move(kernel));
+  register_kernel(spec, KernelFn([k](KernelContext& cx) { k->compute(cx); }));
+}
+
+inline const std::string& KernelContext::op() const noexcept { return kernel_->op; }
+
+inline const Host& KernelContext::host() const noexcept { return kernel_->host; }
+
+inline Device& KernelContext::device_base() const {
+  if (kernel_->platform == nullptr) {
+    throw Error::failed_precondition("kernel " + op() +
+                                     " is bound to ANY: it may run on other plugins' devices, so it has no Device or "
+                                     "Stream of this plugin");
+  }
+  auto* d = static_cast<detail::DeviceHolder*>(raw_->device);
+  if (d == nullptr) throw Error::invalid_argument("kernel " + op() + ": the context's device is NULL");
+  if (d->platform != kernel_->platform) {
+    throw Error::internal("kernel " + op() + ": the context's device is not a device of platform " +
+                          kernel_->platform_name);
+  }
+  return *d->device;
+}
+
+inline Stream& KernelContext::stream_base() const {
+  device_base();  // the binding and device checks
+  auto* d = static_cast<detail::DeviceHolder*>(raw_->device);
+  return detail::Trampolines::stream_of(d, raw_->stream, "the kernel context's stream", true);
+}
+
+template <class F>
+void KernelContext::read_attr(const std::string& name, const char* kind, F&& call) const {
+  const detail::PluginState& st = *kernel_->host.state_;
+  const dpp_status_t status = call(st.api, st, name.c_str());
+  switch (status) {
+    case DPP_OK: return;
+    case kNoFunction:
+      throw Error::unimplemented("kernel " + op() + ": the host has no attr_" + kind + " function");
+    case DPP_NOT_FOUND: throw Error::not_found("kernel " + op() + ": the op has no attribute '" + name + "'");
+    case DPP_INVALID_ARGUMENT:
+      throw Error::invalid_argument("kernel " + op() + ": attribute '" + name + "' is not of type " + kind);
+    default:
+      throw Error(status, "kernel " + op() + ": reading attribute '" + name + "' failed (" + status_name(status) + ")");
+  }
 }
 
 }  // namespace plugin

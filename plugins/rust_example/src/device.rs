@@ -33,12 +33,18 @@ impl RsimDevice {
         })
     }
 
-    fn err(&self, e: Error) -> Error {
+    /// `e` with the device's name in front of its message.
+    pub(crate) fn err(&self, e: Error) -> Error {
         e.context(&self.name)
     }
 
+    /// The device's memory (for stream work).
+    pub(crate) fn memory(&self) -> Arc<Mutex<Memory>> {
+        Arc::clone(&self.memory)
+    }
+
     /// Checks `[addr, addr + size)` now, so that a bad address fails the call itself.
-    fn check(&self, addr: DeviceAddr, size: u64) -> Result<()> {
+    pub(crate) fn check(&self, addr: DeviceAddr, size: u64) -> Result<()> {
         self.memory
             .lock()
             .range(addr, size)
@@ -46,7 +52,8 @@ impl RsimDevice {
             .map_err(|e| self.err(e))
     }
 
-    fn enqueue(
+    /// Enqueues `job` on `stream` (its argument: whether the stream is in error).
+    pub(crate) fn enqueue(
         &self,
         stream: &Stream,
         job: impl FnOnce(bool) -> Result<()> + Send + 'static,

@@ -6,6 +6,9 @@
 //! stream runs its work in order on its own worker thread, so a missing synchronization
 //! shows. Events and host callbacks are stream-ordered.
 //!
+//! Kernels (plugin ABI 1.1): `Add` for f32 and i64, with NumPy broadcasting, bound to RSIM's
+//! own platform; it checks its arguments at once and runs on the device's stream worker.
+//!
 //! Load options:
 //!
 //! | option | default | meaning |
@@ -15,9 +18,11 @@
 //! | `priority` | `0` | priority among platforms of the type |
 //! | `devices` | `1` | number of devices |
 //! | `memory` | `16M` | bytes of memory per device (`K`, `M`, `G` suffixes: KiB, MiB, GiB) |
+//! | `kernels` | `1` | `0`: register no kernels (a device-only plugin) |
 //! | `panic_in_init` | `0` | `1`: panic inside init (the host sees an error, not an abort) |
 
 mod device;
+pub mod kernels;
 mod memory;
 mod stream;
 
@@ -132,6 +137,7 @@ fn init(host: &Host) -> Result<()> {
             "rust_example: load option `devices` must be 0 to 1024, not {devices}"
         )));
     }
+    let kernels: u8 = host.option_or("kernels", 1)?;
     let platform = RsimPlatform {
         name: host.option("platform").unwrap_or_else(|| "RSIM".to_owned()),
         device_type: host
@@ -149,7 +155,12 @@ fn init(host: &Host) -> Result<()> {
             platform.name, platform.device_type, platform.priority
         ),
     );
-    host.register_platform(platform)
+    let device_type = platform.device_type.clone();
+    host.register_platform(platform)?;
+    if kernels != 0 {
+        kernels::register(host, &device_type)?;
+    }
+    Ok(())
 }
 
 devplug_plugin!(name: "rust_example", version: env!("CARGO_PKG_VERSION"), init: init);

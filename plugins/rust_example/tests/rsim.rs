@@ -285,3 +285,197 @@ fn many_threads_with_their_own_streams() {
     });
     dev.synchronize_all().expect("sync all");
 }
+
+// ---- kernels ----------------------------------------------------------------------------------
+
+use devplug_plugin_sdk::testing::{KernelDesc, KernelTensor, TestAttrs, TestDevice};
+use devplug_plugin_sdk::DType;
+
+fn upload(dev: &TestDevice<'_>, dtype: DType, shape: &[i64], bytes: &[u8]) -> KernelTensor {
+    let t = KernelTensor::new(dtype, shape, DeviceAddr(0));
+    let addr = dev.allocate(t.byte_size.max(1)).expect("allocate");
+    dev.memcpy_htod(addr, bytes).expect("upload");
+    KernelTensor { addr, ..t }
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+fn i64_bytes(v: &[i64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+#[test]
+fn add_is_registered_for_rsim_and_kernels_0_registers_none() {
+    let host = TestHost::new();
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    assert_eq!(
+        plugin.kernels(),
+        vec![KernelDesc {
+            op: "Add".into(),
+            device_type: "NPU".into(),
+            platform: "RSIM".into(),
+            dtypes: vec![DType::F32, DType::I64],
+            priority: 0,
+        }]
+    );
+    drop(plugin);
+    let host = TestHost::new()
+        .with_option("kernels", "0")
+        .with_option("device_type", "GPU");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    assert!(plugin.kernels().is_empty());
+    let host = TestHost::new()
+        .with_option("platform", "RSIM9")
+        .with_option("device_type", "GPU");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let k = plugin.kernels();
+    assert_eq!(
+        (k[0].device_type.as_str(), k[0].platform.as_str()),
+        ("GPU", "RSIM9")
+    );
+}
+
+#[test]
+fn add_broadcasts_on_the_stream_worker() {
+    let host = TestHost::new();
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device("RSIM", 0).expect("device");
+    let s = dev.create_stream().expect("stream");
+
+    // f32 [2, 3] + [3] -> [2, 3]; the stream is held, so the result is not there before.
+    let x = upload(
+        &dev,
+        DType::F32,
+        &[2, 3],
+        &f32_bytes(&[1., 2., 3., 4., 5., 6.]),
+    );
+    let y = upload(&dev, DType::F32, &[3], &f32_bytes(&[10., 20., 30.]));
+    let z = upload(&dev, DType::F32, &[2, 3], &f32_bytes(&[0.; 6]));
+    let (release, gate) = mpsc::channel::<()>();
+    let gate = std::sync::Mutex::new(gate);
+    s.host_callback(move || {
+        let _ = gate.lock().map(|g| g.recv());
+    })
+    .expect("gate");
+    s.run_kernel(
+        "Add",
+        &[x.clone(), y.clone()],
+        std::slice::from_ref(&z),
+        &TestAttrs::new(),
+    )
+    .expect("Add f32");
+    let mut out = vec![0u8; 24];
+    dev.memcpy_dtoh(&mut out, z.addr).expect("read");
+    assert_eq!(out, f32_bytes(&[0.; 6]), "asynchronous: not yet computed");
+    release.send(()).expect("release");
+    s.synchronize().expect("sync");
+    dev.memcpy_dtoh(&mut out, z.addr).expect("read");
+    assert_eq!(out, f32_bytes(&[11., 22., 33., 14., 25., 36.]));
+
+    // i64 [4, 1] + [1, 2] -> [4, 2], with wrapping overflow; a scalar + [2].
+    let a = upload(&dev, DType::I64, &[4, 1], &i64_bytes(&[1, 2, 3, i64::MAX]));
+    let b = upload(&dev, DType::I64, &[1, 2], &i64_bytes(&[100, 1]));
+    let c = upload(&dev, DType::I64, &[4, 2], &i64_bytes(&[0; 8]));
+    s.run_kernel(
+        "Add",
+        &[a.clone(), b.clone()],
+        std::slice::from_ref(&c),
+        &TestAttrs::new(),
+    )
+    .expect("Add i64");
+    let k = upload(&dev, DType::I64, &[], &i64_bytes(&[-5]));
+    let v = upload(&dev, DType::I64, &[2], &i64_bytes(&[100, 1]));
+    let d = upload(&dev, DType::I64, &[2], &i64_bytes(&[0; 2]));
+    s.run_kernel(
+        "Add",
+        &[k.clone(), v.clone()],
+        std::slice::from_ref(&d),
+        &TestAttrs::new(),
+    )
+    .expect("scalar + vector");
+    s.synchronize().expect("sync");
+    let mut out = vec![0u8; 64];
+    dev.memcpy_dtoh(&mut out, c.addr).expect("read");
+    assert_eq!(
+        out,
+        i64_bytes(&[101, 2, 102, 3, 103, 4, i64::MIN + 99, i64::MIN])
+    );
+    let mut out = vec![0u8; 16];
+    dev.memcpy_dtoh(&mut out, d.addr).expect("read");
+    assert_eq!(out, i64_bytes(&[95, -4]));
+    for t in [x, y, z, a, b, c, k, v, d] {
+        dev.deallocate(t.addr, t.byte_size.max(1));
+    }
+}
+
+#[test]
+fn add_checks_its_arguments_with_messages() {
+    let host = TestHost::new();
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device("RSIM", 0).expect("device");
+    let s = dev.create_stream().expect("stream");
+    let x = upload(&dev, DType::F32, &[2, 3], &f32_bytes(&[0.; 6]));
+    let y = upload(&dev, DType::F32, &[2], &f32_bytes(&[0.; 2]));
+    let z = upload(&dev, DType::F32, &[2, 3], &f32_bytes(&[0.; 6]));
+    let run = |inputs: &[KernelTensor], outputs: &[KernelTensor]| {
+        s.run_kernel("Add", inputs, outputs, &TestAttrs::new())
+            .expect_err("refused")
+    };
+    let err = run(&[x.clone(), y.clone()], std::slice::from_ref(&z));
+    assert_eq!(err.code(), Status::InvalidArgument);
+    assert_eq!(
+        err.message(),
+        "RSIM:0: Add: shapes [2, 3] and [2] cannot be broadcast together"
+    );
+    let err = run(&[x.clone(), x.clone()], std::slice::from_ref(&y));
+    assert_eq!(
+        err.message(),
+        "RSIM:0: Add: the output has shape [2], not the broadcast shape [2, 3]"
+    );
+    let err = run(
+        &[
+            x.clone(),
+            KernelTensor {
+                dtype: DType::I64,
+                ..x.clone()
+            },
+        ],
+        std::slice::from_ref(&z),
+    );
+    assert_eq!(
+        err.message(),
+        "RSIM:0: Add: dtypes f32 + i64 -> f32: RSIM adds f32 or i64 tensors of one dtype"
+    );
+    let err = run(std::slice::from_ref(&x), std::slice::from_ref(&z));
+    assert_eq!(
+        err.message(),
+        "kernel Add: expects 2 input(s) and 1 output(s), got 1 and 1"
+    );
+    // Memory that is not (or no longer) the device's fails the call itself.
+    let gone = KernelTensor {
+        addr: DeviceAddr(0xD000_0010_0000),
+        ..z.clone()
+    };
+    let err = run(&[x.clone(), x.clone()], &[gone]);
+    assert!(
+        err.message().contains("is not inside a live allocation"),
+        "{err}"
+    );
+    // No kernel for i32 (not among Add's dtypes): the host would fall back.
+    let i = KernelTensor::new(DType::I32, &[2, 3], x.addr);
+    let err = s
+        .run_kernel(
+            "Add",
+            &[i.clone(), i],
+            std::slice::from_ref(&z),
+            &TestAttrs::new(),
+        )
+        .expect_err("no kernel");
+    assert_eq!(err.code(), Status::NotFound);
+    s.synchronize().expect("nothing was enqueued");
+    for t in [x, y, z] {
+        dev.deallocate(t.addr, t.byte_size);
+    }
+}

@@ -11,7 +11,7 @@
 //! host sees `INTERNAL` and decides what to do with the device. Nothing of the SDK's own
 //! state is left inconsistent by a panic in plugin code.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::fmt;
 use std::mem::{offset_of, size_of};
@@ -21,13 +21,14 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use devplug_plugin_abi as abi;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::device::{AllocatorStats, Device, DeviceAddr, EventStatus, MemoryUsage};
 use crate::error::{Error, Result, Status};
 use crate::host::{Host, LogLevel};
 use crate::platform::Platform;
 
+pub(crate) mod kernel;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
@@ -75,27 +76,63 @@ type GetOptionFn = unsafe extern "C" fn(abi::dpp_host_context_t, *const c_char) 
 type RegisterPlatformFn =
     unsafe extern "C" fn(abi::dpp_host_context_t, *const abi::dpp_platform_t) -> abi::dpp_status_t;
 
+/// A platform this plugin registered (for the binding checks of kernel registration).
+pub(crate) struct OwnPlatform {
+    pub(crate) name: String,
+    pub(crate) device_type: String,
+    /// `TypeId` of the platform's `Device` type.
+    pub(crate) device: TypeId,
+    pub(crate) device_name: &'static str,
+}
+
+/// Something the plugin handed the host that must live until shutdown (a kernel's
+/// `kernel_data`): a pointer and the function that frees it.
+pub(crate) struct Owned {
+    ptr: *mut c_void,
+    free: unsafe fn(*mut c_void),
+}
+
+// SAFETY: the pointee is a boxed `Send + Sync` kernel entry (see `kernel::register`).
+unsafe impl Send for Owned {}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        // SAFETY: `free` is the function that matches how `ptr` was made (a Box of a known
+        // type), called once: `Owned` is neither Clone nor Copy.
+        unsafe { (self.free)(self.ptr) };
+    }
+}
+
 /// What the SDK keeps of the host table: one per successful `init`, shared (`Arc`) by the
-/// plugin data, every platform, device and [`Logger`](crate::Logger) of that init.
+/// plugin data, every platform, device, kernel and [`Logger`](crate::Logger) of that init.
 pub(crate) struct HostShared {
     plugin: &'static str,
     context: abi::dpp_host_context_t,
     abi_version: (u32, u32),
+    /// The host table's `struct_size` (1.0: 64 bytes, without the kernel functions).
+    table_size: usize,
     set_error: Option<SetErrorFn>,
     log: Option<LogFn>,
     get_option: Option<GetOptionFn>,
     register_platform: Option<RegisterPlatformFn>,
+    /// ABI 1.1 functions: `None` when the host's table is too small to hold them.
+    kernel_fns: kernel::HostKernelFns,
+    /// The platforms registered through this host (during init).
+    platforms: Mutex<Vec<OwnPlatform>>,
+    /// Kernel data the host holds until shutdown (freed by `retire`).
+    owned: Mutex<Vec<Owned>>,
     /// False once the host table may be gone (after `shutdown`, or after a failed `init`):
     /// `set_error` and `log` then do nothing. Held for reading during each call into the host.
     alive: RwLock<bool>,
 }
 
-// SAFETY: `context` is the host's opaque pointer; the ABI lets `set_error` and `log` be called
-// from any thread at any time while the table is valid, which `alive` guards. `get_option` and
-// `register_platform` are only reachable through `Host`, which is neither Send nor Sync and
-// lives only during the init call.
+// SAFETY: `context` is the host's opaque pointer; the ABI lets `set_error`, `log` and the
+// `attr_*` readers be called from any thread at any time while the table is valid, which
+// `alive` guards. `get_option`, `register_platform` and `register_kernel` are only reachable
+// through `Host`, which is neither Send nor Sync and lives only during the init call.
 unsafe impl Send for HostShared {}
-// SAFETY: as above; all fields are immutable except `alive`, which is a lock.
+// SAFETY: as above; all fields are immutable except `alive`, `platforms` and `owned`, which
+// are behind locks.
 unsafe impl Sync for HostShared {}
 
 impl HostShared {
@@ -110,15 +147,20 @@ impl HostShared {
         // SAFETY: the caller guarantees `host` is readable at least up to its `struct_size`
         // field, which every version of the table starts with.
         let size = unsafe { ptr::addr_of!((*host).struct_size).read() };
-        if size < abi::DPP_HOST_API_STRUCT_SIZE {
+        if size < abi::DPP_HOST_API_STRUCT_SIZE_1_0 {
             if size >= offset_of!(abi::dpp_host_api_t, set_error) + size_of::<Option<SetErrorFn>>()
             {
                 // SAFETY: `set_error` and `context` lie within `size` bytes.
-                let (set_error, context) = unsafe { ((*host).set_error, (*host).context) };
+                let (set_error, context) = unsafe {
+                    (
+                        ptr::addr_of!((*host).set_error).read(),
+                        ptr::addr_of!((*host).context).read(),
+                    )
+                };
                 if let Some(set_error) = set_error {
                     let msg = c_string_lossy(&format!(
                         "{plugin}: the host's dpp_host_api_t.struct_size is {size}, smaller than ABI 1.0's {}",
-                        abi::DPP_HOST_API_STRUCT_SIZE
+                        abi::DPP_HOST_API_STRUCT_SIZE_1_0
                     ));
                     // SAFETY: a host function with its own context and a NUL-terminated string.
                     unsafe { set_error(context, msg.as_ptr()) };
@@ -126,25 +168,35 @@ impl HostShared {
             }
             return Err(abi::DPP_ABI_MISMATCH);
         }
-        // SAFETY: `struct_size` covers every ABI 1.0 field.
-        let h = unsafe { &*host };
+        // Fields are read one by one: the host's table may be an ABI 1.0 one, shorter than
+        // this crate's `dpp_host_api_t` (no reference to the whole struct is made).
+        macro_rules! field {
+            ($name:ident) => {
+                // SAFETY: every ABI 1.0 field lies within `size` (checked above).
+                unsafe { ptr::addr_of!((*host).$name).read() }
+            };
+        }
         let shared = HostShared {
             plugin,
-            context: h.context,
-            abi_version: (h.abi_major, h.abi_minor),
-            set_error: h.set_error,
-            log: h.log,
-            get_option: h.get_option,
-            register_platform: h.register_platform,
+            context: field!(context),
+            abi_version: (field!(abi_major), field!(abi_minor)),
+            table_size: size,
+            set_error: field!(set_error),
+            log: field!(log),
+            get_option: field!(get_option),
+            register_platform: field!(register_platform),
+            // SAFETY: `host` is valid for `size` bytes.
+            kernel_fns: unsafe { kernel::HostKernelFns::read(host, size) },
+            platforms: Mutex::new(Vec::new()),
+            owned: Mutex::new(Vec::new()),
             alive: RwLock::new(true),
         };
-        if h.abi_major != abi::DPP_ABI_MAJOR {
+        let (major, minor) = shared.abi_version;
+        if major != abi::DPP_ABI_MAJOR {
             shared.set_error(&format!(
-                "{plugin}: built for plugin ABI {}.{}, the host has {}.{}",
+                "{plugin}: built for plugin ABI {}.{}, the host has {major}.{minor}",
                 abi::DPP_ABI_MAJOR,
                 abi::DPP_ABI_MINOR,
-                h.abi_major,
-                h.abi_minor
             ));
             return Err(abi::DPP_ABI_MISMATCH);
         }
@@ -159,8 +211,24 @@ impl HostShared {
         self.abi_version
     }
 
-    /// Stops all calls into the host (the table may be gone from now on).
+    /// The host table's `struct_size`.
+    pub(crate) fn table_size(&self) -> usize {
+        self.table_size
+    }
+
+    /// Whether the host's table has `register_kernel` (ABI 1.1).
+    pub(crate) fn supports_kernels(&self) -> bool {
+        self.kernel_fns.supports_kernels()
+    }
+
+    /// Frees what the host held until now (kernel data), then stops all calls into the host
+    /// (the table may be gone from now on). Called once the host can no longer call the
+    /// plugin's kernels: at shutdown, or when init failed (the host rolled back).
     fn retire(&self) {
+        let owned = std::mem::take(&mut *self.owned.lock());
+        // A kernel closure's Drop may panic: it must not escape.
+        self.call_void("drop of the kernels", move || drop(owned));
+        self.platforms.lock().clear();
         *self.alive.write() = false;
     }
 
@@ -364,10 +432,13 @@ struct PlatformEntry<P: Platform> {
     platform: P,
 }
 
-/// `device_data` of a device; its address is the stream/event owner check.
+/// `device_data` of a device; its address is the stream/event owner check. `repr(C)` keeps
+/// `magic` and `device_type` at the same offsets for every `D`.
 #[repr(C)]
 struct DeviceState<D: Device> {
     magic: u64,
+    /// `TypeId::of::<D>()`: a kernel checks the device it is given is of its type.
+    device_type: TypeId,
     host: Arc<HostShared>,
     se: abi::dpp_stream_executor_t,
     /// hardware_name, vendor, pci_bus_id: the device struct points into these.
@@ -457,8 +528,9 @@ fn handle_new<T>(value: T, magic: u64, owner: *const c_void) -> *mut c_void {
 /// The device behind `device_data`.
 ///
 /// # Safety
-/// `device` is NULL or the `device_data` of a device this SDK created for a platform whose
-/// device type is `D` (the host passes each table's own devices to it).
+/// `device` is NULL or the `device_data` of a device this SDK created (the host passes each
+/// table's own devices to it, and a kernel bound to a platform of this plugin that platform's
+/// devices). Its `Device` type is checked.
 unsafe fn device_state<'a, D: Device>(device: *mut c_void) -> Option<&'a DeviceState<D>> {
     if device.is_null() {
         return None;
@@ -466,6 +538,11 @@ unsafe fn device_state<'a, D: Device>(device: *mut c_void) -> Option<&'a DeviceS
     let state = device.cast::<DeviceState<D>>();
     // SAFETY: per the caller; `magic` is the first field.
     if unsafe { ptr::addr_of!((*state).magic).read() } != DEVICE_MAGIC {
+        return None;
+    }
+    // SAFETY: a live DeviceState of some device type; `device_type` has the same offset in
+    // every DeviceState (repr(C), after a u64).
+    if unsafe { ptr::addr_of!((*state).device_type).read() } != TypeId::of::<D>() {
         return None;
     }
     // SAFETY: a live DeviceState<D>.
@@ -547,8 +624,9 @@ pub(crate) fn register_platform<P: Platform>(shared: &Arc<HostShared>, platform:
             .map_err(|_| Error::invalid_argument(format!("platform {what} {s:?} contains a NUL")))
     };
     let name_str = platform.name().to_owned();
+    let device_type_str = platform.device_type().to_owned();
     let name = c("name", &name_str)?;
-    let device_type = c("device_type", platform.device_type())?;
+    let device_type = c("device_type", &device_type_str)?;
     let vendor = platform.vendor().map(|v| c("vendor", v)).transpose()?;
     let version = platform.version().map(|v| c("version", v)).transpose()?;
     let priority = platform.priority();
@@ -580,6 +658,12 @@ pub(crate) fn register_platform<P: Platform>(shared: &Arc<HostShared>, platform:
     let status = unsafe { register(shared.context, &desc) };
     if status == abi::DPP_OK {
         // The host owns `entry` now and releases it through `destroy_platform`.
+        shared.platforms.lock().push(OwnPlatform {
+            name: name_str,
+            device_type: device_type_str,
+            device: TypeId::of::<P::Device>(),
+            device_name: std::any::type_name::<P::Device>(),
+        });
         return Ok(());
     }
     // Refused: the host keeps nothing of it.
@@ -663,6 +747,7 @@ unsafe extern "C" fn platform_create_device<P: Platform>(
             let se = executor_table::<P::Device>(&dev);
             let state = Box::into_raw(Box::new(DeviceState {
                 magic: DEVICE_MAGIC,
+                device_type: TypeId::of::<P::Device>(),
                 host: Arc::clone(&entry.host),
                 se,
                 _strings: strings,

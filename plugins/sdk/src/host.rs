@@ -5,8 +5,10 @@ use std::marker::PhantomData;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ffi::{self, HostShared};
+use crate::kernel::{KernelArgs, KernelContext, KernelSpec};
 use crate::platform::Platform;
 
 /// Log levels (`DPP_LOG_*`).
@@ -25,7 +27,7 @@ pub enum LogLevel {
 /// The host during `init`: what the plugin's init function receives.
 ///
 /// It exists only for the duration of the init call (the plugin gets `&Host` and cannot keep
-/// it): load options and `register_platform` are valid during init only. For logging later,
+/// it): load options, `register_platform` and `register_kernel` are valid during init only. For logging later,
 /// keep a [`Logger`] ([`Host::logger`]).
 ///
 /// Neither `Send` nor `Sync`: the host's option and registration functions belong to the init
@@ -108,6 +110,52 @@ impl Host {
     pub fn register_platform<P: Platform>(&self, platform: P) -> Result<()> {
         ffi::register_platform(&self.shared, platform)
     }
+
+    /// Whether the host can take kernels (plugin ABI 1.1 or newer: its table has
+    /// `register_kernel`).
+    pub fn supports_kernels(&self) -> bool {
+        self.shared.supports_kernels()
+    }
+
+    /// Registers `compute` as the kernel for `spec.op` on devices of type `spec.device_type`
+    /// of one of this plugin's platforms (ABI 1.1); see [`crate::kernel`].
+    ///
+    /// The platform is `spec.platform`, or, when `None`, the one platform of that device type
+    /// this plugin registered (register it first). Its devices must be `D`:
+    /// `compute` receives a [`KernelContext`] with the device, its default stream (where the
+    /// work goes), the inputs and outputs and the op's attributes. It may be called from any
+    /// thread, concurrently, until the plugin shuts down; it is dropped then.
+    ///
+    /// Errors, before asking the host: `InvalidArgument` when the platform is not one of
+    /// this plugin's of that type, its devices are not `D`, or `spec.platform` is `"ANY"`
+    /// (use [`Host::register_any_kernel`]); `Unimplemented` when the host is older than
+    /// ABI 1.1 ([`Host::supports_kernels`]). When the host refuses (e.g. `AlreadyExists` for
+    /// a kernel with the same op, type, binding, overlapping dtypes and priority; it keeps its
+    /// own account of why), the error carries its code and `compute` is dropped at once.
+    ///
+    /// ```text
+    /// host.register_kernel(KernelSpec::new("Add", "NPU").dtypes(&[DType::F32]),
+    ///     |cx: &KernelContext<'_, MyDevice>| my_add(cx))?;
+    /// ```
+    pub fn register_kernel<D, F>(&self, spec: KernelSpec<'_>, compute: F) -> Result<()>
+    where
+        D: Device,
+        F: Fn(&KernelContext<'_, D>) -> Result<()> + Send + Sync + 'static,
+    {
+        crate::ffi::kernel::register_kernel::<D, F>(&self.shared, &spec, compute)
+    }
+
+    /// Registers a memory-agnostic kernel, bound to `ANY`: it runs on devices of type
+    /// `spec.device_type` of every platform, other plugins' included, so it sees no device
+    /// and no stream, only the [`KernelArgs`] (it does its work at once, on memory it can
+    /// reach some other way: e.g. a host-visible platform's). `spec.platform` must be `None`
+    /// or `"ANY"`. Otherwise as [`Host::register_kernel`].
+    pub fn register_any_kernel<F>(&self, spec: KernelSpec<'_>, compute: F) -> Result<()>
+    where
+        F: Fn(&KernelArgs<'_>) -> Result<()> + Send + Sync + 'static,
+    {
+        crate::ffi::kernel::register_any_kernel::<F>(&self.shared, &spec, compute)
+    }
 }
 
 impl fmt::Debug for Host {
@@ -129,6 +177,10 @@ pub struct Logger {
 }
 
 impl Logger {
+    pub(crate) fn new(shared: Arc<HostShared>) -> Logger {
+        Logger { shared }
+    }
+
     /// Writes `message` at `level`.
     pub fn log(&self, level: LogLevel, message: impl fmt::Display) {
         self.shared.log(level, &message.to_string());

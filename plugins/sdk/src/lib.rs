@@ -19,6 +19,12 @@
 //! devplug_plugin!(name: "my_plugin", version: env!("CARGO_PKG_VERSION"), init: init);
 //! ```
 //!
+//! Kernels (plugin ABI 1.1): after registering a platform, init may register kernels for ops
+//! with [`Host::register_kernel`]: a closure that receives a [`KernelContext`] with the
+//! platform's typed device, its default stream, the inputs and outputs ([`Tensor`] views) and
+//! typed attribute readers. An `Err` or a panic in a kernel reaches the host as a status and
+//! a message. See the [`kernel`] module.
+//!
 //! All `unsafe` code of the SDK lives in one module (`ffi`, private); the rest is safe Rust.
 //! With the `testing` feature, the `testing` module offers an in-process fake host that loads a
 //! plugin's table and drives it, for plugin unit tests without the runtime.
@@ -29,6 +35,7 @@ mod device;
 mod error;
 mod ffi;
 mod host;
+pub mod kernel;
 mod platform;
 
 pub use device::{
@@ -37,6 +44,7 @@ pub use device::{
 };
 pub use error::{Error, Result, Status};
 pub use host::{Host, LogLevel, Logger};
+pub use kernel::{DType, KernelArgs, KernelContext, KernelSpec, Tensor, Tensors};
 pub use platform::{Platform, PlatformFlags};
 
 /// The raw ABI (`devplug-plugin-abi`), for what the SDK does not wrap.

@@ -8,10 +8,11 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 
-use crate::testing::TestHost;
+use crate::testing::{AttrValue, KernelDesc, KernelTensor, TestAttrs, TestHost};
 use crate::{
-    devplug_plugin, Device, DeviceAddr, DeviceInfo, Error, EventStatus, Host, HostBuf, HostBufMut,
-    HostCallback, Logger, MemoryUsage, Platform, PlatformFlags, Result, Status,
+    devplug_plugin, DType, Device, DeviceAddr, DeviceInfo, Error, EventStatus, Host, HostBuf,
+    HostBufMut, HostCallback, KernelArgs, KernelContext, KernelSpec, Logger, MemoryUsage, Platform,
+    PlatformFlags, Result, Status,
 };
 
 pub(crate) const TEST_PLATFORM: &str = "TESTP";
@@ -24,6 +25,21 @@ struct Probe {
     platform_drops: AtomicUsize,
     device_drops: AtomicUsize,
     logger: Mutex<Option<Logger>>,
+    /// Kernel closures dropped (at shutdown, or at once when the host refused them).
+    kernel_drops: AtomicUsize,
+    /// What the `Attrs` kernel read.
+    attr_reads: Mutex<Vec<String>>,
+    /// Calls of the `Count` kernel (bound to ANY), with its number of inputs.
+    any_calls: Mutex<Vec<usize>>,
+}
+
+/// Captured by every test kernel: counts the drops of the kernel closures.
+struct KernelGuard(Arc<Probe>);
+
+impl Drop for KernelGuard {
+    fn drop(&mut self) {
+        self.0.kernel_drops.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 fn probe(tag: &str) -> Arc<Probe> {
@@ -47,14 +63,25 @@ fn init(host: &Host) -> Result<()> {
             .unwrap_or_else(|| TEST_PLATFORM.to_owned()),
         devices: host.option_or("devices", 2)?,
         callback_mode: host.option("callback_mode").unwrap_or_default(),
-        probe,
+        probe: Arc::clone(&probe),
         logger: host.logger(),
     };
     let twice = host.option("register_twice").is_some();
     let again = twice.then(|| platform.clone_config());
+    let second = host.option("second_platform").map(|name| {
+        let mut p = platform.clone_config();
+        p.name = name;
+        p
+    });
     host.register_platform(platform)?;
     if let Some(again) = again {
         host.register_platform(again)?;
+    }
+    if let Some(second) = second {
+        host.register_platform(second)?;
+    }
+    if let Some(mode) = host.option("kernels") {
+        register_test_kernels(host, &mode, &probe)?;
     }
     if let Some(msg) = host.option("fail_init") {
         return Err(Error::failed_precondition(msg));
@@ -64,6 +91,230 @@ fn init(host: &Host) -> Result<()> {
 }
 
 devplug_plugin!(name: "sdk_test", version: "1.2.3", init: init);
+
+// ---- the test plugin's kernels (load option `kernels=<mode>`) -------------------------------
+
+/// `Add` (f32, same shapes) on TPU: checks its arguments now, adds on the stream.
+fn add_kernel(cx: &KernelContext<'_, TDevice>) -> Result<()> {
+    cx.check_arity(2, 1)?;
+    let (x, y, z) = (cx.input(0)?, cx.input(1)?, cx.output(0)?);
+    for t in [x, y, z] {
+        if t.dtype() != DType::F32 || t.shape() != z.shape() {
+            return Err(Error::invalid_argument(format!(
+                "Add: wants f32 tensors of one shape, got {x:?} + {y:?} -> {z:?}"
+            )));
+        }
+        if t.expected_byte_size() != Some(t.byte_size()) {
+            return Err(Error::invalid_argument(format!(
+                "Add: {t:?} has the wrong size"
+            )));
+        }
+    }
+    let n = z.byte_size();
+    let (xa, ya, za) = (x.addr(), y.addr(), z.addr());
+    let mem = Arc::clone(&cx.device().mem);
+    cx.stream().0.enqueue(Box::new(move || {
+        let mut m = mem.lock();
+        let read = |m: &mut Mem, a: DeviceAddr| -> Result<Vec<f32>> {
+            let (block, off) = m.locate(a, n)?;
+            Ok(block[off..off + n as usize]
+                .chunks_exact(4)
+                .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                .collect())
+        };
+        let (xs, ys) = (read(&mut m, xa)?, read(&mut m, ya)?);
+        let out: Vec<u8> = xs
+            .iter()
+            .zip(&ys)
+            .flat_map(|(a, b)| (a + b).to_ne_bytes())
+            .collect();
+        let (block, off) = m.locate(za, n)?;
+        block[off..off + out.len()].copy_from_slice(&out);
+        Ok(())
+    }));
+    Ok(())
+}
+
+/// `Attrs`: reads attributes and records what it got.
+fn attrs_kernel(cx: &KernelContext<'_, TDevice>, probe: &Probe) -> Result<()> {
+    let mut r = probe.attr_reads.lock();
+    r.push(format!("i={:?}", cx.attr_int("i")));
+    r.push(format!("f={:?}", cx.attr_float("f")));
+    r.push(format!("i as float={:?}", cx.attr_float("i")));
+    r.push(format!("b={:?}", cx.attr_bool("b")));
+    r.push(format!("v={:?}", cx.attr_ints("v")));
+    r.push(format!("d={:?}", cx.attr_dtype("d")));
+    let missing = cx.attr_int("missing").expect_err("no such attribute");
+    r.push(format!(
+        "missing={:?}: {}",
+        missing.code(),
+        missing.message()
+    ));
+    let wrong = cx.attr_bool("i").expect_err("an int");
+    r.push(format!("i as bool={:?}: {}", wrong.code(), wrong.message()));
+    Ok(())
+}
+
+/// Registers the test kernels; `mode` picks extra (failing) registrations.
+fn register_test_kernels(host: &Host, mode: &str, probe: &Arc<Probe>) -> Result<()> {
+    let guard = || KernelGuard(Arc::clone(probe));
+    let g = guard();
+    host.register_kernel(
+        KernelSpec::new("Add", "TPU").dtypes(&[DType::F32]),
+        move |cx: &KernelContext<'_, TDevice>| {
+            let _ = &g;
+            add_kernel(cx)
+        },
+    )?;
+    let g = guard();
+    host.register_kernel(KernelSpec::new("Attrs", "TPU"), move |cx| {
+        attrs_kernel(cx, &g.0)
+    })?;
+    let g = guard();
+    host.register_kernel(
+        KernelSpec::new("Explode", "TPU").platform(TEST_PLATFORM),
+        move |_cx: &KernelContext<'_, TDevice>| -> Result<()> {
+            let _ = &g;
+            panic!("kernel exploded on purpose")
+        },
+    )?;
+    let g = guard();
+    host.register_kernel::<TDevice, _>(KernelSpec::new("Refuse", "TPU"), move |cx| {
+        let _ = &g;
+        Err(Error::unimplemented(format!(
+            "{} refuses on purpose on {}",
+            cx.op(),
+            cx.device().info().hardware_name.unwrap_or_default()
+        )))
+    })?;
+    let g = guard();
+    host.register_any_kernel(
+        KernelSpec::new("Count", "TPU").priority(3),
+        move |args: &KernelArgs<'_>| {
+            g.0.any_calls.lock().push(args.inputs().len());
+            Ok(())
+        },
+    )?;
+    match mode {
+        "conflict" => host.register_kernel(
+            KernelSpec::new("Add", "TPU").dtypes(&[DType::F64, DType::F32]),
+            {
+                let g = guard();
+                move |_cx: &KernelContext<'_, TDevice>| {
+                    let _ = &g;
+                    Ok(())
+                }
+            },
+        ),
+        "higher" => host.register_kernel(
+            KernelSpec::new("Add", "TPU")
+                .dtypes(&[DType::F32])
+                .priority(1),
+            {
+                let g = guard();
+                move |_cx: &KernelContext<'_, TDevice>| {
+                    let _ = &g;
+                    Err(Error::internal("the priority-1 Add ran"))
+                }
+            },
+        ),
+        "wrong_device" => host.register_kernel(
+            KernelSpec::new("Sub", "TPU"),
+            |_cx: &KernelContext<'_, NoDevice>| Ok(()),
+        ),
+        "any_bound" => host.register_kernel(
+            KernelSpec::new("Sub", "TPU").platform("ANY"),
+            |_cx: &KernelContext<'_, TDevice>| Ok(()),
+        ),
+        "any_named" => host.register_any_kernel(
+            KernelSpec::new("Sub", "TPU").platform(TEST_PLATFORM),
+            |_args: &KernelArgs<'_>| Ok(()),
+        ),
+        "foreign" => host.register_kernel(
+            KernelSpec::new("Sub", "TPU").platform("NOPE"),
+            |_cx: &KernelContext<'_, TDevice>| Ok(()),
+        ),
+        "other_type" => host.register_kernel(
+            KernelSpec::new("Sub", "GPU"),
+            |_cx: &KernelContext<'_, TDevice>| Ok(()),
+        ),
+        "ambiguous" => host.register_kernel(
+            KernelSpec::new("Sub", "TPU"),
+            |_cx: &KernelContext<'_, TDevice>| Ok(()),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// A device type no platform of the test plugin has (for the type check of register_kernel).
+struct NoDevice;
+
+fn no() -> Error {
+    Error::unimplemented("NoDevice")
+}
+
+impl Device for NoDevice {
+    type Stream = ();
+    type Event = ();
+    fn allocate(&self, _: u64) -> Result<DeviceAddr> {
+        Err(no())
+    }
+    fn deallocate(&self, _: DeviceAddr, _: u64) {}
+    fn memcpy_htod(&self, _: DeviceAddr, _: &[u8]) -> Result<()> {
+        Err(no())
+    }
+    fn memcpy_dtoh(&self, _: &mut [u8], _: DeviceAddr) -> Result<()> {
+        Err(no())
+    }
+    fn memcpy_dtod(&self, _: DeviceAddr, _: DeviceAddr, _: u64) -> Result<()> {
+        Err(no())
+    }
+    fn memset(&self, _: DeviceAddr, _: u8, _: u64) -> Result<()> {
+        Err(no())
+    }
+    fn create_stream(&self) -> Result<()> {
+        Err(no())
+    }
+    fn synchronize_stream(&self, _: &()) -> Result<()> {
+        Err(no())
+    }
+    fn stream_wait_stream(&self, _: &(), _: &()) -> Result<()> {
+        Err(no())
+    }
+    fn memcpy_htod_async(&self, _: &(), _: DeviceAddr, _: HostBuf) -> Result<()> {
+        Err(no())
+    }
+    fn memcpy_dtoh_async(&self, _: &(), _: HostBufMut, _: DeviceAddr) -> Result<()> {
+        Err(no())
+    }
+    fn memcpy_dtod_async(&self, _: &(), _: DeviceAddr, _: DeviceAddr, _: u64) -> Result<()> {
+        Err(no())
+    }
+    fn memset_async(&self, _: &(), _: DeviceAddr, _: u8, _: u64) -> Result<()> {
+        Err(no())
+    }
+    fn host_callback(&self, _: &(), _: HostCallback) -> Result<()> {
+        Err(no())
+    }
+    fn create_event(&self) -> Result<()> {
+        Err(no())
+    }
+    fn record_event(&self, _: &(), _: &()) -> Result<()> {
+        Err(no())
+    }
+    fn event_status(&self, _: &()) -> Result<EventStatus> {
+        Err(no())
+    }
+    fn stream_wait_event(&self, _: &(), _: &()) -> Result<()> {
+        Err(no())
+    }
+    fn event_synchronize(&self, _: &()) -> Result<()> {
+        Err(no())
+    }
+    fn synchronize_all(&self) -> Result<()> {
+        Err(no())
+    }
+}
 
 struct TPlatform {
     name: String,
@@ -759,4 +1010,288 @@ fn devices_are_usable_from_many_threads() {
             });
         }
     });
+}
+
+// ---- kernels --------------------------------------------------------------------------------
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[test]
+fn kernels_are_registered_with_their_binding_and_constraints() {
+    let host = TestHost::new()
+        .with_option("tag", "kreg")
+        .with_option("kernels", "1");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let k = plugin.kernels();
+    let desc = |op: &str, platform: &str, dtypes: &[DType], priority| KernelDesc {
+        op: op.into(),
+        device_type: "TPU".into(),
+        platform: platform.into(),
+        dtypes: dtypes.to_vec(),
+        priority,
+    };
+    assert_eq!(
+        k,
+        vec![
+            desc("Add", TEST_PLATFORM, &[DType::F32], 0),
+            desc("Attrs", TEST_PLATFORM, &[], 0),
+            desc("Explode", TEST_PLATFORM, &[], 0),
+            desc("Refuse", TEST_PLATFORM, &[], 0),
+            desc("Count", "ANY", &[], 3),
+        ]
+    );
+    let p = probe("kreg");
+    drop(plugin);
+    assert_eq!(
+        p.kernel_drops.load(Ordering::SeqCst),
+        5,
+        "the kernels are dropped at shutdown"
+    );
+}
+
+#[test]
+fn a_kernel_round_trip_runs_on_the_devices_stream() {
+    let host = TestHost::new()
+        .with_option("tag", "kadd")
+        .with_option("kernels", "1");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    let s = dev.create_stream().expect("stream");
+    let (x, y) = ([1.0f32, 2.0, 3.0, 4.5], [10.0f32, 20.0, 30.0, -4.5]);
+    let t = |v: Option<&[f32]>| {
+        let a = dev.allocate(16).expect("allocate");
+        if let Some(v) = v {
+            dev.memcpy_htod(a, &f32_bytes(v)).expect("upload");
+        }
+        KernelTensor::new(DType::F32, &[2, 2], a)
+    };
+    let (tx, ty, tz) = (t(Some(&x)), t(Some(&y)), t(None));
+    s.run_kernel(
+        "Add",
+        &[tx.clone(), ty.clone()],
+        std::slice::from_ref(&tz),
+        &TestAttrs::new(),
+    )
+    .expect("Add");
+    let mut out = vec![0u8; 16];
+    dev.memcpy_dtoh(&mut out, tz.addr).expect("read early");
+    assert_eq!(
+        f32s(&out),
+        [0.0; 4],
+        "enqueued on the stream, not run inside compute"
+    );
+    s.synchronize().expect("sync");
+    dev.memcpy_dtoh(&mut out, tz.addr).expect("read");
+    assert_eq!(f32s(&out), [11.0, 22.0, 33.0, 0.0]);
+
+    // The kernel's own checks are errors with its message.
+    let mut wrong = tz.clone();
+    wrong.shape = vec![4];
+    let err = s
+        .run_kernel(
+            "Add",
+            &[tx.clone(), ty.clone()],
+            &[wrong],
+            &TestAttrs::new(),
+        )
+        .expect_err("shape");
+    assert_eq!(err.code(), Status::InvalidArgument);
+    assert!(
+        err.message()
+            .starts_with("Add: wants f32 tensors of one shape, got f32[2, 2]"),
+        "{err}"
+    );
+    let err = s
+        .run_kernel(
+            "Add",
+            std::slice::from_ref(&tx),
+            std::slice::from_ref(&tz),
+            &TestAttrs::new(),
+        )
+        .expect_err("arity");
+    assert_eq!(
+        err.message(),
+        "kernel Add: expects 2 input(s) and 1 output(s), got 1 and 1"
+    );
+    // f64 is not among the kernel's dtypes: no kernel.
+    let mut f64x = tx.clone();
+    f64x.dtype = DType::F64;
+    let err = s
+        .run_kernel(
+            "Add",
+            &[f64x, ty.clone()],
+            std::slice::from_ref(&tz),
+            &TestAttrs::new(),
+        )
+        .expect_err("no f64 kernel");
+    assert_eq!(err.code(), Status::NotFound);
+    // An error returned by a kernel.
+    let err = s
+        .run_kernel("Refuse", &[], &[], &TestAttrs::new())
+        .expect_err("refuses");
+    assert_eq!(err.code(), Status::Unimplemented);
+    assert_eq!(err.message(), "Refuse refuses on purpose on Test Chip");
+    for t in [tx, ty, tz] {
+        dev.deallocate(t.addr, 16);
+    }
+}
+
+#[test]
+fn the_highest_priority_kernel_wins() {
+    let host = TestHost::new().with_option("kernels", "higher");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    let s = dev.create_stream().expect("stream");
+    let a = KernelTensor::new(DType::F32, &[], DeviceAddr(0x1000));
+    let err = s
+        .run_kernel("Add", &[a.clone(), a.clone()], &[a], &TestAttrs::new())
+        .expect_err("the priority-1 kernel");
+    assert_eq!(err.message(), "the priority-1 Add ran");
+}
+
+#[test]
+fn kernels_read_attributes_with_typed_errors() {
+    let host = TestHost::new()
+        .with_option("tag", "kattrs")
+        .with_option("kernels", "1");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    let s = dev.create_stream().expect("stream");
+    let attrs = TestAttrs::new()
+        .with("i", AttrValue::Int(3))
+        .with("f", AttrValue::Float(2.5))
+        .with("b", AttrValue::Bool(true))
+        .with("v", AttrValue::Ints(vec![1, -2, 3]))
+        .with("d", AttrValue::DType(DType::F64));
+    s.run_kernel("Attrs", &[], &[], &attrs).expect("Attrs");
+    assert_eq!(
+        *probe("kattrs").attr_reads.lock(),
+        vec![
+            "i=Ok(3)",
+            "f=Ok(2.5)",
+            "i as float=Ok(3.0)",
+            "b=Ok(true)",
+            "v=Ok([1, -2, 3])",
+            "d=Ok(f64)",
+            "missing=NotFound: kernel Attrs: the op has no attribute `missing`",
+            "i as bool=InvalidArgument: kernel Attrs: attribute `i` is not of type bool",
+        ]
+    );
+}
+
+#[test]
+fn a_panicking_kernel_is_internal_with_the_message() {
+    let host = TestHost::new()
+        .with_option("tag", "kpanic")
+        .with_option("kernels", "1");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    let s = dev.create_stream().expect("stream");
+    let err = s
+        .run_kernel("Explode", &[], &[], &TestAttrs::new())
+        .expect_err("panicked");
+    assert_eq!(err.code(), Status::Internal);
+    assert_eq!(
+        err.message(),
+        "sdk_test: panic in kernel Explode: kernel exploded on purpose"
+    );
+    // The kernel, the device and the stream are still usable.
+    let err = s
+        .run_kernel("Explode", &[], &[], &TestAttrs::new())
+        .expect_err("panicked again");
+    assert_eq!(err.code(), Status::Internal);
+    s.synchronize().expect("sync");
+}
+
+#[test]
+fn an_any_kernel_sees_only_its_arguments() {
+    let host = TestHost::new()
+        .with_option("tag", "kany")
+        .with_option("kernels", "1");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 1).expect("device");
+    let s = dev.create_stream().expect("stream");
+    let t = KernelTensor::new(DType::U8, &[3], DeviceAddr(0x1000));
+    s.run_kernel("Count", &[t.clone(), t], &[], &TestAttrs::new())
+        .expect("Count");
+    assert_eq!(*probe("kany").any_calls.lock(), vec![2]);
+}
+
+#[test]
+fn refused_kernel_registrations_say_why() {
+    let cases: [(&str, Status, &str); 7] = [
+        (
+            "conflict",
+            Status::AlreadyExists,
+            "kernel Add for TPU on TESTP (priority 0, dtypes [f64, f32]) conflicts with one already \
+             registered (dtypes [f32]) (init then failed: sdk_test: the host refused kernel Add for \
+             TPU on this plugin's platform (ALREADY_EXISTS, status 6))",
+        ),
+        (
+            "wrong_device",
+            Status::InvalidArgument,
+            "kernel Sub for TPU: platform TESTP's devices are devplug_plugin_sdk::tests::TDevice, \
+             but the kernel takes a KernelContext of devplug_plugin_sdk::tests::NoDevice",
+        ),
+        (
+            "any_bound",
+            Status::InvalidArgument,
+            "kernel Sub for TPU: a kernel bound to ANY runs on other plugins' devices; register \
+             it with register_any_kernel",
+        ),
+        (
+            "any_named",
+            Status::InvalidArgument,
+            "kernel Sub for TPU: register_any_kernel binds to ANY, not to platform TESTP; use \
+             register_kernel",
+        ),
+        (
+            "foreign",
+            Status::InvalidArgument,
+            "kernel Sub for TPU: platform NOPE is not a platform of type TPU that this plugin \
+             registered (register the platform first)",
+        ),
+        (
+            "other_type",
+            Status::InvalidArgument,
+            "kernel Sub for GPU: this plugin registered no platform of type GPU (register the \
+             platform first)",
+        ),
+        (
+            "ambiguous",
+            Status::InvalidArgument,
+            "kernel Add for TPU: this plugin registered 2 platforms of type TPU (TESTP, TESTQ); \
+             name one in KernelSpec::platform",
+        ),
+    ];
+    for (mode, code, message) in cases {
+        let tag = format!("krefuse_{mode}");
+        let mut host = TestHost::new()
+            .with_option("tag", &tag)
+            .with_option("kernels", mode);
+        if mode == "ambiguous" {
+            host = host.with_option("second_platform", "TESTQ");
+        }
+        let err = host.load(devplug_plugin_entry).expect_err(mode);
+        assert_eq!(err.code(), code, "{mode}: {err}");
+        assert_eq!(err.message(), message, "{mode}");
+        let p = probe(&tag);
+        // "ambiguous" fails on the first kernel; the others after the five good ones.
+        let registered = if mode == "ambiguous" { 0 } else { 5 };
+        let refused = usize::from(mode == "conflict" || mode == "ambiguous");
+        assert_eq!(
+            p.kernel_drops.load(Ordering::SeqCst),
+            registered + refused,
+            "{mode}: every kernel closure was dropped (the refused one at once, the others when \
+             the failed init was rolled back)"
+        );
+    }
 }

@@ -77,37 +77,44 @@ fn as_bytes_mut<T: Pod>(v: &mut [T]) -> &mut [u8] {
 }
 
 /// `bytes` as a slice of `T`: borrowed when aligned, otherwise copied.
-#[inline]
+#[inline(always)]
 pub(crate) fn typed<T: Pod>(bytes: &[u8]) -> Cow<'_, [T]> {
-    // SAFETY: `T: Pod`, so any aligned, initialized bytes are valid `T`s.
-    let (pre, mid, post) = unsafe { bytes.align_to::<T>() };
-    if pre.is_empty() && post.is_empty() {
-        return Cow::Borrowed(mid);
+    let size = size_of::<T>();
+    if (bytes.as_ptr() as usize) % std::mem::align_of::<T>() == 0 && bytes.len() % size == 0 {
+        // SAFETY: the pointer is aligned for `T` and the bytes hold `len / size` whole `T`s,
+        // initialized; `T: Pod`, so they are valid values.
+        let s =
+            unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / size) };
+        return Cow::Borrowed(s);
     }
+    Cow::Owned(copied(bytes))
+}
+
+#[cold]
+#[inline(never)]
+fn copied<T: Pod>(bytes: &[u8]) -> Vec<T> {
     let n = bytes.len() / size_of::<T>();
     let mut v = vec![T::default(); n];
     as_bytes_mut(&mut v).copy_from_slice(&bytes[..n * size_of::<T>()]);
-    Cow::Owned(v)
+    v
 }
 
 /// Runs `f` on `bytes` as a mutable slice of `T`: in place when aligned, otherwise on a copy
 /// that is written back afterwards.
-#[inline]
+#[inline(always)]
 pub(crate) fn with_mut<T: Pod, R>(bytes: &mut [u8], f: impl FnOnce(&mut [T]) -> R) -> R {
-    let n = bytes.len() / size_of::<T>();
-    let aligned = (bytes.as_ptr() as usize) % std::mem::align_of::<T>() == 0
-        && bytes.len() % size_of::<T>() == 0;
-    if aligned {
-        // SAFETY: `T: Pod`; the pointer is aligned so the middle part is the whole buffer.
-        let (pre, mid, post) = unsafe { bytes.align_to_mut::<T>() };
-        if pre.is_empty() && post.is_empty() {
-            return f(mid);
-        }
+    let size = size_of::<T>();
+    if (bytes.as_ptr() as usize) % std::mem::align_of::<T>() == 0 && bytes.len() % size == 0 {
+        // SAFETY: as in `typed`; the slice is borrowed uniquely, and whatever `f` writes into
+        // it is valid bytes.
+        let s = unsafe {
+            std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<T>(), bytes.len() / size)
+        };
+        return f(s);
     }
-    let nb = n * size_of::<T>();
-    let mut tmp = vec![T::default(); n];
-    as_bytes_mut(&mut tmp).copy_from_slice(&bytes[..nb]);
+    let mut tmp: Vec<T> = copied(bytes);
     let r = f(&mut tmp);
+    let nb = tmp.len() * size;
     bytes[..nb].copy_from_slice(as_bytes(&tmp));
     r
 }
@@ -121,34 +128,65 @@ pub(crate) fn numel(what: &str, shape: &[usize]) -> Result<usize> {
 }
 
 /// Checks that `len` bytes hold a `dtype` tensor of `shape`; returns its element count.
-#[inline]
+#[inline(always)]
 pub(crate) fn check_len(what: &str, len: usize, dtype: DType, shape: &[usize]) -> Result<usize> {
+    if shape.len() <= MAX_RANK {
+        let mut n = 1usize;
+        let mut ok = true;
+        for &d in shape {
+            match n.checked_mul(d) {
+                Some(v) => n = v,
+                None => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok && n.checked_mul(dtype.size()) == Some(len) {
+            return Ok(n);
+        }
+    }
+    Err(len_error(what, len, dtype, shape))
+}
+
+#[cold]
+#[inline(never)]
+fn len_error(what: &str, len: usize, dtype: DType, shape: &[usize]) -> Error {
     if shape.len() > MAX_RANK {
-        return Err(invalid(format!(
+        return invalid(format!(
             "{what}: rank {} exceeds the maximum rank {MAX_RANK}",
             shape.len()
-        )));
+        ));
     }
-    let n = numel(what, shape)?;
-    match n.checked_mul(dtype.size()) {
-        Some(bytes) if bytes == len => Ok(n),
-        Some(bytes) => Err(invalid(format!(
+    match numel(what, shape).map(|n| n.checked_mul(dtype.size())) {
+        Ok(Some(bytes)) => invalid(format!(
             "{what}: a {dtype} tensor of shape {shape:?} holds {bytes} bytes, but {len} were given"
-        ))),
-        None => Err(invalid(format!(
-            "{what}: shape {shape:?} has too many elements"
-        ))),
+        )),
+        Ok(None) => invalid(format!("{what}: shape {shape:?} has too many elements")),
+        Err(e) => e,
     }
 }
 
 /// Checks that `got` is `want`.
-#[inline]
+#[inline(always)]
 pub(crate) fn check_dtype(what: &str, got: DType, want: DType) -> Result<()> {
     if got == want {
         Ok(())
     } else {
-        Err(invalid(format!("{what} is {got} but must be {want}")))
+        Err(dtype_error(what, got, want))
     }
+}
+
+#[cold]
+#[inline(never)]
+fn dtype_error(what: &str, got: DType, want: DType) -> Error {
+    invalid(format!("{what} is {got} but must be {want}"))
+}
+
+/// Shape equality, inlined (slice `==` calls `memcmp`, which costs more for short shapes).
+#[inline(always)]
+pub(crate) fn same_shape(a: &[usize], b: &[usize]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 /// How many pieces to split `n` units of work into: 1 unless there are threads and at least
@@ -236,10 +274,11 @@ pub(crate) trait Float: Signed {
     fn tanh(self) -> Self;
     fn sqrt(self) -> Self;
     fn recip(self) -> Self;
+    fn sigmoid(self) -> Self;
 }
 
 macro_rules! impl_float {
-    ($t:ty) => {
+    ($t:ty, $exp:expr, $ln:expr, $tanh:expr, $sigmoid:expr) => {
         impl Num for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -308,15 +347,19 @@ macro_rules! impl_float {
         impl Float for $t {
             #[inline(always)]
             fn exp(self) -> Self {
-                <$t>::exp(self)
+                $exp(self)
             }
             #[inline(always)]
             fn ln(self) -> Self {
-                <$t>::ln(self)
+                $ln(self)
             }
             #[inline(always)]
             fn tanh(self) -> Self {
-                <$t>::tanh(self)
+                $tanh(self)
+            }
+            #[inline(always)]
+            fn sigmoid(self) -> Self {
+                $sigmoid(self)
             }
             #[inline(always)]
             fn sqrt(self) -> Self {
@@ -329,8 +372,15 @@ macro_rules! impl_float {
         }
     };
 }
-impl_float!(f32);
-impl_float!(f64);
+impl_float!(
+    f32,
+    super::math::exp_f32,
+    super::math::ln_f32,
+    super::math::tanh_f32,
+    super::math::sigmoid_f32
+);
+impl_float!(f64, f64::exp, f64::ln, f64::tanh, |x: f64| 1.0
+    / (1.0 + (-x).exp()));
 
 macro_rules! impl_int {
     ($t:ty, $pow:ident) => {

@@ -10,8 +10,8 @@ use crate::error::Result;
 use crate::tensor::DType;
 
 use super::common::{
-    check_dtype, check_len, invalid, num_dispatch, par_chunks, parts_for, typed, with_mut, Float,
-    Num, Pod, Signed, B8, PAR_CHUNK, PAR_CHUNK_HEAVY,
+    check_dtype, check_len, invalid, num_dispatch, par_chunks, parts_for, same_shape, typed,
+    with_mut, Float, Num, Pod, Signed, B8, PAR_CHUNK, PAR_CHUNK_HEAVY,
 };
 use super::walk::Walk;
 use super::{BinaryOp, CompareOp, CpuContext, UnaryOp, View, ViewMut};
@@ -35,6 +35,7 @@ fn map1<A: Copy, O>(o: &mut [O], a: &[A], f: impl Fn(A) -> O) {
 }
 
 /// `out = f(a, b)` with broadcasting; lengths and dtypes are already checked.
+#[inline(always)]
 fn bcast2<A: Pod, B: Pod, O: Pod>(
     ctx: &CpuContext,
     a: View<'_>,
@@ -44,17 +45,36 @@ fn bcast2<A: Pod, B: Pod, O: Pod>(
     min_chunk: usize,
     f: impl Fn(A, B) -> O + Sync + Copy,
 ) -> Result<()> {
-    let same_a = a.shape == out.shape;
-    let same_b = b.shape == out.shape;
-    let rank = out.shape.len();
-    let parts = parts_for(ctx, n, min_chunk);
-    if same_a && same_b {
+    if same_shape(a.shape, out.shape) && same_shape(b.shape, out.shape) {
+        // The common case, kept small: no broadcasting, usually no threads.
         let (av, bv) = (typed::<A>(a.data), typed::<B>(b.data));
+        let parts = parts_for(ctx, n, min_chunk);
         with_mut::<O, _>(out.data, |o| {
-            par_chunks(o, parts, |s, oc| zip2(oc, &av[s..], &bv[s..], f))
+            if parts == 1 {
+                zip2(o, &av, &bv, f)
+            } else {
+                par_chunks(o, parts, |s, oc| zip2(oc, &av[s..], &bv[s..], f))
+            }
         });
         return Ok(());
     }
+    bcast2_general(ctx, a, b, out, n, min_chunk, f)
+}
+
+#[inline(never)]
+fn bcast2_general<A: Pod, B: Pod, O: Pod>(
+    ctx: &CpuContext,
+    a: View<'_>,
+    b: View<'_>,
+    out: ViewMut<'_>,
+    n: usize,
+    min_chunk: usize,
+    f: impl Fn(A, B) -> O + Sync + Copy,
+) -> Result<()> {
+    let same_a = same_shape(a.shape, out.shape);
+    let same_b = same_shape(b.shape, out.shape);
+    let rank = out.shape.len();
+    let parts = parts_for(ctx, n, min_chunk);
     if same_b && a.shape.len() <= rank && a.data.len() == a.dtype.size() {
         let x = typed::<A>(a.data)[0];
         let bv = typed::<B>(b.data);
@@ -105,7 +125,29 @@ fn bcast2<A: Pod, B: Pod, O: Pod>(
 
 /// Checks the lengths of `a`, `b`, `out` and that all three share `a`'s dtype (`out` may have
 /// `out_dtype` instead); returns out's element count.
+#[inline(always)]
 fn check_binary(a: &View<'_>, b: &View<'_>, out: &ViewMut<'_>, out_dtype: DType) -> Result<usize> {
+    if a.dtype == b.dtype
+        && out.dtype == out_dtype
+        && same_shape(a.shape, out.shape)
+        && same_shape(b.shape, out.shape)
+    {
+        // One shape: one element count to check.
+        let n = check_len("out", out.data.len(), out.dtype, out.shape)?;
+        if n.checked_mul(a.dtype.size()) == Some(a.data.len()) && b.data.len() == a.data.len() {
+            return Ok(n);
+        }
+    }
+    check_binary_full(a, b, out, out_dtype)
+}
+
+#[inline(never)]
+fn check_binary_full(
+    a: &View<'_>,
+    b: &View<'_>,
+    out: &ViewMut<'_>,
+    out_dtype: DType,
+) -> Result<usize> {
     check_len("a", a.data.len(), a.dtype, a.shape)?;
     check_len("b", b.data.len(), b.dtype, b.shape)?;
     let n = check_len("out", out.data.len(), out.dtype, out.shape)?;
@@ -241,9 +283,7 @@ fn unary_float<T: Float>(
         UnaryOp::Tanh => map(ctx, a, out, n, h, T::tanh),
         UnaryOp::Sqrt => map(ctx, a, out, n, c, T::sqrt),
         UnaryOp::Rsqrt => map(ctx, a, out, n, c, |x: T| x.sqrt().recip()),
-        UnaryOp::Sigmoid => map(ctx, a, out, n, h, |x: T| {
-            T::ONE.div(T::ONE.add(x.neg().exp()))
-        }),
+        UnaryOp::Sigmoid => map(ctx, a, out, n, h, T::sigmoid),
     }
 }
 

@@ -129,6 +129,7 @@ fn tiled<T: Pod>(src: &[T], w: &Walk<1>, q: usize, out: &mut [T], parts: usize) 
         let others: Vec<usize> = (0..last).filter(|&d| d != q).collect();
         let mut idx = [0usize; MAX_RANK];
         idx[0] = r0;
+        let mut buf = [T::default(); TILE * TILE];
         let (q_lo, q_hi) = if q == 0 { (r0, r1) } else { (0, nq) };
         loop {
             let mut ib = 0;
@@ -140,16 +141,23 @@ fn tiled<T: Pod>(src: &[T], w: &Walk<1>, q: usize, out: &mut [T], parts: usize) 
             let mut i0 = q_lo;
             while i0 < q_hi {
                 let i1 = (i0 + TILE).min(q_hi);
+                let ni = i1 - i0;
                 let mut j0 = 0;
                 while j0 < nl {
                     let j1 = (j0 + TILE).min(nl);
-                    for i in i0..i1 {
-                        let o = ob + i * os[q] - out_base;
-                        let row = &mut chunk[o + j0..o + j1];
-                        let s = ib + i;
-                        for (k, y) in row.iter_mut().enumerate() {
-                            *y = src[s + (j0 + k) * is[last]];
+                    let nj = j1 - j0;
+                    // Read the tile's input rows whole into `buf`, transposed, then write the
+                    // output rows whole: each cache line is touched once, however the strides
+                    // alias in the cache.
+                    for jj in 0..nj {
+                        let s = ib + i0 + (j0 + jj) * is[last];
+                        for (ii, &v) in src[s..s + ni].iter().enumerate() {
+                            buf[ii * TILE + jj] = v;
                         }
+                    }
+                    for ii in 0..ni {
+                        let o = ob + (i0 + ii) * os[q] - out_base + j0;
+                        chunk[o..o + nj].copy_from_slice(&buf[ii * TILE..ii * TILE + nj]);
                     }
                     j0 = j1;
                 }

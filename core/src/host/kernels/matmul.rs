@@ -440,7 +440,10 @@ mod tests {
     fn large_products_through_gemm() {
         // Above the tiny threshold and the parallel threshold; folded and batched paths.
         let combos = [(false, false), (true, false), (false, true), (true, true)];
-        for (ctx, combos) in [(CpuContext::SINGLE, &combos[..]), (CpuContext { threads: 3 }, &combos[..1])] {
+        for (ctx, combos) in [
+            (CpuContext::SINGLE, &combos[..]),
+            (CpuContext { threads: 3 }, &combos[..1]),
+        ] {
             for &(ta, tb) in combos {
                 check(DType::F32, &[70, 90], &[90, 65], ta, tb, &ctx);
                 check(DType::F64, &[3, 20, 30], &[30, 10], ta, tb, &ctx);

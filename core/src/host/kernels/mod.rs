@@ -49,6 +49,7 @@ mod cast;
 mod common;
 mod elementwise;
 mod layout;
+mod math;
 mod matmul;
 mod reduce;
 mod walk;

@@ -13,11 +13,24 @@
 //! ```
 //!
 //! It checks what the runtime checks (ABI version, struct sizes, required function pointers,
-//! duplicate platform names), keeps `set_error` messages per thread and returns them in the
-//! [`Error`] of a failed call, records log lines, owns the host buffers of stream-ordered
-//! copies until the stream is synchronized, and tears everything down in order on drop
-//! (events and streams, devices, platforms, then `shutdown`). It works with any plugin that
-//! speaks the ABI, not only SDK-built ones.
+//! duplicate platform names, kernel bindings and conflicts), keeps `set_error` messages per
+//! thread and returns them in the [`Error`] of a failed call, records log lines, owns the host
+//! buffers of stream-ordered copies until the stream is synchronized, and tears everything
+//! down in order on drop (events and streams, devices, platforms, then `shutdown`). It works
+//! with any plugin that speaks the ABI, not only SDK-built ones.
+//!
+//! Kernels (ABI 1.1) are listed by [`TestPlugin::kernels`] and run with
+//! [`TestStream::run_kernel`], which picks the kernel as the runtime does (op, device type,
+//! the device's platform or `ANY`, the first input's dtype, the highest priority) and calls
+//! it with that stream as the device's default stream:
+//!
+//! ```text
+//! let s = dev.create_stream()?;
+//! let x = KernelTensor::new(DType::F32, &[2], dev.allocate(8)?);
+//! // … upload x and y, allocate z …
+//! s.run_kernel("Add", &[x, y], &[z.clone()], &TestAttrs::new())?;
+//! s.synchronize()?;
+//! ```
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
@@ -31,7 +44,10 @@ use parking_lot::Mutex;
 use super::{boundary, panic_text};
 use crate::device::{AllocatorStats, DeviceAddr, DeviceInfo, EventStatus, MemoryUsage};
 use crate::error::{Error, Result, Status};
+use crate::kernel::DType;
 use crate::platform::PlatformFlags;
+
+type ComputeFn = unsafe extern "C" fn(*const abi::dpp_kernel_context_t) -> abi::dpp_status_t;
 
 /// The type of a plugin's entry function, as `devplug_plugin!` defines it.
 pub type EntryFn = extern "C" fn() -> *const abi::dpp_plugin_api_t;
@@ -64,12 +80,130 @@ pub struct PlatformDesc {
     pub device_count: i32,
 }
 
+/// A kernel a plugin registered, as the host copied it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelDesc {
+    /// The op.
+    pub op: String,
+    /// The device type.
+    pub device_type: String,
+    /// The platform it is bound to (resolved when the plugin gave NULL), or `ANY`.
+    pub platform: String,
+    /// The dtypes it accepts (empty: all).
+    pub dtypes: Vec<DType>,
+    /// Its priority.
+    pub priority: i32,
+}
+
+impl KernelDesc {
+    /// Whether two kernels would be ambiguous (the runtime refuses the second).
+    fn conflicts_with(&self, other: &KernelDesc) -> bool {
+        self.op == other.op
+            && self.device_type == other.device_type
+            && self.platform == other.platform
+            && self.priority == other.priority
+            && (self.dtypes.is_empty()
+                || other.dtypes.is_empty()
+                || self.dtypes.iter().any(|d| other.dtypes.contains(d)))
+    }
+}
+
+struct RegisteredKernel {
+    desc: KernelDesc,
+    kernel_data: *mut c_void,
+    compute: ComputeFn,
+}
+
+/// An attribute value of [`TestAttrs`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttrValue {
+    /// `attr_int` (and `attr_float`, converted).
+    Int(i64),
+    /// `attr_float`.
+    Float(f64),
+    /// `attr_bool`.
+    Bool(bool),
+    /// `attr_ints`.
+    Ints(Vec<i64>),
+    /// `attr_dtype`.
+    DType(DType),
+}
+
+/// The attributes a kernel run by [`TestStream::run_kernel`] reads with the host's `attr_*`
+/// functions (which follow the runtime: `NOT_FOUND` for a missing name, `INVALID_ARGUMENT`
+/// for another type; an int reads as a float).
+#[derive(Debug, Clone, Default)]
+pub struct TestAttrs {
+    values: Vec<(CString, AttrValue)>,
+}
+
+impl TestAttrs {
+    /// No attributes.
+    pub fn new() -> TestAttrs {
+        TestAttrs::default()
+    }
+
+    /// Adds attribute `name` (without NUL).
+    pub fn with(mut self, name: &str, value: AttrValue) -> TestAttrs {
+        let name = CString::new(name.replace('\0', "")).unwrap_or_default();
+        self.values.push((name, value));
+        self
+    }
+}
+
+/// An input or output of a kernel run by [`TestStream::run_kernel`]: device memory the test
+/// allocated (and keeps alive until the stream is synchronized).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelTensor {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions.
+    pub shape: Vec<i64>,
+    /// First element.
+    pub addr: DeviceAddr,
+    /// Bytes (set by [`KernelTensor::new`] from dtype and shape; change it to test checks).
+    pub byte_size: u64,
+}
+
+impl KernelTensor {
+    /// A dense tensor at `addr`; `byte_size` = elements × dtype size (0 for an unknown dtype).
+    pub fn new(dtype: DType, shape: &[i64], addr: DeviceAddr) -> KernelTensor {
+        let n: u64 = shape.iter().map(|&d| d.max(0) as u64).product();
+        KernelTensor {
+            dtype,
+            shape: shape.to_vec(),
+            addr,
+            byte_size: n * dtype.size().unwrap_or(0) as u64,
+        }
+    }
+
+    fn raw(&self) -> abi::dpp_tensor_t {
+        abi::dpp_tensor_t {
+            struct_size: std::mem::size_of::<abi::dpp_tensor_t>(),
+            ext: ptr::null_mut(),
+            dtype: self.dtype.code(),
+            rank: self.shape.len() as i32,
+            shape: if self.shape.is_empty() {
+                ptr::null()
+            } else {
+                self.shape.as_ptr()
+            },
+            data: self.addr.get(),
+            byte_size: self.byte_size,
+        }
+    }
+}
+
 struct HostState {
     options: Vec<(CString, CString)>,
     errors: Mutex<HashMap<ThreadId, String>>,
     logs: Mutex<Vec<(i32, String)>>,
     /// Some during an init call: the platforms it registered so far.
     registering: Mutex<Option<Vec<RegisteredPlatform>>>,
+    /// Some during an init call: the kernels it registered so far.
+    registering_kernels: Mutex<Option<Vec<RegisteredKernel>>>,
+    /// The kernels of every loaded plugin (for conflict checks).
+    kernels: Mutex<Vec<KernelDesc>>,
     /// The first refused registration of the current init (like the runtime, the host keeps
     /// it apart from the plugin's own `set_error` message and reports both).
     refused: Mutex<Option<Error>>,
@@ -230,6 +364,251 @@ unsafe extern "C" fn th_register_platform(
     })
 }
 
+unsafe extern "C" fn th_register_kernel(
+    context: abi::dpp_host_context_t,
+    kernel: *const abi::dpp_kernel_t,
+) -> abi::dpp_status_t {
+    boundary(abi::DPP_INTERNAL, || {
+        // SAFETY: the context of this host's table.
+        let state = unsafe { host_state(context) };
+        let fail = |code: Status, msg: String| {
+            state
+                .refused
+                .lock()
+                .get_or_insert_with(|| Error::new(code, msg));
+            code.code()
+        };
+        let platforms = state.registering.lock();
+        let mut registering = state.registering_kernels.lock();
+        let (Some(platforms), Some(list)) = (platforms.as_ref(), registering.as_mut()) else {
+            return fail(
+                Status::FailedPrecondition,
+                "register_kernel outside init".into(),
+            );
+        };
+        if kernel.is_null() {
+            return fail(
+                Status::InvalidArgument,
+                "register_kernel: kernel is NULL".into(),
+            );
+        }
+        // SAFETY: non-NULL; `struct_size` first.
+        let size = unsafe { ptr::addr_of!((*kernel).struct_size).read() };
+        if size < abi::DPP_KERNEL_STRUCT_SIZE {
+            return fail(
+                Status::InvalidArgument,
+                format!("dpp_kernel_t.struct_size is {size}"),
+            );
+        }
+        // SAFETY: the plugin's struct of at least the ABI 1.1 size, valid during the call.
+        let k = unsafe { &*kernel };
+        // SAFETY: C strings from the plugin, valid during the call.
+        let (op, device_type, platform) =
+            unsafe { (string(k.op), string(k.device_type), string(k.platform)) };
+        let (Some(op), Some(device_type)) = (op, device_type) else {
+            return fail(
+                Status::InvalidArgument,
+                "dpp_kernel_t.op or .device_type is NULL".into(),
+            );
+        };
+        let Some(compute) = k.compute else {
+            return fail(
+                Status::InvalidArgument,
+                format!("kernel {op}: dpp_kernel_t.compute is NULL"),
+            );
+        };
+        let own: Vec<&str> = platforms
+            .iter()
+            .filter(|p| p.desc.device_type == device_type)
+            .map(|p| p.desc.name.as_str())
+            .collect();
+        let platform = match platform {
+            Some(p) if p == "ANY" || own.contains(&p.as_str()) => p,
+            Some(p) => {
+                return fail(
+                    Status::InvalidArgument,
+                    format!("kernel {op}: platform {p} is neither ANY nor a platform of type {device_type} of this plugin"),
+                )
+            }
+            None if own.len() == 1 => own[0].to_owned(),
+            None => {
+                return fail(
+                    Status::InvalidArgument,
+                    format!("kernel {op}: platform is NULL, but the plugin registered {} platforms of type {device_type}", own.len()),
+                )
+            }
+        };
+        if k.num_dtypes > 0 && k.dtypes.is_null() {
+            return fail(
+                Status::InvalidArgument,
+                format!(
+                    "kernel {op}: dtypes is NULL but num_dtypes is {}",
+                    k.num_dtypes
+                ),
+            );
+        }
+        let mut dtypes = Vec::new();
+        for i in 0..k.num_dtypes.min(64) {
+            // SAFETY: `num_dtypes` values (non-NULL, checked).
+            let d = DType::from_code(unsafe { *k.dtypes.add(i) });
+            if !d.is_known() {
+                return fail(
+                    Status::InvalidArgument,
+                    format!(
+                        "kernel {op}: dtypes[{i}] is {}, not a DPP_DTYPE_* value",
+                        d.code()
+                    ),
+                );
+            }
+            dtypes.push(d);
+        }
+        let desc = KernelDesc {
+            op,
+            device_type,
+            platform,
+            dtypes,
+            priority: k.priority,
+        };
+        let mut all = state.kernels.lock();
+        if let Some(other) = all
+            .iter()
+            .chain(list.iter().map(|r| &r.desc))
+            .find(|o| o.conflicts_with(&desc))
+        {
+            return fail(
+                Status::AlreadyExists,
+                format!(
+                    "kernel {} for {} on {} (priority {}, dtypes {:?}) conflicts with one already registered (dtypes {:?})",
+                    desc.op, desc.device_type, desc.platform, desc.priority, desc.dtypes, other.dtypes
+                ),
+            );
+        }
+        all.push(desc.clone());
+        list.push(RegisteredKernel {
+            desc,
+            kernel_data: k.kernel_data,
+            compute,
+        });
+        abi::DPP_OK
+    })
+}
+
+/// # Safety
+/// `attrs` is NULL or the `TestAttrs` of a kernel context of this host; `name` is NULL or a C
+/// string.
+unsafe fn attr_lookup<'a>(
+    attrs: *const c_void,
+    name: *const c_char,
+) -> std::result::Result<&'a AttrValue, abi::dpp_status_t> {
+    if attrs.is_null() || name.is_null() {
+        return Err(abi::DPP_INVALID_ARGUMENT);
+    }
+    // SAFETY: per the caller.
+    let (attrs, name) = unsafe { (&*attrs.cast::<TestAttrs>(), CStr::from_ptr(name)) };
+    attrs
+        .values
+        .iter()
+        .find(|(n, _)| n.as_c_str() == name)
+        .map(|(_, v)| v)
+        .ok_or(abi::DPP_NOT_FOUND)
+}
+
+/// Writes `value` to the out-pointer `out`.
+///
+/// # Safety
+/// `out` is NULL or writable.
+unsafe fn attr_put<T>(out: *mut T, value: T) -> abi::dpp_status_t {
+    if out.is_null() {
+        return abi::DPP_INVALID_ARGUMENT;
+    }
+    // SAFETY: non-NULL, writable per the caller.
+    unsafe { out.write(value) };
+    abi::DPP_OK
+}
+
+unsafe extern "C" fn th_attr_int(
+    attrs: *const c_void,
+    name: *const c_char,
+    out: *mut i64,
+) -> abi::dpp_status_t {
+    // SAFETY: the ABI's contract for attr functions (the plugin passes the context's attrs).
+    match unsafe { attr_lookup(attrs, name) } {
+        // SAFETY: the plugin's out-pointer.
+        Ok(AttrValue::Int(v)) => unsafe { attr_put(out, *v) },
+        Ok(_) => abi::DPP_INVALID_ARGUMENT,
+        Err(s) => s,
+    }
+}
+
+unsafe extern "C" fn th_attr_float(
+    attrs: *const c_void,
+    name: *const c_char,
+    out: *mut f64,
+) -> abi::dpp_status_t {
+    // SAFETY: as in th_attr_int.
+    match unsafe { attr_lookup(attrs, name) } {
+        // SAFETY: the plugin's out-pointer.
+        Ok(AttrValue::Float(v)) => unsafe { attr_put(out, *v) },
+        // SAFETY: the plugin's out-pointer.
+        Ok(AttrValue::Int(v)) => unsafe { attr_put(out, *v as f64) },
+        Ok(_) => abi::DPP_INVALID_ARGUMENT,
+        Err(s) => s,
+    }
+}
+
+unsafe extern "C" fn th_attr_bool(
+    attrs: *const c_void,
+    name: *const c_char,
+    out: *mut i32,
+) -> abi::dpp_status_t {
+    // SAFETY: as in th_attr_int.
+    match unsafe { attr_lookup(attrs, name) } {
+        // SAFETY: the plugin's out-pointer.
+        Ok(AttrValue::Bool(v)) => unsafe { attr_put(out, i32::from(*v)) },
+        Ok(_) => abi::DPP_INVALID_ARGUMENT,
+        Err(s) => s,
+    }
+}
+
+unsafe extern "C" fn th_attr_ints(
+    attrs: *const c_void,
+    name: *const c_char,
+    out_data: *mut *const i64,
+    out_len: *mut usize,
+) -> abi::dpp_status_t {
+    if out_data.is_null() || out_len.is_null() {
+        return abi::DPP_INVALID_ARGUMENT;
+    }
+    // SAFETY: as in th_attr_int.
+    match unsafe { attr_lookup(attrs, name) } {
+        Ok(AttrValue::Ints(v)) => {
+            // SAFETY: non-NULL out-pointers of the plugin; the values live in the TestAttrs,
+            // which outlives the kernel call.
+            unsafe {
+                out_data.write(v.as_ptr());
+                out_len.write(v.len());
+            }
+            abi::DPP_OK
+        }
+        Ok(_) => abi::DPP_INVALID_ARGUMENT,
+        Err(s) => s,
+    }
+}
+
+unsafe extern "C" fn th_attr_dtype(
+    attrs: *const c_void,
+    name: *const c_char,
+    out: *mut i32,
+) -> abi::dpp_status_t {
+    // SAFETY: as in th_attr_int.
+    match unsafe { attr_lookup(attrs, name) } {
+        // SAFETY: the plugin's out-pointer.
+        Ok(AttrValue::DType(d)) => unsafe { attr_put(out, d.code()) },
+        Ok(_) => abi::DPP_INVALID_ARGUMENT,
+        Err(s) => s,
+    }
+}
+
 impl Default for TestHost {
     fn default() -> TestHost {
         TestHost::new()
@@ -244,6 +623,8 @@ impl TestHost {
             errors: Mutex::new(HashMap::new()),
             logs: Mutex::new(Vec::new()),
             registering: Mutex::new(None),
+            registering_kernels: Mutex::new(None),
+            kernels: Mutex::new(Vec::new()),
             refused: Mutex::new(None),
             names: Mutex::new(Vec::new()),
         });
@@ -257,6 +638,12 @@ impl TestHost {
             log: Some(th_log),
             get_option: Some(th_get_option),
             register_platform: Some(th_register_platform),
+            register_kernel: Some(th_register_kernel),
+            attr_int: Some(th_attr_int),
+            attr_float: Some(th_attr_float),
+            attr_bool: Some(th_attr_bool),
+            attr_ints: Some(th_attr_ints),
+            attr_dtype: Some(th_attr_dtype),
         });
         TestHost { state, api }
     }
@@ -337,18 +724,26 @@ impl TestHost {
             .ok_or_else(|| Error::invalid_argument("dpp_plugin_api_t.init is NULL"))?;
 
         *self.state.registering.lock() = Some(Vec::new());
+        *self.state.registering_kernels.lock() = Some(Vec::new());
         *self.state.refused.lock() = None;
         self.clear_error();
         let mut data: *mut c_void = ptr::null_mut();
         // SAFETY: our host table, valid while `self` lives (the plugin is dropped first).
         let status = unsafe { init(&*self.api, &mut data) };
         let platforms = self.state.registering.lock().take().unwrap_or_default();
+        let kernels = self
+            .state
+            .registering_kernels
+            .lock()
+            .take()
+            .unwrap_or_default();
         let plugin = TestPlugin {
             host: self,
             api,
             data,
             initialized: status == abi::DPP_OK,
             platforms,
+            kernels,
             name: name.unwrap_or_default(),
             version: version.unwrap_or_default(),
         };
@@ -378,6 +773,7 @@ pub struct TestPlugin<'h> {
     data: *mut c_void,
     initialized: bool,
     platforms: Vec<RegisteredPlatform>,
+    kernels: Vec<RegisteredKernel>,
     name: String,
     version: String,
 }
@@ -401,6 +797,11 @@ impl<'h> TestPlugin<'h> {
     /// The platforms it registered.
     pub fn platforms(&self) -> Vec<PlatformDesc> {
         self.platforms.iter().map(|p| p.desc.clone()).collect()
+    }
+
+    /// The kernels it registered, in order.
+    pub fn kernels(&self) -> Vec<KernelDesc> {
+        self.kernels.iter().map(|k| k.desc.clone()).collect()
     }
 
     /// The host.
@@ -445,6 +846,14 @@ impl<'h> TestPlugin<'h> {
 
 impl Drop for TestPlugin<'_> {
     fn drop(&mut self) {
+        {
+            let mut all = self.host.state.kernels.lock();
+            for k in self.kernels.drain(..) {
+                if let Some(i) = all.iter().position(|d| *d == k.desc) {
+                    all.remove(i);
+                }
+            }
+        }
         for p in self.platforms.drain(..).rev() {
             if let Some(destroy) = p.destroy_platform {
                 // SAFETY: the plugin's function with its platform_data, once, after its devices.
@@ -516,6 +925,20 @@ macro_rules! se_call_void {
 impl<'p> TestDevice<'p> {
     fn host(&self) -> &'p TestHost {
         self.plugin.host
+    }
+
+    /// The platform that created this device.
+    fn platform(&self) -> Result<&'p RegisteredPlatform> {
+        self.plugin
+            .platforms
+            .iter()
+            .find(|p| p.platform_data == self.platform_data)
+            .ok_or_else(|| Error::internal("the device's platform is gone"))
+    }
+
+    /// The raw `device_data` (what kernel contexts carry).
+    pub fn device_data(&self) -> *mut c_void {
+        self.raw.device_data
     }
 
     fn validate(&self) -> Result<()> {
@@ -893,6 +1316,82 @@ impl<'d> TestStream<'d> {
         r
     }
 
+    /// Runs the kernel the runtime would pick for `op` on this stream's device, with this
+    /// stream as the device's default stream: the one registered for `op` and the device's
+    /// type, bound to its platform or `ANY`, accepting the first input's dtype (the first
+    /// output's when there are no inputs), with the highest priority (a platform-bound one
+    /// before an `ANY` one). `NotFound` when there is none. The tensors' memory must stay
+    /// alive until the stream is synchronized (the test owns it).
+    pub fn run_kernel(
+        &self,
+        op: &str,
+        inputs: &[KernelTensor],
+        outputs: &[KernelTensor],
+        attrs: &TestAttrs,
+    ) -> Result<()> {
+        let platform = self.device.platform()?;
+        let dtype = inputs.first().or(outputs.first()).map(|t| t.dtype);
+        let kernel = self
+            .device
+            .plugin
+            .kernels
+            .iter()
+            .filter(|k| {
+                let d = &k.desc;
+                d.op == op
+                    && d.device_type == platform.desc.device_type
+                    && (d.platform == platform.desc.name || d.platform == "ANY")
+                    && (d.dtypes.is_empty() || dtype.is_some_and(|t| d.dtypes.contains(&t)))
+            })
+            .max_by_key(|k| (k.desc.priority, k.desc.platform != "ANY"))
+            .ok_or_else(|| {
+                Error::not_found(format!(
+                    "no kernel for {op} ({}) on platform {} (type {})",
+                    dtype.map_or_else(|| "no tensors".to_owned(), |d| d.to_string()),
+                    platform.desc.name,
+                    platform.desc.device_type
+                ))
+            })?;
+        self.compute_with(
+            kernel.compute,
+            kernel.kernel_data,
+            op,
+            inputs,
+            outputs,
+            attrs,
+        )
+    }
+
+    fn compute_with(
+        &self,
+        compute: ComputeFn,
+        kernel_data: *mut c_void,
+        op: &str,
+        inputs: &[KernelTensor],
+        outputs: &[KernelTensor],
+        attrs: &TestAttrs,
+    ) -> Result<()> {
+        let ins: Vec<abi::dpp_tensor_t> = inputs.iter().map(KernelTensor::raw).collect();
+        let outs: Vec<abi::dpp_tensor_t> = outputs.iter().map(KernelTensor::raw).collect();
+        let ctx = abi::dpp_kernel_context_t {
+            struct_size: std::mem::size_of::<abi::dpp_kernel_context_t>(),
+            ext: ptr::null_mut(),
+            device: self.device.raw.device_data,
+            stream: self.handle,
+            num_inputs: ins.len(),
+            inputs: ins.as_ptr(),
+            num_outputs: outs.len(),
+            outputs: outs.as_ptr(),
+            attrs: ptr::from_ref(attrs).cast(),
+            kernel_data,
+        };
+        self.device.host().clear_error();
+        // SAFETY: the plugin's compute with its own kernel_data and a context (arrays, shapes,
+        // attributes) valid for the call.
+        let status = unsafe { compute(&ctx) };
+        self.device.host().check(&format!("kernel {op}"), status)
+    }
+
     /// `stream_wait_stream(self, other)`.
     pub fn wait_stream(&self, other: &TestStream<'_>) -> Result<()> {
         se_call!(self.device, stream_wait_stream, self.handle, other.handle)
@@ -992,6 +1491,7 @@ impl Drop for TestEvent<'_> {
 #[cfg(test)]
 mod abuse_tests {
     use super::*;
+    use crate::kernel::DType;
     use crate::tests::{devplug_plugin_entry as test_entry, TEST_PLATFORM};
 
     #[test]
@@ -1109,5 +1609,144 @@ mod abuse_tests {
             .last_error()
             .unwrap_or_default()
             .contains("struct_size"));
+    }
+
+    /// A raw kernel context over `inputs` (for calling compute functions directly).
+    fn context(
+        device: *mut c_void,
+        stream: *mut c_void,
+        inputs: &[abi::dpp_tensor_t],
+        kernel_data: *mut c_void,
+    ) -> abi::dpp_kernel_context_t {
+        abi::dpp_kernel_context_t {
+            struct_size: abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE,
+            ext: ptr::null_mut(),
+            device,
+            stream,
+            num_inputs: inputs.len(),
+            inputs: inputs.as_ptr(),
+            num_outputs: 0,
+            outputs: ptr::null(),
+            attrs: ptr::null(),
+            kernel_data,
+        }
+    }
+
+    #[test]
+    fn bad_kernel_contexts_are_errors_not_crashes() {
+        let host = TestHost::new().with_option("kernels", "1");
+        let plugin = host.load(test_entry).expect("load");
+        let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+        let other = plugin.create_device(TEST_PLATFORM, 1).expect("device 1");
+        let stream = dev.create_stream().expect("stream");
+        let foreign = other.create_stream().expect("stream of device 1");
+        let add = plugin
+            .kernels
+            .iter()
+            .find(|k| k.desc.op == "Refuse")
+            .expect("Refuse");
+        let (compute, data) = (add.compute, add.kernel_data);
+        let shape = [2i64, -3];
+        let good = KernelTensor::new(DType::F32, &[2], DeviceAddr(0x1000)).raw();
+        let run = |ctx: &abi::dpp_kernel_context_t| {
+            host.clear_error();
+            // SAFETY: the plugin's compute with a context whose pointers are valid for the
+            // call (its contents are what it must detect).
+            let status = unsafe { compute(ctx) };
+            (status, host.last_error().unwrap_or_default())
+        };
+
+        // SAFETY: NULL is what it must detect.
+        assert_eq!(unsafe { compute(ptr::null()) }, abi::DPP_INVALID_ARGUMENT);
+        let mut ctx = context(dev.device_data(), stream.handle(), &[], data);
+        ctx.struct_size = 16;
+        assert_eq!(run(&ctx).0, abi::DPP_ABI_MISMATCH);
+        let ctx = context(dev.device_data(), stream.handle(), &[], ptr::null_mut());
+        assert_eq!(run(&ctx).0, abi::DPP_INVALID_ARGUMENT, "no kernel data");
+
+        let ctx = context(dev.device_data(), stream.handle(), &[], data);
+        let (status, message) = run(&ctx);
+        assert_eq!(
+            status,
+            abi::DPP_UNIMPLEMENTED,
+            "a good context reaches the kernel"
+        );
+        assert_eq!(message, "Refuse refuses on purpose on Test Chip");
+
+        let ctx = context(dev.device_data(), foreign.handle(), &[], data);
+        let (status, message) = run(&ctx);
+        assert_eq!(status, abi::DPP_INVALID_ARGUMENT);
+        assert!(message.contains("belongs to another device"), "{message}");
+
+        let mut ctx = context(dev.device_data(), stream.handle(), &[], data);
+        ctx.num_inputs = 2;
+        ctx.inputs = ptr::null();
+        let (status, message) = run(&ctx);
+        assert_eq!(status, abi::DPP_INVALID_ARGUMENT);
+        assert_eq!(
+            message,
+            "kernel Refuse: inputs: the array of 2 tensors is NULL"
+        );
+
+        let cases: [(abi::dpp_tensor_t, &str); 4] = [
+            (
+                abi::dpp_tensor_t { rank: -1, ..good },
+                "kernel Refuse: inputs: tensor 1: rank -1 is negative",
+            ),
+            (
+                abi::dpp_tensor_t {
+                    rank: 2,
+                    shape: ptr::null(),
+                    ..good
+                },
+                "kernel Refuse: inputs: tensor 1: rank 2 but the shape is NULL",
+            ),
+            (
+                abi::dpp_tensor_t {
+                    rank: 2,
+                    shape: shape.as_ptr(),
+                    ..good
+                },
+                "kernel Refuse: inputs: tensor 1: shape [2, -3] has a negative dimension -3",
+            ),
+            (
+                abi::dpp_tensor_t {
+                    struct_size: 8,
+                    ..good
+                },
+                "kernel Refuse: inputs: tensor 1: dpp_tensor_t.struct_size is 8",
+            ),
+        ];
+        for (bad, expected) in cases {
+            let inputs = [
+                KernelTensor::new(DType::F32, &[2], DeviceAddr(0x1000)).raw(),
+                bad,
+            ];
+            let ctx = context(dev.device_data(), stream.handle(), &inputs, data);
+            let (status, message) = run(&ctx);
+            assert_eq!(status, abi::DPP_INVALID_ARGUMENT, "{expected}");
+            assert_eq!(message, expected);
+        }
+    }
+
+    #[test]
+    fn an_abi_1_0_host_gets_no_kernels_but_loads_the_plugin() {
+        let mut host = TestHost::new().with_option("kernels", "1");
+        host.api.struct_size = abi::DPP_HOST_API_STRUCT_SIZE_1_0;
+        let err = host.load(test_entry).expect_err("no register_kernel");
+        assert_eq!(err.code(), Status::Unimplemented);
+        assert_eq!(
+            err.message(),
+            "sdk_test: cannot register kernel Add for TPU: the host has plugin ABI 1.1 (a 64-byte \
+             dpp_host_api_t without register_kernel); kernels need ABI 1.1"
+        );
+        let mut host = TestHost::new();
+        host.api.struct_size = abi::DPP_HOST_API_STRUCT_SIZE_1_0;
+        let plugin = host
+            .load(test_entry)
+            .expect("a plugin without kernels loads");
+        assert!(plugin.kernels().is_empty());
+        let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+        dev.allocate(8).expect("works");
     }
 }

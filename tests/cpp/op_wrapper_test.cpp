@@ -1,0 +1,440 @@
+// (Named op_wrapper_test, not op_test: tests/c/op_test.c already makes the target op_test.)
+// The eager op API through the C++ wrapper (devplug.hpp): Attrs chaining (lvalue and
+// temporary), Runtime::op / run / run1 / run by name, RunOptions, errors as devplug::Error with
+// their code and message, the placement callback as a std::function (events, replacement and
+// release of the old function, exceptions swallowed), SIM with kernels=0 (soft placement and
+// strict mode), and a small 2-layer MLP forward pass (MatMul + Add(bias) + Relu + MatMul + Add +
+// Softmax, f32) checked against a plain C++ reference, on the CPU and on SIM.
+// Every check is counted; the test fails (exit 1) when any check failed.
+
+#include <devplug/devplug.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+int g_passed = 0;
+int g_failed = 0;
+
+void report(bool ok, const char* file, int line, const std::string& what) {
+  if (ok) {
+    ++g_passed;
+  } else {
+    ++g_failed;
+    std::printf("FAIL %s:%d: %s\n", file, line, what.c_str());
+    std::fflush(stdout);
+  }
+}
+
+#define CHECK(cond) report(static_cast<bool>(cond), __FILE__, __LINE__, #cond)
+#define CHECK_MSG(cond, msg) report(static_cast<bool>(cond), __FILE__, __LINE__, std::string(#cond ": ") + (msg))
+
+void section(const char* name) {
+  std::printf("-- %s\n", name);
+  std::fflush(stdout);
+}
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+// Runs `expr`, which must throw devplug::Error with `want` and a message holding every word.
+#define CHECK_THROWS(expr, want, words)                                                              \
+  do {                                                                                               \
+    bool thrown_ = false;                                                                            \
+    try {                                                                                            \
+      (void)(expr);                                                                                  \
+    } catch (const devplug::Error& e_) {                                                             \
+      thrown_ = true;                                                                                \
+      report(e_.code() == (want), __FILE__, __LINE__,                                                \
+             std::string(#expr " threw ") + e_.what() + ", expected " #want);                      \
+      report(std::string(e_.what()).rfind(devplug::status_name(want), 0) == 0, __FILE__, __LINE__, \
+             std::string("what() does not start with the code name: ") + e_.what());               \
+      for (const std::string& w_ : std::vector<std::string>(words))                                  \
+        report(contains(e_.message(), w_), __FILE__, __LINE__,                                       \
+               std::string(#expr ": the message \"") + e_.message() + "\" does not name " + w_);    \
+    } catch (const std::exception& e_) {                                                             \
+      thrown_ = true;                                                                                \
+      report(false, __FILE__, __LINE__, std::string(#expr " threw a non-devplug exception: ") + e_.what()); \
+    }                                                                                                \
+    if (!thrown_) report(false, __FILE__, __LINE__, #expr " did not throw");                         \
+  } while (0)
+
+// Runs `expr`, which must not throw.
+#define CHECK_NOTHROW(expr)                                                                  \
+  do {                                                                                       \
+    try {                                                                                    \
+      expr;                                                                                  \
+      report(true, __FILE__, __LINE__, #expr);                                               \
+    } catch (const std::exception& e_) {                                                     \
+      report(false, __FILE__, __LINE__, std::string(#expr " threw: ") + e_.what());          \
+    }                                                                                        \
+  } while (0)
+
+template <class T>
+void check_values(const devplug::Tensor& t, const devplug::Shape& shape, const std::vector<T>& want,
+                  double tol, const char* what, const char* file, int line) {
+  if (!t) {
+    report(false, file, line, std::string(what) + ": no tensor");
+    return;
+  }
+  report(t.dtype() == devplug::dtype_of<T>(), file, line, std::string(what) + ": dtype " + devplug::dtype_name(t.dtype()));
+  report(t.shape() == shape, file, line, std::string(what) + ": shape");
+  std::vector<T> got;
+  try {
+    got = t.to_vector<T>();
+  } catch (const devplug::Error& e) {
+    report(false, file, line, std::string(what) + ": to_vector threw " + e.what());
+    return;
+  }
+  if (got.size() != want.size()) {
+    report(false, file, line, std::string(what) + ": " + std::to_string(got.size()) + " elements, expected " +
+                                  std::to_string(want.size()));
+    return;
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double g = static_cast<double>(got[i]), w = static_cast<double>(want[i]);
+    const bool ok = tol == 0 ? g == w : std::fabs(g - w) <= tol * (1 + std::fabs(w));
+    if (!ok) {
+      report(false, file, line, std::string(what) + ": element " + std::to_string(i) + " is " + std::to_string(g) +
+                                    ", expected " + std::to_string(w));
+      return;
+    }
+  }
+  report(true, file, line, what);
+}
+#define CHECK_VALUES(t, shape, want, tol) check_values((t), (shape), (want), (tol), #t, __FILE__, __LINE__)
+
+const std::string kSim = std::string(DEVPLUG_TEST_PLUGIN_DIR) + "/libdevplug_sim.so";
+
+devplug::Runtime make_runtime(uint32_t cpus = 1) {
+  return devplug::Runtime(devplug::RuntimeOptions().cpu_device_count(cpus).discover_plugins(false));
+}
+
+struct Event {
+  std::string op, device, reason, detail;
+};
+
+bool has_event(const std::vector<Event>& log, const std::string& op, const std::string& device,
+               const std::string& reason, const std::string& detail_part = "") {
+  for (const Event& e : log)
+    if (e.op == op && (device.empty() || e.device == device) && e.reason == reason && contains(e.detail, detail_part))
+      return true;
+  return false;
+}
+
+std::string dump(const std::vector<Event>& log) {
+  std::string s;
+  for (const Event& e : log) s += "\n    " + e.op + " on " + e.device + ": " + e.reason + " (" + e.detail + ")";
+  return s;
+}
+
+void test_basics() {
+  section("Attrs chaining, Runtime::op / run / run1 / run by name, RunOptions");
+  devplug::Runtime rt = make_runtime(2);
+  devplug::Device cpu0 = rt.device("CPU:0"), cpu1 = rt.device("CPU:1");
+  const devplug::Op add = rt.op("Add");
+  CHECK(add.get() != nullptr);
+  CHECK(add.name() == "Add");
+  CHECK(rt.op("Add").get() == add.get());
+
+  auto x = devplug::Tensor::from_vector<float>(cpu0, {2, 3}, {1, 2, 3, 4, 5, 6});
+  auto y = devplug::Tensor::from_vector<float>(cpu0, {3}, {10, 20, 30});
+  devplug::Tensor z = rt.run1(add, {&x, &y});
+  CHECK_VALUES(z, devplug::Shape({2, 3}), std::vector<float>({11, 22, 33, 14, 25, 36}), 0);
+  std::vector<devplug::Tensor> outs = rt.run(add, {&x, &y});
+  CHECK(outs.size() == 1);
+  if (outs.size() == 1) CHECK_VALUES(outs[0], devplug::Shape({2, 3}), std::vector<float>({11, 22, 33, 14, 25, 36}), 0);
+  std::vector<devplug::Tensor> by_name = rt.run("Mul", {&x, &y});
+  CHECK(by_name.size() == 1);
+  if (by_name.size() == 1)
+    CHECK_VALUES(by_name[0], devplug::Shape({2, 3}), std::vector<float>({10, 40, 90, 40, 100, 180}), 0);
+
+  // explicit device, strict
+  devplug::RunOptions on1;
+  on1.device = cpu1;
+  on1.soft_placement = DP_SOFT_PLACEMENT_OFF;
+  devplug::Tensor z1 = rt.run1(add, {&x, &y}, nullptr, on1);
+  CHECK(z1.device().get() == cpu1.get());
+  CHECK_VALUES(z1, devplug::Shape({2, 3}), std::vector<float>({11, 22, 33, 14, 25, 36}), 0);
+
+  // Attrs: chained on a temporary, and on an lvalue
+  auto sum_rows = devplug::Attrs().set("axes", std::vector<int64_t>{1}).set("keep_dims", true);
+  devplug::Tensor s = rt.run1(rt.op("ReduceSum"), {&x}, &sum_rows);
+  CHECK_VALUES(s, devplug::Shape({2, 1}), std::vector<float>({6, 15}), 0);
+  devplug::Attrs fill;
+  fill.set("shape", std::vector<int64_t>{2, 2}).set("value", 1.5).set("dtype", devplug::DType::F64);
+  devplug::Tensor f = rt.run1(rt.op("Fill"), {}, &fill);
+  CHECK_VALUES(f, devplug::Shape({2, 2}), std::vector<double>({1.5, 1.5, 1.5, 1.5}), 0);
+  fill.set("value", 3);  // an int literal for a float attribute: accepted
+  fill.set("dtype", devplug::DType::I32);
+  CHECK_VALUES(rt.run1(rt.op("Fill"), {}, &fill), devplug::Shape({2, 2}), std::vector<int32_t>({3, 3, 3, 3}), 0);
+  auto cast = devplug::Attrs().set("dtype", devplug::DType::I64);
+  auto frac = devplug::Tensor::from_vector<float>(cpu0, {3}, {1.9f, -1.9f, 0.5f});
+  CHECK_VALUES(rt.run1(rt.op("Cast"), {&frac}, &cast), devplug::Shape({3}), std::vector<int64_t>({1, -1, 0}), 0);
+  auto iota = devplug::Attrs().set("shape", std::vector<int64_t>{2, 3}).set("axis", -1).set("dtype", devplug::DType::U8);
+  CHECK_VALUES(rt.run1(rt.op("Iota"), {}, &iota), devplug::Shape({2, 3}), std::vector<uint8_t>({0, 1, 2, 0, 1, 2}), 0);
+  auto mask = devplug::Tensor::from_vector<bool>(cpu0, {3}, {true, false, true});
+  auto a3 = devplug::Tensor::from_vector<float>(cpu0, {3}, {1, 2, 3});
+  auto zero = devplug::Tensor::from_vector<float>(cpu0, {}, {0});
+  CHECK_VALUES(rt.run1(rt.op("Select"), {&mask, &a3, &zero}), devplug::Shape({3}), std::vector<float>({1, 0, 3}), 0);
+  CHECK_VALUES(rt.run1(rt.op("Greater"), {&a3, &zero}), devplug::Shape({3}), std::vector<bool>({true, true, true}), 0);
+  // a moved-from Attrs is empty and may be destroyed; the moved-to one works
+  devplug::Attrs moved = std::move(fill);
+  CHECK(moved.get() != nullptr && fill.get() == nullptr);
+  CHECK_VALUES(rt.run1(rt.op("Fill"), {}, &moved), devplug::Shape({2, 2}), std::vector<int32_t>({3, 3, 3, 3}), 0);
+}
+
+void test_errors() {
+  section("errors as devplug::Error with code and message");
+  devplug::Runtime rt = make_runtime();
+  devplug::Device cpu = rt.device("CPU:0");
+  auto x = devplug::Tensor::from_vector<float>(cpu, {2, 3}, {1, 2, 3, 4, 5, 6});
+  auto i = devplug::Tensor::from_vector<int32_t>(cpu, {2, 3}, {1, 2, 3, 4, 5, 6});
+  auto f4 = devplug::Tensor::from_vector<float>(cpu, {4}, {1, 2, 3, 4});
+  CHECK_THROWS(rt.op("NoSuchOp"), DP_NOT_FOUND, std::vector<std::string>({"NoSuchOp"}));
+  const devplug::Op add = rt.op("Add");
+  CHECK_THROWS(rt.run1(add, {&x, &i}), DP_INVALID_ARGUMENT, std::vector<std::string>({"Add", "'y'"}));
+  CHECK_THROWS(rt.run1(add, {&x}), DP_INVALID_ARGUMENT, std::vector<std::string>({"Add", "input"}));
+  CHECK_THROWS(rt.run1(add, {&x, &f4}), DP_INVALID_ARGUMENT, std::vector<std::string>({"Add", "broadcast"}));
+  CHECK_THROWS(rt.run1(rt.op("Cast"), {&x}), DP_INVALID_ARGUMENT, std::vector<std::string>({"Cast", "'dtype'"}));
+  auto alpha = devplug::Attrs().set("alpha", 0.5);
+  CHECK_THROWS(rt.run1(add, {&x, &x}, &alpha), DP_INVALID_ARGUMENT, std::vector<std::string>({"Add", "'alpha'"}));
+  auto axes_int = devplug::Attrs().set("axes", 1);
+  CHECK_THROWS(rt.run1(rt.op("ReduceSum"), {&x}, &axes_int), DP_INVALID_ARGUMENT,
+               std::vector<std::string>({"ReduceSum", "'axes'"}));
+  devplug::Attrs bad;
+  CHECK_THROWS(bad.set("dtype", static_cast<devplug::DType>(99)), DP_INVALID_ARGUMENT, std::vector<std::string>({"value"}));
+  devplug::RunOptions wrong;
+  wrong.soft_placement = 7;
+  CHECK_THROWS(rt.run1(add, {&x, &x}, nullptr, wrong), DP_INVALID_ARGUMENT,
+               std::vector<std::string>({"soft_placement"}));
+  CHECK_THROWS(rt.run1(devplug::Op(), {&x, &x}), DP_INVALID_ARGUMENT, std::vector<std::string>({"op"}));
+  // after all that, the runtime still works
+  CHECK_VALUES(rt.run1(add, {&x, &x}), devplug::Shape({2, 3}), std::vector<float>({2, 4, 6, 8, 10, 12}), 0);
+}
+
+void test_placement_callback() {
+  section("placement callback as std::function: events, replacement releases the old one");
+  devplug::Runtime rt = make_runtime(2);
+  devplug::Device cpu1 = rt.device("CPU:1");
+  auto x = devplug::Tensor::from_vector<double>(cpu1, {3}, {1, 2, 3});
+  auto log_a = std::make_shared<std::vector<Event>>();
+  auto log_b = std::make_shared<std::vector<Event>>();
+  auto recorder = [](std::shared_ptr<std::vector<Event>> log) {
+    return [log](const dp_placement_event_t& e) {
+      log->push_back(Event{e.op, e.device, e.reason, e.detail});
+    };
+  };
+  rt.set_placement_callback(recorder(log_a));
+  CHECK(log_a.use_count() == 2);  // the runtime holds one copy
+  const devplug::Op neg = rt.op("Neg");
+  CHECK_VALUES(rt.run1(neg, {&x}), devplug::Shape({3}), std::vector<double>({-1, -2, -3}), 0);
+  CHECK_MSG(has_event(*log_a, "Neg", "HOST:0", "default", "kernel from built-in"), dump(*log_a));
+  CHECK_MSG(has_event(*log_a, "Neg", "HOST:0", "input copied", "HOST:1"), dump(*log_a));
+  log_a->clear();
+  devplug::RunOptions on1;
+  on1.device = cpu1;
+  CHECK_VALUES(rt.run1(neg, {&x}, nullptr, on1), devplug::Shape({3}), std::vector<double>({-1, -2, -3}), 0);
+  CHECK_MSG(log_a->size() == 1 && has_event(*log_a, "Neg", "HOST:1", "explicit", "kernel from built-in"), dump(*log_a));
+  log_a->clear();
+  CHECK_NOTHROW(rt.run1(rt.op("LogSoftmax"), {&x}, nullptr, on1));
+  CHECK_MSG(has_event(*log_a, "LogSoftmax", "HOST:1", "decomposed"), dump(*log_a));
+  CHECK_MSG(has_event(*log_a, "Log", "HOST:1", "decomposed", "kernel from built-in"), dump(*log_a));
+
+  rt.set_placement_callback(recorder(log_b));
+  CHECK(log_a.use_count() == 1);  // the old function was destroyed
+  CHECK(log_b.use_count() == 2);
+  const size_t a_before = log_a->size();
+  CHECK_NOTHROW(rt.run1(neg, {&x}, nullptr, on1));
+  CHECK(log_a->size() == a_before);
+  CHECK(log_b->size() == 1);
+
+  // a callback that throws: the exception stays in the trampoline, the op succeeds
+  int calls = 0;
+  rt.set_placement_callback([&calls](const dp_placement_event_t&) {
+    ++calls;
+    throw std::runtime_error("callback failure");
+  });
+  CHECK(log_b.use_count() == 1);
+  CHECK_VALUES(rt.run1(neg, {&x}, nullptr, on1), devplug::Shape({3}), std::vector<double>({-1, -2, -3}), 0);
+  CHECK(calls == 1);
+
+  // an empty function removes it
+  rt.set_placement_callback(nullptr);
+  CHECK_NOTHROW(rt.run1(neg, {&x}, nullptr, on1));
+  CHECK(calls == 1);
+
+  // destroying the runtime releases the installed function
+  auto log_c = std::make_shared<std::vector<Event>>();
+  {
+    devplug::Runtime rt2 = make_runtime();
+    rt2.set_placement_callback(recorder(log_c));
+    CHECK(log_c.use_count() == 2);
+  }
+  CHECK(log_c.use_count() == 1);
+}
+
+void test_sim_fallback() {
+  section("SIM with kernels=0: soft placement to the CPU, strict mode as DP_NOT_FOUND");
+  devplug::Runtime rt = make_runtime();
+  try {
+    rt.load_plugin(kSim, {"kernels=0"});
+  } catch (const devplug::Error& e) {
+    report(false, __FILE__, __LINE__, std::string("loading SIM: ") + e.what());
+    return;
+  }
+  devplug::Device sim = rt.device("SIM:0"), cpu = rt.device("CPU:0");
+  auto log = std::make_shared<std::vector<Event>>();
+  rt.set_placement_callback([log](const dp_placement_event_t& e) {
+    log->push_back(Event{e.op, e.device, e.reason, e.detail});
+  });
+  auto x = devplug::Tensor::from_vector<float>(sim, {2, 2}, {1, 2, 3, 4});
+  devplug::RunOptions on_sim;
+  on_sim.device = sim;
+  devplug::Tensor y = rt.run1(rt.op("Mul"), {&x, &x}, nullptr, on_sim);
+  CHECK(y.device().get() == cpu.get());
+  CHECK_VALUES(y, devplug::Shape({2, 2}), std::vector<float>({1, 4, 9, 16}), 0);
+  CHECK_MSG(has_event(*log, "Mul", "HOST:0", "soft-placed"), dump(*log));
+  on_sim.soft_placement = DP_SOFT_PLACEMENT_OFF;
+  CHECK_THROWS(rt.run1(rt.op("Mul"), {&x, &x}, nullptr, on_sim), DP_NOT_FOUND,
+               std::vector<std::string>({"Mul", "SIM:0", "strict", "CPU bound to HOST"}));
+}
+
+// ---- the MLP ----
+
+struct Mlp {
+  int batch, in, hidden, out;
+  std::vector<float> x, w1, b1, w2, b2;
+};
+
+Mlp make_mlp() {
+  Mlp m{4, 3, 5, 2, {}, {}, {}, {}, {}};
+  auto gen = [](size_t n, float scale, float shift) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>(static_cast<int>((i * 37 + 11) % 17) - 8) + shift;
+    return v;
+  };
+  m.x = gen(static_cast<size_t>(m.batch * m.in), 0.25f, 0.1f);
+  m.w1 = gen(static_cast<size_t>(m.in * m.hidden), 0.125f, -0.05f);
+  m.b1 = gen(static_cast<size_t>(m.hidden), 0.1f, 0.0f);
+  m.w2 = gen(static_cast<size_t>(m.hidden * m.out), 0.2f, 0.03f);
+  m.b2 = gen(static_cast<size_t>(m.out), 0.3f, 0.0f);
+  return m;
+}
+
+std::vector<double> mlp_reference(const Mlp& m) {
+  std::vector<double> h(static_cast<size_t>(m.batch * m.hidden)), logits(static_cast<size_t>(m.batch * m.out));
+  for (int b = 0; b < m.batch; ++b)
+    for (int j = 0; j < m.hidden; ++j) {
+      double acc = m.b1[j];
+      for (int k = 0; k < m.in; ++k) acc += static_cast<double>(m.x[b * m.in + k]) * m.w1[k * m.hidden + j];
+      h[b * m.hidden + j] = acc > 0 ? acc : 0;
+    }
+  for (int b = 0; b < m.batch; ++b)
+    for (int j = 0; j < m.out; ++j) {
+      double acc = m.b2[j];
+      for (int k = 0; k < m.hidden; ++k) acc += h[b * m.hidden + k] * m.w2[k * m.out + j];
+      logits[b * m.out + j] = acc;
+    }
+  std::vector<double> probs(logits.size());
+  for (int b = 0; b < m.batch; ++b) {
+    double mx = -INFINITY, s = 0;
+    for (int j = 0; j < m.out; ++j) mx = std::max(mx, logits[b * m.out + j]);
+    for (int j = 0; j < m.out; ++j) s += std::exp(logits[b * m.out + j] - mx);
+    for (int j = 0; j < m.out; ++j) probs[b * m.out + j] = std::exp(logits[b * m.out + j] - mx) / s;
+  }
+  return probs;
+}
+
+devplug::Tensor mlp_forward(devplug::Runtime& rt, const devplug::Device& dev, const Mlp& m,
+                            const devplug::RunOptions& opt) {
+  using devplug::Tensor;
+  const devplug::Op matmul = rt.op("MatMul"), add = rt.op("Add"), relu = rt.op("Relu"), softmax = rt.op("Softmax");
+  Tensor x = Tensor::from_vector<float>(dev, {m.batch, m.in}, m.x);
+  Tensor w1 = Tensor::from_vector<float>(dev, {m.in, m.hidden}, m.w1);
+  Tensor b1 = Tensor::from_vector<float>(dev, {m.hidden}, m.b1);
+  Tensor w2 = Tensor::from_vector<float>(dev, {m.hidden, m.out}, m.w2);
+  Tensor b2 = Tensor::from_vector<float>(dev, {m.out}, m.b2);
+  Tensor h = rt.run1(matmul, {&x, &w1}, nullptr, opt);
+  h = rt.run1(add, {&h, &b1}, nullptr, opt);
+  h = rt.run1(relu, {&h}, nullptr, opt);
+  Tensor logits = rt.run1(matmul, {&h, &w2}, nullptr, opt);
+  logits = rt.run1(add, {&logits, &b2}, nullptr, opt);
+  auto last = devplug::Attrs().set("axis", -1);
+  return rt.run1(softmax, {&logits}, &last, opt);
+}
+
+void check_mlp(const devplug::Tensor& probs, const Mlp& m, const char* where) {
+  const std::vector<double> ref = mlp_reference(m);
+  std::vector<float> want(ref.begin(), ref.end());
+  check_values(probs, devplug::Shape({m.batch, m.out}), want, 1e-5, where, __FILE__, __LINE__);
+  if (probs && probs.dtype() == devplug::DType::F32) {
+    const std::vector<float> got = probs.to_vector<float>();
+    for (int b = 0; b < m.batch && got.size() == ref.size(); ++b) {
+      double s = 0;
+      for (int j = 0; j < m.out; ++j) s += got[b * m.out + j];
+      CHECK_MSG(std::fabs(s - 1.0) < 1e-5, std::string(where) + ": row " + std::to_string(b) + " sums to " + std::to_string(s));
+    }
+  }
+}
+
+void test_mlp() {
+  const Mlp m = make_mlp();
+  {
+    section("2-layer MLP forward on the CPU (f32) against a C++ reference");
+    devplug::Runtime rt = make_runtime();
+    try {
+      check_mlp(mlp_forward(rt, rt.device("CPU:0"), m, devplug::RunOptions()), m, "MLP on the CPU");
+    } catch (const devplug::Error& e) {
+      report(false, __FILE__, __LINE__, std::string("MLP on the CPU threw ") + e.what());
+    }
+  }
+  {
+    section("the same MLP on SIM (its default kernels, falling back where it has none)");
+    devplug::Runtime rt = make_runtime();
+    try {
+      rt.load_plugin(kSim);
+      devplug::Device sim = rt.device("SIM:0");
+      devplug::RunOptions on_sim;
+      on_sim.device = sim;
+      check_mlp(mlp_forward(rt, sim, m, on_sim), m, "MLP on SIM");
+    } catch (const devplug::Error& e) {
+      report(false, __FILE__, __LINE__, std::string("MLP on SIM threw ") + e.what());
+    }
+  }
+  {
+    section("the same MLP on SIM with kernels=0 (everything decomposed or soft-placed)");
+    devplug::Runtime rt = make_runtime();
+    try {
+      rt.load_plugin(kSim, {"kernels=0"});
+      devplug::RunOptions on_sim;
+      on_sim.device = rt.device("SIM:0");
+      check_mlp(mlp_forward(rt, on_sim.device, m, on_sim), m, "MLP on SIM without kernels");
+    } catch (const devplug::Error& e) {
+      report(false, __FILE__, __LINE__, std::string("MLP on SIM (kernels=0) threw ") + e.what());
+    }
+  }
+}
+
+}  // namespace
+
+int main() {
+  try {
+    test_basics();
+    test_errors();
+    test_placement_callback();
+    test_sim_fallback();
+    test_mlp();
+  } catch (const std::exception& e) {
+    report(false, __FILE__, __LINE__, std::string("unexpected exception: ") + e.what());
+  }
+  std::printf("%s: %d passed, %d failed\n", __FILE__, g_passed, g_failed);
+  return g_failed == 0 && g_passed > 0 ? 0 : 1;
+}
