@@ -29,6 +29,10 @@ pub struct dp_runtime_options_t {
     /// 1 (the default): also load the plugins named by the `DEVPLUG_PLUGIN_PATH` environment
     /// variable, which is ignored when the process runs with elevated privileges. 0: do not.
     pub discover_plugins: u32,
+    /// Threads a CPU kernel may use; 0 (the default): the machine's available parallelism.
+    pub intra_op_threads: u32,
+    /// 1 (the default): ops a device cannot run fall back to the CPU; 0: strict mode.
+    pub soft_placement: u32,
 }
 
 impl Default for dp_runtime_options_t {
@@ -39,6 +43,8 @@ impl Default for dp_runtime_options_t {
             cpu_memory_limit: 0,
             plugin_path: std::ptr::null(),
             discover_plugins: 1,
+            intra_op_threads: 0,
+            soft_placement: 1,
         }
     }
 }
@@ -241,12 +247,30 @@ pub unsafe extern "C" fn dp_runtime_create(
                 &format!("is {}, not 0 or 1", o.discover_plugins),
             ));
         }
+        if o.soft_placement > 1 {
+            return Err(bad_arg(
+                "options->soft_placement",
+                &format!("is {}, not 0 or 1", o.soft_placement),
+            ));
+        }
+        if o.intra_op_threads > 1024 {
+            return Err(bad_arg(
+                "options->intra_op_threads",
+                &format!("is {}, more than 1024", o.intra_op_threads),
+            ));
+        }
+        let defaults = RuntimeOptions::default();
         let runtime = Runtime::new(RuntimeOptions {
             cpu_device_count: o.cpu_device_count as usize,
             cpu_memory_limit: (o.cpu_memory_limit != 0).then_some(o.cpu_memory_limit),
             plugin_path,
             discover_from_env: o.discover_plugins == 1,
-            ..RuntimeOptions::default()
+            soft_placement: o.soft_placement == 1,
+            intra_op_threads: if o.intra_op_threads == 0 {
+                defaults.intra_op_threads
+            } else {
+                o.intra_op_threads as usize
+            },
         })?;
         let obj = RuntimeObj {
             runtime,

@@ -1,14 +1,16 @@
 //! Plugin boundary benchmarks, with baselines measured in the same run:
 //! - load + init of SIM (µs per runtime, the library already mapped by the first load);
 //! - a plugin call through the ABI (`memset` of 16 bytes on SIM, synchronous) vs the same
-//!   call on the built-in CPU device (goal: ≤ 1.1×).
+//!   call on the built-in CPU device (goal: ≤ 1.1×);
+//! - an eager Add of 16 f32 through SIM's native kernel, N ops enqueued then one synchronize,
+//!   per op, vs the same op on the CPU device (goal: ≤ 1.2×).
 //!
 //! `cargo bench -p devplug-tests --bench plugin`
 
 use std::hint::black_box;
 use std::time::Instant;
 
-use devplug_core::{Runtime, RuntimeOptions};
+use devplug_core::{Attrs, RunOptions, Runtime, RuntimeOptions, Tensor};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -86,5 +88,46 @@ fn main() {
     println!(
         "  executor call, SIM through the ABI       {sim_ex_ns:8.1}   {:.2}x",
         sim_ex_ns / cpu_ex_ns
+    );
+
+    // Eager Add of 16 f32 through SIM's native kernel: N ops enqueued, one synchronize, / N.
+    let a: Vec<f32> = (0..16).map(|i| i as f32).collect();
+    let ca = Tensor::from_slice(&cpu, &[16], &a).expect("a");
+    let cb = Tensor::from_slice(&cpu, &[16], &a).expect("b");
+    let (sa, sb) = (ca.copy_to(&dev).expect("a"), cb.copy_to(&dev).expect("b"));
+    let add = rt.op("Add").expect("Add");
+    let none = Attrs::new();
+    let on_cpu = RunOptions {
+        device: Some(cpu.clone()),
+        soft_placement: None,
+    };
+    let on_sim = RunOptions {
+        device: Some(dev.clone()),
+        soft_placement: Some(false),
+    };
+    let n = 20_000;
+    let cpu_inputs = [ca, cb];
+    let sim_inputs = [sa, sb];
+    let cpu_op = per_call_ns(n, || {
+        black_box(rt.run(&add, &cpu_inputs, &none, &on_cpu).expect("add"));
+    });
+    let mut sim_samples = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..n {
+            black_box(
+                rt.run(&add, &sim_inputs, &none, &on_sim)
+                    .expect("add on SIM"),
+            );
+        }
+        dev.synchronize().expect("sync");
+        sim_samples.push(t.elapsed().as_secs_f64() * 1e9 / n as f64);
+    }
+    let sim_op = median(sim_samples);
+    println!("eager Add of 16 f32, ns per op");
+    println!("  CPU device (baseline)                        {cpu_op:8.1}");
+    println!(
+        "  SIM native kernel, {n} enqueued + 1 sync   {sim_op:8.1}   {:.2}x  (goal <= 1.2x)",
+        sim_op / cpu_op
     );
 }

@@ -210,6 +210,14 @@ typedef struct dp_runtime_options_t {
    * variable, which is ignored when the process runs with elevated privileges. 0: do not.
    */
   uint32_t discover_plugins;
+  /**
+   * Threads a CPU kernel may use; 0 (the default): the machine's available parallelism.
+   */
+  uint32_t intra_op_threads;
+  /**
+   * 1 (the default): ops a device cannot run fall back to the CPU; 0: strict mode.
+   */
+  uint32_t soft_placement;
 } dp_runtime_options_t;
 
 /**

@@ -156,12 +156,24 @@ fn execute(
     depth: usize,
 ) -> Result<Vec<Tensor>> {
     let def = op.def();
-    let specs: Vec<SpecRef> = inputs.iter().map(SpecRef::from).collect();
-    let dtype = check_inputs(def, &specs)?;
+    // The inputs' dtypes and shapes, on the stack for the common case of few inputs.
+    let small: [SpecRef; 4];
+    let large: Vec<SpecRef>;
+    let specs: &[SpecRef] = if inputs.len() <= 4 {
+        small = std::array::from_fn(|i| match inputs.get(i) {
+            Some(t) => SpecRef::from(t),
+            None => SpecRef { dtype: DType::F32, shape: &[] },
+        });
+        &small[..inputs.len()]
+    } else {
+        large = inputs.iter().map(SpecRef::from).collect();
+        &large
+    };
+    let dtype = check_inputs(def, specs)?;
     let attrs = attrs.complete(&def.name, &def.attrs)?;
     let outputs = (def.shape_fn)(&InferContext {
         op: &def.name,
-        inputs: &specs,
+        inputs: specs,
         attrs: &attrs,
     })?;
     let kernel_dtype = dtype.or_else(|| outputs.first().map(|o| o.dtype));

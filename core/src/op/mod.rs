@@ -289,27 +289,36 @@ pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DTy
             inputs.len()
         )));
     }
-    let mut bound: Vec<(&'static str, DType, String)> = Vec::with_capacity(2);
-    for (i, spec) in inputs.iter().enumerate() {
+    // The bindings of the type variables: (variable, dtype, index of the input that bound it).
+    // Ops have one or two variables; no allocation on this path.
+    let mut bound: [(&'static str, DType, usize); 4] = [("", DType::F32, 0); 4];
+    let mut nbound = 0;
+    let operand = |i: usize| -> String {
         let arg = &def.inputs[i.min(def.inputs.len() - 1)];
-        let operand = if arg.list {
+        if arg.list {
             format!("{}[{}]", arg.name, i - fixed)
         } else {
             arg.name.to_string()
-        };
+        }
+    };
+    for (i, spec) in inputs.iter().enumerate() {
+        let arg = &def.inputs[i.min(def.inputs.len() - 1)];
         match &arg.ty {
             ArgType::Fixed(d) if *d != spec.dtype => {
                 return Err(Error::invalid_argument(format!(
-                    "{op}: input '{operand}' must be {d}, not {}",
+                    "{op}: input '{}' must be {d}, not {}",
+                    operand(i),
                     spec.dtype
                 )))
             }
             ArgType::Var(v) => {
-                if let Some((_, d, first)) = bound.iter().find(|(n, _, _)| n == v) {
+                if let Some((_, d, first)) = bound[..nbound].iter().find(|(n, _, _)| n == v) {
                     if *d != spec.dtype {
                         return Err(Error::invalid_argument(format!(
-                            "{op}: input '{operand}' is {} but '{first}' is {d}; both have type {v}",
-                            spec.dtype
+                            "{op}: input '{}' is {} but '{}' is {d}; both have type {v}",
+                            operand(i),
+                            spec.dtype,
+                            operand(*first)
                         )));
                     }
                 } else {
@@ -318,13 +327,18 @@ pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DTy
                         if !tv.allowed.contains(&spec.dtype) {
                             let allowed: Vec<&str> = tv.allowed.iter().map(|d| d.name()).collect();
                             return Err(Error::invalid_argument(format!(
-                                "{op}: input '{operand}' is {}, but {v} must be one of {}",
+                                "{op}: input '{}' is {}, but {v} must be one of {}",
+                                operand(i),
                                 spec.dtype,
                                 allowed.join(", ")
                             )));
                         }
                     }
-                    bound.push((v, spec.dtype, operand.clone()));
+                    if nbound == bound.len() {
+                        return Err(Error::internal(format!("{op}: more than {} type variables", bound.len())));
+                    }
+                    bound[nbound] = (v, spec.dtype, i);
+                    nbound += 1;
                 }
             }
             _ => {}
@@ -333,6 +347,6 @@ pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DTy
     Ok(def
         .type_vars
         .first()
-        .and_then(|tv| bound.iter().find(|(n, _, _)| *n == tv.name))
+        .and_then(|tv| bound[..nbound].iter().find(|(n, _, _)| *n == tv.name))
         .map(|(_, d, _)| *d))
 }

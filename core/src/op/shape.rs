@@ -33,6 +33,9 @@ pub fn broadcast_shapes(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
 fn broadcast_all(cx: &InferContext, names: &[&str]) -> Result<Vec<i64>> {
     let mut shape = cx.inputs[0].shape.to_vec();
     for (i, s) in cx.inputs.iter().enumerate().skip(1) {
+        if s.shape == shape.as_slice() {
+            continue;
+        }
         shape = broadcast_shapes(&shape, s.shape).ok_or_else(|| {
             cx.error(format!(
                 "shapes {:?} ('{}') and {:?} ('{}') cannot be broadcast together",

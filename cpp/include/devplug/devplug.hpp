@@ -1248,6 +1248,16 @@ class RuntimeOptions {
     plugin_path_ = std::move(path);
     return *this;
   }
+  /** @brief Threads a CPU kernel may use (0: the machine's available parallelism). */
+  RuntimeOptions& intra_op_threads(uint32_t n) noexcept {
+    options_.intra_op_threads = n;
+    return *this;
+  }
+  /** @brief false: strict mode (ops a device cannot run fail instead of falling back to the CPU). */
+  RuntimeOptions& soft_placement(bool on) noexcept {
+    options_.soft_placement = on ? 1u : 0u;
+    return *this;
+  }
   /** @brief Whether to load the plugins `DEVPLUG_PLUGIN_PATH` names (default true). */
   RuntimeOptions& discover_plugins(bool on) noexcept {
     options_.discover_plugins = on ? 1u : 0u;

@@ -20,7 +20,10 @@ fn pow2i(n: i32) -> f32 {
 pub(crate) fn exp_f32(x: f32) -> f32 {
     // exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln(2) / 2.
     let xc = x.clamp(-104.0, 88.8);
-    let nf = (xc * LOG2E + ROUND) - ROUND;
+    let t = xc * LOG2E + ROUND;
+    let nf = t - ROUND;
+    // n itself from t's low mantissa bits (a float-to-int `as` does not vectorize).
+    let n = t.to_bits() as i32 - ROUND.to_bits() as i32;
     let r = xc - nf * LN2_HI - nf * LN2_LO;
     let mut p = 1.987_569_1e-4f32;
     p = p * r + 1.398_199_9e-3;
@@ -31,7 +34,6 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     let y = p * r * r + r + 1.0;
     // n is in [-150, 128]: scale in two steps so that each factor is a normal number and a
     // subnormal result is rounded once.
-    let n = nf as i32;
     let n1 = n >> 1;
     let res = y * pow2i(n1) * pow2i(n - n1);
     if x > 88.722_84 {
