@@ -106,8 +106,10 @@ fn main() {
     let c = unsafe {
         // SAFETY: the C API used as its header documents: valid out-pointers, live handles.
         let mut crt: *mut dp_runtime_t = std::ptr::null_mut();
-        let mut o = devplug::runtime::dp_runtime_options_t::default();
-        o.discover_plugins = 0;
+        let o = devplug::runtime::dp_runtime_options_t {
+            discover_plugins: 0,
+            ..Default::default()
+        };
         assert_eq!(dp_runtime_create(&o, &mut crt), DP_OK);
         let mut dev: *mut dp_device_t = std::ptr::null_mut();
         assert_eq!(

@@ -66,7 +66,7 @@ fn bad_inputs_name_the_op_and_operand() {
         e.message.contains("Add") && e.message.contains("'y'") && e.message.contains("i32"),
         "{e}"
     );
-    let e = run(&rt, "Add", &[a.clone()], Attrs::new()).unwrap_err();
+    let e = run(&rt, "Add", std::slice::from_ref(&a), Attrs::new()).unwrap_err();
     assert!(e.message.contains("expected 2 input(s), got 1"), "{e}");
     let e = run(&rt, "Exp", &[i], Attrs::new()).unwrap_err();
     assert!(
@@ -84,7 +84,7 @@ fn bad_inputs_name_the_op_and_operand() {
     let e = run(
         &rt,
         "Transpose",
-        &[a.clone()],
+        std::slice::from_ref(&a),
         Attrs::new().with("perm", AttrValue::Bool(true)),
     )
     .unwrap_err();
@@ -101,7 +101,7 @@ fn bad_inputs_name_the_op_and_operand() {
 fn composites_decompose_or_run_natively() {
     let rt = runtime();
     let x = f32s(&rt, &[2, 3], &[1., 2., 3., 1., 1., 1.]);
-    let s = run(&rt, "Softmax", &[x.clone()], Attrs::new())
+    let s = run(&rt, "Softmax", std::slice::from_ref(&x), Attrs::new())
         .unwrap()
         .to_vec::<f32>()
         .unwrap();

@@ -162,7 +162,10 @@ fn execute(
     let specs: &[SpecRef] = if inputs.len() <= 4 {
         small = std::array::from_fn(|i| match inputs.get(i) {
             Some(t) => SpecRef::from(t),
-            None => SpecRef { dtype: DType::F32, shape: &[] },
+            None => SpecRef {
+                dtype: DType::F32,
+                shape: &[],
+            },
         });
         &small[..inputs.len()]
     } else {

@@ -70,9 +70,14 @@ fn host_bytes_mut(t: &Tensor) -> Result<&mut [u8]> {
 }
 
 /// Runs `f` with views of the first `N` inputs and the first output (no allocation).
-fn with_views<const N: usize>(cx: &KernelContext, f: impl FnOnce([View; N], ViewMut) -> Result<()>) -> Result<()> {
+fn with_views<const N: usize>(
+    cx: &KernelContext,
+    f: impl FnOnce([View; N], ViewMut) -> Result<()>,
+) -> Result<()> {
     if cx.inputs.len() < N || cx.outputs.is_empty() {
-        return Err(Error::internal("a CPU kernel got too few inputs or outputs"));
+        return Err(Error::internal(
+            "a CPU kernel got too few inputs or outputs",
+        ));
     }
     let dims: [Dims; N] = std::array::from_fn(|i| Dims::of(&cx.inputs[i]));
     for t in &cx.inputs[..N] {

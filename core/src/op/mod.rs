@@ -335,7 +335,10 @@ pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DTy
                         }
                     }
                     if nbound == bound.len() {
-                        return Err(Error::internal(format!("{op}: more than {} type variables", bound.len())));
+                        return Err(Error::internal(format!(
+                            "{op}: more than {} type variables",
+                            bound.len()
+                        )));
                     }
                     bound[nbound] = (v, spec.dtype, i);
                     nbound += 1;

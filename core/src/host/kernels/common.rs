@@ -80,7 +80,9 @@ fn as_bytes_mut<T: Pod>(v: &mut [T]) -> &mut [u8] {
 #[inline(always)]
 pub(crate) fn typed<T: Pod>(bytes: &[u8]) -> Cow<'_, [T]> {
     let size = size_of::<T>();
-    if (bytes.as_ptr() as usize) % std::mem::align_of::<T>() == 0 && bytes.len() % size == 0 {
+    if (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
+        && bytes.len().is_multiple_of(size)
+    {
         // SAFETY: the pointer is aligned for `T` and the bytes hold `len / size` whole `T`s,
         // initialized; `T: Pod`, so they are valid values.
         let s =
@@ -104,7 +106,9 @@ fn copied<T: Pod>(bytes: &[u8]) -> Vec<T> {
 #[inline(always)]
 pub(crate) fn with_mut<T: Pod, R>(bytes: &mut [u8], f: impl FnOnce(&mut [T]) -> R) -> R {
     let size = size_of::<T>();
-    if (bytes.as_ptr() as usize) % std::mem::align_of::<T>() == 0 && bytes.len() % size == 0 {
+    if (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
+        && bytes.len().is_multiple_of(size)
+    {
         // SAFETY: as in `typed`; the slice is borrowed uniquely, and whatever `f` writes into
         // it is valid bytes.
         let s = unsafe {

@@ -45,16 +45,24 @@
 //! larger work runs on rayon's global pool, which the `gemm` crate uses too. Results never
 //! depend on the thread count: float reductions split at the same points whatever it is.
 
+// Index loops over several parallel per-axis arrays read better than zipped iterators here,
+// and the polynomial coefficients of `math` are quoted as published.
+#[allow(clippy::needless_range_loop)]
 mod cast;
 mod common;
 mod elementwise;
+#[allow(clippy::needless_range_loop)]
 mod layout;
+#[allow(clippy::excessive_precision)]
 mod math;
 mod matmul;
+#[allow(clippy::needless_range_loop)]
 mod reduce;
+#[allow(clippy::needless_range_loop)]
 mod walk;
 
 #[cfg(test)]
+#[allow(clippy::wrong_self_convention)]
 mod testutil;
 
 use crate::error::Result;
