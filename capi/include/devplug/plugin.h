@@ -264,9 +264,9 @@ typedef struct dpp_kernel_t {
    */
   const char *device_type;
   /**
-   * The platform whose memory it works on: one this plugin registered, or `"ANY"` for a
-   * kernel that works on any platform of the device type. NULL: the plugin's own platform
-   * of `device_type` (there must be exactly one).
+   * The platform whose memory it works on: one this plugin registered (of `device_type`).
+   * NULL: the plugin's own platform of `device_type` (there must be exactly one). `"ANY"` is
+   * refused in ABI 1.1: the host reserves it for its own memory-agnostic kernels.
    */
   const char *platform;
   /**
@@ -643,8 +643,11 @@ typedef struct dpp_host_api_t {
   /**
    * (1.1) Registers a kernel for an op. Only during `init`, after the platform it binds to
    * was registered. The host copies everything but `kernel_data` and `compute`, which must
-   * stay valid until shutdown. Conflicts (same op, device type, binding, overlapping dtypes
-   * and priority as a kernel already registered) are refused with `DPP_ALREADY_EXISTS`.
+   * stay valid until shutdown. The fields are checked here; whether the op exists and
+   * whether the kernel conflicts with one already registered (same op, device type,
+   * binding, overlapping dtypes and priority) is checked when the host commits the plugin's
+   * registrations after `init` returns: the load then fails (`DPP_NOT_FOUND` /
+   * `DPP_ALREADY_EXISTS`, naming both sources) and everything is rolled back.
    */
   dpp_status_t (*register_kernel)(dpp_host_context_t context, const struct dpp_kernel_t *kernel);
   /**

@@ -335,7 +335,14 @@ impl HostContext {
             .map(|p| p.info.name.clone())
             .collect();
         let binding = match text("platform", k.platform)? {
-            Some(p) if p == "ANY" => crate::kernel::Binding::Any,
+            Some(p) if p == "ANY" => {
+                return Err(err(
+                    "platform",
+                    "is \"ANY\": in ABI 1.1 a plugin's kernels are bound to its own platforms (\"ANY\" is \
+                     reserved for kernels the host registers, which need no device handles)"
+                        .into(),
+                ))
+            }
             Some(p) if own.contains(&p) => crate::kernel::Binding::Platform(p),
             Some(p) => {
                 return Err(err(

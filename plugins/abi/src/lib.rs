@@ -9,7 +9,10 @@
 //!   before it runs any other plugin code.
 //! - Every struct starts with `struct_size` and a reserved `ext` pointer (NULL). Fields are
 //!   only appended; readers check `struct_size` before reading a field; `DPP_*_STRUCT_SIZE`
-//!   constants give the size of each struct in ABI 1.0.
+//!   constants give the size of each struct in this header's version (`..._1_0` where a struct
+//!   grew): check against the size of the version that introduced the fields you read, never
+//!   against the newest size. Arrays of structs (`dpp_kernel_context_t::inputs`) are plain C
+//!   arrays of this header's struct; a struct that is passed in an array never grows.
 //! - Every function returns a [`dpp_status_t`]; on failure the plugin may first call
 //!   `host->set_error(host->context, message)` to say why (per thread).
 //! - No Rust panic or C++ exception may cross the boundary.
@@ -132,8 +135,11 @@ pub struct dpp_host_api_t {
     // ---- ABI 1.1 ----
     /// (1.1) Registers a kernel for an op. Only during `init`, after the platform it binds to
     /// was registered. The host copies everything but `kernel_data` and `compute`, which must
-    /// stay valid until shutdown. Conflicts (same op, device type, binding, overlapping dtypes
-    /// and priority as a kernel already registered) are refused with `DPP_ALREADY_EXISTS`.
+    /// stay valid until shutdown. The fields are checked here; whether the op exists and
+    /// whether the kernel conflicts with one already registered (same op, device type,
+    /// binding, overlapping dtypes and priority) is checked when the host commits the plugin's
+    /// registrations after `init` returns: the load then fails (`DPP_NOT_FOUND` /
+    /// `DPP_ALREADY_EXISTS`, naming both sources) and everything is rolled back.
     pub register_kernel: Option<
         unsafe extern "C" fn(
             context: dpp_host_context_t,
@@ -244,9 +250,9 @@ pub struct dpp_kernel_t {
     pub op: *const c_char,
     /// The device type the kernel runs on, e.g. `GPU`.
     pub device_type: *const c_char,
-    /// The platform whose memory it works on: one this plugin registered, or `"ANY"` for a
-    /// kernel that works on any platform of the device type. NULL: the plugin's own platform
-    /// of `device_type` (there must be exactly one).
+    /// The platform whose memory it works on: one this plugin registered (of `device_type`).
+    /// NULL: the plugin's own platform of `device_type` (there must be exactly one). `"ANY"` is
+    /// refused in ABI 1.1: the host reserves it for its own memory-agnostic kernels.
     pub platform: *const c_char,
     /// The dtypes of the op's first type variable it accepts (`DPP_DTYPE_*`); NULL/0: all.
     pub dtypes: *const i32,

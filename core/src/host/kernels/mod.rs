@@ -22,7 +22,7 @@
 //! | `binary` Maximum, Minimum | f32 f64 i32 i64 u8 bool | floats propagate NaN (like NumPy's `maximum`); on bool they are `or` / `and` |
 //! | `compare` | f32 f64 i32 i64 u8; bool for Equal/NotEqual only | IEEE: NaN compares unequal to everything; output bool |
 //! | `unary` Neg, Abs | f32 f64 i32 i64; u8 Abs only (identity) | integer Neg/Abs wrap (`abs(i32::MIN) == i32::MIN`) |
-//! | `unary` Exp, Log, Tanh, Sqrt, Rsqrt, Sigmoid | f32 f64 | |
+//! | `unary` Exp, Log, Tanh, Sqrt, Rsqrt, Sigmoid | f32 f64 | f32 Exp/Log/Tanh/Sigmoid are branch-free vectorized polynomials (Cephes), within 1.5 ulps of exact over their whole range, subnormals, ±inf and NaN included; f64 uses the standard library |
 //! | `select` | cond bool; a, b, out any one dtype | |
 //! | `cast` | any → any | float → int truncates toward zero and saturates, NaN → 0 (Rust `as`); int → narrower int wraps (`as`); x → bool is `x != 0` (NaN → true); bool → x is 0 or 1 |
 //! | `matmul` | f32 f64 (through the `gemm` crate) i32 i64 u8 (wrapping) | |
@@ -42,8 +42,12 @@
 //!
 //! [`CpuContext::threads`] bounds how many pieces one call splits into. Work below about 64 K
 //! elements (less for transcendental functions) stays on the calling thread with no overhead;
-//! larger work runs on rayon's global pool, which the `gemm` crate uses too. Results never
-//! depend on the thread count: float reductions split at the same points whatever it is.
+//! larger work runs on rayon's global pool (its size is `available_parallelism`, or
+//! `RAYON_NUM_THREADS`), which the `gemm` crate uses too; a `threads` above the pool's size
+//! only makes more pieces. Kernels may be called from several threads at once, including from
+//! inside rayon tasks. Results do not depend on the thread count: float reductions split at
+//! the same points whatever it is, elementwise pieces do not interact, and gemm splits a
+//! product over blocks of the output, not over `k` (the tests check equality bit for bit).
 
 // Index loops over several parallel per-axis arrays read better than zipped iterators here,
 // and the polynomial coefficients of `math` are quoted as published.

@@ -1,0 +1,267 @@
+//! Kernels on plugin devices, as a Rust host sees them: the GPU override scenario with each
+//! plugin's own kernels, and ops on SIM (native or through the fallback order) giving the
+//! CPU's results.
+
+use std::sync::{Arc, Mutex};
+
+use devplug_core::{
+    AttrValue, Attrs, Code, Device, PlacementEvent, Reason, RunOptions, Runtime, RuntimeOptions,
+    Tensor,
+};
+use devplug_tests::plugin_path;
+
+fn runtime() -> Runtime {
+    Runtime::new(RuntimeOptions {
+        discover_from_env: false,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+type Log = Arc<Mutex<Vec<PlacementEvent>>>;
+
+fn record(rt: &Runtime) -> Log {
+    let log: Log = Arc::default();
+    let l = log.clone();
+    rt.set_placement_callback(Some(Arc::new(move |e: &PlacementEvent| {
+        l.lock().unwrap().push(e.clone())
+    })));
+    log
+}
+
+fn on(device: &Arc<Device>, strict: bool) -> RunOptions {
+    RunOptions {
+        device: Some(device.clone()),
+        soft_placement: Some(!strict),
+    }
+}
+
+fn f32s(d: &Arc<Device>, shape: &[i64], v: &[f32]) -> Tensor {
+    Tensor::from_slice(d, shape, v).unwrap()
+}
+
+#[test]
+fn the_override_scenario_runs_each_platforms_own_kernels() {
+    for sim_first in [true, false] {
+        let rt = runtime();
+        let sim = || {
+            rt.load_plugin(
+                plugin_path("devplug_sim"),
+                &[
+                    ("device_type", "GPU"),
+                    ("platform", "SIMCUDA"),
+                    ("priority", "0"),
+                ],
+            )
+        };
+        let dml = || rt.load_plugin(plugin_path("devplug_simdml"), &[]);
+        if sim_first {
+            sim().unwrap();
+            dml().unwrap();
+        } else {
+            dml().unwrap();
+            sim().unwrap();
+        }
+        assert!(
+            rt.plugin_failures().is_empty(),
+            "no step reports a duplicate registration"
+        );
+        let gpu0 = rt.find_device("GPU:0").unwrap();
+        let cuda0 = rt.find_device("SIMCUDA:0").unwrap();
+        assert_eq!(gpu0.platform().info.name, "SIMDML");
+        let log = record(&rt);
+        let (a, b) = (
+            f32s(&gpu0, &[4], &[1., 2., 3., 4.]),
+            f32s(&gpu0, &[4], &[10., 20., 30., 40.]),
+        );
+        let none = Attrs::new();
+
+        // Add on GPU:0: SIMDML's own kernel.
+        let sum = rt
+            .run_named("Add", &[a.clone(), b.clone()], &none, &on(&gpu0, true))
+            .unwrap();
+        assert_eq!(sum[0].to_vec::<f32>().unwrap(), [11., 22., 33., 44.]);
+        assert!(Arc::ptr_eq(sum[0].device(), &gpu0));
+        {
+            let l = log.lock().unwrap();
+            let e = l.last().unwrap();
+            assert_eq!(
+                (e.op.as_str(), e.device.as_str(), e.reason),
+                ("Add", "SIMDML:0", Reason::Explicit)
+            );
+            assert!(e.detail.contains("plugin 'simdml'"), "{e}");
+        }
+
+        // Mul: SIMDML has none, SIMCUDA has one. It must not run SIMCUDA's kernel on SIMDML
+        // memory: no decomposition either, so it is soft-placed to the CPU, and the log says so.
+        log.lock().unwrap().clear();
+        let prod = rt
+            .run_named("Mul", &[a.clone(), b.clone()], &none, &on(&gpu0, false))
+            .unwrap();
+        assert_eq!(prod[0].to_vec::<f32>().unwrap(), [10., 40., 90., 160.]);
+        assert_eq!(prod[0].device().platform().info.name, "HOST");
+        {
+            let l = log.lock().unwrap();
+            assert!(
+                l.iter().any(|e| e.op == "Mul"
+                    && e.reason == Reason::SoftPlaced
+                    && e.detail.contains("SIMDML:0")),
+                "{l:?}"
+            );
+            assert!(
+                !l.iter().any(|e| e.detail.contains("plugin 'devplug_sim'")),
+                "SIMCUDA's kernel ran: {l:?}"
+            );
+        }
+        // …and strict mode refuses it, listing where Mul kernels exist.
+        let e = rt
+            .run_named("Mul", &[a.clone(), b.clone()], &none, &on(&gpu0, true))
+            .unwrap_err();
+        assert_eq!(e.code, Code::NotFound);
+        assert!(
+            e.message.contains("strict") && e.message.contains("GPU bound to SIMCUDA"),
+            "{e}"
+        );
+        assert!(e.message.contains("CPU bound to HOST"), "{e}");
+
+        // SIMCUDA:0 runs SIMCUDA's kernels.
+        log.lock().unwrap().clear();
+        let (c, d) = (a.copy_to(&cuda0).unwrap(), b.copy_to(&cuda0).unwrap());
+        let prod = rt
+            .run_named("Mul", &[c, d], &none, &on(&cuda0, true))
+            .unwrap();
+        assert_eq!(prod[0].to_vec::<f32>().unwrap(), [10., 40., 90., 160.]);
+        let l = log.lock().unwrap();
+        assert!(
+            l.iter().any(|e| e.op == "Mul"
+                && e.device == "SIMCUDA:0"
+                && e.detail.contains("plugin 'devplug_sim'")),
+            "{l:?}"
+        );
+    }
+}
+
+#[test]
+fn a_native_kernel_runs_before_the_decomposition() {
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_simdml"), &[]).unwrap();
+    let gpu = rt.find_device("GPU:0").unwrap();
+    let log = record(&rt);
+    let x = f32s(&gpu, &[3], &[-1., 0., 2.]);
+    let y = rt
+        .run_named("Relu", &[x], &Attrs::new(), &on(&gpu, true))
+        .unwrap();
+    assert_eq!(y[0].to_vec::<f32>().unwrap(), [0., 0., 2.]);
+    let l = log.lock().unwrap();
+    assert!(l.iter().all(|e| e.reason != Reason::Decomposed), "{l:?}");
+    assert!(
+        l.iter()
+            .any(|e| e.op == "Relu" && e.detail.contains("plugin 'simdml'")),
+        "{l:?}"
+    );
+}
+
+/// Runs `op` on the CPU and on SIM (native kernels, then with `kernels=0` so that everything
+/// goes through decomposition and soft placement) and compares.
+fn same_on_sim_and_cpu(op: &str, inputs: &[Tensor], attrs: Attrs) {
+    for kernels in ["1", "0"] {
+        let rt = runtime();
+        rt.load_plugin(plugin_path("devplug_sim"), &[("kernels", kernels)])
+            .unwrap();
+        let (cpu, sim) = (
+            rt.find_device("CPU").unwrap(),
+            rt.find_device("SIM").unwrap(),
+        );
+        let on_cpu: Vec<Tensor> = inputs.iter().map(|t| t.copy_to(&cpu).unwrap()).collect();
+        let on_sim: Vec<Tensor> = inputs.iter().map(|t| t.copy_to(&sim).unwrap()).collect();
+        let want = rt.run_named(op, &on_cpu, &attrs, &on(&cpu, true)).unwrap();
+        let got = rt.run_named(op, &on_sim, &attrs, &on(&sim, false)).unwrap();
+        assert_eq!(want.len(), got.len());
+        for (w, g) in want.iter().zip(&got) {
+            assert_eq!((w.dtype(), w.shape()), (g.dtype(), g.shape()), "{op}");
+            let (w, g) = (w.to_bytes().unwrap(), g.to_bytes().unwrap());
+            assert_eq!(w, g, "{op} (kernels={kernels}) differs from the CPU");
+        }
+    }
+}
+
+#[test]
+fn ops_on_sim_equal_the_cpus() {
+    let rt = runtime();
+    let cpu = rt.find_device("CPU").unwrap();
+    let a = f32s(&cpu, &[2, 3], &[1., -2., 3., -4., 5., 6.]);
+    let b = f32s(&cpu, &[3], &[0.5, 2., -1.]);
+    let m = f32s(&cpu, &[3, 2], &[1., 2., 3., 4., 5., 6.]);
+    let i = Tensor::from_slice(&cpu, &[2, 2], &[1i64, -2, 3, 4]).unwrap();
+    let none = Attrs::new;
+    same_on_sim_and_cpu("Add", &[a.clone(), b.clone()], none()); // native on SIM
+    same_on_sim_and_cpu("Mul", &[i.clone(), i.clone()], none()); // native on SIM
+    same_on_sim_and_cpu("MatMul", &[a.clone(), m.clone()], none()); // native on SIM
+    same_on_sim_and_cpu(
+        "ReduceSum",
+        &[a.clone()],
+        none().with("axes", AttrValue::Ints(vec![-1])),
+    ); // native
+    same_on_sim_and_cpu("Sub", &[a.clone(), b.clone()], none()); // soft-placed
+    same_on_sim_and_cpu("Maximum", &[a.clone(), b.clone()], none()); // soft-placed
+    same_on_sim_and_cpu("Relu", &[a.clone()], none()); // decomposed into Maximum
+    same_on_sim_and_cpu("Transpose", &[a.clone()], none()); // soft-placed
+    same_on_sim_and_cpu(
+        "Concat",
+        &[a.clone(), a.clone()],
+        none().with("axis", AttrValue::Int(1)),
+    );
+    same_on_sim_and_cpu("Greater", &[a.clone(), b.clone()], none());
+    same_on_sim_and_cpu(
+        "Cast",
+        &[i],
+        none().with("dtype", AttrValue::DType(devplug_core::DType::F64)),
+    );
+}
+
+#[test]
+fn kernels_of_equal_priority_are_refused_and_the_higher_wins() {
+    use devplug_core::{Binding, KernelDef};
+    let rt = runtime();
+    let k = |priority, source: &str, value: f32| KernelDef {
+        op: "Neg".into(),
+        device_type: "CPU".into(),
+        binding: Binding::Platform("HOST".into()),
+        dtypes: vec![devplug_core::DType::F32],
+        priority,
+        source: source.into(),
+        func: Arc::new(move |cx: &devplug_core::KernelContext| {
+            cx.outputs[0].buffer().write(0, &value.to_ne_bytes())
+        }),
+    };
+    let e = rt.register_kernel(k(0, "host 'first'", 1.0)).unwrap_err();
+    assert_eq!(e.code, Code::AlreadyExists);
+    assert!(
+        e.message.contains("host 'first'") && e.message.contains("built-in"),
+        "{e}"
+    );
+    rt.register_kernel(k(10, "host 'override'", 42.0)).unwrap();
+    let cpu = rt.find_device("CPU").unwrap();
+    let y = rt
+        .run_named(
+            "Neg",
+            &[f32s(&cpu, &[1], &[5.])],
+            &Attrs::new(),
+            &RunOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        y[0].to_vec::<f32>().unwrap(),
+        [42.0],
+        "the higher-priority kernel ran"
+    );
+    let i = Tensor::from_slice(&cpu, &[1], &[5i32]).unwrap();
+    let y = rt
+        .run_named("Neg", &[i], &Attrs::new(), &RunOptions::default())
+        .unwrap();
+    assert_eq!(
+        y[0].to_vec::<i32>().unwrap(),
+        [-5],
+        "its dtype constraint leaves i32 to the built-in"
+    );
+}
