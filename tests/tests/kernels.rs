@@ -199,13 +199,13 @@ fn ops_on_sim_equal_the_cpus() {
     same_on_sim_and_cpu("MatMul", &[a.clone(), m.clone()], none()); // native on SIM
     same_on_sim_and_cpu(
         "ReduceSum",
-        &[a.clone()],
+        std::slice::from_ref(&a),
         none().with("axes", AttrValue::Ints(vec![-1])),
     ); // native
     same_on_sim_and_cpu("Sub", &[a.clone(), b.clone()], none()); // soft-placed
     same_on_sim_and_cpu("Maximum", &[a.clone(), b.clone()], none()); // soft-placed
-    same_on_sim_and_cpu("Relu", &[a.clone()], none()); // decomposed into Maximum
-    same_on_sim_and_cpu("Transpose", &[a.clone()], none()); // soft-placed
+    same_on_sim_and_cpu("Relu", std::slice::from_ref(&a), none()); // decomposed into Maximum
+    same_on_sim_and_cpu("Transpose", std::slice::from_ref(&a), none()); // soft-placed
     same_on_sim_and_cpu(
         "Concat",
         &[a.clone(), a.clone()],
