@@ -2,7 +2,7 @@
 //!
 //! The codes follow absl's canonical codes (so hosts can map them to their own), plus
 //! `AbiMismatch` for plugin version refusals. The numeric values are part of the C ABI
-//! (`DP_STATUS_*` in `devplug.h`) and never change.
+//! (`DP_OK`, `DP_INVALID_ARGUMENT`, … in `devplug.h`) and never change.
 
 use std::fmt;
 
