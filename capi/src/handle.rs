@@ -3,11 +3,13 @@
 //!
 //! Every handle is a heap object whose first field is a `magic` word naming its kind. A
 //! handle of the wrong kind is caught by that word. A destroyed handle gets the `DEAD` word
-//! and is kept allocated in a bounded quarantine (the most recent [`QUARANTINE`] destroyed
-//! handles), so using it soon after is caught without reading freed memory; beyond that
-//! window detection is best effort, as in the Vulkan loader. This is the only module of the C
-//! API that turns raw pointers into references.
+//! and is kept allocated in a bounded quarantine (the most recent [`QUARANTINE`] handles
+//! destroyed by each thread; per thread so that releasing a handle takes no lock), so using it
+//! soon after is caught without reading freed memory; beyond that window (or after the
+//! destroying thread exits) detection is best effort, as in the Vulkan loader. This is the
+//! only module of the C API that turns raw pointers into references.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -17,24 +19,29 @@ use devplug_core::Result;
 
 use crate::status::bad_arg;
 
-/// Handles kept allocated after destruction.
+/// Handles kept allocated after destruction, per destroying thread.
 pub(crate) const QUARANTINE: usize = 4096;
 
 const DEAD: u64 = 0xdead_dead_dead_dead;
 
-static GRAVEYARD: Mutex<VecDeque<Box<dyn Send>>> = Mutex::new(VecDeque::new());
+thread_local! {
+    static GRAVEYARD: RefCell<VecDeque<Box<dyn Send>>> = const { RefCell::new(VecDeque::new()) };
+}
 
 fn bury(b: Box<dyn Send>) {
-    let evicted = {
-        let mut g = GRAVEYARD.lock();
-        g.push_back(b);
-        if g.len() > QUARANTINE {
-            g.pop_front()
-        } else {
-            None
-        }
-    };
-    drop(evicted);
+    // During thread teardown the graveyard may be gone: the box is then freed at once.
+    let _ = GRAVEYARD.try_with(|g| {
+        let evicted = {
+            let mut g = g.borrow_mut();
+            g.push_back(b);
+            if g.len() > QUARANTINE {
+                g.pop_front()
+            } else {
+                None
+            }
+        };
+        drop(evicted);
+    });
 }
 
 /// The kind names by magic word, for messages about handles of the wrong kind.
@@ -118,6 +125,7 @@ pub fn new<K: Kind>(value: K::Value) -> *mut K {
 /// `ptr` is NULL or points to memory at least 8 bytes long that devplug handed out as a
 /// handle (of any kind), destroyed or not; the value is borrowed for as long as the caller
 /// keeps the handle alive (the C API contract).
+#[inline]
 pub unsafe fn get<'a, K: Kind>(ptr: *const K, arg: &str) -> Result<&'a K::Value> {
     // SAFETY: forwarded.
     let obj = unsafe { check::<K>(ptr, arg)? };
@@ -175,30 +183,43 @@ pub unsafe fn init_sized<T: Copy>(ptr: *mut T, value: T, struct_size: usize) {
 
 /// # Safety
 /// As for [`get`].
+#[inline(always)]
 unsafe fn check<'a, K: Kind>(ptr: *const K, arg: &str) -> Result<&'a Object<K::Value>> {
+    if !ptr.is_null() && (ptr as usize).is_multiple_of(std::mem::align_of::<AtomicU64>()) {
+        // SAFETY: every handle starts with the magic word (`Object` is `repr(C)`, and handles
+        // are `repr(C)` wrappers of it); the caller guarantees the memory is a devplug handle.
+        let magic = unsafe { &*(ptr as *const AtomicU64) }.load(Ordering::Acquire);
+        if magic == K::MAGIC {
+            // SAFETY: the magic word says this is a live `K`.
+            return Ok(unsafe { &*ptr }.object());
+        }
+    }
+    // SAFETY: forwarded.
+    Err(unsafe { check_failed::<K>(ptr, arg) })
+}
+
+/// The error for a handle [`check`] refused (kept out of the inlined fast path).
+///
+/// # Safety
+/// As for [`get`].
+#[cold]
+#[inline(never)]
+unsafe fn check_failed<K: Kind>(ptr: *const K, arg: &str) -> devplug_core::Error {
     if ptr.is_null() {
-        return Err(bad_arg(arg, &format!("is NULL (expected a {})", K::NAME)));
+        return bad_arg(arg, &format!("is NULL (expected a {})", K::NAME));
     }
     if !(ptr as usize).is_multiple_of(std::mem::align_of::<AtomicU64>()) {
-        return Err(bad_arg(arg, &format!("is not a valid {} handle", K::NAME)));
+        return bad_arg(arg, &format!("is not a valid {} handle", K::NAME));
     }
-    // SAFETY: every handle starts with the magic word (`Object` is `repr(C)`, and handles are
-    // `repr(C)` wrappers of it); the caller guarantees the memory is a devplug handle.
+    // SAFETY: as in `check`.
     let magic = unsafe { &*(ptr as *const AtomicU64) }.load(Ordering::Acquire);
-    if magic == K::MAGIC {
-        // SAFETY: the magic word says this is a live `K`.
-        return Ok(unsafe { &*ptr }.object());
-    }
     if magic == DEAD {
-        return Err(bad_arg(
-            arg,
-            &format!("is a destroyed or released {}", K::NAME),
-        ));
+        return bad_arg(arg, &format!("is a destroyed or released {}", K::NAME));
     }
-    Err(match kind_name(magic) {
+    match kind_name(magic) {
         Some(other) => bad_arg(arg, &format!("is a {other}, not a {}", K::NAME)),
         None => bad_arg(arg, &format!("is not a valid {} handle", K::NAME)),
-    })
+    }
 }
 
 /// Destroys a handle: drops its value and quarantines its memory. NULL is a no-op; an

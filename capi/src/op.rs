@@ -3,6 +3,7 @@
 use std::ffi::{c_char, c_void, CString};
 use std::sync::Arc;
 
+use devplug_core::op::SmallVec;
 use devplug_core::{AttrValue, Attrs, Error, OpHandle, PlacementEvent, RunOptions, Tensor};
 
 use crate::handle::{self, check_out, get, handle, write_out};
@@ -304,7 +305,7 @@ pub unsafe extern "C" fn dp_op_run(
                 &format!("is {num_inputs}, more than an op may take"),
             ));
         }
-        let mut ins: Vec<Tensor> = Vec::with_capacity(num_inputs);
+        let mut ins: SmallVec<[Tensor; 4]> = SmallVec::with_capacity(num_inputs);
         for i in 0..num_inputs {
             // SAFETY: `inputs` holds `num_inputs` handles (the caller's contract).
             let h = unsafe { *inputs.add(i) };
@@ -370,7 +371,9 @@ pub unsafe extern "C" fn dp_op_run(
         if n > 0 && outputs.is_null() {
             return Err(bad_arg("outputs", "is NULL"));
         }
-        let results = rt.runtime().run(&op.op, &ins, attrs, &run)?;
+        let mut results = devplug_core::Outputs::new();
+        rt.runtime()
+            .run_into(&op.op, &ins, attrs, &run, &mut results)?;
         for (i, t) in results.into_iter().enumerate().take(n) {
             let dev = rt.handle_of(t.device()).unwrap_or(std::ptr::null_mut());
             let h = handle::new::<dp_tensor_t>(TensorObj {

@@ -193,10 +193,12 @@ impl RuntimeObj {
 
     /// The handle of `device`, which belongs to this runtime.
     pub(crate) fn handle_of(&self, device: &Arc<Device>) -> Option<*mut dp_device_t> {
-        self.devices.read().iter().map(|p| p.0).find(|&p| {
-            // SAFETY: the list holds live device handles of this runtime.
-            unsafe { get(p, "device") }.is_ok_and(|o| Arc::ptr_eq(&o.device, device))
-        })
+        // Handles are made in the runtime's device order, so a device's index is its slot.
+        let p = self.devices.read().get(device.index())?.0;
+        // SAFETY: the list holds live device handles of this runtime.
+        unsafe { get(p, "device") }
+            .is_ok_and(|o| Arc::ptr_eq(&o.device, device))
+            .then_some(p)
     }
 }
 

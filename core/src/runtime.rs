@@ -12,7 +12,7 @@ use crate::dispatch::{Plans, RunOptions};
 use crate::error::{Error, Result};
 use crate::host::HostPlatform;
 use crate::kernel::{KernelDef, KernelRegistry};
-use crate::op::{Attrs, OpDef, OpHandle, OpRegistry};
+use crate::op::{Attrs, OpDef, OpHandle, OpRegistry, Outputs};
 use crate::placement::{PlacementCallback, PlacementLog};
 use crate::platform::{validate_name, Platform};
 use crate::plugin::{self, ExistingPlatform, LoadedPlugin, PluginFailure, PluginInfo};
@@ -394,6 +394,11 @@ impl Runtime {
         Ok(self.cpu0.clone())
     }
 
+    /// [`Runtime::cpu_device`], borrowed.
+    pub(crate) fn cpu_device_ref(&self) -> Result<&Arc<Device>> {
+        Ok(&self.cpu0)
+    }
+
     /// Resolves an op name once; run it by handle afterwards.
     pub fn op(&self, name: &str) -> Result<OpHandle> {
         self.ops.find(name)
@@ -421,8 +426,23 @@ impl Runtime {
         inputs: &[Tensor],
         attrs: &Attrs,
         options: &RunOptions,
-    ) -> Result<Vec<Tensor>> {
-        crate::dispatch::run(self, op, inputs, attrs, options)
+    ) -> Result<Outputs> {
+        let mut out = Outputs::new();
+        crate::dispatch::run(self, op, inputs, attrs, options, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Runtime::run`] appending the outputs to `out` (nothing is appended on error): lets a
+    /// host reuse one output list across runs.
+    pub fn run_into(
+        &self,
+        op: &OpHandle,
+        inputs: &[Tensor],
+        attrs: &Attrs,
+        options: &RunOptions,
+        out: &mut Outputs,
+    ) -> Result<()> {
+        crate::dispatch::run(self, op, inputs, attrs, options, out)
     }
 
     /// [`Runtime::run`] by op name (looks the name up; hold an [`OpHandle`] on hot paths).
@@ -432,7 +452,7 @@ impl Runtime {
         inputs: &[Tensor],
         attrs: &Attrs,
         options: &RunOptions,
-    ) -> Result<Vec<Tensor>> {
+    ) -> Result<Outputs> {
         let h = self.op(op)?;
         self.run(&h, inputs, attrs, options)
     }

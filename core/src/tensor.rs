@@ -125,6 +125,57 @@ impl Shape {
         s.dims[..s.rank as usize].copy_from_slice(&dims[..s.rank as usize]);
         s
     }
+
+    /// The shape `dims`, or `INVALID_ARGUMENT` when it has more than [`MAX_RANK`] dimensions.
+    /// Dimensions are not checked here (see [`num_elements`]).
+    pub fn from_slice(dims: &[i64]) -> Result<Shape> {
+        if dims.len() > MAX_RANK {
+            return Err(Error::invalid_argument(format!(
+                "rank {} exceeds the maximum rank {MAX_RANK}",
+                dims.len()
+            )));
+        }
+        Ok(Shape::new(dims))
+    }
+
+    /// The scalar shape `[]`.
+    pub const fn scalar() -> Shape {
+        Shape {
+            dims: [0; MAX_RANK],
+            rank: 0,
+        }
+    }
+
+    /// Appends a dimension; `INVALID_ARGUMENT` when the shape already has [`MAX_RANK`].
+    pub fn push(&mut self, dim: i64) -> Result<()> {
+        let r = self.rank as usize;
+        if r == MAX_RANK {
+            return Err(Error::invalid_argument(format!(
+                "rank exceeds the maximum rank {MAX_RANK}"
+            )));
+        }
+        self.dims[r] = dim;
+        self.rank += 1;
+        Ok(())
+    }
+}
+
+impl Default for Shape {
+    fn default() -> Shape {
+        Shape::scalar()
+    }
+}
+
+impl std::ops::DerefMut for Shape {
+    fn deref_mut(&mut self) -> &mut [i64] {
+        &mut self.dims[..self.rank as usize]
+    }
+}
+
+impl PartialEq<[i64]> for Shape {
+    fn eq(&self, other: &[i64]) -> bool {
+        **self == *other
+    }
 }
 
 impl std::ops::Deref for Shape {

@@ -17,7 +17,7 @@ use arc_swap::ArcSwap;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernel::{KernelContext, KernelDef};
-use crate::op::{check_inputs, Attrs, Emitter, InferContext, OpHandle, SpecRef};
+use crate::op::{Attrs, Emitter, InferContext, OpHandle, Outputs, SpecRef};
 use crate::placement::{PlacementEvent, Reason};
 use crate::runtime::Runtime;
 use crate::tensor::{DType, Tensor};
@@ -77,15 +77,25 @@ fn key(op: &OpHandle, device: &Device, dtype: Option<DType>) -> u64 {
 }
 
 impl Plans {
-    fn get(&self, rt: &Runtime, op: &OpHandle, device: &Device, dtype: Option<DType>) -> Plan {
+    /// Runs `f` with the plan for (op, device, dtype), computing and caching it on a miss.
+    /// The plan is borrowed from the cache (no reference count is touched on a hit).
+    fn with<R>(
+        &self,
+        rt: &Runtime,
+        op: &OpHandle,
+        device: &Device,
+        dtype: Option<DType>,
+        f: impl FnOnce(&Plan) -> R,
+    ) -> R {
         let k = key(op, device, dtype);
         let generation = rt.kernels().generation();
         let cache = self.0.load();
         if cache.generation == generation {
             if let Some(p) = cache.plans.get(&k) {
-                return p.clone();
+                return f(p);
             }
         }
+        drop(cache);
         let plan = compute_plan(rt, op, device, dtype);
         self.0.rcu(|old| {
             let mut next = PlanCache {
@@ -99,7 +109,7 @@ impl Plans {
             next.plans.insert(k, plan.clone());
             next
         });
-        plan
+        f(&plan)
     }
 }
 
@@ -126,22 +136,29 @@ fn compute_plan(rt: &Runtime, op: &OpHandle, device: &Device, dtype: Option<DTyp
     Plan::Missing
 }
 
-/// Runs `op` with `inputs` and `attrs` as `options` say.
+/// Runs `op` with `inputs` and `attrs` as `options` say, appending its outputs to `out`
+/// (nothing is appended on error).
 pub(crate) fn run(
     rt: &Runtime,
     op: &OpHandle,
     inputs: &[Tensor],
     attrs: &Attrs,
     options: &RunOptions,
-) -> Result<Vec<Tensor>> {
-    let (device, reason) = match &options.device {
-        Some(d) => (d.clone(), Reason::Explicit),
-        None => (rt.cpu_device()?, Reason::Default),
-    };
+    out: &mut Outputs,
+) -> Result<()> {
     let soft = options
         .soft_placement
         .unwrap_or_else(|| rt.soft_placement());
-    execute(rt, op, &device, inputs, attrs, soft, reason, 0)
+    let (device, reason) = match &options.device {
+        Some(d) => (d, Reason::Explicit),
+        None => (rt.cpu_device_ref()?, Reason::Default),
+    };
+    let start = out.len();
+    let r = execute(rt, op, device, inputs, attrs, soft, reason, 0, out);
+    if r.is_err() {
+        out.truncate(start);
+    }
+    r
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -154,25 +171,25 @@ fn execute(
     soft: bool,
     reason: Reason,
     depth: usize,
-) -> Result<Vec<Tensor>> {
+    out: &mut Outputs,
+) -> Result<()> {
     let def = op.def();
     // The inputs' dtypes and shapes, on the stack for the common case of few inputs.
-    let small: [SpecRef; 4];
+    let mut small = [SpecRef {
+        dtype: DType::F32,
+        shape: &[],
+    }; 4];
     let large: Vec<SpecRef>;
     let specs: &[SpecRef] = if inputs.len() <= 4 {
-        small = std::array::from_fn(|i| match inputs.get(i) {
-            Some(t) => SpecRef::from(t),
-            None => SpecRef {
-                dtype: DType::F32,
-                shape: &[],
-            },
-        });
+        for (s, t) in small.iter_mut().zip(inputs) {
+            *s = SpecRef::from(t);
+        }
         &small[..inputs.len()]
     } else {
         large = inputs.iter().map(SpecRef::from).collect();
         &large
     };
-    let dtype = check_inputs(def, specs)?;
+    let dtype = op.0.check_inputs(specs)?;
     let attrs = attrs.complete(&def.name, &def.attrs)?;
     let outputs = (def.shape_fn)(&InferContext {
         op: &def.name,
@@ -180,57 +197,63 @@ fn execute(
         attrs: &attrs,
     })?;
     let kernel_dtype = dtype.or_else(|| outputs.first().map(|o| o.dtype));
-    match rt.plans().get(rt, op, device, kernel_dtype) {
-        Plan::Native(k) => run_kernel(rt, op, &k, device, inputs, &attrs, &outputs, reason),
-        Plan::Decompose => {
-            if depth >= MAX_DEPTH {
-                return Err(Error::internal(format!(
-                    "{}: decompositions nest deeper than {MAX_DEPTH} levels (a cycle?)",
-                    def.name
-                )));
+    rt.plans()
+        .with(rt, op, device, kernel_dtype, |plan| match plan {
+            Plan::Native(k) => run_kernel(rt, op, k, device, inputs, &attrs, &outputs, reason, out),
+            Plan::Decompose => {
+                if depth >= MAX_DEPTH {
+                    return Err(Error::internal(format!(
+                        "{}: decompositions nest deeper than {MAX_DEPTH} levels (a cycle?)",
+                        def.name
+                    )));
+                }
+                log(rt, op, device, Reason::Decomposed, || {
+                    "no kernel on the device; its decomposition runs there".into()
+                });
+                let decomposition = def.decomposition.clone().ok_or_else(|| {
+                    Error::internal(format!("{}: planned decomposition is missing", def.name))
+                })?;
+                let mut emitter = DeviceEmitter {
+                    rt,
+                    device: device.clone(),
+                    soft,
+                    depth: depth + 1,
+                };
+                let results = decomposition(&mut emitter, inputs, &attrs).map_err(|e| {
+                    e.context(format!(
+                        "{} (decomposed on {})",
+                        def.name,
+                        device.qualified_name()
+                    ))
+                })?;
+                out.extend(results);
+                Ok(())
             }
-            log(rt, op, device, Reason::Decomposed, || {
-                "no kernel on the device; its decomposition runs there".into()
-            });
-            let decomposition = def.decomposition.clone().ok_or_else(|| {
-                Error::internal(format!("{}: planned decomposition is missing", def.name))
-            })?;
-            let mut emitter = DeviceEmitter {
-                rt,
-                device: device.clone(),
-                soft,
-                depth: depth + 1,
-            };
-            decomposition(&mut emitter, inputs, &attrs).map_err(|e| {
-                e.context(format!(
-                    "{} (decomposed on {})",
-                    def.name,
-                    device.qualified_name()
-                ))
-            })
-        }
-        Plan::SoftPlace(k) if soft => {
-            let cpu = rt.cpu_device()?;
-            log(rt, op, &cpu, Reason::SoftPlaced, || {
-                format!(
-                    "no kernel or decomposition on {}; kernel from {} on the CPU",
-                    device.qualified_name(),
-                    k.source
+            Plan::SoftPlace(k) if soft => {
+                let cpu = rt.cpu_device()?;
+                log(rt, op, &cpu, Reason::SoftPlaced, || {
+                    format!(
+                        "no kernel or decomposition on {}; kernel from {} on the CPU",
+                        device.qualified_name(),
+                        k.source
+                    )
+                });
+                run_kernel(
+                    rt,
+                    op,
+                    k,
+                    &cpu,
+                    inputs,
+                    &attrs,
+                    &outputs,
+                    Reason::SoftPlaced,
+                    out,
                 )
-            });
-            run_kernel(
-                rt,
-                op,
-                &k,
-                &cpu,
-                inputs,
-                &attrs,
-                &outputs,
-                Reason::SoftPlaced,
-            )
-        }
-        Plan::SoftPlace(_) | Plan::Missing => Err(no_kernel(rt, op, device, kernel_dtype, soft)),
-    }
+            }
+            Plan::SoftPlace(_) | Plan::Missing => {
+                Err(no_kernel(rt, op, device, kernel_dtype, soft))
+            }
+        })
 }
 
 fn no_kernel(
@@ -270,7 +293,8 @@ fn run_kernel(
     attrs: &Attrs,
     outputs: &[crate::op::TensorSpec],
     reason: Reason,
-) -> Result<Vec<Tensor>> {
+    out: &mut Outputs,
+) -> Result<()> {
     // Inputs living elsewhere are copied to the device first.
     let moved: Vec<Tensor>;
     let inputs = if inputs.iter().all(|t| Arc::ptr_eq(t.device(), device)) {
@@ -291,14 +315,14 @@ fn run_kernel(
             .collect::<Result<_>>()?;
         &moved
     };
-    let outs = outputs
-        .iter()
-        .map(|o| Tensor::uninit(device, o.dtype, &o.shape))
-        .collect::<Result<Vec<_>>>()?;
+    let start = out.len();
+    for o in outputs {
+        out.push(Tensor::uninit(device, o.dtype, &o.shape)?);
+    }
     (kernel.func)(&KernelContext {
         device,
         inputs,
-        outputs: &outs,
+        outputs: &out[start..],
         attrs,
     })
     .map_err(|e| {
@@ -314,7 +338,7 @@ fn run_kernel(
             format!("kernel from {}", kernel.source)
         });
     }
-    Ok(outs)
+    Ok(())
 }
 
 #[inline]
@@ -345,8 +369,9 @@ struct DeviceEmitter<'a> {
 }
 
 impl Emitter for DeviceEmitter<'_> {
-    fn op(&mut self, op: &str, inputs: &[Tensor], attrs: &Attrs) -> Result<Vec<Tensor>> {
+    fn op(&mut self, op: &str, inputs: &[Tensor], attrs: &Attrs) -> Result<Outputs> {
         let h = self.rt.ops().find(op)?;
+        let mut out = Outputs::new();
         execute(
             self.rt,
             &h,
@@ -356,7 +381,9 @@ impl Emitter for DeviceEmitter<'_> {
             self.soft,
             Reason::Decomposed,
             self.depth,
-        )
+            &mut out,
+        )?;
+        Ok(out)
     }
 
     fn scalar(&mut self, dtype: DType, value: f64) -> Result<Tensor> {

@@ -15,20 +15,29 @@ use crate::runtime::Runtime;
 use crate::tensor::{DType, Tensor, MAX_RANK};
 
 /// A shape as `usize`s, on the stack.
+#[derive(Clone, Copy)]
 struct Dims {
     dims: [usize; MAX_RANK],
     rank: usize,
 }
 
 impl Dims {
+    const EMPTY: Dims = Dims {
+        dims: [0; MAX_RANK],
+        rank: 0,
+    };
+
     fn of(t: &Tensor) -> Dims {
-        let mut dims = [0usize; MAX_RANK];
-        for (d, s) in dims.iter_mut().zip(t.shape()) {
+        let mut d = Dims::EMPTY;
+        d.set(t);
+        d
+    }
+
+    /// Fills in the shape of `t` in place (no 72-byte copy on the eager path).
+    fn set(&mut self, t: &Tensor) {
+        self.rank = t.rank();
+        for (d, s) in self.dims.iter_mut().zip(t.shape()) {
             *d = *s as usize;
-        }
-        Dims {
-            dims,
-            rank: t.rank(),
         }
     }
     fn get(&self) -> &[usize] {
@@ -79,16 +88,23 @@ fn with_views<const N: usize>(
             "a CPU kernel got too few inputs or outputs",
         ));
     }
-    let dims: [Dims; N] = std::array::from_fn(|i| Dims::of(&cx.inputs[i]));
-    for t in &cx.inputs[..N] {
-        host_bytes(t)?;
+    // Plain loops rather than `array::from_fn`: this runs once per eager op.
+    let mut dims = [Dims::EMPTY; N];
+    for (d, t) in dims.iter_mut().zip(cx.inputs) {
+        d.set(t);
     }
-    let views: [View; N] = std::array::from_fn(|i| View {
-        // Checked just above: every input is host memory.
-        data: host_bytes(&cx.inputs[i]).unwrap_or(&[]),
-        dtype: cx.inputs[i].dtype(),
-        shape: dims[i].get(),
-    });
+    let mut views = [View {
+        data: &[],
+        dtype: DType::F32,
+        shape: &[],
+    }; N];
+    for ((v, t), d) in views.iter_mut().zip(cx.inputs).zip(&dims) {
+        *v = View {
+            data: host_bytes(t)?,
+            dtype: t.dtype(),
+            shape: d.get(),
+        };
+    }
     let od = Dims::of(&cx.outputs[0]);
     let out = ViewMut {
         data: host_bytes_mut(&cx.outputs[0])?,

@@ -18,6 +18,14 @@
 //!
 //! Device addresses are opaque `u64`s: the suballocator never dereferences them.
 //!
+//! Small frees are cached: a freed chunk of at most [`CACHE_CLASSES`] alignment units goes on a
+//! short per-size list (at most [`CACHE_DEPTH`] each) without being merged, and the next
+//! allocation of that size takes it back without searching the free index — the eager-op
+//! pattern of "allocate an output, free it soon after". Cached chunks count as free in every
+//! statistic; they are merged back (the cache flushed) before statistics are taken, before
+//! cached regions are released, and before a new region would be reserved, so the cache never
+//! makes an allocation fail or a figure inexact.
+//!
 //! One [`parking_lot::Mutex`] guards the whole state. The raw allocator is called with that lock
 //! held (so the limit stays exact), so it must not call back into the suballocator.
 
@@ -64,6 +72,9 @@ pub struct SuballocatorOptions {
     /// The smallest raw allocation (default 1 MiB). Regions grow (each one twice the size of
     /// the one before) as more memory is needed, capped by what the limit leaves.
     pub min_region_size: u64,
+    /// Cache small frees for the next allocation of the same size (default `true`; see the
+    /// module docs). Off, every allocation is a best fit in address order.
+    pub cache_small_frees: bool,
 }
 
 impl Default for SuballocatorOptions {
@@ -72,6 +83,7 @@ impl Default for SuballocatorOptions {
             limit: None,
             alignment: DEFAULT_ALIGNMENT,
             min_region_size: DEFAULT_MIN_REGION_SIZE,
+            cache_small_frees: true,
         }
     }
 }
@@ -119,6 +131,7 @@ impl Suballocator {
             limit: options.limit,
             alignment,
             min_region,
+            cache: options.cache_small_frees,
         };
         Suballocator {
             raw,
@@ -141,9 +154,18 @@ impl Suballocator {
                 "cannot allocate {size} bytes: the size exceeds the address space"
             )));
         };
+        if let Some(ptr) = state.take_cached(rounded) {
+            return Ok(ptr);
+        }
         let id = match state.free.best_fit(rounded) {
             Some(id) => id,
-            None => state.grow(&*self.raw, size, rounded)?,
+            None => {
+                state.flush_cache();
+                match state.free.best_fit(rounded) {
+                    Some(id) => id,
+                    None => state.grow(&*self.raw, size, rounded)?,
+                }
+            }
         };
         Ok(state.take(id, rounded))
     }
@@ -157,7 +179,9 @@ impl Suballocator {
         let state = &mut *guard;
         match state.live.remove(&ptr.0) {
             Some(id) => {
-                state.release(id);
+                if !state.cache(id) {
+                    state.release(id);
+                }
                 Ok(())
             }
             None => {
@@ -179,7 +203,8 @@ impl Suballocator {
 
     /// A snapshot of the statistics.
     pub fn stats(&self) -> MemoryStats {
-        let state = self.state.lock();
+        let mut state = self.state.lock();
+        state.flush_cache();
         MemoryStats {
             bytes_in_use: state.bytes_in_use,
             peak_bytes_in_use: state.peak_bytes_in_use,
@@ -230,6 +255,11 @@ fn round_up(value: u64, alignment: u64) -> Option<u64> {
     value.checked_add(mask).map(|v| v & !mask)
 }
 
+/// Freed chunks of at most this many alignment units are cached (see the module docs).
+const CACHE_CLASSES: usize = 16;
+/// At most this many chunks are cached per size.
+const CACHE_DEPTH: usize = 32;
+
 /// The growth size stops doubling here (a multiple of every alignment up to 2^62).
 const MAX_GROWTH: u64 = 1 << 62;
 
@@ -239,6 +269,7 @@ struct Config {
     limit: Option<u64>,
     alignment: u64,
     min_region: u64,
+    cache: bool,
 }
 
 /// An index into [`State::chunks`].
@@ -288,6 +319,11 @@ struct State {
     num_allocs: u64,
     largest_alloc_size: u64,
     bytes_reserved: u64,
+    /// Freed small chunks by size class (`size / alignment - 1`), still marked in use so that
+    /// no neighbour merges with them, but not live and not counted in `bytes_in_use`.
+    cached: [Vec<ChunkId>; CACHE_CLASSES],
+    /// `false` only when every class of `cached` is empty (a hint that skips the cache).
+    any_cached: bool,
 }
 
 impl State {
@@ -305,7 +341,69 @@ impl State {
             num_allocs: 0,
             largest_alloc_size: 0,
             bytes_reserved: 0,
+            cached: std::array::from_fn(|_| Vec::new()),
+            any_cached: false,
         }
+    }
+
+    /// The cache class of a chunk size, if chunks of that size are cached.
+    fn cache_class(&self, size: u64) -> Option<usize> {
+        if !self.config.cache {
+            return None;
+        }
+        let units = size >> self.config.alignment.trailing_zeros();
+        (1..=CACHE_CLASSES as u64)
+            .contains(&units)
+            .then(|| units as usize - 1)
+    }
+
+    /// Hands out a cached chunk of exactly `rounded` bytes, if there is one.
+    fn take_cached(&mut self, rounded: u64) -> Option<DevicePtr> {
+        if !self.any_cached {
+            return None;
+        }
+        let class = self.cache_class(rounded)?;
+        let id = self.cached[class].pop()?;
+        let Chunk { addr, size, .. } = *self.chunk(id);
+        self.live.insert(addr, id);
+        self.account_alloc(size);
+        Some(DevicePtr(addr))
+    }
+
+    /// Caches the in-use chunk `id` (already removed from `live`) instead of freeing it;
+    /// `false` when it is not cacheable (too large, or its list is full).
+    fn cache(&mut self, id: ChunkId) -> bool {
+        let size = self.chunk(id).size;
+        let Some(class) = self.cache_class(size) else {
+            return false;
+        };
+        if self.cached[class].len() >= CACHE_DEPTH {
+            return false;
+        }
+        self.cached[class].push(id);
+        self.any_cached = true;
+        self.bytes_in_use -= size;
+        true
+    }
+
+    /// Frees every cached chunk for real (merging it with its free neighbours).
+    fn flush_cache(&mut self) {
+        if !self.any_cached {
+            return;
+        }
+        for class in 0..CACHE_CLASSES {
+            while let Some(id) = self.cached[class].pop() {
+                self.coalesce(id);
+            }
+        }
+        self.any_cached = false;
+    }
+
+    fn account_alloc(&mut self, size: u64) {
+        self.bytes_in_use += size;
+        self.peak_bytes_in_use = self.peak_bytes_in_use.max(self.bytes_in_use);
+        self.num_allocs += 1;
+        self.largest_alloc_size = self.largest_alloc_size.max(size);
     }
 
     fn chunk(&self, id: ChunkId) -> &Chunk {
@@ -364,20 +462,23 @@ impl State {
         chunk.in_use = true;
         let size = chunk.size;
         self.live.insert(addr, id);
-        self.bytes_in_use += size;
-        self.peak_bytes_in_use = self.peak_bytes_in_use.max(self.bytes_in_use);
-        self.num_allocs += 1;
-        self.largest_alloc_size = self.largest_alloc_size.max(size);
+        self.account_alloc(size);
         DevicePtr(addr)
     }
 
     /// Frees the in-use chunk `id` (already removed from `live`), merges it with its free
     /// neighbours and indexes the result.
     fn release(&mut self, id: ChunkId) {
+        self.bytes_in_use -= self.chunk(id).size;
+        self.coalesce(id);
+    }
+
+    /// Marks the chunk `id` free, merges it with its free neighbours and indexes the result
+    /// (the byte counts are the caller's).
+    fn coalesce(&mut self, id: ChunkId) {
         let chunk = self.chunk_mut(id);
         chunk.in_use = false;
-        let (size, prev, next) = (chunk.size, chunk.prev, chunk.next);
-        self.bytes_in_use -= size;
+        let (prev, next) = (chunk.prev, chunk.next);
         let mut id = id;
         if next != NONE {
             let upper = *self.chunk(next);
@@ -515,6 +616,7 @@ impl State {
 
     /// Gives every wholly free region back to the raw allocator; returns the bytes released.
     fn release_cached(&mut self, raw: &dyn RawAllocator) -> u64 {
+        self.flush_cache();
         let mut released = 0;
         let mut i = 0;
         while i < self.regions.len() {
@@ -541,6 +643,7 @@ impl State {
     fn check_invariants(&self) {
         let alignment = self.config.alignment;
         let (mut free_chunks, mut live_chunks, mut in_use, mut reserved) = (0, 0, 0, 0);
+        let mut cached_chunks = 0;
         for region in &self.regions {
             reserved += region.raw_size;
             let base = self.chunk(region.first).addr;
@@ -558,7 +661,10 @@ impl State {
                     "bad chunk size {}",
                     c.size
                 );
-                if c.in_use {
+                if c.in_use && self.cached.iter().any(|l| l.contains(&id)) {
+                    cached_chunks += 1;
+                    assert!(!self.live.contains_key(&c.addr), "cached chunk still live");
+                } else if c.in_use {
                     assert_eq!(self.live.get(&c.addr), Some(&id), "in-use chunk not live");
                     in_use += c.size;
                     live_chunks += 1;
@@ -600,9 +706,15 @@ impl State {
         assert_eq!(spare.len(), self.spare.len(), "a spare slot listed twice");
         assert_eq!(
             self.chunks.len(),
-            free_chunks + live_chunks + spare.len(),
+            free_chunks + live_chunks + cached_chunks + spare.len(),
             "leaked chunk slots"
         );
+        assert_eq!(
+            cached_chunks,
+            self.cached.iter().map(Vec::len).sum::<usize>(),
+            "a cached chunk outside the regions"
+        );
+        assert!(self.any_cached || cached_chunks == 0, "cache flag");
     }
 }
 
@@ -977,6 +1089,74 @@ mod tests {
         (dev, sub)
     }
 
+    /// A suballocator without the small-free cache: every choice is the best fit.
+    fn new_uncached_sub() -> (Arc<FakeDevice>, Suballocator) {
+        let dev = FakeDevice::new();
+        let sub = Suballocator::new(
+            dev.clone(),
+            SuballocatorOptions {
+                cache_small_frees: false,
+                ..SuballocatorOptions::default()
+            },
+        );
+        (dev, sub)
+    }
+
+    #[test]
+    fn small_frees_are_cached_and_statistics_stay_exact() {
+        let (dev, sub) = new_sub(None);
+        let guard = sub.allocate(100).unwrap();
+        let a = sub.allocate(1000).unwrap();
+        sub.deallocate(a).unwrap();
+        // The freed chunk is handed out again for the same rounded size, with no search.
+        let b = sub.allocate(1024).unwrap();
+        assert_eq!(a, b);
+        sub.check();
+        sub.deallocate(b).unwrap();
+        sub.check();
+        // Cached bytes are free bytes: nothing in use but the guard, and the free memory is
+        // one merged block again once the statistics are taken.
+        let st = sub.stats();
+        assert_eq!(st.bytes_in_use, 256);
+        assert_eq!(st.active_allocs, 1);
+        assert_eq!(st.largest_free_block, MIB - 256);
+        sub.check();
+        // A cached chunk is not live: freeing it twice is still refused.
+        let c = sub.allocate(512).unwrap();
+        sub.deallocate(c).unwrap();
+        assert!(sub.deallocate(c).is_err());
+        assert_eq!(sub.size_of(c), None);
+        // A full list frees for real.
+        let many: Vec<_> = (0..CACHE_DEPTH + 8)
+            .map(|_| sub.allocate(256).unwrap())
+            .collect();
+        for p in &many {
+            sub.deallocate(*p).unwrap();
+        }
+        sub.check();
+        sub.deallocate(guard).unwrap();
+        assert_eq!(sub.release_cached(), MIB);
+        assert_eq!(dev.raw_allocs(), 1);
+        sub.check();
+    }
+
+    #[test]
+    fn cached_small_frees_never_make_an_allocation_fail() {
+        // A 1 MiB limit, filled with small chunks that are then freed into the cache: a request
+        // for the whole region must still succeed (the cache is merged back first).
+        let (_dev, sub) = new_sub(Some(MIB));
+        let small: Vec<_> = (0..16)
+            .map(|i| sub.allocate(256 * (i % 4 + 1)).unwrap())
+            .collect();
+        for p in small {
+            sub.deallocate(p).unwrap();
+        }
+        let all = sub.allocate(MIB).unwrap();
+        sub.check();
+        sub.deallocate(all).unwrap();
+        sub.check();
+    }
+
     impl Suballocator {
         fn check(&self) {
             self.state.lock().check_invariants();
@@ -1214,7 +1394,7 @@ mod tests {
 
     #[test]
     fn best_fit_takes_the_smallest_fitting_chunk_then_the_lowest_address() {
-        let (_dev, sub) = new_sub(None);
+        let (_dev, sub) = new_uncached_sub();
         let sizes = [4096, 1024, 2048, 1024];
         let mut holes = Vec::new();
         let mut guards = Vec::new();
@@ -1242,7 +1422,7 @@ mod tests {
 
     #[test]
     fn a_crowded_bin_becomes_a_tree_and_back_with_the_same_choices() {
-        let (dev, sub) = new_sub(None);
+        let (dev, sub) = new_uncached_sub();
         // 200 free 512-byte holes and 100 free 768-byte holes (all in bin 9), kept apart by
         // guards.
         let mut holes = Vec::new();

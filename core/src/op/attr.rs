@@ -1,5 +1,6 @@
 //! Op attributes: typed values with defaults, looked up by name.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use crate::error::{Error, Result};
@@ -136,7 +137,7 @@ impl Attrs {
 
     /// Checks `self` against an op's declarations and fills in defaults: unknown names, wrong
     /// types and missing required attributes are errors naming the op and the attribute.
-    pub(crate) fn complete(&self, op: &str, defs: &[AttrDef]) -> Result<Attrs> {
+    pub(crate) fn complete(&self, op: &str, defs: &[AttrDef]) -> Result<Cow<'_, Attrs>> {
         for (name, value) in &self.0 {
             let def = defs.iter().find(|d| d.name == name).ok_or_else(|| {
                 let known: Vec<&str> = defs.iter().map(|d| d.name).collect();
@@ -160,7 +161,7 @@ impl Attrs {
             }
         }
         if self.0.len() == defs.len() {
-            return Ok(self.clone());
+            return Ok(Cow::Borrowed(self));
         }
         let mut out = self.clone();
         for d in defs {
@@ -178,7 +179,7 @@ impl Attrs {
                 }
             }
         }
-        Ok(out)
+        Ok(Cow::Owned(out))
     }
 }
 

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use crate::op::shape;
 use crate::op::{
-    ArgDef, ArgType, AttrDef, AttrType, AttrValue, Attrs, Decomposition, Emitter, OpDef, ShapeFn,
-    TypeVar,
+    ArgDef, ArgType, AttrDef, AttrType, AttrValue, Attrs, Decomposition, Emitter, OpDef, Outputs,
+    ShapeFn, TypeVar,
 };
 use crate::tensor::{DType, Tensor};
 
@@ -259,7 +259,7 @@ pub fn definitions() -> Vec<OpDef> {
     v
 }
 
-fn one(mut v: Vec<Tensor>) -> crate::Result<Tensor> {
+fn one(mut v: Outputs) -> crate::Result<Tensor> {
     v.pop()
         .ok_or_else(|| crate::Error::internal("an op returned no output"))
 }
@@ -270,7 +270,7 @@ fn axis_attrs(axis: i64) -> Attrs {
         .with("keep_dims", AttrValue::Bool(true))
 }
 
-type DecompositionFn = fn(&mut dyn Emitter, &[Tensor], &Attrs) -> crate::Result<Vec<Tensor>>;
+type DecompositionFn = fn(&mut dyn Emitter, &[Tensor], &Attrs) -> crate::Result<Outputs>;
 
 fn decomposition(f: DecompositionFn) -> Option<Decomposition> {
     Some(Arc::new(f))

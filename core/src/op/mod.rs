@@ -13,12 +13,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
+pub use smallvec::{smallvec, SmallVec};
 
 pub use attr::{AttrDef, AttrType, AttrValue, Attrs};
 pub use shape::broadcast_shapes;
 
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, Shape, Tensor};
 
 /// What the dtype of an input or output is.
 #[derive(Clone, Debug)]
@@ -47,12 +48,29 @@ pub struct TypeVar {
     pub allowed: Vec<DType>,
 }
 
-/// The dtype and shape of a tensor, before it exists.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The dtype and shape of a tensor, before it exists. The shape is stored inline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TensorSpec {
     pub dtype: DType,
-    pub shape: Vec<i64>,
+    pub shape: Shape,
 }
+
+impl TensorSpec {
+    /// A spec of `dtype` and `shape`; `INVALID_ARGUMENT` when the rank exceeds
+    /// [`MAX_RANK`](crate::tensor::MAX_RANK).
+    pub fn new(dtype: DType, shape: &[i64]) -> Result<TensorSpec> {
+        Ok(TensorSpec {
+            dtype,
+            shape: Shape::from_slice(shape)?,
+        })
+    }
+}
+
+/// The outputs of an op run: inline for up to two tensors (no allocation for most ops).
+pub type Outputs = SmallVec<[Tensor; 2]>;
+
+/// What a shape function returns: one spec per output, inline for up to two outputs.
+pub type Specs = SmallVec<[TensorSpec; 2]>;
 
 /// The dtype and shape of an existing input, borrowed.
 #[derive(Clone, Copy, Debug)]
@@ -62,11 +80,8 @@ pub struct SpecRef<'a> {
 }
 
 impl SpecRef<'_> {
-    pub fn to_spec(&self) -> TensorSpec {
-        TensorSpec {
-            dtype: self.dtype,
-            shape: self.shape.to_vec(),
-        }
+    pub fn to_spec(&self) -> Result<TensorSpec> {
+        TensorSpec::new(self.dtype, self.shape)
     }
 }
 
@@ -103,19 +118,19 @@ impl InferContext<'_> {
 }
 
 /// Computes the outputs' dtypes and shapes, or explains why the inputs do not fit.
-pub type ShapeFn = fn(&InferContext) -> Result<Vec<TensorSpec>>;
+pub type ShapeFn = fn(&InferContext) -> Result<Specs>;
 
 /// Runs other ops on the device an op was placed on: what a decomposition is written with.
 pub trait Emitter {
     /// Runs `op` (dispatched on the same device, with the same fallback rules).
-    fn op(&mut self, op: &str, inputs: &[Tensor], attrs: &Attrs) -> Result<Vec<Tensor>>;
+    fn op(&mut self, op: &str, inputs: &[Tensor], attrs: &Attrs) -> Result<Outputs>;
     /// A scalar of `dtype` holding `value`, on the device.
     fn scalar(&mut self, dtype: DType, value: f64) -> Result<Tensor>;
 }
 
 /// An op written in terms of other ops.
 pub type Decomposition =
-    Arc<dyn Fn(&mut dyn Emitter, &[Tensor], &Attrs) -> Result<Vec<Tensor>> + Send + Sync>;
+    Arc<dyn Fn(&mut dyn Emitter, &[Tensor], &Attrs) -> Result<Outputs> + Send + Sync>;
 
 /// An op definition.
 #[derive(Clone)]
@@ -145,6 +160,107 @@ pub(crate) struct OpEntry {
     /// Index in the registry, for the per-op kernel caches.
     pub(crate) index: usize,
     pub(crate) def: OpDef,
+    sig: Signature,
+}
+
+/// What an input's dtype must be, resolved at registration for the dispatch hot path.
+#[derive(Clone, Copy, Debug)]
+enum InputRule {
+    /// Type variable number `n` (its allowed dtypes in `Signature::allowed[n]`).
+    Var(u8),
+    Fixed(DType),
+    Free,
+}
+
+/// An op's input rules in the form [`check_inputs`] can test without strings: a rule per
+/// declared input and a bit mask of allowed dtypes per type variable.
+#[derive(Debug)]
+struct Signature {
+    rules: SmallVec<[InputRule; 4]>,
+    allowed: SmallVec<[u8; 2]>,
+    /// The variable of `def.type_vars[0]`, whose dtype keys the kernel choice.
+    first: Option<u8>,
+    variadic: bool,
+}
+
+/// One bit per dtype.
+fn dtype_bit(d: DType) -> u8 {
+    1 << (d as i32 as u32 & 7)
+}
+
+impl Signature {
+    fn of(def: &OpDef) -> Signature {
+        let mut names: SmallVec<[&'static str; 2]> = SmallVec::new();
+        let mut allowed: SmallVec<[u8; 2]> = SmallVec::new();
+        let mut var = |name: &'static str| -> u8 {
+            if let Some(i) = names.iter().position(|n| same_name(n, name)) {
+                return i as u8;
+            }
+            names.push(name);
+            allowed.push(
+                match def.type_vars.iter().find(|t| same_name(t.name, name)) {
+                    Some(tv) => tv.allowed.iter().fold(0, |m, d| m | dtype_bit(*d)),
+                    None => u8::MAX,
+                },
+            );
+            (names.len() - 1) as u8
+        };
+        let rules = def
+            .inputs
+            .iter()
+            .map(|a| match &a.ty {
+                ArgType::Var(v) => InputRule::Var(var(v)),
+                ArgType::Fixed(d) => InputRule::Fixed(*d),
+                ArgType::Attr(_) => InputRule::Free,
+            })
+            .collect();
+        let first = def.type_vars.first().map(|tv| var(tv.name));
+        Signature {
+            rules,
+            allowed,
+            first,
+            variadic: def.inputs.last().is_some_and(|a| a.list),
+        }
+    }
+
+    /// The dtype of the first type variable if `inputs` satisfy every rule; `None` when they
+    /// do not (the slow path then explains why).
+    fn check(&self, inputs: &[SpecRef]) -> Option<Option<DType>> {
+        let fixed = self.rules.len() - usize::from(self.variadic);
+        let arity_ok = if self.variadic {
+            inputs.len() > fixed
+        } else {
+            inputs.len() == fixed
+        };
+        if !arity_ok || self.allowed.len() > 4 {
+            return None;
+        }
+        let mut bound: [Option<DType>; 4] = [None; 4];
+        for (i, spec) in inputs.iter().enumerate() {
+            match self.rules[i.min(self.rules.len() - 1)] {
+                InputRule::Var(v) => match bound[v as usize] {
+                    Some(d) if d != spec.dtype => return None,
+                    Some(_) => {}
+                    None if self.allowed[v as usize] & dtype_bit(spec.dtype) == 0 => return None,
+                    None => bound[v as usize] = Some(spec.dtype),
+                },
+                InputRule::Fixed(d) if d != spec.dtype => return None,
+                InputRule::Fixed(_) | InputRule::Free => {}
+            }
+        }
+        Some(self.first.and_then(|v| bound[v as usize]))
+    }
+}
+
+impl OpEntry {
+    /// [`check_inputs`] for this op: the precomputed rules first, the explaining path on a
+    /// mismatch.
+    pub(crate) fn check_inputs(&self, inputs: &[SpecRef]) -> Result<Option<DType>> {
+        match self.sig.check(inputs) {
+            Some(d) => Ok(d),
+            None => check_inputs(&self.def, inputs),
+        }
+    }
 }
 
 impl OpHandle {
@@ -190,6 +306,7 @@ impl OpRegistry {
         }
         let h = OpHandle(Arc::new(OpEntry {
             index: ops.len(),
+            sig: Signature::of(&def),
             def,
         }));
         ops.insert(h.name().to_string(), h.clone());
@@ -269,6 +386,13 @@ fn validate(def: &OpDef) -> Result<()> {
 
 /// Checks inputs against an op's signature: arity, and the type variables' bindings. Returns
 /// the dtype bound to the op's first type variable (what kernels are chosen by), if any.
+/// Name equality for the `'static` names of op definitions: the same literal is usually the
+/// same address, which is checked before the bytes.
+#[inline]
+fn same_name(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
+}
+
 pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DType>> {
     let op = &def.name;
     let variadic = def.inputs.last().is_some_and(|a| a.list);
@@ -312,7 +436,9 @@ pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DTy
                 )))
             }
             ArgType::Var(v) => {
-                if let Some((_, d, first)) = bound[..nbound].iter().find(|(n, _, _)| n == v) {
+                if let Some((_, d, first)) =
+                    bound[..nbound].iter().find(|(n, _, _)| same_name(n, v))
+                {
                     if *d != spec.dtype {
                         return Err(Error::invalid_argument(format!(
                             "{op}: input '{}' is {} but '{}' is {d}; both have type {v}",
@@ -322,7 +448,7 @@ pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DTy
                         )));
                     }
                 } else {
-                    let tv = def.type_vars.iter().find(|t| t.name == *v);
+                    let tv = def.type_vars.iter().find(|t| same_name(t.name, v));
                     if let Some(tv) = tv {
                         if !tv.allowed.contains(&spec.dtype) {
                             let allowed: Vec<&str> = tv.allowed.iter().map(|d| d.name()).collect();
@@ -350,6 +476,42 @@ pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DTy
     Ok(def
         .type_vars
         .first()
-        .and_then(|tv| bound[..nbound].iter().find(|(n, _, _)| *n == tv.name))
+        .and_then(|tv| {
+            bound[..nbound]
+                .iter()
+                .find(|(n, _, _)| same_name(n, tv.name))
+        })
         .map(|(_, d, _)| *d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The precomputed rules accept exactly what the explaining path accepts, with the same
+    /// dtype, for every basis op and every dtype combination of up to three inputs.
+    #[test]
+    fn fast_input_check_agrees_with_the_explaining_check() {
+        let shape: [i64; 1] = [2];
+        for def in basis::definitions() {
+            let sig = Signature::of(&def);
+            for n in 0..=3usize {
+                let combos = DType::ALL.len().pow(n as u32);
+                for mut c in 0..combos {
+                    let specs: Vec<SpecRef> = (0..n)
+                        .map(|_| {
+                            let d = DType::ALL[c % DType::ALL.len()];
+                            c /= DType::ALL.len();
+                            SpecRef {
+                                dtype: d,
+                                shape: &shape,
+                            }
+                        })
+                        .collect();
+                    let slow = check_inputs(&def, &specs).ok();
+                    assert_eq!(sig.check(&specs), slow, "{} with {:?}", def.name, specs);
+                }
+            }
+        }
+    }
 }

@@ -1,14 +1,20 @@
 //! Shape functions of the basis ops, and the broadcasting rule (NumPy's).
 
 use crate::error::{Error, Result};
-use crate::op::{InferContext, TensorSpec};
+use crate::op::{smallvec, InferContext, Specs, TensorSpec};
 
-use crate::tensor::{DType, MAX_RANK};
+use crate::tensor::{DType, Shape, MAX_RANK};
 
 /// NumPy broadcasting of two shapes; `None` when they are incompatible.
 pub fn broadcast_shapes(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
-    let rank = a.len().max(b.len());
-    let mut out = vec![0i64; rank];
+    let mut out = vec![0i64; a.len().max(b.len())];
+    broadcast_into(a, b, &mut out)?;
+    Some(out)
+}
+
+/// [`broadcast_shapes`] writing into `out`, which has the larger rank of the two.
+fn broadcast_into(a: &[i64], b: &[i64], out: &mut [i64]) -> Option<()> {
+    let rank = out.len();
     for i in 0..rank {
         let da = if i + a.len() >= rank {
             a[i + a.len() - rank]
@@ -27,61 +33,82 @@ pub fn broadcast_shapes(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
             _ => return None,
         };
     }
-    Some(out)
+    Some(())
 }
 
-fn broadcast_all(cx: &InferContext, names: &[&str]) -> Result<Vec<i64>> {
-    let mut shape = cx.inputs[0].shape.to_vec();
+/// The broadcast shape of all inputs (no allocation).
+#[inline]
+fn broadcast_all(cx: &InferContext, names: &[&str]) -> Result<Shape> {
+    let first = cx.inputs[0].shape;
+    if first.len() <= MAX_RANK && cx.inputs[1..].iter().all(|s| s.shape == first) {
+        // The common eager case: every input has the same shape.
+        return Ok(Shape::from_slice(first).unwrap_or_default());
+    }
+    broadcast_general(cx, names)
+}
+
+#[inline(never)]
+fn broadcast_general(cx: &InferContext, names: &[&str]) -> Result<Shape> {
+    let mut shape = Shape::from_slice(cx.inputs[0].shape).map_err(|e| cx.error(e.message))?;
     for (i, s) in cx.inputs.iter().enumerate().skip(1) {
-        if s.shape == shape.as_slice() {
+        if s.shape == &*shape {
             continue;
         }
-        shape = broadcast_shapes(&shape, s.shape).ok_or_else(|| {
-            cx.error(format!(
-                "shapes {:?} ('{}') and {:?} ('{}') cannot be broadcast together",
-                cx.inputs[0].shape,
-                names.first().copied().unwrap_or("x"),
-                s.shape,
-                names.get(i).copied().unwrap_or("y")
-            ))
-        })?;
+        let prev = shape;
+        let mut next = Shape::from_slice(if s.shape.len() > prev.len() {
+            s.shape
+        } else {
+            &prev
+        })
+        .map_err(|e| cx.error(e.message))?;
+        shape = broadcast_into(&prev, s.shape, &mut next)
+            .map(|()| next)
+            .ok_or_else(|| {
+                cx.error(format!(
+                    "shapes {:?} ('{}') and {:?} ('{}') cannot be broadcast together",
+                    cx.inputs[0].shape,
+                    names.first().copied().unwrap_or("x"),
+                    s.shape,
+                    names.get(i).copied().unwrap_or("y")
+                ))
+            })?;
     }
     Ok(shape)
 }
 
-pub(crate) fn binary(cx: &InferContext) -> Result<Vec<TensorSpec>> {
-    Ok(vec![TensorSpec {
+pub(crate) fn binary(cx: &InferContext) -> Result<Specs> {
+    Ok(smallvec![TensorSpec {
         dtype: cx.inputs[0].dtype,
         shape: broadcast_all(cx, &["x", "y"])?,
     }])
 }
 
-pub(crate) fn compare(cx: &InferContext) -> Result<Vec<TensorSpec>> {
-    Ok(vec![TensorSpec {
+pub(crate) fn compare(cx: &InferContext) -> Result<Specs> {
+    Ok(smallvec![TensorSpec {
         dtype: DType::Bool,
         shape: broadcast_all(cx, &["x", "y"])?,
     }])
 }
 
-pub(crate) fn select(cx: &InferContext) -> Result<Vec<TensorSpec>> {
-    Ok(vec![TensorSpec {
+pub(crate) fn select(cx: &InferContext) -> Result<Specs> {
+    Ok(smallvec![TensorSpec {
         dtype: cx.inputs[1].dtype,
         shape: broadcast_all(cx, &["condition", "x", "y"])?,
     }])
 }
 
-pub(crate) fn same(cx: &InferContext) -> Result<Vec<TensorSpec>> {
-    Ok(vec![cx.inputs[0].to_spec()])
+pub(crate) fn same(cx: &InferContext) -> Result<Specs> {
+    Ok(smallvec![cx.inputs[0].to_spec()?])
 }
 
-pub(crate) fn cast(cx: &InferContext) -> Result<Vec<TensorSpec>> {
-    Ok(vec![TensorSpec {
-        dtype: cx.attrs.dtype("dtype")?,
-        shape: cx.inputs[0].shape.to_vec(),
-    }])
+pub(crate) fn cast(cx: &InferContext) -> Result<Specs> {
+    Ok(smallvec![TensorSpec::new(
+        cx.attrs.dtype("dtype")?,
+        cx.inputs[0].shape
+    )?])
 }
 
-pub(crate) fn add_n(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+pub(crate) fn add_n(cx: &InferContext) -> Result<Specs> {
     let first = &cx.inputs[0];
     for (i, s) in cx.inputs.iter().enumerate().skip(1) {
         if s.shape != first.shape {
@@ -91,10 +118,10 @@ pub(crate) fn add_n(cx: &InferContext) -> Result<Vec<TensorSpec>> {
             )));
         }
     }
-    Ok(vec![first.to_spec()])
+    Ok(smallvec![first.to_spec()?])
 }
 
-pub(crate) fn matmul(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+pub(crate) fn matmul(cx: &InferContext) -> Result<Specs> {
     let (a, b) = (cx.inputs[0].shape, cx.inputs[1].shape);
     if a.len() < 2 || b.len() < 2 {
         return Err(cx.error(format!(
@@ -130,10 +157,9 @@ pub(crate) fn matmul(cx: &InferContext) -> Result<Vec<TensorSpec>> {
     })?;
     let mut shape = batch;
     shape.extend([m, n]);
-    Ok(vec![TensorSpec {
-        dtype: cx.inputs[0].dtype,
-        shape,
-    }])
+    Ok(smallvec![
+        TensorSpec::new(cx.inputs[0].dtype, &shape).map_err(|e| cx.error(e.message))?
+    ])
 }
 
 /// Normalizes possibly negative axes against `rank`: sorted, unique, in range.
@@ -164,20 +190,18 @@ pub(crate) fn reduce_axes(cx: &InferContext) -> Result<Vec<usize>> {
     axes(cx, raw, rank, "axis")
 }
 
-pub(crate) fn reduce(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+pub(crate) fn reduce(cx: &InferContext) -> Result<Specs> {
     let axes = reduce_axes(cx)?;
     let keep = cx.attrs.bool("keep_dims")?;
-    let shape = cx.inputs[0]
-        .shape
-        .iter()
-        .enumerate()
-        .filter_map(|(i, d)| match (axes.contains(&i), keep) {
-            (true, true) => Some(1),
-            (true, false) => None,
-            (false, _) => Some(*d),
-        })
-        .collect();
-    Ok(vec![TensorSpec {
+    let mut shape = Shape::scalar();
+    for (i, d) in cx.inputs[0].shape.iter().enumerate() {
+        match (axes.contains(&i), keep) {
+            (true, true) => shape.push(1)?,
+            (true, false) => {}
+            (false, _) => shape.push(*d)?,
+        }
+    }
+    Ok(smallvec![TensorSpec {
         dtype: cx.inputs[0].dtype,
         shape,
     }])
@@ -200,14 +224,11 @@ fn check_shape(cx: &InferContext, name: &str, shape: &[i64]) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn broadcast_to(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+pub(crate) fn broadcast_to(cx: &InferContext) -> Result<Specs> {
     let target = cx.attrs.ints("shape")?;
     check_shape(cx, "shape", target)?;
     match broadcast_shapes(cx.inputs[0].shape, target) {
-        Some(s) if s == target => Ok(vec![TensorSpec {
-            dtype: cx.inputs[0].dtype,
-            shape: target.to_vec(),
-        }]),
+        Some(s) if s == target => Ok(smallvec![TensorSpec::new(cx.inputs[0].dtype, target)?]),
         _ => Err(cx.error(format!(
             "shape {:?} cannot be broadcast to {:?}",
             cx.inputs[0].shape, target
@@ -215,7 +236,7 @@ pub(crate) fn broadcast_to(cx: &InferContext) -> Result<Vec<TensorSpec>> {
     }
 }
 
-pub(crate) fn reshape(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+pub(crate) fn reshape(cx: &InferContext) -> Result<Specs> {
     let input = &cx.inputs[0];
     let count: i64 = input.shape.iter().product();
     let mut shape = cx.attrs.ints("shape")?.to_vec();
@@ -252,10 +273,7 @@ pub(crate) fn reshape(cx: &InferContext) -> Result<Vec<TensorSpec>> {
             input.shape, shape
         )));
     }
-    Ok(vec![TensorSpec {
-        dtype: input.dtype,
-        shape,
-    }])
+    Ok(smallvec![TensorSpec::new(input.dtype, &shape)?])
 }
 
 /// The permutation of a transpose (`perm = []` reverses the axes).
@@ -287,10 +305,13 @@ pub(crate) fn perm(cx: &InferContext) -> Result<Vec<usize>> {
     Ok(out)
 }
 
-pub(crate) fn transpose(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+pub(crate) fn transpose(cx: &InferContext) -> Result<Specs> {
     let p = perm(cx)?;
-    let shape = p.iter().map(|&i| cx.inputs[0].shape[i]).collect();
-    Ok(vec![TensorSpec {
+    let mut shape = Shape::scalar();
+    for &i in &p {
+        shape.push(cx.inputs[0].shape[i])?;
+    }
+    Ok(smallvec![TensorSpec {
         dtype: cx.inputs[0].dtype,
         shape,
     }])
@@ -305,7 +326,7 @@ pub(crate) fn concat_axis(cx: &InferContext) -> Result<usize> {
     Ok(axes(cx, &[cx.attrs.int("axis")?], rank, "axis")?[0])
 }
 
-pub(crate) fn concat(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+pub(crate) fn concat(cx: &InferContext) -> Result<Specs> {
     let axis = concat_axis(cx)?;
     let first = cx.inputs[0].shape;
     let mut shape = first.to_vec();
@@ -324,10 +345,7 @@ pub(crate) fn concat(cx: &InferContext) -> Result<Vec<TensorSpec>> {
         }
         shape[axis] += s.shape[axis];
     }
-    Ok(vec![TensorSpec {
-        dtype: cx.inputs[0].dtype,
-        shape,
-    }])
+    Ok(smallvec![TensorSpec::new(cx.inputs[0].dtype, &shape)?])
 }
 
 /// The slice's start and size per axis (`size -1` = to the end).
@@ -357,24 +375,18 @@ pub(crate) fn slice_bounds(cx: &InferContext) -> Result<(Vec<usize>, Vec<i64>)> 
     Ok((starts, sizes))
 }
 
-pub(crate) fn slice(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+pub(crate) fn slice(cx: &InferContext) -> Result<Specs> {
     let (_, sizes) = slice_bounds(cx)?;
-    Ok(vec![TensorSpec {
-        dtype: cx.inputs[0].dtype,
-        shape: sizes,
-    }])
+    Ok(smallvec![TensorSpec::new(cx.inputs[0].dtype, &sizes)?])
 }
 
-pub(crate) fn fill(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+pub(crate) fn fill(cx: &InferContext) -> Result<Specs> {
     let shape = cx.attrs.ints("shape")?;
     check_shape(cx, "shape", shape)?;
-    Ok(vec![TensorSpec {
-        dtype: cx.attrs.dtype("dtype")?,
-        shape: shape.to_vec(),
-    }])
+    Ok(smallvec![TensorSpec::new(cx.attrs.dtype("dtype")?, shape)?])
 }
 
-pub(crate) fn iota(cx: &InferContext) -> Result<Vec<TensorSpec>> {
+pub(crate) fn iota(cx: &InferContext) -> Result<Specs> {
     let out = fill(cx)?;
     let rank = out[0].shape.len();
     if rank == 0 {
