@@ -65,7 +65,7 @@ pub struct AttrDef {
 
 /// Attribute values by name, as passed to an op (small: a vector, searched linearly).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Attrs(Vec<(String, AttrValue)>);
+pub struct Attrs(Vec<(Cow<'static, str>, AttrValue)>);
 
 impl Attrs {
     pub fn new() -> Attrs {
@@ -76,7 +76,7 @@ impl Attrs {
     pub fn set(&mut self, name: &str, value: AttrValue) -> &mut Attrs {
         match self.0.iter_mut().find(|(n, _)| n == name) {
             Some(slot) => slot.1 = value,
-            None => self.0.push((name.to_string(), value)),
+            None => self.0.push((Cow::Owned(name.to_string()), value)),
         }
         self
     }
@@ -96,7 +96,7 @@ impl Attrs {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &AttrValue)> {
-        self.0.iter().map(|(n, v)| (n.as_str(), v))
+        self.0.iter().map(|(n, v)| (n.as_ref(), v))
     }
 
     pub fn int(&self, name: &str) -> Result<i64> {
@@ -168,7 +168,8 @@ impl Attrs {
             if out.get(d.name).is_none() {
                 match &d.default {
                     Some(v) => {
-                        out.0.push((d.name.to_string(), v.clone()));
+                        // Declared names are static: filling in a default allocates no name.
+                        out.0.push((Cow::Borrowed(d.name), v.clone()));
                     }
                     None => {
                         return Err(Error::invalid_argument(format!(
