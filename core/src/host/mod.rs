@@ -350,15 +350,24 @@ fn meminfo(key: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// The machine's memory; read once per process (it does not change, and reading `/proc` is
+/// most of what creating a runtime costs).
 fn physical_memory() -> u64 {
-    meminfo("MemTotal:").unwrap_or(0)
+    static TOTAL: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TOTAL.get_or_init(|| meminfo("MemTotal:").unwrap_or(0))
 }
 
 fn available_memory() -> u64 {
     meminfo("MemAvailable:").unwrap_or(0)
 }
 
+/// The CPU's model name, read once per process (as [`physical_memory`]).
 fn cpu_model_name() -> String {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(read_cpu_model_name).clone()
+}
+
+fn read_cpu_model_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|t| {
