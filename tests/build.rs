@@ -76,13 +76,18 @@ fn main() {
         return;
     }
 
-    // Debug: the inner cargo build is a fast `dev` build. NUM_JOBS (set by cargo: all CPUs
+    // Debug for tests: the inner cargo build is a fast `dev` build; RelWithDebInfo when cargo
+    // builds with optimizations (`cargo bench`), so that benchmarks measure optimized plugins. NUM_JOBS (set by cargo: all CPUs
     // unless -j says otherwise) becomes `cmake --build --parallel N`, or cargo's jobserver is
     // handed to make. The C/C++ flags are the user's (CFLAGS/CXXFLAGS), as in a plain CMake
     // build, not the cmake crate's defaults (which add -w and hide the tests' warnings).
     cmake::Config::new(&source_dir)
         .out_dir(&cmake_dir)
-        .profile("Debug")
+        .profile(if env::var("PROFILE").as_deref() == Ok("release") {
+            "RelWithDebInfo"
+        } else {
+            "Debug"
+        })
         .define("CMAKE_C_FLAGS", env::var("CFLAGS").unwrap_or_default())
         .define("CMAKE_CXX_FLAGS", env::var("CXXFLAGS").unwrap_or_default())
         .define("DEVPLUG_BUILD_TESTS", "ON")

@@ -104,7 +104,10 @@ handle!(
 #[doc(hidden)]
 pub struct DeviceObj {
     pub(crate) device: Arc<Device>,
-    name: CString,
+    /// `TYPE:ordinal` and `PLATFORM:ordinal`; [`DeviceObj::name`] picks the one that
+    /// addresses the device now.
+    type_name: CString,
+    qualified_name: CString,
     device_type: CString,
     platform: CString,
     vendor: CString,
@@ -131,6 +134,17 @@ handle!(
 
 fn cstring(s: &str) -> CString {
     CString::new(s.replace('\0', "")).unwrap_or_default()
+}
+
+impl DeviceObj {
+    /// The name that addresses the device now (see `Device::name`).
+    fn name(&self) -> &CString {
+        if self.device.platform().is_active() {
+            &self.type_name
+        } else {
+            &self.qualified_name
+        }
+    }
 }
 
 impl RuntimeObj {
@@ -176,7 +190,8 @@ impl RuntimeObj {
         for d in devices.into_iter().skip(handles.len()) {
             let p = d.properties();
             let h = handle::new::<dp_device_t>(DeviceObj {
-                name: cstring(&p.name),
+                type_name: cstring(d.type_name()),
+                qualified_name: cstring(&d.qualified_name()),
                 device_type: cstring(&p.device_type),
                 platform: cstring(&p.platform),
                 vendor: cstring(&p.description.vendor),
@@ -434,7 +449,7 @@ pub unsafe extern "C" fn dp_runtime_synchronize(runtime: *mut dp_runtime_t) -> d
 pub struct dp_device_properties_t {
     /// Set by the caller.
     pub struct_size: usize,
-    /// Canonical spec of the device type, e.g. `"CPU:0"`.
+    /// The name that addresses the device now (see `dp_device_name`), e.g. `"CPU:0"`.
     pub name: *const c_char,
     /// The device type, e.g. `"CPU"`.
     pub device_type: *const c_char,
@@ -469,7 +484,7 @@ pub unsafe extern "C" fn dp_device_get_properties(
         let p = obj.device.properties();
         let props = dp_device_properties_t {
             struct_size: std::mem::size_of::<dp_device_properties_t>(),
-            name: obj.name.as_ptr(),
+            name: obj.name().as_ptr(),
             device_type: obj.device_type.as_ptr(),
             platform: obj.platform.as_ptr(),
             vendor: obj.vendor.as_ptr(),
@@ -492,8 +507,9 @@ pub unsafe extern "C" fn dp_device_get_properties(
     })
 }
 
-/// The device's canonical name, e.g. `"CPU:0"`, valid until the runtime is destroyed; NULL
-/// for an invalid handle.
+/// The name that addresses the device now, e.g. `"CPU:0"`, `"GPU:0"` — or `"SIMCUDA:0"` once a
+/// platform of higher priority became the active one of its type (then `"GPU:0"` names
+/// another device). Valid until the runtime is destroyed; NULL for an invalid handle.
 ///
 /// # Safety
 /// `device` is a device handle.
@@ -501,7 +517,7 @@ pub unsafe extern "C" fn dp_device_get_properties(
 pub unsafe extern "C" fn dp_device_name(device: *const dp_device_t) -> *const c_char {
     guard_value("dp_device_name", std::ptr::null(), || {
         // SAFETY: the caller's contract.
-        Ok(unsafe { get(device, "device")? }.name.as_ptr())
+        Ok(unsafe { get(device, "device")? }.name().as_ptr())
     })
 }
 

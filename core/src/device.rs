@@ -1,15 +1,16 @@
 //! Devices: a platform and an ordinal, with the executor that drives it, its memory
 //! allocator and its default stream.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::memory::{
-    Buffer, DevicePtr, MemoryStats, RawAllocator, Suballocator, SuballocatorOptions,
+    Buffer, DeviceAllocator, DevicePtr, DirectAllocator, MemoryStats, RawAllocator, Suballocator,
+    SuballocatorOptions,
 };
 use crate::platform::{DeviceDescription, Platform, PlatformInfo, RawStream, StreamExecutor};
 use crate::stream::{Event, Stream};
@@ -57,19 +58,61 @@ impl RawAllocator for ExecutorMemory {
     }
 }
 
+/// How many ops of plugin kernels make one keep-alive batch (see [`KeepAlive`]).
+const KEEP_ALIVE_BATCH_OPS: usize = 256;
+/// How many of the latest keep-alive entries a launch's buffers are compared with.
+const KEEP_ALIVE_DEDUP_WINDOW: usize = 4;
+
+/// The buffers of work enqueued on the default stream that the stream may not have reached
+/// yet (plugin kernels), kept alive without a queue entry per op:
+///
+/// - every op's buffers are appended to `filling`, after the op was enqueued;
+/// - a synchronize of the default stream takes everything held before it waits and releases
+///   it after (what was appended before the synchronize began was enqueued before it, so the
+///   stream has run it);
+/// - so that a host that never synchronizes does not hold memory without bound, every
+///   [`KEEP_ALIVE_BATCH_OPS`] ops the filling batch is sealed with a sequence number and ONE
+///   host callback is enqueued behind it that records the number in `Device::keep_alive_reached`
+///   (callbacks run in stream order, after the ops before them). The next kernel launch
+///   releases the sealed batches whose number the stream reached (so frees happen on the host
+///   thread, not on the plugin's worker, and the callback itself is trivial); a synchronize
+///   releases everything.
+///
+/// A batch sealed later than another was sealed after every op of the earlier one had been
+/// enqueued, so reaching any callback releases every batch sealed before it too; a callback the
+/// plugin refused only delays the release to the next callback or synchronize.
+#[derive(Default)]
+struct KeepAlive {
+    filling: Vec<Arc<Buffer>>,
+    filling_ops: usize,
+    /// Sealed batches, oldest first, with their sequence numbers (from 1).
+    sealed: VecDeque<(u64, Vec<Arc<Buffer>>)>,
+    last_seq: u64,
+}
+
+/// What a synchronize took from a [`KeepAlive`], released once the stream is drained.
+type Held = (Vec<Arc<Buffer>>, VecDeque<(u64, Vec<Arc<Buffer>>)>);
+
 /// One device.
 pub struct Device {
     /// Position in the runtime's device list (a key of the dispatch cache).
     index: usize,
+    /// `TYPE:ordinal` (what addresses it while its platform is the active one of its type).
     name: String,
+    /// `PLATFORM:ordinal` (always addresses it).
+    qualified: String,
     platform: Arc<PlatformEntry>,
     ordinal: usize,
     executor: Arc<dyn StreamExecutor>,
-    allocator: Suballocator,
+    allocator: DeviceAllocator,
     memory_limit: Option<u64>,
     default_stream: RawStream,
     /// Work may be pending on the default stream (set before anything is enqueued there).
     default_stream_dirty: AtomicBool,
+    /// Buffers of plugin kernels the default stream may not have reached yet.
+    keep_alive: Mutex<KeepAlive>,
+    /// The highest keep-alive batch number the default stream has reached.
+    keep_alive_reached: Arc<AtomicU64>,
     /// Pinned host allocations: address → size.
     host_allocations: Mutex<HashMap<usize, u64>>,
 }
@@ -91,15 +134,23 @@ impl Device {
         let default_stream = executor
             .create_default_stream()
             .map_err(|e| e.context(format!("creating the default stream of {name}")))?;
-        let allocator = Suballocator::new(
-            Arc::new(ExecutorMemory(executor.clone())),
-            SuballocatorOptions {
-                limit: memory_limit,
-                ..SuballocatorOptions::default()
-            },
-        );
+        let raw = Arc::new(ExecutorMemory(executor.clone()));
+        let allocator = if platform.info.use_suballocator {
+            DeviceAllocator::Sub(Suballocator::new(
+                raw,
+                SuballocatorOptions {
+                    limit: memory_limit,
+                    ..SuballocatorOptions::default()
+                },
+            ))
+        } else {
+            // The platform opted out (`DPP_PLATFORM_NO_SUBALLOCATOR`): its own allocator sees
+            // every request; the core still checks frees, the limit and the statistics.
+            DeviceAllocator::Direct(DirectAllocator::new(raw, memory_limit))
+        };
         Ok(Device {
             index,
+            qualified: format!("{}:{ordinal}", platform.info.name),
             name,
             platform,
             ordinal,
@@ -108,6 +159,8 @@ impl Device {
             memory_limit,
             default_stream,
             default_stream_dirty: AtomicBool::new(false),
+            keep_alive: Mutex::new(KeepAlive::default()),
+            keep_alive_reached: Arc::new(AtomicU64::new(0)),
             host_allocations: Mutex::new(HashMap::new()),
         })
     }
@@ -117,15 +170,25 @@ impl Device {
         self.index
     }
 
-    /// `TYPE:ordinal` of the platform's device type, e.g. `CPU:0`. For a platform that is
-    /// not the active one of its type, [`Device::qualified_name`] is what addresses it.
+    /// The name that addresses this device now: `TYPE:ordinal` (e.g. `GPU:0`) while its
+    /// platform is the active one of its type, `PLATFORM:ordinal` (e.g. `SIMCUDA:0`) once a
+    /// platform of higher priority took the type over — `GPU:0` then means another device.
     pub fn name(&self) -> &str {
+        if self.platform.is_active() {
+            &self.name
+        } else {
+            &self.qualified
+        }
+    }
+
+    /// `TYPE:ordinal` whether or not the platform is active.
+    pub fn type_name(&self) -> &str {
         &self.name
     }
 
     /// `PLATFORM:ordinal`, e.g. `HOST:0`: always addresses this device.
     pub fn qualified_name(&self) -> String {
-        format!("{}:{}", self.platform.info.name, self.ordinal)
+        self.qualified.clone()
     }
 
     pub fn ordinal(&self) -> usize {
@@ -156,7 +219,7 @@ impl Device {
     pub fn properties(&self) -> DeviceProperties {
         let description = self.executor.description().clone();
         DeviceProperties {
-            name: self.name.clone(),
+            name: self.name().to_string(),
             device_type: self.platform.info.device_type.clone(),
             platform: self.platform.info.name.clone(),
             ordinal: self.ordinal,
@@ -173,7 +236,7 @@ impl Device {
         let ptr = self
             .allocator
             .allocate(size)
-            .map_err(|e| e.context(format!("allocating {size} bytes on {}", self.name)))?;
+            .map_err(|e| e.context(format!("allocating {size} bytes on {}", self.name())))?;
         Ok(Arc::new(Buffer::new(self.clone(), ptr, size)))
     }
 
@@ -181,7 +244,7 @@ impl Device {
         // A failure here means the core handed back an address it did not get: a bug, which
         // the suballocator reports; freeing must not panic inside a destructor.
         if let Err(e) = self.allocator.deallocate(ptr) {
-            crate::log::error(&format!("{}: {e}", self.name));
+            crate::log::error(&format!("{}: {e}", self.name()));
         }
     }
 
@@ -212,7 +275,7 @@ impl Device {
             .ok_or_else(|| {
                 Error::invalid_argument(format!(
                     "{ptr:p} is not host memory allocated by {} (or was freed already)",
-                    self.name
+                    self.name()
                 ))
             })?;
         // SAFETY: the pointer came from this executor's `host_allocate(size)` and was removed
@@ -237,7 +300,12 @@ impl Device {
     /// Waits for all work on all streams of the device.
     pub fn synchronize(&self) -> Result<()> {
         self.default_stream_dirty.store(false, Ordering::Release);
-        self.executor.synchronize_stream(&self.default_stream)?;
+        let held = self.take_kept_alive();
+        let result = self.executor.synchronize_stream(&self.default_stream);
+        // The stream has run everything enqueued before `held` was taken, error or not (an
+        // executor's synchronize returns the stream's error after waiting).
+        drop(held);
+        result?;
         self.executor.synchronize_all()
     }
 
@@ -248,7 +316,86 @@ impl Device {
         if !self.default_stream_dirty.swap(false, Ordering::AcqRel) {
             return Ok(());
         }
-        self.executor.synchronize_stream(&self.default_stream)
+        self.synchronize_default_stream_now()
+    }
+
+    /// Waits for the work on the default stream, whether or not any was noted, and releases
+    /// what was kept alive for it.
+    pub(crate) fn synchronize_default_stream_now(&self) -> Result<()> {
+        let held = self.take_kept_alive();
+        let result = self.executor.synchronize_stream(&self.default_stream);
+        drop(held);
+        result
+    }
+
+    /// Takes everything the keep-alive list holds (to release once the stream is drained).
+    fn take_kept_alive(&self) -> Held {
+        let mut ka = self.keep_alive.lock();
+        ka.filling_ops = 0;
+        (
+            std::mem::take(&mut ka.filling),
+            std::mem::take(&mut ka.sealed),
+        )
+    }
+
+    /// Keeps `buffers` alive until the default stream has run the op just enqueued there that
+    /// uses them. Call it after the enqueue succeeded. See [`KeepAlive`].
+    pub(crate) fn keep_alive_on_default_stream<'a>(
+        &self,
+        buffers: impl Iterator<Item = &'a Arc<Buffer>>,
+    ) {
+        let reached = self.keep_alive_reached.load(Ordering::Acquire);
+        let mut ka = self.keep_alive.lock();
+        // A buffer the last few entries of the filling batch hold already (an input launch
+        // after launch uses, a weight, an op reading one tensor twice) needs no second entry:
+        // the batch is released as a whole, after this op too. Saves two reference-count
+        // updates per repeated buffer.
+        let recent = ka.filling.len().saturating_sub(KEEP_ALIVE_DEDUP_WINDOW);
+        for b in buffers {
+            if !ka.filling[recent..].iter().any(|k| Arc::ptr_eq(k, b)) {
+                ka.filling.push(b.clone());
+            }
+        }
+        ka.filling_ops += 1;
+        // Batches the stream has passed (usually none; allocates only when there are).
+        let mut done = Vec::new();
+        while ka.sealed.front().is_some_and(|(seq, _)| *seq <= reached) {
+            if let Some((_, batch)) = ka.sealed.pop_front() {
+                done.push(batch);
+            }
+        }
+        let seal = if ka.filling_ops >= KEEP_ALIVE_BATCH_OPS {
+            let batch = std::mem::replace(
+                &mut ka.filling,
+                Vec::with_capacity(KEEP_ALIVE_BATCH_OPS * 3),
+            );
+            ka.filling_ops = 0;
+            ka.last_seq += 1;
+            let seq = ka.last_seq;
+            ka.sealed.push_back((seq, batch));
+            Some(seq)
+        } else {
+            None
+        };
+        drop(ka);
+        // Again (it was set before the enqueue): a synchronize that ran in between cleared
+        // it, maybe before this op was enqueued, and the buffers just added must not wait for
+        // a synchronize that returns at once.
+        self.default_stream_dirty.store(true, Ordering::Release);
+        drop(done);
+        if let Some(seq) = seal {
+            let reached = self.keep_alive_reached.clone();
+            let marker = Box::new(move || {
+                reached.fetch_max(seq, Ordering::AcqRel);
+            });
+            if let Err(e) = self.executor.host_callback(&self.default_stream, marker) {
+                // Nothing is lost: the batch stays held until a later callback or synchronize.
+                crate::log::warn(&format!(
+                    "{}: cannot enqueue the keep-alive marker on the default stream: {e}",
+                    self.name()
+                ));
+            }
+        }
     }
 
     /// Notes that work is about to be enqueued on the default stream (unless it runs inline).
@@ -267,6 +414,8 @@ impl std::fmt::Debug for Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
+        // Also releases what the keep-alive list holds (buffers of other devices, since a
+        // buffer of this one keeps it alive), after the stream ran it.
         let _ = self.synchronize();
         let default_stream = std::mem::replace(&mut self.default_stream, Box::new(()));
         self.executor.destroy_stream(default_stream);

@@ -464,10 +464,17 @@ impl Runtime {
 
     /// Waits for all work on all devices.
     pub fn synchronize(&self) -> Result<()> {
+        // Every device, even after one failed: a synchronize also releases what a device keeps
+        // alive for its default stream (buffers that hold their device), so stopping early
+        // would leave the later devices' memory held. The first error is returned.
+        let mut first = Ok(());
         for d in self.devices() {
-            d.synchronize()?;
+            let r = d.synchronize();
+            if first.is_ok() {
+                first = r;
+            }
         }
-        Ok(())
+        first
     }
 }
 

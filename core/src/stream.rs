@@ -234,7 +234,11 @@ impl Stream {
 
     /// Blocks until all work enqueued so far is done.
     pub fn synchronize(&self) -> Result<()> {
-        self.device.executor().synchronize_stream(self.raw())
+        match &self.kind {
+            // Also releases what the device kept alive for the default stream.
+            StreamKind::Default => self.device.synchronize_default_stream_now(),
+            StreamKind::Owned(raw) => self.device.executor().synchronize_stream(raw),
+        }
     }
 }
 

@@ -25,6 +25,21 @@
  * mutex, then a stream's mutex; a worker never holds its stream's mutex while it takes the
  * device mutex, and runs host callbacks, copies and kernels with no lock held.
  *
+ * Launch overhead (a wake-up costs the enqueuing thread a system call and often a context
+ * switch, which is more than a kernel launch should cost):
+ *   - A worker takes everything queued at once and runs it without touching the queue again.
+ *   - A worker that ran out of work first dozes: it waits on work_cv for at most
+ *     SIM_DOZE_US, then sleeps until signalled. An enqueue signals a sleeping worker at once;
+ *     a dozing one only for an event mark or wait (someone may block on those), or once
+ *     SIM_WAKE_BATCH ops wait; otherwise the worker finds them when its doze ends. So a host
+ *     launching back to back signals rarely, and an op never waits more than SIM_DOZE_US for
+ *     the worker. A synchronize wakes the worker itself. (`state`, under the stream mutex.)
+ *   - Completions are counted in an atomic; the worker takes the stream mutex to wake waiters
+ *     only when it completes the op a synchronize waits for (`wake_at`).
+ *   - A kernel whose addresses were translated at enqueue time skips the device mutex when it
+ *     runs if no allocation was freed since (`frees`, the device's count of frees).
+ *   - Kernel ops are reused (`spare`): a launch neither allocates nor frees memory.
+ *
  * Nothing here is global and mutable: everything hangs off the platform data of one init, so
  * two runtimes may load the same library at the same time.
  */
@@ -36,6 +51,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -60,6 +76,17 @@
 #define SIM_MAX_LATENCY_US UINT64_C(10000000)
 #define SIM_NAME_MAX 64
 #define SIM_MSG_MAX 512
+/* How long a worker that ran out of work waits for more before it sleeps until signalled
+ * (see "Launch overhead" above). */
+#ifndef SIM_DOZE_US
+#define SIM_DOZE_US 50
+#endif
+/* A dozing worker is signalled by the enqueue that makes this many ops wait in its queue. */
+#ifndef SIM_WAKE_BATCH
+#define SIM_WAKE_BATCH 256
+#endif
+/* Kernel ops a stream keeps for reuse. */
+#define SIM_SPARE_KOPS 256
 
 #define SIM_MAGIC_PLATFORM 0x53494d50u /* "SIMP" */
 #define SIM_MAGIC_DEVICE 0x53494d44u   /* "SIMD" */
@@ -151,6 +178,10 @@ typedef struct sim_kjob {
   sim_ktensor out;
   bool transpose_a, transpose_b;   /* MatMul */
   bool reduced[SIM_MAX_RANK];      /* ReduceSum: the input's reduced axes */
+  /* The addresses translated at enqueue time, valid while the device's `frees` equals
+   * `frees` (NULL for empty tensors). */
+  unsigned char *in_mem[2], *out_mem;
+  uint64_t frees;
 } sim_kjob;
 
 typedef struct sim_op {
@@ -169,11 +200,19 @@ typedef struct sim_op {
   sim_kjob *job; /* SIM_OP_KERNEL: points into the same allocation (see sim_kop), freed with it */
 } sim_op;
 
-/* A kernel op: the op and its job in one allocation, so free(op) frees both. */
+/* A kernel op: the op and its job in one allocation, so free(op) frees both. The worker keeps
+ * the ones it ran for the next launches on its stream (`spare`), so that a launch neither
+ * allocates nor frees memory another thread allocated. */
 typedef struct sim_kop {
   sim_op op; /* first: a sim_kop * is a sim_op * */
   sim_kjob job;
 } sim_kop;
+
+typedef enum sim_worker_state {
+  SIM_WORKER_BUSY,   /* running ops, or about to look at the queue */
+  SIM_WORKER_DOZING, /* waiting at most SIM_DOZE_US: signal only if needed at once */
+  SIM_WORKER_ASLEEP, /* waiting until signalled */
+} sim_worker_state;
 
 typedef struct sim_stream {
   uint32_t magic;
@@ -189,10 +228,22 @@ typedef struct sim_stream {
   pthread_cond_t work_cv;
   pthread_cond_t done_cv;
   sim_op *head, *tail;
-  uint64_t submitted, completed;
+  uint64_t submitted;
+  sim_worker_state state; /* what the worker does (see "Launch overhead") */
+  unsigned queued;        /* ops in the queue (the worker takes them all at once) */
   bool quit;
   dpp_status_t err; /* the first error met since the last synchronize */
   char errmsg[SIM_MSG_MAX];
+  /* Kernel ops the worker ran, for reuse (under mu). An array, not a list through the ops, so
+   * that the worker never writes to an op (the enqueuer's cache keeps the lines it writes
+   * next). */
+  unsigned nspare;
+  struct sim_kop *spare[SIM_SPARE_KOPS];
+  /* Written by the worker after every op: a cache line of their own, apart from what the
+   * enqueuer writes (the stream is allocated with this alignment). */
+  _Alignas(64) _Atomic uint64_t completed; /* written by the worker alone */
+  /* The smallest `completed` a synchronize waits for (UINT64_MAX: none); changed under mu. */
+  _Atomic uint64_t wake_at;
 } sim_stream;
 
 typedef struct sim_event {
@@ -228,6 +279,7 @@ typedef struct sim_device {
   uint64_t num_allocs_total, live_allocs;
   uint64_t alloc_calls, copy_calls;
   uint64_t live_host_allocs;
+  _Atomic uint64_t frees; /* frees of arena blocks so far (changed under the device mutex) */
 
   sim_stream *streams; /* including the default stream */
   sim_stream *default_stream;
@@ -430,6 +482,7 @@ static bool sim_arena_alloc(sim_device *d, uint64_t req, uint64_t *out_off) {
 }
 
 static void sim_arena_free_index(sim_device *d, size_t i) {
+  atomic_fetch_add(&d->frees, 1); /* translations made before this may no longer hold */
   d->blocks[i].used = false;
   d->blocks[i].req = 0;
   if (i + 1 < d->nblocks && !d->blocks[i + 1].used) {
@@ -595,47 +648,158 @@ static void sim_run_op(sim_stream *s, sim_op *op, dpp_status_t *st, char *msg) {
   }
 }
 
+/* The clock of work_cv's timed waits (macOS has no pthread_condattr_setclock). */
+#if defined(__APPLE__)
+#define SIM_CV_CLOCK CLOCK_REALTIME
+#else
+#define SIM_CV_CLOCK CLOCK_MONOTONIC
+#endif
+
+/* Now plus `us` on SIM_CV_CLOCK. */
+static struct timespec sim_deadline_us(uint64_t us) {
+  struct timespec t;
+  clock_gettime(SIM_CV_CLOCK, &t);
+  uint64_t ns = (uint64_t)t.tv_nsec + us * 1000;
+  t.tv_sec += (time_t)(ns / 1000000000);
+  t.tv_nsec = (long)(ns % 1000000000);
+  return t;
+}
+
+/* Stream mutex held. Moves the worker's `ran` kernel ops to the stream's spares (freeing what
+ * does not fit). */
+static void sim_hand_back_locked(sim_stream *s, sim_kop **ran, unsigned *nran) {
+  unsigned n = *nran, i = 0;
+  for (; i < n && s->nspare < SIM_SPARE_KOPS; i++) {
+    s->spare[s->nspare++] = ran[i];
+  }
+  for (; i < n; i++) {
+    free(ran[i]);
+  }
+  *nran = 0;
+}
+
+static void sim_hand_back(sim_stream *s, sim_kop **ran, unsigned *nran) {
+  pthread_mutex_lock(&s->mu);
+  sim_hand_back_locked(s, ran, nran);
+  pthread_mutex_unlock(&s->mu);
+}
+
 static void *sim_worker(void *arg) {
   sim_stream *s = (sim_stream *)arg;
   char msg[SIM_MSG_MAX];
+  sim_kop *ran[SIM_SPARE_KOPS]; /* kernel ops run since the last hand-back */
+  unsigned nran = 0;
+  uint64_t done = 0; /* this thread alone writes s->completed */
+  pthread_mutex_lock(&s->mu);
   for (;;) {
-    pthread_mutex_lock(&s->mu);
-    while (!s->head && !s->quit) {
-      pthread_cond_wait(&s->work_cv, &s->mu);
-    }
-    sim_op *op = s->head;
-    if (!op) {
-      pthread_mutex_unlock(&s->mu);
-      break;
-    }
-    s->head = op->next;
     if (!s->head) {
-      s->tail = NULL;
+      if (s->quit) {
+        break;
+      }
+      /* Doze, then sleep: a host launching back to back enqueues again soon, and then
+       * need not signal (see "Launch overhead"). */
+      struct timespec until = sim_deadline_us(SIM_DOZE_US);
+      s->state = SIM_WORKER_DOZING;
+      int rc = 0;
+      while (!s->head && !s->quit && rc != ETIMEDOUT && s->state == SIM_WORKER_DOZING) {
+        rc = pthread_cond_timedwait(&s->work_cv, &s->mu, &until);
+      }
+      while (!s->head && !s->quit) {
+        s->state = SIM_WORKER_ASLEEP;
+        pthread_cond_wait(&s->work_cv, &s->mu);
+      }
+      s->state = SIM_WORKER_BUSY;
+      continue;
     }
+    /* Take everything queued (FIFO order is the list's): the ops run without the queue. */
+    sim_op *op = s->head;
+    s->head = NULL;
+    s->tail = NULL;
+    s->queued = 0;
     pthread_mutex_unlock(&s->mu);
-
-    dpp_status_t st = DPP_OK;
-    msg[0] = '\0';
-    sim_run_op(s, op, &st, msg);
-    free(op);
-
+    while (op) {
+      sim_op *next = op->next;
+      dpp_status_t st = DPP_OK;
+      msg[0] = '\0';
+      sim_run_op(s, op, &st, msg);
+      if (op->kind == SIM_OP_KERNEL) {
+        if (nran == SIM_SPARE_KOPS) {
+          sim_hand_back(s, ran, &nran);
+        }
+        ran[nran++] = (sim_kop *)op;
+      } else {
+        free(op);
+      }
+      if (st != DPP_OK) {
+        /* Before the op counts as done: a synchronize that sees it done sees its error, and so
+         * does a later MARK of this stream. */
+        pthread_mutex_lock(&s->mu);
+        if (s->err == DPP_OK) {
+          s->err = st;
+          memcpy(s->errmsg, msg, sizeof msg);
+        }
+        pthread_mutex_unlock(&s->mu);
+      }
+      /* Sequentially consistent, with the loads of `wake_at` here and of `completed` in
+       * sim_stream_wait (which stores `wake_at` first): either the waiter sees this count or
+       * this thread sees its target and wakes it under the mutex. Woken waiters whose target
+       * is further set `wake_at` again. */
+      atomic_store(&s->completed, ++done);
+      if (done >= atomic_load(&s->wake_at)) {
+        pthread_mutex_lock(&s->mu);
+        atomic_store(&s->wake_at, UINT64_MAX);
+        pthread_cond_broadcast(&s->done_cv);
+        pthread_mutex_unlock(&s->mu);
+      }
+      op = next;
+    }
     pthread_mutex_lock(&s->mu);
-    if (st != DPP_OK && s->err == DPP_OK) {
-      s->err = st;
-      memcpy(s->errmsg, msg, sizeof msg);
-    }
-    s->completed++;
-    pthread_cond_broadcast(&s->done_cv);
-    pthread_mutex_unlock(&s->mu);
+    sim_hand_back_locked(s, ran, &nran);
   }
+  pthread_mutex_unlock(&s->mu);
   return NULL;
 }
 
 /* Appends an op. Device mutex held, and `s` found in the device's list, so the stream is not
- * shutting down (quit is set only after it left the list). */
+ * shutting down (quit is set only after it left the list) and cannot be freed before this
+ * returns. Wakes the worker only if it sleeps. */
+static bool sim_append_locked(sim_stream *s, sim_op *op);
+
 static void sim_enqueue(sim_stream *s, sim_op *op) {
-  op->next = NULL;
   pthread_mutex_lock(&s->mu);
+  bool wake = sim_append_locked(s, op);
+  pthread_mutex_unlock(&s->mu);
+  if (wake) {
+    pthread_cond_signal(&s->work_cv);
+  }
+}
+
+/* As sim_enqueue, for a kernel: copies `j` into a kernel op the stream kept for reuse, or a new
+ * one. False when there is no memory for one. */
+static bool sim_enqueue_kernel(sim_stream *s, const sim_kjob *j) {
+  pthread_mutex_lock(&s->mu);
+  sim_kop *kop = NULL;
+  if (s->nspare) {
+    kop = s->spare[--s->nspare];
+  } else if (!(kop = (sim_kop *)malloc(sizeof *kop))) {
+    pthread_mutex_unlock(&s->mu);
+    return false;
+  }
+  memset(&kop->op, 0, sizeof kop->op);
+  kop->op.kind = SIM_OP_KERNEL;
+  kop->job = *j;
+  kop->op.job = &kop->job;
+  bool wake = sim_append_locked(s, &kop->op);
+  pthread_mutex_unlock(&s->mu);
+  if (wake) {
+    pthread_cond_signal(&s->work_cv);
+  }
+  return true;
+}
+
+/* Stream mutex held. Appends `op`; true when the worker must be signalled. */
+static bool sim_append_locked(sim_stream *s, sim_op *op) {
+  op->next = NULL;
   if (s->tail) {
     s->tail->next = op;
   } else {
@@ -643,21 +807,37 @@ static void sim_enqueue(sim_stream *s, sim_op *op) {
   }
   s->tail = op;
   s->submitted++;
-  pthread_cond_signal(&s->work_cv);
-  pthread_mutex_unlock(&s->mu);
+  s->queued++;
+  bool urgent = op->kind == SIM_OP_MARK || op->kind == SIM_OP_WAIT;
+  bool wake = s->state == SIM_WORKER_ASLEEP ||
+              (s->state == SIM_WORKER_DOZING && (urgent || s->queued >= SIM_WAKE_BATCH));
+  if (wake) {
+    s->state = SIM_WORKER_BUSY;
+  }
+  return wake;
 }
 
 static sim_stream *sim_stream_new(sim_device *d, bool is_default) {
-  sim_stream *s = (sim_stream *)calloc(1, sizeof *s);
+  /* Aligned as the struct says (calloc does not promise 64 bytes). */
+  sim_stream *s = (sim_stream *)aligned_alloc(_Alignof(sim_stream), sizeof *s);
   if (!s) {
     return NULL;
   }
+  memset(s, 0, sizeof *s);
   s->magic = SIM_MAGIC_STREAM;
   s->dev = d;
   s->refs = 1;
   s->is_default = is_default;
+  atomic_init(&s->completed, 0);
+  atomic_init(&s->wake_at, UINT64_MAX);
   pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->work_cv, NULL);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+#if !defined(__APPLE__)
+  pthread_condattr_setclock(&attr, SIM_CV_CLOCK);
+#endif
+  pthread_cond_init(&s->work_cv, &attr);
+  pthread_condattr_destroy(&attr);
   pthread_cond_init(&s->done_cv, NULL);
   if (pthread_create(&s->thread, NULL, sim_worker, s) != 0) {
     pthread_cond_destroy(&s->done_cv);
@@ -671,6 +851,9 @@ static sim_stream *sim_stream_new(sim_device *d, bool is_default) {
 }
 
 static void sim_stream_free(sim_stream *s) {
+  while (s->nspare) {
+    free(s->spare[--s->nspare]);
+  }
   pthread_cond_destroy(&s->done_cv);
   pthread_cond_destroy(&s->work_cv);
   pthread_mutex_destroy(&s->mu);
@@ -713,8 +896,20 @@ static void sim_stream_stop(sim_stream *s) {
 static dpp_status_t sim_stream_wait(sim_stream *s, char *msg) {
   pthread_mutex_lock(&s->mu);
   uint64_t target = s->submitted;
-  while (s->completed < target) {
-    pthread_cond_wait(&s->done_cv, &s->mu);
+  if (atomic_load(&s->completed) < target) {
+    if (s->state != SIM_WORKER_BUSY && s->head) { /* ops the enqueuer left to the doze's end */
+      s->state = SIM_WORKER_BUSY;
+      pthread_cond_signal(&s->work_cv);
+    }
+    for (;;) {
+      if (target < atomic_load(&s->wake_at)) {
+        atomic_store(&s->wake_at, target); /* before the next load: see sim_worker */
+      }
+      if (atomic_load(&s->completed) >= target) {
+        break;
+      }
+      pthread_cond_wait(&s->done_cv, &s->mu);
+    }
   }
   dpp_status_t err = s->err;
   if (err != DPP_OK) {
@@ -1671,9 +1866,70 @@ static inline int64_t sim_mul_i64(int64_t a, int64_t b) { return sim_wrap64((uin
     }                                                                                                          \
   } while (0)
 
+/* z = EXPR(a[i], b[i]) when neither input is broadcast (the three share one element order):
+ * in chunks through local arrays, a few instructions an element even in a build without
+ * optimization, where the general loop's calls per element are what a small launch costs. */
+#define SIM_FLAT_CHUNK 64
+#define SIM_FLAT_LOOP(T, EXPR)                                                                                \
+  do {                                                                                                         \
+    T a[SIM_FLAT_CHUNK], b[SIM_FLAT_CHUNK];                                                                    \
+    for (int64_t at = 0; at < n; at += SIM_FLAT_CHUNK) {                                                       \
+      size_t m = (size_t)(n - at < SIM_FLAT_CHUNK ? n - at : SIM_FLAT_CHUNK), off = (size_t)at * sizeof(T);     \
+      memcpy(a, x + off, m * sizeof(T));                                                                       \
+      memcpy(b, y + off, m * sizeof(T));                                                                       \
+      for (size_t i = 0; i < m; i++) {                                                                         \
+        a[i] = EXPR;                                                                                           \
+      }                                                                                                        \
+      memcpy(z + off, a, m * sizeof(T));                                                                       \
+    }                                                                                                          \
+  } while (0)
+
+static void sim_k_binary_flat(const sim_kjob *j, const unsigned char *x, const unsigned char *y, unsigned char *z) {
+  int64_t n = j->out.count;
+  bool mul = j->id == SIM_K_MUL;
+  switch (j->dtype) {
+  case DPP_DTYPE_F32:
+    if (mul) {
+      SIM_FLAT_LOOP(float, a[i] * b[i]);
+    } else {
+      SIM_FLAT_LOOP(float, a[i] + b[i]);
+    }
+    break;
+  case DPP_DTYPE_F64:
+    if (mul) {
+      SIM_FLAT_LOOP(double, a[i] * b[i]);
+    } else {
+      SIM_FLAT_LOOP(double, a[i] + b[i]);
+    }
+    break;
+  case DPP_DTYPE_I32:
+    if (mul) {
+      SIM_FLAT_LOOP(int32_t, sim_mul_i32(a[i], b[i]));
+    } else {
+      SIM_FLAT_LOOP(int32_t, sim_add_i32(a[i], b[i]));
+    }
+    break;
+  case DPP_DTYPE_I64:
+    if (mul) {
+      SIM_FLAT_LOOP(int64_t, sim_mul_i64(a[i], b[i]));
+    } else {
+      SIM_FLAT_LOOP(int64_t, sim_add_i64(a[i], b[i]));
+    }
+    break;
+  default:
+    break; /* refused by compute */
+  }
+}
+#undef SIM_FLAT_LOOP
+
 static void sim_k_binary(const sim_kjob *j, const unsigned char *x, const unsigned char *y, unsigned char *z) {
   const sim_ktensor *o = &j->out;
   if (o->count == 0) {
+    return;
+  }
+  if (j->in[0].count == o->count && j->in[1].count == o->count) {
+    /* Nothing broadcast (a broadcast dimension would make the output larger). */
+    sim_k_binary_flat(j, x, y, z);
     return;
   }
   int R = o->rank;
@@ -1870,6 +2126,11 @@ typedef struct sim_kernel_desc {
   const char *out_name;
   const int32_t *dtypes;
   size_t num_dtypes;
+  /* For messages, spelled out so that no launch formats them: "kernel OP", "input 'NAME'",
+   * "output 'NAME'". */
+  const char *fn;
+  const char *in_what[2];
+  const char *out_what;
 } sim_kernel_desc;
 
 static const int32_t sim_numeric_dtypes[] = {DPP_DTYPE_F32, DPP_DTYPE_F64, DPP_DTYPE_I32, DPP_DTYPE_I64};
@@ -1877,35 +2138,35 @@ static const int32_t sim_float_dtypes[] = {DPP_DTYPE_F32, DPP_DTYPE_F64};
 
 /* Indexed by sim_kernel_id. */
 static const sim_kernel_desc sim_kernel_descs[] = {
-    {"Add", 2, {"x", "y"}, "z", sim_numeric_dtypes, 4},
-    {"Mul", 2, {"x", "y"}, "z", sim_numeric_dtypes, 4},
-    {"MatMul", 2, {"a", "b"}, "product", sim_float_dtypes, 2},
-    {"ReduceSum", 1, {"x", NULL}, "y", sim_numeric_dtypes, 4},
+    {"Add", 2, {"x", "y"}, "z", sim_numeric_dtypes, 4, "kernel Add", {"input 'x'", "input 'y'"}, "output 'z'"},
+    {"Mul", 2, {"x", "y"}, "z", sim_numeric_dtypes, 4, "kernel Mul", {"input 'x'", "input 'y'"}, "output 'z'"},
+    {"MatMul", 2, {"a", "b"}, "product", sim_float_dtypes, 2, "kernel MatMul", {"input 'a'", "input 'b'"},
+     "output 'product'"},
+    {"ReduceSum", 1, {"x", NULL}, "y", sim_numeric_dtypes, 4, "kernel ReduceSum", {"input 'x'", NULL}, "output 'y'"},
 };
 
 static void sim_run_kernel(sim_device *d, const sim_kjob *j, dpp_status_t *st, char *msg) {
   const sim_kernel_desc *k = &sim_kernel_descs[j->id];
-  char fn[48], what[48];
-  unsigned char *in[2] = {NULL, NULL}, *out = NULL;
-  bool ok = true;
-  snprintf(fn, sizeof fn, "kernel %s", j->op);
-  /* Translated again: the memory may have been freed since the kernel was enqueued (the arena
-   * lives until destroy_device, which joins the workers first). */
-  pthread_mutex_lock(&d->mu);
-  for (int i = 0; ok && i < j->nin; i++) {
-    if (j->in[i].bytes) {
-      snprintf(what, sizeof what, "input '%s'", k->in_names[i]);
-      ok = sim_translate(d, fn, what, j->in[i].data, j->in[i].bytes, &in[i], msg);
+  unsigned char *in[2] = {j->in_mem[0], j->in_mem[1]}, *out = j->out_mem;
+  /* Translated again unless nothing was freed since the kernel was enqueued: the memory may
+   * have been freed since (the arena lives until destroy_device, which joins the workers
+   * first). */
+  if (atomic_load(&d->frees) != j->frees) {
+    bool ok = true;
+    pthread_mutex_lock(&d->mu);
+    for (int i = 0; ok && i < j->nin; i++) {
+      if (j->in[i].bytes) {
+        ok = sim_translate(d, k->fn, k->in_what[i], j->in[i].data, j->in[i].bytes, &in[i], msg);
+      }
     }
-  }
-  if (ok && j->out.bytes) {
-    snprintf(what, sizeof what, "output '%s'", k->out_name);
-    ok = sim_translate(d, fn, what, j->out.data, j->out.bytes, &out, msg);
-  }
-  pthread_mutex_unlock(&d->mu);
-  if (!ok) {
-    *st = DPP_INVALID_ARGUMENT;
-    return;
+    if (ok && j->out.bytes) {
+      ok = sim_translate(d, k->fn, k->out_what, j->out.data, j->out.bytes, &out, msg);
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (!ok) {
+      *st = DPP_INVALID_ARGUMENT;
+      return;
+    }
   }
   switch (j->id) {
   case SIM_K_ADD:
@@ -1919,6 +2180,16 @@ static void sim_run_kernel(sim_device *d, const sim_kjob *j, dpp_status_t *st, c
     sim_k_reduce_sum(j, in[0], out);
     break;
   }
+}
+
+/* True when a * b * c (all >= 0) fits in int64_t. */
+static inline bool sim_mul_ok(int64_t a, int64_t b, int64_t c) {
+#if defined(__GNUC__)
+  int64_t ab, abc;
+  return !__builtin_mul_overflow(a, b, &ab) && !__builtin_mul_overflow(ab, c, &abc);
+#else
+  return b == 0 || c == 0 || a <= INT64_MAX / c / b;
+#endif
 }
 
 /* Copies the host's tensor `t` into `out`, checking what SIM relies on. */
@@ -1951,7 +2222,7 @@ static bool sim_ktensor_read(const sim_device *d, const char *fn, const char *wh
                  sim_fmt_shape(sh, sizeof sh, t->rank, t->shape));
       return false;
     }
-    if (dim && count > INT64_MAX / (int64_t)es / dim) {
+    if (!sim_mul_ok(count, dim, (int64_t)es)) {
       sim_devmsg(d, msg, fn, "%s shape %s has too many elements", what, sim_fmt_shape(sh, sizeof sh, t->rank, t->shape));
       return false;
     }
@@ -2000,7 +2271,8 @@ static bool sim_attr_bool(const sim_device *d, const char *fn, const dpp_kernel_
 /* Validates the context and enqueues kernel `id` on context->stream. */
 static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kernel_id id) {
   const sim_kernel_desc *k = &sim_kernel_descs[id];
-  char msg[SIM_MSG_MAX], fn[48], what[48], s1[160], s2[160], s3[160];
+  const char *fn = k->fn;
+  char msg[SIM_MSG_MAX], s1[160], s2[160], s3[160];
   if (!cx || cx->struct_size < DPP_KERNEL_CONTEXT_STRUCT_SIZE) {
     return DPP_INVALID_ARGUMENT; /* nothing to reach the host table through */
   }
@@ -2011,7 +2283,6 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
                                    "SIM: kernel %s: context->device is not a device of this SIM platform", k->op)
                   : DPP_INVALID_ARGUMENT;
   }
-  snprintf(fn, sizeof fn, "kernel %s", k->op);
   if (cx->num_inputs != (size_t)k->nin || !cx->inputs || cx->num_outputs != 1 || !cx->outputs) {
     sim_devmsg(d, msg, fn, "expects %d input(s) and 1 output, got %zu input(s)%s and %zu output(s)%s", k->nin,
                cx->num_inputs, cx->num_inputs && !cx->inputs ? " (NULL array)" : "", cx->num_outputs,
@@ -2019,12 +2290,15 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
     return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
 
-  sim_kop *kop = (sim_kop *)calloc(1, sizeof *kop);
-  if (!kop) {
-    sim_devmsg(d, msg, fn, "out of host memory");
-    return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
-  }
-  sim_kjob *j = &kop->job;
+  sim_kjob job; /* every field the kernel reads is set below (no memset: launches are hot) */
+  sim_kjob *j = &job;
+  j->transpose_a = j->transpose_b = false;
+  memset(j->reduced, 0, sizeof j->reduced);
+  j->in_mem[0] = j->in_mem[1] = j->out_mem = NULL;
+  j->in[1].rank = 0;
+  j->in[1].count = 0;
+  j->in[1].data = 0;
+  j->in[1].bytes = 0;
   j->id = id;
   j->op = k->op;
   j->nin = k->nin;
@@ -2033,7 +2307,7 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
   int32_t dtypes[3] = {0, 0, 0};
   for (int i = 0; i <= k->nin; i++) {
     bool is_out = i == k->nin;
-    snprintf(what, sizeof what, "%s '%s'", is_out ? "output" : "input", is_out ? k->out_name : k->in_names[i]);
+    const char *what = is_out ? k->out_what : k->in_what[i];
     if (!sim_ktensor_read(d, fn, what, is_out ? &cx->outputs[0] : &cx->inputs[i], is_out ? &j->out : &j->in[i],
                           &dtypes[i], msg)) {
       goto invalid;
@@ -2187,7 +2461,6 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
 
   /* Addresses and the stream, then enqueue: under the device mutex, like any async op. */
   {
-    unsigned char *unused;
     bool ok = true;
     pthread_mutex_lock(&d->mu);
     sim_stream *s = sim_find_stream(d, cx->stream);
@@ -2196,25 +2469,27 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
       ok = false;
     }
     for (int i = 0; ok && i <= k->nin; i++) {
-      const sim_ktensor *t = i == k->nin ? o : &j->in[i];
+      bool is_out = i == k->nin;
+      const sim_ktensor *t = is_out ? o : &j->in[i];
       if (t->bytes) {
-        snprintf(what, sizeof what, "%s '%s'", i == k->nin ? "output" : "input", i == k->nin ? k->out_name : k->in_names[i]);
-        ok = sim_translate(d, fn, what, t->data, t->bytes, &unused, msg);
+        ok = sim_translate(d, fn, is_out ? k->out_what : k->in_what[i], t->data, t->bytes,
+                           is_out ? &j->out_mem : &j->in_mem[i], msg);
       }
     }
-    if (ok) {
-      kop->op.kind = SIM_OP_KERNEL;
-      kop->op.job = j;
-      sim_enqueue(s, &kop->op);
-    }
+    /* The translations hold while no allocation is freed (the worker checks). */
+    j->frees = atomic_load(&d->frees);
+    bool queued = ok && sim_enqueue_kernel(s, j);
     pthread_mutex_unlock(&d->mu);
-    if (ok) {
+    if (queued) {
       return DPP_OK;
+    }
+    if (ok) {
+      sim_devmsg(d, msg, fn, "out of host memory");
+      return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
     }
   }
 
 invalid:
-  free(kop);
   return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
 }
 
@@ -2357,6 +2632,7 @@ static dpp_status_t sim_create_device(void *platform_data, int32_t ordinal, dpp_
   d->base = SIM_ADDR_BASE + ((uint64_t)ordinal << SIM_ADDR_DEVICE_SHIFT);
   d->mem_size = p->opt.memory;
   d->latency_us = p->opt.latency_us;
+  atomic_init(&d->frees, 0);
   /* calloc: fresh device memory reads as zeros (deterministic), and pages nobody touches cost
    * no host memory. Freed and reused memory keeps what was written there, as on a device. */
   d->arena = (unsigned char *)calloc(1, (size_t)d->mem_size);

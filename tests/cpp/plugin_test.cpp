@@ -115,6 +115,10 @@ void override_scenario(bool sim_first) {
   const devplug::DeviceProperties cuda0 = rt.device("SIMCUDA:0").properties();
   CHECK(cuda0.platform == "SIMCUDA" && cuda0.device_type == "GPU");
   CHECK(!cuda0.is_active_platform);
+  // names say what addresses each device now: GPU:0 is SIMDML's, so SIM's is SIMCUDA:0
+  CHECK(gpu0.name == "GPU:0");
+  CHECK(cuda0.name == "SIMCUDA:0");
+  CHECK(rt.device("SIMCUDA:0").name() == "SIMCUDA:0");
   CHECK(rt.device("/device:GPU:0") == rt.device("SIMDML:0"));
   // both plugins' devices run memory and streams, also between each other
   round_trip(rt.device("GPU:0"), rt.device("SIMCUDA:0"), 4);

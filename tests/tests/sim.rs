@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use devplug_core::{Code, Device, EventStatus, Runtime, RuntimeOptions, Tensor};
+use devplug_core::{Attrs, Code, Device, EventStatus, RunOptions, Runtime, RuntimeOptions, Tensor};
 use devplug_tests::plugin_path;
 
 fn runtime() -> Runtime {
@@ -177,6 +177,189 @@ fn two_runtimes_load_sim_independently() {
     let d: Arc<Device> = b.find_device("SIM:2").unwrap();
     let t = Tensor::from_slice(&d, &[3], &[1.0f64, 2.0, 3.0]).unwrap();
     assert_eq!(t.to_vec::<f64>().unwrap(), [1.0, 2.0, 3.0]);
+}
+
+/// Runs SIM's native Add on `device` (strict: no fallback), without synchronizing.
+fn sim_add(rt: &Runtime, device: &Arc<Device>, x: &Tensor, y: &Tensor) -> Tensor {
+    let options = RunOptions {
+        device: Some(device.clone()),
+        soft_placement: Some(false),
+    };
+    rt.run_named("Add", &[x.clone(), y.clone()], &Attrs::new(), &options)
+        .unwrap()
+        .into_iter()
+        .next()
+        .expect("Add has one output")
+}
+
+fn f32s(device: &Arc<Device>, v: &[f32]) -> Tensor {
+    Tensor::from_slice(device, &[v.len() as i64], v).unwrap()
+}
+
+#[test]
+fn plugin_kernels_keep_the_tensors_the_host_dropped_alive_until_the_stream_ran_them() {
+    // The default stream lags behind (20 slow ops queued before the Add): if the Add's inputs
+    // went back to the allocator when the host dropped them, the buffer allocated next would
+    // reuse one of them, and a write to it on another stream (not ordered with the default
+    // stream) would land before the Add read it.
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[("latency_us", "5000")])
+        .unwrap();
+    let d = rt.find_device("SIM").unwrap();
+    // (Created first: a write from the host waits for the default stream.)
+    let ones = f32s(&d, &[1.0; 16]);
+    let (x, y) = (f32s(&d, &[2.0; 16]), f32s(&d, &[3.0; 16]));
+    let mut busy = Vec::new();
+    for _ in 0..20 {
+        busy.push(sim_add(&rt, &d, &ones, &ones));
+    }
+    let sum = sim_add(&rt, &d, &x, &y);
+    drop((x, y));
+    let other = d.create_stream().unwrap();
+    let reused: Vec<_> = (0..4).map(|_| d.allocate(64).unwrap()).collect();
+    for b in &reused {
+        other.memset(b, 0, 0xFF, 64).unwrap(); // NaNs, if it is the memory of x or y
+    }
+    other.synchronize().unwrap();
+    assert_eq!(sum.to_vec::<f32>().unwrap(), [5.0; 16]);
+    assert!(busy.iter().all(|t| t.to_vec::<f32>().unwrap() == [2.0; 16]));
+}
+
+#[test]
+fn the_keep_alive_list_is_released_by_a_synchronize_and_bounded_without_one() {
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let d = rt.find_device("SIM").unwrap();
+    let x = f32s(&d, &[1.0; 16]);
+    d.synchronize().unwrap();
+    let idle = d.memory_stats().bytes_in_use;
+    let chunk = 256; // one 64-byte output, rounded up by the suballocator
+
+    // A host that never synchronizes: 3000 launches whose outputs it drops at once.
+    for _ in 0..3000 {
+        sim_add(&rt, &d, &x, &x);
+    }
+    // Wait for the stream without synchronizing (an event), then launch once more: batches
+    // the stream passed are released, so what is held stays within about one batch.
+    let ev = d.create_event().unwrap();
+    ev.record(&d.default_stream()).unwrap();
+    ev.synchronize().unwrap();
+    sim_add(&rt, &d, &x, &x);
+    let held = d.memory_stats().bytes_in_use - idle;
+    assert!(
+        held <= 300 * chunk,
+        "{held} bytes of dropped outputs are still held (3000 launches: {} bytes)",
+        3000 * chunk
+    );
+
+    // A synchronize releases everything, whichever way the default stream is synchronized.
+    d.synchronize().unwrap();
+    assert_eq!(d.memory_stats().bytes_in_use, idle);
+    sim_add(&rt, &d, &x, &x);
+    d.default_stream().synchronize().unwrap();
+    assert_eq!(d.memory_stats().bytes_in_use, idle);
+    let kept = sim_add(&rt, &d, &x, &x);
+    sim_add(&rt, &d, &x, &x);
+    assert_eq!(kept.to_vec::<f32>().unwrap(), [2.0; 16]); // a read waits for the stream too
+    assert_eq!(d.memory_stats().bytes_in_use, idle + chunk);
+    drop(kept);
+    assert_eq!(d.memory_stats().bytes_in_use, idle);
+}
+
+#[test]
+fn plugin_kernel_errors_surface_at_launch_and_at_synchronize() {
+    // SIM's memory is freed behind the runtime's back (the executor directly): the only way
+    // to make a kernel the runtime validated fail. The first allocation of a fresh device
+    // starts a region of the suballocator, so its address is one SIM can free.
+    for at_launch in [true, false] {
+        let rt = runtime();
+        rt.load_plugin(plugin_path("devplug_sim"), &[("latency_us", "20000")])
+            .unwrap();
+        let d = rt.find_device("SIM").unwrap();
+        let x = f32s(&d, &[1.0; 16]);
+        let y = f32s(&d, &[2.0; 16]);
+        let region = x.buffer().ptr();
+        let e = if at_launch {
+            d.executor().deallocate(region, 1 << 20);
+            let options = RunOptions {
+                device: Some(d.clone()),
+                soft_placement: Some(false),
+            };
+            rt.run_named("Add", &[x.clone(), y.clone()], &Attrs::new(), &options)
+                .unwrap_err()
+        } else {
+            let _sum = sim_add(&rt, &d, &x, &y); // checked and queued; runs in 20 ms
+            d.executor().deallocate(region, 1 << 20);
+            d.synchronize().unwrap_err()
+        };
+        assert_eq!(e.code, Code::InvalidArgument, "{e}");
+        assert!(e.message.contains("plugin 'devplug_sim'"), "{e}");
+        assert!(e.message.contains("kernel Add"), "{e}");
+        assert!(e.message.contains("input 'x'"), "{e}");
+        assert!(e.message.contains("not inside a live allocation"), "{e}");
+        // The error was reported once; the device goes on.
+        d.synchronize().unwrap();
+    }
+}
+
+#[test]
+fn launched_work_runs_without_a_synchronize() {
+    // SIM's worker does not wake for every launch (see sim.c, "Launch overhead"); work left
+    // for it must still run by itself. Watched through synchronous copies, which do not wait
+    // for streams.
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let d = rt.find_device("SIM").unwrap();
+    let x = f32s(&d, &[1.0; 16]);
+    for round in 0..20 {
+        d.synchronize().unwrap(); // the worker ran out of work just now
+        let outs: Vec<Tensor> = (0..=round % 3).map(|_| sim_add(&rt, &d, &x, &x)).collect();
+        let last = outs.last().unwrap();
+        let start = std::time::Instant::now();
+        loop {
+            let mut got = [0f32; 16];
+            // SAFETY: 64 writable bytes; the source is a live 64-byte allocation of `d`.
+            unsafe {
+                d.executor()
+                    .memcpy_dtoh(got.as_mut_ptr().cast(), last.buffer().ptr(), 64)
+                    .unwrap()
+            };
+            if got == [2.0; 16] {
+                break;
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(5),
+                "round {round}: a launch did not run without a synchronize"
+            );
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+}
+
+#[test]
+fn a_runtime_dropped_with_launches_pending_frees_its_sim_device() {
+    // Held buffers keep their device alive: the runtime's teardown must release them.
+    for latency in ["0", "200"] {
+        let device = {
+            let rt = runtime();
+            rt.load_plugin(plugin_path("devplug_sim"), &[("latency_us", latency)])
+                .unwrap();
+            let d = rt.find_device("SIM").unwrap();
+            let x = f32s(&d, &[1.0; 16]);
+            let mut kept = Vec::new();
+            for i in 0..600 {
+                let t = sim_add(&rt, &d, &x, &x);
+                if i % 100 == 0 {
+                    kept.push(t);
+                }
+            }
+            Arc::downgrade(&d)
+        };
+        assert!(
+            device.upgrade().is_none(),
+            "the SIM device (latency_us={latency}) outlived its runtime"
+        );
+    }
 }
 
 /// A tiny take-once cell, to hand a result out of a host callback.

@@ -761,6 +761,12 @@ fn device_type_resolves_to_the_highest_priority() {
         let a = rt.find_device("ZOOA:0").unwrap();
         assert_eq!(a.platform().info.name, "ZOOA");
         assert!(!a.properties().is_active_platform);
+        // A device's name is what addresses it now: `ZOO:0` means ZOOB's device, so ZOOA's is
+        // named by its platform (whichever loaded first).
+        assert_eq!(active.name(), "ZOO:0");
+        assert_eq!(a.name(), "ZOOA:0");
+        assert_eq!(a.properties().name, "ZOOA:0");
+        assert_eq!(a.type_name(), "ZOO:0");
         assert_eq!(rt.find_device("ZOOB:0").unwrap().qualified_name(), "ZOOB:0");
         assert_eq!(rt.find_device("ZOO:1").unwrap_err().code, Code::NotFound);
         assert_zoo_device_works(&rt, "ZOO:0");

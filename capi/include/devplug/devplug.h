@@ -231,7 +231,7 @@ typedef struct dp_device_properties_t {
    */
   size_t struct_size;
   /**
-   * Canonical spec of the device type, e.g. `"CPU:0"`.
+   * The name that addresses the device now (see `dp_device_name`), e.g. `"CPU:0"`.
    */
   const char *name;
   /**
@@ -775,8 +775,9 @@ dp_status_t dp_device_get_properties(const dp_device_t *device,
                                      struct dp_device_properties_t *out_properties);
 
 /**
- * The device's canonical name, e.g. `"CPU:0"`, valid until the runtime is destroyed; NULL
- * for an invalid handle.
+ * The name that addresses the device now, e.g. `"CPU:0"`, `"GPU:0"` — or `"SIMCUDA:0"` once a
+ * platform of higher priority became the active one of its type (then `"GPU:0"` names
+ * another device). Valid until the runtime is destroyed; NULL for an invalid handle.
  *
  * # Safety
  * `device` is a device handle.

@@ -1,12 +1,58 @@
 //! Device memory: the address type, buffers, and the caching suballocator that the core
-//! puts over each platform's raw allocation.
+//! puts over each platform's raw allocation (or, for a platform that opts out, the direct
+//! allocator).
 
 mod buffer;
+mod direct;
 mod suballocator;
 
 pub(crate) use buffer::copy_between;
 pub use buffer::Buffer;
+pub use direct::DirectAllocator;
 pub use suballocator::{MemoryStats, RawAllocator, Suballocator, SuballocatorOptions};
+
+/// A device's allocator: the suballocator, unless the platform opted out.
+// One per device, never moved after creation: boxing the large variant would only add an
+// indirection on the allocation path.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum DeviceAllocator {
+    Sub(Suballocator),
+    Direct(DirectAllocator),
+}
+
+impl DeviceAllocator {
+    #[inline]
+    pub(crate) fn allocate(&self, size: u64) -> crate::Result<DevicePtr> {
+        match self {
+            DeviceAllocator::Sub(s) => s.allocate(size),
+            DeviceAllocator::Direct(d) => d.allocate(size),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn deallocate(&self, ptr: DevicePtr) -> crate::Result<()> {
+        match self {
+            DeviceAllocator::Sub(s) => s.deallocate(ptr),
+            DeviceAllocator::Direct(d) => d.deallocate(ptr),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> MemoryStats {
+        match self {
+            DeviceAllocator::Sub(s) => s.stats(),
+            DeviceAllocator::Direct(d) => d.stats(),
+        }
+    }
+
+    /// Cached memory given back to the platform, in bytes (nothing is cached without the
+    /// suballocator).
+    pub(crate) fn release_cached(&self) -> u64 {
+        match self {
+            DeviceAllocator::Sub(s) => s.release_cached(),
+            DeviceAllocator::Direct(_) => 0,
+        }
+    }
+}
 
 /// An address in one device's memory space.
 ///

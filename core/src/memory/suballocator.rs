@@ -19,10 +19,10 @@
 //! Device addresses are opaque `u64`s: the suballocator never dereferences them.
 //!
 //! Small frees are cached: a freed chunk of at most [`CACHE_CLASSES`] alignment units goes on a
-//! short per-size list (at most [`CACHE_DEPTH`] each) without being merged, and the next
-//! allocation of that size takes it back without searching the free index — the eager-op
-//! pattern of "allocate an output, free it soon after". Cached chunks count as free in every
-//! statistic; they are merged back (the cache flushed) before statistics are taken, before
+//! per-size list (at most [`CACHE_DEPTH`] each, [`CACHE_BYTES`] in all) without being merged,
+//! and the next allocation of that size takes it back without searching the free index — the
+//! eager-op pattern of "allocate an output, free it soon after". Cached chunks count as free in
+//! every statistic; they are merged back (the cache flushed) before statistics are taken, before
 //! cached regions are released, and before a new region would be reserved, so the cache never
 //! makes an allocation fail or a figure inexact.
 //!
@@ -257,8 +257,11 @@ fn round_up(value: u64, alignment: u64) -> Option<u64> {
 
 /// Freed chunks of at most this many alignment units are cached (see the module docs).
 const CACHE_CLASSES: usize = 16;
-/// At most this many chunks are cached per size.
-const CACHE_DEPTH: usize = 32;
+/// At most this many chunks are cached per size (outputs of a few hundred ops in flight on an
+/// asynchronous stream)…
+const CACHE_DEPTH: usize = 256;
+/// …and at most this many bytes in all.
+const CACHE_BYTES: u64 = 1 << 20;
 
 /// The growth size stops doubling here (a multiple of every alignment up to 2^62).
 const MAX_GROWTH: u64 = 1 << 62;
@@ -324,6 +327,8 @@ struct State {
     cached: [Vec<ChunkId>; CACHE_CLASSES],
     /// `false` only when every class of `cached` is empty (a hint that skips the cache).
     any_cached: bool,
+    /// The bytes of the chunks in `cached`.
+    cached_bytes: u64,
 }
 
 impl State {
@@ -343,6 +348,7 @@ impl State {
             bytes_reserved: 0,
             cached: std::array::from_fn(|_| Vec::new()),
             any_cached: false,
+            cached_bytes: 0,
         }
     }
 
@@ -365,6 +371,7 @@ impl State {
         let class = self.cache_class(rounded)?;
         let id = self.cached[class].pop()?;
         let Chunk { addr, size, .. } = *self.chunk(id);
+        self.cached_bytes -= size;
         self.live.insert(addr, id);
         self.account_alloc(size);
         Some(DevicePtr(addr))
@@ -377,11 +384,12 @@ impl State {
         let Some(class) = self.cache_class(size) else {
             return false;
         };
-        if self.cached[class].len() >= CACHE_DEPTH {
+        if self.cached[class].len() >= CACHE_DEPTH || self.cached_bytes + size > CACHE_BYTES {
             return false;
         }
         self.cached[class].push(id);
         self.any_cached = true;
+        self.cached_bytes += size;
         self.bytes_in_use -= size;
         true
     }
@@ -397,6 +405,7 @@ impl State {
             }
         }
         self.any_cached = false;
+        self.cached_bytes = 0;
     }
 
     fn account_alloc(&mut self, size: u64) {
@@ -715,6 +724,14 @@ impl State {
             "a cached chunk outside the regions"
         );
         assert!(self.any_cached || cached_chunks == 0, "cache flag");
+        let cached_bytes: u64 = self
+            .cached
+            .iter()
+            .flatten()
+            .map(|&id| self.chunk(id).size)
+            .sum();
+        assert_eq!(cached_bytes, self.cached_bytes, "cached byte count");
+        assert!(cached_bytes <= CACHE_BYTES);
     }
 }
 

@@ -21,10 +21,31 @@ pub(crate) fn check(
     function: &str,
     status: abi::dpp_status_t,
 ) -> Result<()> {
+    check_with(plugin, || function, status)
+}
+
+/// [`check`], naming the function only when there is an error to report (for hot paths that
+/// would otherwise format the name on every call).
+#[inline]
+pub(crate) fn check_with<S: std::fmt::Display>(
+    plugin: &LoadedPlugin,
+    function: impl FnOnce() -> S,
+    status: abi::dpp_status_t,
+) -> Result<()> {
     let message = take_plugin_error();
     if status == abi::DPP_OK {
         return Ok(());
     }
+    Err(plugin_error(plugin, &function(), status, message))
+}
+
+#[cold]
+fn plugin_error(
+    plugin: &LoadedPlugin,
+    function: &dyn std::fmt::Display,
+    status: abi::dpp_status_t,
+    message: Option<String>,
+) -> Error {
     let (code, note) = match Code::from_i32(status) {
         Some(Code::Ok) | None => (
             Code::Internal,
@@ -33,10 +54,10 @@ pub(crate) fn check(
         Some(c) => (c, String::new()),
     };
     let message = message.unwrap_or_else(|| "no message given".into());
-    Err(Error::new(
+    Error::new(
         code,
         format!("plugin '{}': {function}: {message}{note}", plugin.name),
-    ))
+    )
 }
 
 /// A plugin's stream or event handle.

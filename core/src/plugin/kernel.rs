@@ -9,7 +9,7 @@ use devplug_plugin_abi as abi;
 use crate::error::Result;
 use crate::kernel::{KernelContext, KernelDef, KernelFn};
 use crate::op::{AttrValue, Attrs};
-use crate::plugin::executor::check;
+use crate::plugin::executor::check_with;
 use crate::plugin::host::{LoadedPlugin, PendingKernel};
 use crate::tensor::Tensor;
 
@@ -37,6 +37,34 @@ fn describe(t: &Tensor) -> abi::dpp_tensor_t {
     }
 }
 
+/// Tensors described on the stack up to this many inputs (and outputs); more go to a `Vec`.
+const INLINE_TENSORS: usize = 4;
+
+/// Calls `f` with the ABI descriptions of `tensors`, without allocating for up to
+/// [`INLINE_TENSORS`] of them.
+fn with_described<R>(tensors: &[Tensor], f: impl FnOnce(&[abi::dpp_tensor_t]) -> R) -> R {
+    if tensors.len() <= INLINE_TENSORS {
+        let mut inline = [EMPTY_TENSOR; INLINE_TENSORS];
+        for (slot, t) in inline.iter_mut().zip(tensors) {
+            *slot = describe(t);
+        }
+        f(&inline[..tensors.len()])
+    } else {
+        let described: Vec<abi::dpp_tensor_t> = tensors.iter().map(describe).collect();
+        f(&described)
+    }
+}
+
+const EMPTY_TENSOR: abi::dpp_tensor_t = abi::dpp_tensor_t {
+    struct_size: abi::DPP_TENSOR_STRUCT_SIZE,
+    ext: std::ptr::null_mut(),
+    dtype: 0,
+    rank: 0,
+    shape: std::ptr::null(),
+    data: 0,
+    byte_size: 0,
+};
+
 impl PluginKernel {
     fn run(&self, cx: &KernelContext) -> Result<()> {
         let device = cx.device;
@@ -49,29 +77,32 @@ impl PluginKernel {
                 device.name()
             ))
         })?;
-        let inputs: Vec<abi::dpp_tensor_t> = cx.inputs.iter().map(describe).collect();
-        let outputs: Vec<abi::dpp_tensor_t> = cx.outputs.iter().map(describe).collect();
-        let context = abi::dpp_kernel_context_t {
-            struct_size: abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE,
-            ext: std::ptr::null_mut(),
-            device: device_data,
-            stream,
-            num_inputs: inputs.len(),
-            inputs: inputs.as_ptr(),
-            num_outputs: outputs.len(),
-            outputs: outputs.as_ptr(),
-            attrs: cx.attrs as *const Attrs as *const c_void,
-            kernel_data: self.kernel_data,
-        };
         device.default_stream_used();
-        // SAFETY: the plugin's compute with a context valid for the call.
-        let status = unsafe { (self.compute)(&context) };
-        check(&self.plugin, &format!("kernel {}", self.name), status)?;
-        // The stream may still be working on these: keep them alive until it got there.
-        let keep: Vec<Tensor> = cx.inputs.iter().chain(cx.outputs).cloned().collect();
-        device
-            .executor()
-            .host_callback(raw, Box::new(move || drop(keep)))
+        let status = with_described(cx.inputs, |inputs| {
+            with_described(cx.outputs, |outputs| {
+                let context = abi::dpp_kernel_context_t {
+                    struct_size: abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE,
+                    ext: std::ptr::null_mut(),
+                    device: device_data,
+                    stream,
+                    num_inputs: inputs.len(),
+                    inputs: inputs.as_ptr(),
+                    num_outputs: outputs.len(),
+                    outputs: outputs.as_ptr(),
+                    attrs: cx.attrs as *const Attrs as *const c_void,
+                    kernel_data: self.kernel_data,
+                };
+                // SAFETY: the plugin's compute with a context valid for the call (the tensor
+                // descriptions and the shapes they point to outlive it).
+                unsafe { (self.compute)(&context) }
+            })
+        });
+        check_with(&self.plugin, || format!("kernel {}", self.name), status)?;
+        // The stream may still be working on these: the device keeps them alive until its
+        // default stream got there (released by its next synchronize, or in batches).
+        let buffers = cx.inputs.iter().chain(cx.outputs).map(|t| t.buffer());
+        device.keep_alive_on_default_stream(buffers);
+        Ok(())
     }
 }
 

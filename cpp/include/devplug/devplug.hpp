@@ -410,7 +410,8 @@ class Device {
   /** @brief Whether this wraps a handle. */
   explicit operator bool() const noexcept { return handle_ != nullptr; }
 
-  /** @brief The canonical spec, e.g. `"CPU:0"` (`dp_device_name()`). */
+  /** @brief The name that addresses the device now, e.g. `"CPU:0"`; `"SIMCUDA:0"` for a device
+   *  whose platform is not the active one of its type (`dp_device_name()`). */
   std::string name() const {
     const char* n = dp_device_name(handle_);
     if (n == nullptr) detail::throw_invalid_handle("device");

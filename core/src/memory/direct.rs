@@ -1,0 +1,174 @@
+//! The allocator of platforms that opt out of the suballocator (`DPP_PLATFORM_NO_SUBALLOCATOR`):
+//! every allocation goes to the platform as it is, and every free goes back at once. The core
+//! still checks frees, enforces the memory limit and keeps the same statistics as the
+//! suballocator's, so hosts see one interface whichever a platform chose.
+//!
+//! A platform opts out when it has its own caching allocator (CUDA's stream-ordered pools,
+//! a vendor's arena) or when its memory must not be carved (e.g. each allocation maps a
+//! separate object). Addresses are then aligned as the platform aligns them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{DevicePtr, MemoryStats, RawAllocator};
+use crate::error::{Error, Result};
+
+/// Pass-through allocation with exact statistics and an optional byte limit.
+pub struct DirectAllocator {
+    raw: Arc<dyn RawAllocator>,
+    limit: Option<u64>,
+    state: Mutex<DirectState>,
+}
+
+#[derive(Default)]
+struct DirectState {
+    /// Live allocations: address → the size asked of the platform.
+    live: HashMap<u64, u64>,
+    bytes_in_use: u64,
+    peak_bytes_in_use: u64,
+    num_allocs: u64,
+    largest_alloc_size: u64,
+}
+
+impl DirectAllocator {
+    pub fn new(raw: Arc<dyn RawAllocator>, limit: Option<u64>) -> DirectAllocator {
+        DirectAllocator {
+            raw,
+            limit,
+            state: Mutex::new(DirectState::default()),
+        }
+    }
+
+    /// Allocates `size` bytes from the platform (size 0 asks for 1 byte, so that every
+    /// allocation has a distinct address). `RESOURCE_EXHAUSTED` when the limit does not leave
+    /// room; the platform's error as it is otherwise.
+    pub fn allocate(&self, size: u64) -> Result<DevicePtr> {
+        let size = size.max(1);
+        let mut state = self.state.lock();
+        if let Some(limit) = self.limit {
+            if size > limit.saturating_sub(state.bytes_in_use) {
+                return Err(Error::resource_exhausted(format!(
+                    "device memory limit exceeded: requested {size} bytes, {} in use, limit \
+                     {limit}",
+                    state.bytes_in_use
+                )));
+            }
+        }
+        let ptr = self.raw.raw_allocate(size)?;
+        if state.live.insert(ptr.0, size).is_some() {
+            // The platform handed out an address that is still live: a plugin bug. Keep the
+            // first owner's record and refuse the second.
+            return Err(Error::internal(format!(
+                "the platform returned {:#x}, an address still in use",
+                ptr.0
+            )));
+        }
+        state.bytes_in_use += size;
+        state.peak_bytes_in_use = state.peak_bytes_in_use.max(state.bytes_in_use);
+        state.num_allocs += 1;
+        state.largest_alloc_size = state.largest_alloc_size.max(size);
+        Ok(ptr)
+    }
+
+    /// Returns an allocation to the platform. An address that is not live gives
+    /// `INVALID_ARGUMENT` and nothing is freed.
+    pub fn deallocate(&self, ptr: DevicePtr) -> Result<()> {
+        let size = {
+            let mut state = self.state.lock();
+            let Some(size) = state.live.remove(&ptr.0) else {
+                return Err(Error::invalid_argument(format!(
+                    "deallocate: {:#x} is not a live allocation of this device",
+                    ptr.0
+                )));
+            };
+            state.bytes_in_use -= size;
+            size
+        };
+        self.raw.raw_deallocate(ptr, size);
+        Ok(())
+    }
+
+    /// The statistics; nothing is cached, so the bytes reserved are the bytes in use and no
+    /// free block is held.
+    pub fn stats(&self) -> MemoryStats {
+        let state = self.state.lock();
+        MemoryStats {
+            bytes_in_use: state.bytes_in_use,
+            peak_bytes_in_use: state.peak_bytes_in_use,
+            num_allocs: state.num_allocs,
+            active_allocs: state.live.len() as u64,
+            largest_alloc_size: state.largest_alloc_size,
+            bytes_limit: self.limit,
+            bytes_reserved: state.bytes_in_use,
+            largest_free_block: 0,
+        }
+    }
+
+    pub fn reset_peak(&self) {
+        let mut state = self.state.lock();
+        state.peak_bytes_in_use = state.bytes_in_use;
+    }
+}
+
+impl Drop for DirectAllocator {
+    fn drop(&mut self) {
+        for (ptr, size) in self.state.get_mut().live.drain() {
+            self.raw.raw_deallocate(DevicePtr(ptr), size);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A platform that hands out increasing fake addresses and records frees.
+    #[derive(Default)]
+    struct Fake {
+        next: Mutex<u64>,
+        freed: Mutex<Vec<(u64, u64)>>,
+    }
+
+    impl RawAllocator for Fake {
+        fn raw_allocate(&self, size: u64) -> Result<DevicePtr> {
+            let mut n = self.next.lock();
+            *n += 0x1000 + size;
+            Ok(DevicePtr(*n))
+        }
+        fn raw_deallocate(&self, ptr: DevicePtr, size: u64) {
+            self.freed.lock().push((ptr.0, size));
+        }
+    }
+
+    #[test]
+    fn passes_through_with_exact_statistics_and_a_limit() {
+        let fake = Arc::new(Fake::default());
+        let a = DirectAllocator::new(fake.clone(), Some(1000));
+        let p = a.allocate(600).unwrap();
+        let q = a.allocate(0).unwrap();
+        assert_ne!(p, q);
+        let st = a.stats();
+        assert_eq!(
+            (st.bytes_in_use, st.active_allocs, st.num_allocs),
+            (601, 2, 2)
+        );
+        assert_eq!(st.bytes_reserved, 601);
+        let e = a.allocate(500).unwrap_err();
+        assert_eq!(e.code, crate::Code::ResourceExhausted);
+        a.deallocate(p).unwrap();
+        // Freed at once, with the size that was asked for.
+        assert_eq!(fake.freed.lock().as_slice(), &[(p.0, 600)]);
+        assert_eq!(
+            a.deallocate(p).unwrap_err().code,
+            crate::Code::InvalidArgument
+        );
+        assert_eq!(a.stats().peak_bytes_in_use, 601);
+        a.reset_peak();
+        assert_eq!(a.stats().peak_bytes_in_use, 1);
+        drop(a);
+        // What was still live goes back when the allocator goes.
+        assert_eq!(fake.freed.lock().len(), 2);
+    }
+}
