@@ -9,8 +9,10 @@
 //! destroying thread exits) detection is best effort, as in the Vulkan loader. This is the
 //! only module of the C API that turns raw pointers into references.
 
+use std::alloc::Layout;
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
@@ -26,6 +28,25 @@ const DEAD: u64 = 0xdead_dead_dead_dead;
 
 thread_local! {
     static GRAVEYARD: RefCell<VecDeque<Box<dyn Send>>> = const { RefCell::new(VecDeque::new()) };
+    static SPARE: RefCell<Spare> = const { RefCell::new(Spare(Vec::new())) };
+}
+
+/// Memory of handles that left this thread's quarantine, kept (at most [`SPARE_BLOCKS`]) for
+/// the next handle of the same layout, so that a handle made and released per op costs no
+/// `malloc`/`free`. Reusing it is what `free` + `malloc` would allow too: the block is no longer
+/// in the quarantine window either way.
+struct Spare(Vec<(Layout, NonNull<u8>)>);
+
+const SPARE_BLOCKS: usize = 64;
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        for (layout, p) in self.0.drain(..) {
+            // SAFETY: each block came from the global allocator with this layout (a `Box` of a
+            // handle type), its value was dropped, and it is owned by this list alone.
+            unsafe { std::alloc::dealloc(p.as_ptr(), layout) };
+        }
+    }
 }
 
 fn bury(b: Box<dyn Send>) {
@@ -40,8 +61,42 @@ fn bury(b: Box<dyn Send>) {
                 None
             }
         };
-        drop(evicted);
+        if let Some(e) = evicted {
+            recycle(e);
+        }
     });
+}
+
+/// Keeps the memory of a handle leaving the quarantine for reuse, or frees it.
+fn recycle(b: Box<dyn Send>) {
+    let layout = Layout::for_value(&*b);
+    let _ = SPARE.try_with(|spare| {
+        let mut spare = spare.borrow_mut();
+        if spare.0.len() >= SPARE_BLOCKS || layout.size() == 0 {
+            return;
+        }
+        let fat = Box::into_raw(b);
+        // SAFETY: `fat` is the box's own, valid object; its drop glue runs exactly once here
+        // (a dead handle holds no value, so this frees nothing), and the memory is kept.
+        unsafe { std::ptr::drop_in_place(fat) };
+        if let Some(p) = NonNull::new(fat as *mut u8) {
+            spare.0.push((layout, p));
+        }
+    });
+    // Otherwise (the list full, or gone at thread exit) `b` was dropped with the closure:
+    // freed normally.
+}
+
+/// A spare block of `layout`, if this thread has one.
+fn take_spare(layout: Layout) -> Option<NonNull<u8>> {
+    SPARE
+        .try_with(|spare| {
+            let mut spare = spare.borrow_mut();
+            let i = spare.0.iter().rposition(|(l, _)| *l == layout)?;
+            Some(spare.0.swap_remove(i).1)
+        })
+        .ok()
+        .flatten()
 }
 
 /// The kind names by magic word, for messages about handles of the wrong kind.
@@ -112,11 +167,21 @@ pub fn new<K: Kind>(value: K::Value) -> *mut K {
         }
         K::registered().store(true, Ordering::Release);
     }
-    Box::into_raw(Box::new(K::wrap(Object {
+    let handle = K::wrap(Object {
         magic: AtomicU64::new(K::MAGIC),
         refs: AtomicUsize::new(1),
         value: Some(value),
-    })))
+    });
+    match take_spare(Layout::new::<K>()) {
+        Some(p) => {
+            let p = p.as_ptr() as *mut K;
+            // SAFETY: a block of exactly `K`'s layout from the global allocator, owned by no
+            // one (see `Spare`); `destroy` frees it as a `Box<K>`, which uses that layout.
+            unsafe { p.write(handle) };
+            p
+        }
+        None => Box::into_raw(Box::new(handle)),
+    }
 }
 
 /// Checks `ptr` and returns the handle's value. `arg` names the argument in errors.

@@ -371,11 +371,21 @@ pub unsafe extern "C" fn dp_op_run(
         if n > 0 && outputs.is_null() {
             return Err(bad_arg("outputs", "is NULL"));
         }
+        // The handle of the device the op was placed on, known without a lookup; outputs
+        // elsewhere (soft placement) are looked up.
+        let placed = match &run.device {
+            Some(d) => (d, o.device),
+            None => (rt.runtime().default_device(), rt.default_device_handle()),
+        };
         let mut results = devplug_core::Outputs::new();
         rt.runtime()
             .run_into(&op.op, &ins, attrs, &run, &mut results)?;
         for (i, t) in results.into_iter().enumerate().take(n) {
-            let dev = rt.handle_of(t.device()).unwrap_or(std::ptr::null_mut());
+            let dev = if Arc::ptr_eq(t.device(), placed.0) {
+                placed.1
+            } else {
+                rt.handle_of(t.device()).unwrap_or(std::ptr::null_mut())
+            };
             let h = handle::new::<dp_tensor_t>(TensorObj {
                 tensor: t,
                 device: DevicePtr(dev),

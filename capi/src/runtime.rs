@@ -70,6 +70,8 @@ pub struct RuntimeObj {
     runtime: Runtime,
     /// The device handles, in the runtime's device order.
     devices: RwLock<Vec<DevicePtr>>,
+    /// The handle of `CPU:0`, the default device (the first; it never changes).
+    cpu0: DevicePtr,
     /// Strings handed out (plugin names, failure messages), valid until the runtime goes.
     strings: parking_lot::Mutex<Vec<CString>>,
     /// The op handles handed out, by name (one per op), destroyed with the runtime.
@@ -206,6 +208,11 @@ impl RuntimeObj {
         }
     }
 
+    /// The handle of the default device (`CPU:0`).
+    pub(crate) fn default_device_handle(&self) -> *mut dp_device_t {
+        self.cpu0.0
+    }
+
     /// The handle of `device`, which belongs to this runtime.
     pub(crate) fn handle_of(&self, device: &Arc<Device>) -> Option<*mut dp_device_t> {
         // Handles are made in the runtime's device order, so a device's index is its slot.
@@ -289,13 +296,20 @@ pub unsafe extern "C" fn dp_runtime_create(
                 o.intra_op_threads as usize
             },
         })?;
-        let obj = RuntimeObj {
+        let mut obj = RuntimeObj {
             runtime,
             devices: RwLock::new(Vec::new()),
+            cpu0: DevicePtr(std::ptr::null_mut()),
             strings: parking_lot::Mutex::new(Vec::new()),
             ops: parking_lot::Mutex::new(Vec::new()),
         };
         obj.sync_devices();
+        obj.cpu0 = obj
+            .devices
+            .read()
+            .first()
+            .copied()
+            .unwrap_or(DevicePtr(std::ptr::null_mut()));
         // SAFETY: checked above.
         unsafe { write_out(out_runtime, "out_runtime", handle::new::<dp_runtime_t>(obj)) }
     })

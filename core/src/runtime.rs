@@ -394,9 +394,9 @@ impl Runtime {
         Ok(self.cpu0.clone())
     }
 
-    /// [`Runtime::cpu_device`], borrowed.
-    pub(crate) fn cpu_device_ref(&self) -> Result<&Arc<Device>> {
-        Ok(&self.cpu0)
+    /// The device ops run on when none is given: `CPU:0`, borrowed.
+    pub fn default_device(&self) -> &Arc<Device> {
+        &self.cpu0
     }
 
     /// Resolves an op name once; run it by handle afterwards.

@@ -151,7 +151,7 @@ pub(crate) fn run(
         .unwrap_or_else(|| rt.soft_placement());
     let (device, reason) = match &options.device {
         Some(d) => (d, Reason::Explicit),
-        None => (rt.cpu_device_ref()?, Reason::Default),
+        None => (rt.default_device(), Reason::Default),
     };
     let start = out.len();
     let r = execute(rt, op, device, inputs, attrs, soft, reason, 0, out);
