@@ -252,6 +252,12 @@ fn main() {
         ),
         None => println!("MatMul 1024^3 f32 (best of {reps})   GFLOP/s"),
     }
+    if blas.is_some() && std::env::var_os("OPENBLAS_CORETYPE").is_some() {
+        println!(
+            "  note: OPENBLAS_CORETYPE forces OpenBLAS's kernels (Haswell keeps it off AVX-512); \
+             run with `env -u OPENBLAS_CORETYPE` to compare with its best"
+        );
+    }
     for (label, t, tb) in [
         ("1 thread ", t_mm1, blas1),
         ("all threads", t_mm_all, blas_all),
