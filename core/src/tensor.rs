@@ -172,12 +172,6 @@ impl std::ops::DerefMut for Shape {
     }
 }
 
-impl PartialEq<[i64]> for Shape {
-    fn eq(&self, other: &[i64]) -> bool {
-        **self == *other
-    }
-}
-
 impl std::ops::Deref for Shape {
     type Target = [i64];
     fn deref(&self) -> &[i64] {
