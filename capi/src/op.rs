@@ -1,6 +1,7 @@
 //! `dp_op_*`, `dp_attrs_*` and the placement log: running operations eagerly.
 
 use std::ffi::{c_char, c_void, CString};
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use devplug_core::op::SmallVec;
@@ -305,7 +306,10 @@ pub unsafe extern "C" fn dp_op_run(
                 &format!("is {num_inputs}, more than an op may take"),
             ));
         }
-        let mut ins: SmallVec<[Tensor; 4]> = SmallVec::with_capacity(num_inputs);
+        // The inputs are borrowed from their handles, not cloned: no reference count is
+        // touched. `ManuallyDrop` keeps these bitwise copies from ever being dropped; the
+        // handles keep the tensors alive for the whole call (the caller's contract).
+        let mut ins: SmallVec<[ManuallyDrop<Tensor>; 4]> = SmallVec::with_capacity(num_inputs);
         for i in 0..num_inputs {
             // SAFETY: `inputs` holds `num_inputs` handles (the caller's contract).
             let h = unsafe { *inputs.add(i) };
@@ -316,8 +320,13 @@ pub unsafe extern "C" fn dp_op_run(
                     e.message.replace("inputs[i]", &format!("inputs[{i}]")),
                 )
             })?;
-            ins.push(t.tensor.clone());
+            // SAFETY: a bitwise copy that is never dropped (see above) and only read through
+            // shared references while the handle's tensor is alive.
+            ins.push(ManuallyDrop::new(unsafe { std::ptr::read(&t.tensor) }));
         }
+        // SAFETY: `ManuallyDrop<Tensor>` is `repr(transparent)` over `Tensor`.
+        let ins: &[Tensor] =
+            unsafe { std::slice::from_raw_parts(ins.as_ptr().cast::<Tensor>(), ins.len()) };
         let empty = Attrs::new();
         let attrs = if attrs.is_null() {
             &empty
@@ -379,7 +388,7 @@ pub unsafe extern "C" fn dp_op_run(
         };
         let mut results = devplug_core::Outputs::new();
         rt.runtime()
-            .run_into(&op.op, &ins, attrs, &run, &mut results)?;
+            .run_into(&op.op, ins, attrs, &run, &mut results)?;
         for (i, t) in results.into_iter().enumerate().take(n) {
             let dev = if Arc::ptr_eq(t.device(), placed.0) {
                 placed.1

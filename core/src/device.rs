@@ -9,8 +9,8 @@ use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::memory::{
-    Buffer, DeviceAllocator, DevicePtr, DirectAllocator, MemoryStats, RawAllocator, Suballocator,
-    SuballocatorOptions,
+    Buffer, BufferPool, DeviceAllocator, DevicePtr, DirectAllocator, MemoryStats, RawAllocator,
+    Suballocator, SuballocatorOptions,
 };
 use crate::platform::{DeviceDescription, Platform, PlatformInfo, RawStream, StreamExecutor};
 use crate::stream::{Event, Stream};
@@ -105,6 +105,8 @@ pub struct Device {
     ordinal: usize,
     executor: Arc<dyn StreamExecutor>,
     allocator: DeviceAllocator,
+    /// Small buffers tensors let go of, for the next allocation (see `memory::pool`).
+    pool: BufferPool,
     memory_limit: Option<u64>,
     default_stream: RawStream,
     /// Work may be pending on the default stream (set before anything is enqueued there).
@@ -155,6 +157,7 @@ impl Device {
             platform,
             ordinal,
             executor,
+            pool: BufferPool::new(allocator.pool_granule()),
             allocator,
             memory_limit,
             default_stream,
@@ -232,12 +235,29 @@ impl Device {
     }
 
     /// Allocates `size` bytes of device memory.
+    #[inline]
     pub fn allocate(self: &Arc<Self>, size: u64) -> Result<Arc<Buffer>> {
-        let ptr = self
-            .allocator
-            .allocate(size)
-            .map_err(|e| e.context(format!("allocating {size} bytes on {}", self.name())))?;
+        if let Some(b) = self.pool.take(size) {
+            return Ok(b);
+        }
+        let ptr = match self.allocator.allocate(size) {
+            // Memory the pool holds is free: give it back before failing.
+            Err(_) if self.pool.flush() => self.allocator.allocate(size),
+            r => r,
+        }
+        .map_err(|e| e.context(format!("allocating {size} bytes on {}", self.name())))?;
         Ok(Arc::new(Buffer::new(self.clone(), ptr, size)))
+    }
+
+    /// The pool of small buffers that tensors let go of.
+    pub(crate) fn buffer_pool(&self) -> &BufferPool {
+        &self.pool
+    }
+
+    /// Frees the pooled buffers and pools nothing more (the runtime is being destroyed; pooled
+    /// buffers hold their device, which would otherwise never be dropped).
+    pub(crate) fn close_buffer_pool(&self) {
+        self.pool.close();
     }
 
     pub(crate) fn free(&self, ptr: DevicePtr) {
@@ -249,11 +269,13 @@ impl Device {
     }
 
     pub fn memory_stats(&self) -> MemoryStats {
+        self.pool.flush();
         self.allocator.stats()
     }
 
     /// Returns cached, wholly free memory regions to the platform; the bytes released.
     pub fn release_cached_memory(&self) -> u64 {
+        self.pool.flush();
         self.allocator.release_cached()
     }
 

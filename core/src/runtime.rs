@@ -504,6 +504,9 @@ fn update_active(platforms: &[Arc<PlatformEntry>], device_type: &str) {
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = self.synchronize();
+        for d in self.devices.read().iter() {
+            d.close_buffer_pool();
+        }
         // Devices first (they hold their platforms and plugins), then platforms, then the
         // plugins' own records: a library closes after the last object of it.
         self.devices.write().clear();

@@ -1,6 +1,7 @@
 //! Tensors: a dtype, a shape, and a reference-counted buffer on one device.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use crate::device::Device;
@@ -185,12 +186,29 @@ impl fmt::Debug for Shape {
     }
 }
 
+// `Tensor::dims` views a shape's `i64`s as `usize`s.
+const _: () = assert!(
+    std::mem::size_of::<usize>() == std::mem::size_of::<i64>()
+        && std::mem::align_of::<usize>() == std::mem::align_of::<i64>(),
+    "devplug needs a 64-bit target"
+);
+
 /// A dense, row-major tensor on one device. Cloning shares the buffer (and allocates nothing).
+/// Dropping the last reference to a small buffer returns it to its device's buffer pool.
 #[derive(Clone)]
 pub struct Tensor {
     dtype: DType,
     shape: Shape,
-    buffer: Arc<Buffer>,
+    /// Taken out only in `drop`.
+    buffer: ManuallyDrop<Arc<Buffer>>,
+}
+
+impl Drop for Tensor {
+    fn drop(&mut self) {
+        // SAFETY: `buffer` is not used again: this is the tensor's destructor.
+        let buffer = unsafe { ManuallyDrop::take(&mut self.buffer) };
+        buffer.recycle();
+    }
 }
 
 impl Tensor {
@@ -207,7 +225,7 @@ impl Tensor {
         Ok(Tensor {
             dtype,
             shape: Shape::new(shape),
-            buffer: device.allocate(bytes)?,
+            buffer: ManuallyDrop::new(device.allocate(bytes)?),
         })
     }
 
@@ -259,7 +277,7 @@ impl Tensor {
         Ok(Tensor {
             dtype,
             shape: Shape::new(shape),
-            buffer,
+            buffer: ManuallyDrop::new(buffer),
         })
     }
 
@@ -269,6 +287,15 @@ impl Tensor {
 
     pub fn shape(&self) -> &[i64] {
         &self.shape
+    }
+
+    /// The shape as `usize`s (no copy: dimensions are never negative).
+    pub fn dims(&self) -> &[usize] {
+        let s: &[i64] = &self.shape;
+        // SAFETY: `usize` and `i64` have the same size and alignment (asserted above), every
+        // bit pattern is a valid `usize`, and a shape's dimensions are non-negative, so each
+        // reads as the same number.
+        unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<usize>(), s.len()) }
     }
 
     pub fn rank(&self) -> usize {

@@ -5,14 +5,14 @@
 //! placement log.
 //!
 //! The hot path parses nothing and hashes no string: hosts hold an [`OpHandle`], and the
-//! choice for (op, device, dtype) is cached in a map readers load without locking
-//! (`arc-swap`), rebuilt when kernels are registered.
+//! choice for (op, device, dtype) is cached in a table readers load without locking
+//! ([`plan`]), recomputed when kernels are registered.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+mod plan;
+
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
+pub(crate) use plan::{Plan, Plans};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -25,44 +25,6 @@ use crate::tensor::{DType, Tensor};
 /// How deep decompositions may nest before dispatch gives up (a cycle guard).
 const MAX_DEPTH: usize = 32;
 
-/// What to do for one (op, device, dtype).
-#[derive(Clone, Debug)]
-pub(crate) enum Plan {
-    Native(Arc<KernelDef>),
-    Decompose,
-    /// No kernel and no decomposition on the device; this CPU kernel could run it.
-    SoftPlace(Arc<KernelDef>),
-    Missing,
-}
-
-/// A hasher for the cache's integer keys (no strings are hashed on the hot path).
-#[derive(Default)]
-pub(crate) struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-#[derive(Default)]
-pub(crate) struct PlanCache {
-    generation: u64,
-    plans: HashMap<u64, Plan, BuildHasherDefault<KeyHasher>>,
-}
-
-/// The per-runtime cache of plans.
-#[derive(Default)]
-pub(crate) struct Plans(ArcSwap<PlanCache>);
-
 /// Options of one op run.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -74,43 +36,6 @@ pub struct RunOptions {
 
 fn key(op: &OpHandle, device: &Device, dtype: Option<DType>) -> u64 {
     (op.index() as u64) << 32 | (device.index() as u64) << 8 | dtype.map_or(0, |d| d as u64)
-}
-
-impl Plans {
-    /// Runs `f` with the plan for (op, device, dtype), computing and caching it on a miss.
-    /// The plan is borrowed from the cache (no reference count is touched on a hit).
-    fn with<R>(
-        &self,
-        rt: &Runtime,
-        op: &OpHandle,
-        device: &Device,
-        dtype: Option<DType>,
-        f: impl FnOnce(&Plan) -> R,
-    ) -> R {
-        let k = key(op, device, dtype);
-        let generation = rt.kernels().generation();
-        let cache = self.0.load();
-        if cache.generation == generation {
-            if let Some(p) = cache.plans.get(&k) {
-                return f(p);
-            }
-        }
-        drop(cache);
-        let plan = compute_plan(rt, op, device, dtype);
-        self.0.rcu(|old| {
-            let mut next = PlanCache {
-                generation,
-                plans: if old.generation == generation {
-                    old.plans.clone()
-                } else {
-                    HashMap::default()
-                },
-            };
-            next.plans.insert(k, plan.clone());
-            next
-        });
-        f(&plan)
-    }
 }
 
 fn compute_plan(rt: &Runtime, op: &OpHandle, device: &Device, dtype: Option<DType>) -> Plan {
@@ -197,8 +122,11 @@ fn execute(
         attrs: &attrs,
     })?;
     let kernel_dtype = dtype.or_else(|| outputs.first().map(|o| o.dtype));
+    let key = key(op, device, kernel_dtype);
+    let generation = rt.kernels().generation();
+    let compute = || compute_plan(rt, op, device, kernel_dtype);
     rt.plans()
-        .with(rt, op, device, kernel_dtype, |plan| match plan {
+        .with(key, generation, compute, |plan| match plan {
             Plan::Native(k) => run_kernel(rt, op, k, device, inputs, &attrs, &outputs, reason, out),
             Plan::Decompose => {
                 if depth >= MAX_DEPTH {

@@ -12,38 +12,7 @@ use crate::host::HostPlatform;
 use crate::kernel::{Binding, KernelContext, KernelDef, KernelFn};
 use crate::op::basis;
 use crate::runtime::Runtime;
-use crate::tensor::{DType, Tensor, MAX_RANK};
-
-/// A shape as `usize`s, on the stack.
-#[derive(Clone, Copy)]
-struct Dims {
-    dims: [usize; MAX_RANK],
-    rank: usize,
-}
-
-impl Dims {
-    const EMPTY: Dims = Dims {
-        dims: [0; MAX_RANK],
-        rank: 0,
-    };
-
-    fn of(t: &Tensor) -> Dims {
-        let mut d = Dims::EMPTY;
-        d.set(t);
-        d
-    }
-
-    /// Fills in the shape of `t` in place (no 72-byte copy on the eager path).
-    fn set(&mut self, t: &Tensor) {
-        self.rank = t.rank();
-        for (d, s) in self.dims.iter_mut().zip(t.shape()) {
-            *d = *s as usize;
-        }
-    }
-    fn get(&self) -> &[usize] {
-        &self.dims[..self.rank]
-    }
-}
+use crate::tensor::{DType, Tensor};
 
 fn host_bytes(t: &Tensor) -> Result<&[u8]> {
     if !t.device().host_visible() {
@@ -88,44 +57,38 @@ fn with_views<const N: usize>(
             "a CPU kernel got too few inputs or outputs",
         ));
     }
-    // Plain loops rather than `array::from_fn`: this runs once per eager op.
-    let mut dims = [Dims::EMPTY; N];
-    for (d, t) in dims.iter_mut().zip(cx.inputs) {
-        d.set(t);
-    }
+    // A plain loop rather than `array::from_fn`: this runs once per eager op.
     let mut views = [View {
         data: &[],
         dtype: DType::F32,
         shape: &[],
     }; N];
-    for ((v, t), d) in views.iter_mut().zip(cx.inputs).zip(&dims) {
+    for (v, t) in views.iter_mut().zip(cx.inputs) {
         *v = View {
             data: host_bytes(t)?,
             dtype: t.dtype(),
-            shape: d.get(),
+            shape: t.dims(),
         };
     }
-    let od = Dims::of(&cx.outputs[0]);
+    let o = &cx.outputs[0];
     let out = ViewMut {
-        data: host_bytes_mut(&cx.outputs[0])?,
-        dtype: cx.outputs[0].dtype(),
-        shape: od.get(),
+        data: host_bytes_mut(o)?,
+        dtype: o.dtype(),
+        shape: o.dims(),
     };
     f(views, out)
 }
 
 /// Runs `f` with views of all inputs (variadic ops) and the first output.
 fn with_list(cx: &KernelContext, f: impl FnOnce(&[View], ViewMut) -> Result<()>) -> Result<()> {
-    let dims: Vec<Dims> = cx.inputs.iter().map(Dims::of).collect();
     let views = cx
         .inputs
         .iter()
-        .zip(&dims)
-        .map(|(t, d)| {
+        .map(|t| {
             Ok(View {
                 data: host_bytes(t)?,
                 dtype: t.dtype(),
-                shape: d.get(),
+                shape: t.dims(),
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -133,13 +96,12 @@ fn with_list(cx: &KernelContext, f: impl FnOnce(&[View], ViewMut) -> Result<()>)
         .outputs
         .first()
         .ok_or_else(|| Error::internal("no output"))?;
-    let od = Dims::of(out);
     f(
         &views,
         ViewMut {
             data: host_bytes_mut(out)?,
             dtype: out.dtype(),
-            shape: od.get(),
+            shape: out.dims(),
         },
     )
 }

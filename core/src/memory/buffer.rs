@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::memory::DevicePtr;
+use crate::memory::{BufferPool, DevicePtr};
 
 /// A block of one device's memory. Freed (back to the device's suballocator) when the last
 /// reference goes; streams hold references to the buffers their pending work uses.
@@ -26,6 +26,28 @@ impl Buffer {
 
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// Reuses a pooled buffer for a request of `size` bytes of the same size class.
+    pub(crate) fn set_size(&mut self, size: u64) {
+        self.size = size;
+    }
+
+    /// Lets go of a reference: the last reference to a small buffer goes back to its device's
+    /// buffer pool (memory and object, for the next allocation of that size); any other is
+    /// dropped as usual.
+    #[inline]
+    pub(crate) fn recycle(self: Arc<Self>) {
+        let pool: *const BufferPool = self.device.buffer_pool();
+        // SAFETY: the pool lives in the device, which `self` keeps alive while `put` holds it.
+        // Once `put` keeps `self`, a flush on another thread may drop it — and with it perhaps
+        // the device and the pool — but only after `put` unlocked the pool, its last touch of
+        // it; a pool is all interior mutability (a mutex), for which freeing the memory behind
+        // a shared reference after its last use is allowed, as when a mutex is unlocked and
+        // freed by another thread. A buffer `put` refuses comes back and is dropped here,
+        // after the call.
+        let refused = unsafe { &*pool }.put(self);
+        drop(refused);
     }
 
     /// The device address. Only host-visible platforms' addresses may be dereferenced.

@@ -4,11 +4,13 @@
 
 mod buffer;
 mod direct;
+mod pool;
 mod suballocator;
 
 pub(crate) use buffer::copy_between;
 pub use buffer::Buffer;
 pub use direct::DirectAllocator;
+pub(crate) use pool::BufferPool;
 pub use suballocator::{MemoryStats, RawAllocator, Suballocator, SuballocatorOptions};
 
 /// A device's allocator: the suballocator, unless the platform opted out.
@@ -34,6 +36,15 @@ impl DeviceAllocator {
         match self {
             DeviceAllocator::Sub(s) => s.deallocate(ptr),
             DeviceAllocator::Direct(d) => d.deallocate(ptr),
+        }
+    }
+
+    /// The width of the pool's size classes: the suballocator's alignment, to which it rounds
+    /// every request; `None` without the suballocator (nothing is pooled then).
+    pub(crate) fn pool_granule(&self) -> Option<u64> {
+        match self {
+            DeviceAllocator::Sub(s) => Some(s.alignment()),
+            DeviceAllocator::Direct(_) => None,
         }
     }
 

@@ -223,6 +223,11 @@ impl Suballocator {
         self.state.lock().release_cached(&*self.raw)
     }
 
+    /// The alignment of addresses and chunk sizes: every request is rounded up to it.
+    pub fn alignment(&self) -> u64 {
+        self.state.lock().config.alignment
+    }
+
     /// Sets the peak to the bytes in use now.
     pub fn reset_peak(&self) {
         let mut state = self.state.lock();

@@ -1,0 +1,213 @@
+//! Plans: what dispatch does for one (op, device, dtype), and the per-runtime cache of them.
+//!
+//! The cache is read on every eager op, so its hit path takes no lock and touches no shared
+//! counter: a direct-mapped table of pointers to immutable entries, each tagged with its key
+//! and the kernel registry's generation. An entry, once published, is never freed or changed
+//! while the cache lives (a newer one may take its slot; the old one stays owned by the
+//! cache), so a reader may use what it loaded for as long as it borrows the cache. Entries are
+//! added only when a plan is computed: at most one per slot and registry generation, so memory
+//! stays bounded by the table size times the (rare) kernel registrations. Keys that collide
+//! with a current entry go to a locked overflow map.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::kernel::KernelDef;
+
+/// What to do for one (op, device, dtype).
+#[derive(Clone, Debug)]
+pub(crate) enum Plan {
+    Native(Arc<KernelDef>),
+    Decompose,
+    /// No kernel and no decomposition on the device; this CPU kernel could run it.
+    SoftPlace(Arc<KernelDef>),
+    Missing,
+}
+
+/// Slots of the lock-free table (a power of two).
+const SLOTS: usize = 512;
+
+struct Entry {
+    key: u64,
+    generation: u64,
+    plan: Plan,
+}
+
+/// A hasher for the overflow map's integer keys (no strings are hashed on the hot path).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// An entry the cache owns.
+struct Owned(*mut Entry);
+// SAFETY: entries are immutable after publication, and `Plan` is `Send + Sync`.
+unsafe impl Send for Owned {}
+
+type Overflow = HashMap<u64, Plan, BuildHasherDefault<KeyHasher>>;
+
+/// The per-runtime cache of plans.
+pub(crate) struct Plans {
+    slots: Box<[AtomicPtr<Entry>]>,
+    /// Every entry ever published, from `Box::into_raw` (what the slots point to stays alive
+    /// until the cache goes; freed in `drop`).
+    owned: Mutex<Vec<Owned>>,
+    /// Plans whose slot a current entry of another key holds, with the generation they are of.
+    overflow: RwLock<(u64, Overflow)>,
+}
+
+impl Default for Plans {
+    fn default() -> Plans {
+        Plans {
+            slots: (0..SLOTS)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+            owned: Mutex::new(Vec::new()),
+            overflow: RwLock::new((0, Overflow::default())),
+        }
+    }
+}
+
+fn slot_of(key: u64) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (SLOTS - 1)
+}
+
+impl Plans {
+    /// Runs `f` with the plan for `key` under registry `generation`, computing and caching it
+    /// with `compute` on a miss. On a hit nothing is locked and no reference count changes.
+    #[inline]
+    pub(crate) fn with<R>(
+        &self,
+        key: u64,
+        generation: u64,
+        compute: impl FnOnce() -> Plan,
+        f: impl FnOnce(&Plan) -> R,
+    ) -> R {
+        let p = self.slots[slot_of(key)].load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: non-null slot pointers come from `owned`, whose entries are neither
+            // freed nor changed while `self` is borrowed (see the module docs); `Acquire`
+            // pairs with the `Release` store that published the entry.
+            let e = unsafe { &*p };
+            if e.key == key && e.generation == generation {
+                return f(&e.plan);
+            }
+        }
+        self.miss(key, generation, compute, f)
+    }
+
+    #[cold]
+    fn miss<R>(
+        &self,
+        key: u64,
+        generation: u64,
+        compute: impl FnOnce() -> Plan,
+        f: impl FnOnce(&Plan) -> R,
+    ) -> R {
+        {
+            let o = self.overflow.read();
+            if o.0 == generation {
+                if let Some(p) = o.1.get(&key) {
+                    let p = p.clone();
+                    drop(o);
+                    return f(&p);
+                }
+            }
+        }
+        let plan = compute();
+        let slot = &self.slots[slot_of(key)];
+        let mut owned = self.owned.lock();
+        let cur = slot.load(Ordering::Acquire);
+        // SAFETY: as in `with`.
+        let taken = !cur.is_null() && unsafe { (*cur).generation } == generation;
+        if taken {
+            // Another key of this generation holds the slot: keep this one aside.
+            drop(owned);
+            let mut o = self.overflow.write();
+            if o.0 != generation {
+                *o = (generation, Overflow::default());
+            }
+            o.1.insert(key, plan.clone());
+        } else {
+            let ptr = Box::into_raw(Box::new(Entry {
+                key,
+                generation,
+                plan: plan.clone(),
+            }));
+            owned.push(Owned(ptr));
+            slot.store(ptr, Ordering::Release);
+            // Unlocked before `f`: running a plan may dispatch (decompositions) and miss.
+            drop(owned);
+        }
+        f(&plan)
+    }
+}
+
+impl Drop for Plans {
+    fn drop(&mut self) {
+        for Owned(p) in self.owned.get_mut().drain(..) {
+            // SAFETY: from `Box::into_raw`, freed once, here; no reader is left (`&mut self`).
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn missing_count(plans: &Plans, key: u64, generation: u64) -> (bool, usize) {
+        let mut computed = false;
+        let n = plans.with(
+            key,
+            generation,
+            || {
+                computed = true;
+                Plan::Missing
+            },
+            |p| usize::from(matches!(p, Plan::Missing)),
+        );
+        (computed, n)
+    }
+
+    #[test]
+    fn plans_are_computed_once_per_key_and_generation() {
+        let plans = Plans::default();
+        assert_eq!(missing_count(&plans, 7, 1), (true, 1));
+        assert_eq!(missing_count(&plans, 7, 1), (false, 1));
+        // A new registry generation recomputes.
+        assert_eq!(missing_count(&plans, 7, 2), (true, 1));
+        assert_eq!(missing_count(&plans, 7, 2), (false, 1));
+    }
+
+    #[test]
+    fn colliding_keys_are_kept_in_the_overflow_map() {
+        let plans = Plans::default();
+        // Far more keys than slots: most collide, and every one is still cached.
+        let keys: Vec<u64> = (0..(4 * SLOTS as u64)).map(|i| i << 8).collect();
+        for &k in &keys {
+            assert!(missing_count(&plans, k, 1).0);
+        }
+        for &k in &keys {
+            assert!(!missing_count(&plans, k, 1).0, "key {k} was not cached");
+        }
+        // Entries are bounded by the slots, whatever the number of keys.
+        assert!(plans.owned.lock().len() <= SLOTS);
+    }
+}

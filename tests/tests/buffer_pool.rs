@@ -1,0 +1,114 @@
+//! The buffer pool: a small buffer a tensor lets go of is kept whole for the next allocation
+//! of its size class — but never while anything else references it, never hiding memory from
+//! the statistics or the memory limit, and never keeping a device alive past its runtime.
+
+use std::sync::Arc;
+
+use devplug_core::{DType, Runtime, RuntimeOptions, Tensor};
+use devplug_tests::plugin_path;
+
+fn runtime(limit: Option<u64>) -> Runtime {
+    Runtime::new(RuntimeOptions {
+        discover_from_env: false,
+        cpu_memory_limit: limit,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn addr(t: &Tensor) -> u64 {
+    t.buffer().ptr().0
+}
+
+#[test]
+fn a_dropped_small_tensor_is_reused_for_the_same_size_class() {
+    let rt = runtime(None);
+    let cpu = rt.find_device("CPU").unwrap();
+    let a = Tensor::from_slice(&cpu, &[16], &[1f32; 16]).unwrap();
+    let p = addr(&a);
+    drop(a);
+    // 64 bytes then; 200 bytes now: the same 256-byte class, with the size updated.
+    let b = Tensor::uninit(&cpu, DType::F32, &[50]).unwrap();
+    assert_eq!(addr(&b), p, "the pooled buffer was not reused");
+    assert_eq!(b.buffer().size(), 200);
+    // The reused buffer is a working one of the new size.
+    let c = Tensor::from_slice(&cpu, &[50], &[3f32; 50]).unwrap();
+    assert_eq!(c.to_vec::<f32>().unwrap(), vec![3f32; 50]);
+}
+
+#[test]
+fn a_shared_buffer_is_not_pooled_while_anything_else_holds_it() {
+    let rt = runtime(None);
+    let cpu = rt.find_device("CPU").unwrap();
+    let a = Tensor::from_slice(&cpu, &[4], &[1f32, 2., 3., 4.]).unwrap();
+    let p = addr(&a);
+    // Another tensor, and a bare buffer reference, share the memory.
+    let view = a.clone();
+    let held = a.buffer().clone();
+    drop(a);
+    let b = Tensor::zeros(&cpu, DType::F32, &[4]).unwrap();
+    assert_ne!(addr(&b), p, "a buffer still in use was handed out again");
+    drop(view);
+    let c = Tensor::zeros(&cpu, DType::F32, &[4]).unwrap();
+    assert_ne!(addr(&c), p, "a buffer still in use was handed out again");
+    let mut back = [0u8; 16];
+    held.read(0, &mut back).unwrap();
+    let back: Vec<f32> = back
+        .chunks(4)
+        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(back, [1., 2., 3., 4.], "the shared memory was overwritten");
+}
+
+#[test]
+fn pooled_buffers_do_not_show_in_the_statistics() {
+    let rt = runtime(None);
+    let cpu = rt.find_device("CPU").unwrap();
+    let before = cpu.memory_stats();
+    let ts: Vec<Tensor> = (0..20)
+        .map(|_| Tensor::zeros(&cpu, DType::F32, &[16]).unwrap())
+        .collect();
+    assert_eq!(
+        cpu.memory_stats().bytes_in_use,
+        before.bytes_in_use + 20 * 256
+    );
+    drop(ts);
+    let after = cpu.memory_stats();
+    assert_eq!(after.bytes_in_use, before.bytes_in_use);
+    assert_eq!(after.active_allocs, before.active_allocs);
+}
+
+#[test]
+fn pooled_memory_is_given_back_before_an_allocation_fails() {
+    // A 1 MiB limit: fill most of it with small tensors, let them all go (into the pool, as
+    // far as it takes them), then ask for the whole limit, which only fits if the pool lets go.
+    let rt = runtime(Some(1 << 20));
+    let cpu = rt.find_device("CPU").unwrap();
+    let small: Vec<Tensor> = (0..3000)
+        .map(|_| Tensor::uninit(&cpu, DType::U8, &[256]).unwrap())
+        .collect();
+    drop(small);
+    let big = Tensor::uninit(&cpu, DType::U8, &[1 << 20]);
+    assert!(big.is_ok(), "{:?}", big.err());
+}
+
+#[test]
+fn a_runtime_with_pooled_buffers_still_lets_its_devices_go() {
+    let rt = runtime(None);
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let cpu = rt.find_device("CPU").unwrap();
+    let sim = rt.find_device("SIM:0").unwrap();
+    for d in [&cpu, &sim] {
+        let t = Tensor::zeros(d, DType::F32, &[8]).unwrap();
+        drop(t); // pooled: the buffer holds its device
+    }
+    let (wc, ws) = (Arc::downgrade(&cpu), Arc::downgrade(&sim));
+    // A tensor that outlives the runtime keeps only its own device.
+    let late = Tensor::zeros(&cpu, DType::F32, &[8]).unwrap();
+    drop((cpu, sim));
+    drop(rt);
+    assert!(ws.upgrade().is_none(), "SIM:0 outlived its runtime");
+    assert!(wc.upgrade().is_some(), "a live tensor's device was dropped");
+    drop(late);
+    assert!(wc.upgrade().is_none(), "CPU:0 outlived its last tensor");
+}
