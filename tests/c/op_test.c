@@ -7,8 +7,10 @@
  *     and empty axes, keep_dims), BroadcastTo, Reshape (-1), Transpose (perm, default reverse),
  *     Concat (axis 0/1/-1, three inputs), Slice (size -1), Fill, Iota, AddN, Relu, Softmax,
  *     LogSoftmax, Gelu; zero-sized dimensions and scalars;
+ *   - Gemm (alpha, beta, transposes, broadcast c, fused ReLU);
  *   - the placement log: every op run on the CPU is reported with reason "default" (no device)
- *     or "explicit" (a device) and detail "kernel from built-in"; composites with "decomposed";
+ *     or "explicit" (a device) and detail "kernel from built-in"; Gelu, the composite the CPU
+ *     has no kernel for, with "decomposed";
  *     the callback's drop runs exactly once when it is replaced and when the runtime dies;
  *   - dispatch fallback with SIM loaded with kernels=0 (no native kernel at all): soft
  *     placement to the CPU ("soft-placed", output on the CPU), strict mode (DP_NOT_FOUND naming
@@ -433,8 +435,12 @@ static dp_tensor_t *mk_(dp_device_t *dev, dp_dtype_t dt, shp s, const double *v,
 #define MK_ON(dev, dt, s, arr) mk_((dev), (dt), (s), (arr), COUNT(arr), __FILE__, __LINE__)
 #define MK_N(dt, s, p, n) mk_(g_cpu, (dt), (s), (p), (n), __FILE__, __LINE__)
 
+/* Composite ops without a native CPU kernel (the CPU runs Relu, Softmax, LogSoftmax and Gemm
+ * natively). */
+static void test_gemm(void);
+
 static int is_composite(const char *op) {
-    return strcmp(op, "Softmax") == 0 || strcmp(op, "LogSoftmax") == 0 || strcmp(op, "Gelu") == 0;
+    return strcmp(op, "Gelu") == 0;
 }
 
 /* Runs `name`; returns its one output (or NULL after recording a failure). Checks the output
@@ -848,7 +854,7 @@ static const char *const ALL_OPS[] = {
     "Tanh", "Sqrt", "Rsqrt", "Sigmoid", "Equal", "NotEqual", "Less", "LessEqual", "Greater",
     "GreaterEqual", "Select", "Cast", "MatMul", "ReduceSum", "ReduceMax", "ReduceMin",
     "ReduceMean", "BroadcastTo", "Reshape", "Transpose", "Concat", "Slice", "Fill", "Iota",
-    "AddN", "Relu", "Softmax", "LogSoftmax", "Gelu"};
+    "AddN", "Relu", "Softmax", "LogSoftmax", "Gelu", "Gemm"};
 
 static void test_find_ops(void) {
     size_t i;
@@ -1476,6 +1482,72 @@ static void test_composites(void) {
     }
     dp_tensor_release(t);
     dp_attrs_destroy(a);
+    test_gemm();
+}
+
+/* Gemm: relu?(alpha * a' x b' + beta * c), c broadcast to [m, n]; checked against loops. */
+static void gemm_ref(const double *a, const double *b, const double *c, size_t cr, size_t cc, int ta,
+                     int tb, double alpha, double beta, int relu, size_t m, size_t k, size_t n,
+                     double *out) {
+    size_t i, j, p;
+    for (i = 0; i < m; ++i)
+        for (j = 0; j < n; ++j) {
+            double acc = 0, v;
+            for (p = 0; p < k; ++p) acc += (ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
+            v = alpha * acc + beta * c[(cr == 1 ? 0 : i) * cc + (cc == 1 ? 0 : j)];
+            out[i * n + j] = relu && v < 0 ? 0 : v;
+        }
+}
+
+static void test_gemm(void) {
+    static const double a23[] = {1.5, -2.0, 3.25, 0.5, 4.0, -1.75};
+    static const double b34[] = {1, -1, 2, 0.5, -3, 2, 1, 1, 0.25, 4, -2, 1};
+    static const double c4[] = {0.5, -8, 1, 2};
+    static const double c21[] = {10, -10};
+    double ref[8];
+    int dt, relu, ta;
+    SECTION("Gemm: alpha, beta, transposes, c as [n] and [m,1], fused ReLU; f32 and f64");
+    for (dt = 0; dt < 2; ++dt)
+        for (relu = 0; relu < 2; ++relu)
+            for (ta = 0; ta < 2; ++ta) {
+                const dp_dtype_t d = dt ? DP_DTYPE_F64 : DP_DTYPE_F32;
+                dp_attrs_t *at = attrs_new();
+                dp_tensor_t *ins[3];
+                /* a stored [3,2] when transposed: its transpose is a23 as [2,3]. */
+                double at32[6];
+                size_t i, p;
+                for (i = 0; i < 2; ++i)
+                    for (p = 0; p < 3; ++p) at32[p * 2 + i] = a23[i * 3 + p];
+                CHECK_OK(dp_attrs_set_bool(at, "transpose_a", ta));
+                CHECK_OK(dp_attrs_set_float(at, "alpha", 0.5));
+                CHECK_OK(dp_attrs_set_float(at, "beta", 2.0));
+                CHECK_OK(dp_attrs_set_bool(at, "relu", relu));
+                ins[0] = ta ? MK(d, S2(3, 2), at32) : MK(d, S2(2, 3), a23);
+                ins[1] = MK(d, S2(3, 4), b34);
+                ins[2] = MK(d, S1(4), c4);
+                gemm_ref(a23, b34, c4, 1, 4, 0, 0, 0.5, 2.0, relu, 2, 3, 4, ref);
+                EXPECT(RUN("Gemm", ins, 3, at), d, S2(2, 4), ref, dt ? 1e-12 : 1e-5, "Gemm c [4]");
+                dp_tensor_release(ins[2]);
+                ins[2] = MK(d, S2(2, 1), c21);
+                gemm_ref(a23, b34, c21, 2, 1, 0, 0, 0.5, 2.0, relu, 2, 3, 4, ref);
+                EXPECT(RUN("Gemm", ins, 3, at), d, S2(2, 4), ref, dt ? 1e-12 : 1e-5, "Gemm c [2,1]");
+                release_all(ins, 3);
+                dp_attrs_destroy(at);
+            }
+    {
+        dp_tensor_t *ins[3];
+        dp_tensor_t *out = NULL;
+        dp_op_t *op = NULL;
+        SECTION("Gemm: a c that does not broadcast to [m, n] is INVALID_ARGUMENT naming 'c'");
+        ins[0] = MK(DP_DTYPE_F32, S2(2, 3), a23);
+        ins[1] = MK(DP_DTYPE_F32, S2(3, 4), b34);
+        ins[2] = MK_N(DP_DTYPE_F32, S1(3), c4, 3);
+        CHECK_OK(dp_runtime_find_op(g_rt, "Gemm", &op));
+        CHECK_STATUS_MSG(dp_op_run(g_rt, op, ins, 3, NULL, NULL, &out, 1, NULL), DP_INVALID_ARGUMENT,
+                         "input 'c'");
+        CHECK(out == NULL);
+        release_all(ins, 3);
+    }
 }
 
 static void test_zero_sized_and_scalars(void) {
@@ -1555,15 +1627,21 @@ static void test_placement_callback(void) {
     ins[0] = MK_ON(c0, DP_DTYPE_F32, S2(1, 3), v);
     log_clear(&cb_a);
     {
+        dp_tensor_t *out = RUN_OPT(rt, "Gelu", ins, 1, NULL, NULL);
+        dp_tensor_release(out);
+    }
+    CHECK_LOG(&cb_a, "Gelu", "HOST:0", "decomposed", NULL);
+    CHECK_LOG(&cb_a, "Mul", "HOST:0", "decomposed", "kernel from built-in");
+    CHECK_LOG(&cb_a, "Add", "HOST:0", "decomposed", "kernel from built-in");
+    CHECK_LOG(&cb_a, "Tanh", "HOST:0", "decomposed", "kernel from built-in");
+    log_clear(&cb_a);
+    {
+        /* Softmax has a CPU kernel: one event, no decomposition. */
         dp_tensor_t *out = RUN_OPT(rt, "Softmax", ins, 1, NULL, NULL);
         dp_tensor_release(out);
     }
-    CHECK_LOG(&cb_a, "Softmax", "HOST:0", "decomposed", NULL);
-    CHECK_LOG(&cb_a, "ReduceMax", "HOST:0", "decomposed", "kernel from built-in");
-    CHECK_LOG(&cb_a, "Sub", "HOST:0", "decomposed", "kernel from built-in");
-    CHECK_LOG(&cb_a, "Exp", "HOST:0", "decomposed", "kernel from built-in");
-    CHECK_LOG(&cb_a, "ReduceSum", "HOST:0", "decomposed", "kernel from built-in");
-    CHECK_LOG(&cb_a, "Div", "HOST:0", "decomposed", "kernel from built-in");
+    CHECK(cb_a.n == 1);
+    CHECK_LOG(&cb_a, "Softmax", "HOST:0", "default", "kernel from built-in");
     CHECK(cb_a.bad_struct == 0 && cb_a.overflow == 0);
     dp_tensor_release(ins[0]);
 

@@ -265,3 +265,75 @@ fn kernels_of_equal_priority_are_refused_and_the_higher_wins() {
         "its dtype constraint leaves i32 to the built-in"
     );
 }
+
+/// The CPU's native kernels for composite ops (Softmax, LogSoftmax, Gemm with bias and fused
+/// ReLU) agree with their decompositions, which SIM without kernels runs (its parts
+/// soft-placed on the CPU); and the CPU runs them as one kernel, not decomposed.
+#[test]
+fn native_composite_kernels_agree_with_their_decompositions() {
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[("kernels", "0")])
+        .unwrap();
+    let (cpu, sim) = (
+        rt.find_device("CPU").unwrap(),
+        rt.find_device("SIM").unwrap(),
+    );
+    let log = record(&rt);
+    let vals: Vec<f32> = (0..24).map(|i| ((i * 7) % 11) as f32 * 0.5 - 2.5).collect();
+    let x = f32s(&cpu, &[4, 6], &vals);
+    let w = f32s(&cpu, &[6, 3], &vals[..18]);
+    let c = f32s(&cpu, &[3], &[0.25, -1.0, 2.0]);
+    let gemm = Attrs::new()
+        .with("alpha", AttrValue::Float(0.5))
+        .with("beta", AttrValue::Float(2.0))
+        .with("relu", AttrValue::Bool(true));
+    let cases: [(&str, Vec<Tensor>, Attrs); 4] = [
+        ("Softmax", vec![x.clone()], Attrs::new()),
+        (
+            "LogSoftmax",
+            vec![x.clone()],
+            Attrs::new().with("axis", AttrValue::Int(0)),
+        ),
+        ("Gemm", vec![x.clone(), w.clone(), c.clone()], gemm),
+        ("Gemm", vec![x.clone(), w.clone(), c.clone()], Attrs::new()),
+    ];
+    for (op, inputs, attrs) in cases {
+        log.lock().unwrap().clear();
+        let want = rt.run_named(op, &inputs, &attrs, &on(&cpu, true)).unwrap();
+        {
+            let l = log.lock().unwrap();
+            assert_eq!(l.len(), 1, "{op} on the CPU: {l:?}");
+            assert_eq!(l[0].reason, Reason::Explicit, "{op}: {l:?}");
+        }
+        let on_sim: Vec<Tensor> = inputs.iter().map(|t| t.copy_to(&sim).unwrap()).collect();
+        let got = rt.run_named(op, &on_sim, &attrs, &on(&sim, false)).unwrap();
+        assert!(
+            log.lock()
+                .unwrap()
+                .iter()
+                .any(|e| e.op == op && e.reason == Reason::Decomposed),
+            "{op} was not decomposed on SIM"
+        );
+        let (w, g) = (
+            want[0].to_vec::<f32>().unwrap(),
+            got[0].to_vec::<f32>().unwrap(),
+        );
+        assert_eq!(want[0].shape(), got[0].shape(), "{op}");
+        for (i, (a, b)) in w.iter().zip(&g).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * (1.0 + a.abs()),
+                "{op} element {i}: the CPU kernel gives {a}, the decomposition {b}"
+            );
+        }
+    }
+    // Gemm's shape rule names the operand.
+    let bad = f32s(&cpu, &[2], &[1., 2.]);
+    let e = rt
+        .run_named("Gemm", &[x, w, bad], &Attrs::new(), &on(&cpu, true))
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument);
+    assert!(
+        e.message.contains("Gemm") && e.message.contains("'c'"),
+        "{e}"
+    );
+}

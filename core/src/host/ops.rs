@@ -188,6 +188,28 @@ fn kernel_for(op: &str, ctx: CpuContext) -> Option<KernelFn> {
             let (ta, tb) = (cx.attrs.bool("transpose_a")?, cx.attrs.bool("transpose_b")?);
             with_views::<2>(cx, |[a, b], o| k::matmul(&ctx, a, b, ta, tb, o))
         }),
+        "Softmax" | "LogSoftmax" => {
+            let log = op == "LogSoftmax";
+            Arc::new(move |cx: &KernelContext| {
+                let rank = cx.inputs.first().map_or(0, |t| t.rank()) as i64;
+                let axis = cx.attrs.int("axis")?;
+                if !(-rank..rank).contains(&axis) {
+                    return Err(Error::invalid_argument(format!(
+                        "axis {axis} is out of range for rank {rank}"
+                    )));
+                }
+                let axis = norm_axis(axis, rank as usize);
+                with_views::<1>(cx, |[a], o| k::softmax(&ctx, a, axis, log, o))
+            })
+        }
+        "Gemm" => Arc::new(move |cx: &KernelContext| {
+            let a = cx.attrs;
+            let (ta, tb) = (a.bool("transpose_a")?, a.bool("transpose_b")?);
+            let (alpha, beta, relu) = (a.float("alpha")?, a.float("beta")?, a.bool("relu")?);
+            with_views::<3>(cx, |[x, w, c], o| {
+                k::gemm(&ctx, x, w, c, ta, tb, alpha, beta, relu, o)
+            })
+        }),
         "BroadcastTo" => Arc::new(move |cx: &KernelContext| {
             with_views::<1>(cx, |[a], o| k::broadcast_to(&ctx, a, o))
         }),

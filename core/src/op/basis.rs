@@ -1,5 +1,6 @@
 //! The basis set: the ops every device is expected to cover (in the spirit of XLA's HLO), and
-//! the composite ops defined by a decomposition into them (Relu, Softmax, LogSoftmax, Gelu).
+//! the composite ops defined by a decomposition into them (Relu, Softmax, LogSoftmax, Gelu,
+//! and Gemm: `relu?(alpha * a x b + beta * c)`, ONNX's Gemm with ONNX Runtime's fused ReLU).
 //!
 //! Attribute conventions: axes may be negative (counted from the end); `axes = []` on a
 //! reduction means all axes; `perm = []` on Transpose reverses the axes; Slice's `size` entry
@@ -276,7 +277,7 @@ fn decomposition(f: DecompositionFn) -> Option<Decomposition> {
     Some(Arc::new(f))
 }
 
-/// Relu, Softmax, LogSoftmax and Gelu: defined by decompositions into the basis set.
+/// Relu, Softmax, LogSoftmax, Gelu and Gemm: defined by decompositions into the basis set.
 fn composites() -> Vec<OpDef> {
     let mut relu = def(
         "Relu",
@@ -351,7 +352,45 @@ fn composites() -> Vec<OpDef> {
         let hx = one(e.op("Mul", &[x, half], &none)?)?;
         e.op("Mul", &[hx, p], &none)
     });
-    vec![relu, softmax, log_softmax, gelu]
+    let mut gemm = def(
+        "Gemm",
+        vec![t("a"), t("b"), t("c")],
+        vec![t("y")],
+        &FLOAT,
+        vec![
+            attr("transpose_a", AttrType::Bool, Some(AttrValue::Bool(false))),
+            attr("transpose_b", AttrType::Bool, Some(AttrValue::Bool(false))),
+            attr("alpha", AttrType::Float, Some(AttrValue::Float(1.0))),
+            attr("beta", AttrType::Float, Some(AttrValue::Float(1.0))),
+            attr("relu", AttrType::Bool, Some(AttrValue::Bool(false))),
+        ],
+        shape::gemm,
+    );
+    gemm.decomposition = decomposition(|e, x, a| {
+        let none = Attrs::new();
+        let d = x[0].dtype();
+        let mm = Attrs::new()
+            .with("transpose_a", AttrValue::Bool(a.bool("transpose_a")?))
+            .with("transpose_b", AttrValue::Bool(a.bool("transpose_b")?));
+        let mut y = one(e.op("MatMul", &[x[0].clone(), x[1].clone()], &mm)?)?;
+        let (alpha, beta) = (a.float("alpha")?, a.float("beta")?);
+        if alpha != 1.0 {
+            let s = e.scalar(d, alpha)?;
+            y = one(e.op("Mul", &[y, s], &none)?)?;
+        }
+        let mut c = x[2].clone();
+        if beta != 1.0 {
+            let s = e.scalar(d, beta)?;
+            c = one(e.op("Mul", &[c, s], &none)?)?;
+        }
+        let y = e.op("Add", &[y, c], &none)?;
+        if a.bool("relu")? {
+            e.op("Relu", &y, &none)
+        } else {
+            Ok(y)
+        }
+    });
+    vec![relu, softmax, log_softmax, gelu, gemm]
 }
 
 #[cfg(test)]
@@ -374,6 +413,7 @@ mod tests {
             "Gelu",
             "Softmax",
             "LogSoftmax",
+            "Gemm",
         ] {
             assert!(r.find(name).is_ok(), "{name}");
         }

@@ -162,6 +162,31 @@ pub(crate) fn matmul(cx: &InferContext) -> Result<Specs> {
     ])
 }
 
+/// Gemm: 2-D `a` and `b` as for MatMul; `c` broadcasts to the product's `[m, n]` (rank at
+/// most 2, each dimension equal to the product's or 1).
+pub(crate) fn gemm(cx: &InferContext) -> Result<Specs> {
+    let (a, b, c) = (cx.inputs[0].shape, cx.inputs[1].shape, cx.inputs[2].shape);
+    if a.len() != 2 || b.len() != 2 {
+        return Err(cx.error(format!(
+            "inputs 'a' and 'b' must be 2-D, got {a:?} and {b:?}"
+        )));
+    }
+    let out = matmul(cx)?;
+    let mn = &out[0].shape;
+    let fits = c.len() <= 2
+        && c.iter()
+            .rev()
+            .zip(mn.iter().rev())
+            .all(|(&d, &t)| d == t || d == 1);
+    if !fits {
+        return Err(cx.error(format!(
+            "input 'c' {c:?} does not broadcast to the product's shape {:?}",
+            &mn[..]
+        )));
+    }
+    Ok(out)
+}
+
 /// Normalizes possibly negative axes against `rank`: sorted, unique, in range.
 pub(crate) fn axes(cx: &InferContext, raw: &[i64], rank: usize, what: &str) -> Result<Vec<usize>> {
     let mut out = Vec::with_capacity(raw.len());

@@ -62,6 +62,7 @@ mod math;
 mod matmul;
 #[allow(clippy::needless_range_loop)]
 mod reduce;
+mod softmax;
 #[allow(clippy::needless_range_loop)]
 mod walk;
 
@@ -230,6 +231,46 @@ pub fn matmul(
     out: ViewMut<'_>,
 ) -> Result<()> {
     matmul::matmul(ctx, a, b, transpose_a, transpose_b, out)
+}
+
+/// `out = relu?(alpha * a' x b' + beta * c)` for 2-D f32/f64 (ONNX's Gemm; ReLU fused when
+/// `relu`): `a'`, `b'` are `a`, `b` transposed when asked; `c` broadcasts to `[m, n]`.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm(
+    ctx: &CpuContext,
+    a: View<'_>,
+    b: View<'_>,
+    c: View<'_>,
+    transpose_a: bool,
+    transpose_b: bool,
+    alpha: f64,
+    beta: f64,
+    relu: bool,
+    out: ViewMut<'_>,
+) -> Result<()> {
+    matmul::gemm_fused(
+        ctx,
+        a,
+        b,
+        c,
+        transpose_a,
+        transpose_b,
+        alpha,
+        beta,
+        relu,
+        out,
+    )
+}
+
+/// Softmax (or LogSoftmax when `log`) of f32/f64 `a` along `axis` (`0 <= axis < rank`).
+pub fn softmax(
+    ctx: &CpuContext,
+    a: View<'_>,
+    axis: usize,
+    log: bool,
+    out: ViewMut<'_>,
+) -> Result<()> {
+    softmax::softmax(ctx, a, axis, log, out)
 }
 
 /// Reduces `a` over `axes` (sorted, unique). `out.shape` is `a.shape` without those axes, or
