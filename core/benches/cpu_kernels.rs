@@ -5,6 +5,8 @@
 //!   `cblas_sgemm` when `libopenblas.so.0` is installed (goal: >= 0.9x);
 //! - Add of 16 f32 elements: ns per call (for orientation: NumPy takes about 290 ns including
 //!   its Python call);
+//! - MatMul of the MLP example's shapes ([64, 256] x [256, 512], [64, 512] x [512, 10]), one
+//!   thread, vs OpenBLAS;
 //! - a few more for orientation: Sum of 1 M f32, Exp of 1 M f32, transpose of 1024 x 1024 f32.
 //!
 //! `cargo bench -p devplug-core --bench cpu_kernels`
@@ -67,6 +69,9 @@ impl Buf {
     fn f32s_mut(&mut self) -> *mut f32 {
         self.words.as_mut_ptr().cast()
     }
+    fn f32s_len(&self) -> usize {
+        self.len / 4
+    }
 }
 
 fn view<'a>(b: &'a Buf, shape: &'a [usize]) -> View<'a> {
@@ -107,6 +112,25 @@ struct OpenBlas {
     sgemm: Sgemm,
     set_threads: Option<unsafe extern "C" fn(i32)>,
     core: Option<String>,
+}
+
+impl OpenBlas {
+    /// `c = a x b` for row-major f32 matrices `a` (m x k), `b` (k x n), `c` (m x n); seconds.
+    fn time_sgemm(&self, (m, k, n): (usize, usize, usize), a: &Buf, b: &Buf, c: &mut Buf) -> f64 {
+        assert!(a.f32s_len() >= m * k && b.f32s_len() >= k * n && c.f32s_len() >= m * n);
+        let (ap, bp, cp) = (a.f32s(), b.f32s(), c.f32s_mut());
+        let t = Instant::now();
+        // SAFETY: row-major (101), no transposes (111); the matrices have the sizes asserted
+        // above, each with its row length as leading dimension, and are alive for the call.
+        unsafe {
+            (self.sgemm)(
+                101, 111, 111, m as i32, n as i32, k as i32, 1.0, ap, k as i32, bp, n as i32, 0.0,
+                cp, n as i32,
+            )
+        };
+        black_box(cp);
+        t.elapsed().as_secs_f64()
+    }
 }
 
 fn open_blas() -> Option<OpenBlas> {
@@ -219,19 +243,9 @@ fn main() {
                 best = best.min(t.elapsed().as_secs_f64());
             }
             if let Some(blas) = &blas {
-                let (ap, bp, cp) = (ma.f32s(), mb.f32s(), mc.f32s_mut());
-                let t = Instant::now();
-                // SAFETY: row-major (101), no transposes (111); A, B and C are 1024 x 1024
-                // f32 matrices with leading dimension 1024, alive for the call.
-                unsafe {
-                    (blas.sgemm)(
-                        101, 111, 111, M as i32, M as i32, M as i32, 1.0, ap, M as i32, bp,
-                        M as i32, 0.0, cp, M as i32,
-                    )
-                };
-                black_box(cp);
+                let t = blas.time_sgemm((M, M, M), &ma, &mb, &mut mc);
                 if rep > 0 {
-                    best_blas = best_blas.min(t.elapsed().as_secs_f64());
+                    best_blas = best_blas.min(t);
                 }
             }
         }
@@ -272,6 +286,62 @@ fn main() {
     }
     if blas.is_none() {
         println!("  OpenBLAS not installed: install libopenblas0 to compare");
+    }
+
+    // --- MatMul of the MLP's shapes, 1 thread ---------------------------------------------
+    // Small products, where gemm's set-up and packing decide (see matmul.rs `product`).
+    if let Some(set) = blas.as_ref().and_then(|b| b.set_threads) {
+        // SAFETY: a plain setter; OpenBLAS is loaded.
+        unsafe { set(1) };
+    }
+    println!();
+    println!("MatMul of the MLP's shapes, 1 thread (median of 301)   GFLOP/s  ratio to OpenBLAS");
+    for (m, k, n) in [(64usize, 256usize, 512usize), (64, 512, 10)] {
+        let (sa, sb, so) = ([m, k], [k, n], [m, n]);
+        let (a, b, mut c) = (
+            Buf::new(m * k, 12),
+            Buf::new(k * n, 13),
+            Buf::new(m * n, 14),
+        );
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for rep in 0..=300 {
+            let t = Instant::now();
+            matmul(
+                &one,
+                view(&a, &sa),
+                view(&b, &sb),
+                false,
+                false,
+                view_mut(&mut c, &so),
+            )
+            .expect("matmul");
+            black_box(c.bytes());
+            ours.push(t.elapsed().as_secs_f64());
+            if let Some(blas) = &blas {
+                theirs.push(blas.time_sgemm((m, k, n), &a, &b, &mut c));
+            }
+            if rep == 0 {
+                ours.clear();
+                theirs.clear();
+            }
+        }
+        let f = 2.0 * (m * k * n) as f64;
+        let (t, tb) = (median(ours), (!theirs.is_empty()).then(|| median(theirs)));
+        match tb {
+            Some(tb) => println!(
+                "  [{m}, {k}] x [{k}, {n}]  {:8.1} us {:8.1}   OpenBLAS {:8.1} us {:8.1}   {:.2}x",
+                t * 1e6,
+                f / t / 1e9,
+                tb * 1e6,
+                f / tb / 1e9,
+                tb / t
+            ),
+            None => println!(
+                "  [{m}, {k}] x [{k}, {n}]  {:8.1} us {:8.1}",
+                t * 1e6,
+                f / t / 1e9
+            ),
+        }
     }
 
     // --- Add of 16 f32: per-call cost ------------------------------------------------------
