@@ -330,7 +330,10 @@ pub unsafe fn release<K: Kind>(ptr: *mut K, arg: &str) -> Result<()> {
     }
     // SAFETY: forwarded.
     let obj = unsafe { check::<K>(ptr, arg)? };
-    if obj.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+    // The last reference (the common case: an op's output released once) needs no atomic
+    // read-modify-write: no other thread holds a reference it could retain or release
+    // meanwhile, and `Acquire` orders the other threads' earlier releases before the destroy.
+    if obj.refs.load(Ordering::Acquire) == 1 || obj.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
         // SAFETY: that was the last reference.
         unsafe { destroy(ptr, arg) }
     } else {

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 use crate::memory::{
@@ -58,8 +59,11 @@ impl RawAllocator for ExecutorMemory {
     }
 }
 
-/// How many ops of plugin kernels make one keep-alive batch (see [`KeepAlive`]).
-const KEEP_ALIVE_BATCH_OPS: usize = 256;
+/// How many ops of plugin kernels make one keep-alive batch (see [`KeepAlive`]). Small, so
+/// that the outputs of eager ops come back to the buffer pool (whose depth per size class is
+/// 32) soon after the stream passed them, instead of being freed for real: one host callback
+/// per batch is cheaper than an allocation per op.
+const KEEP_ALIVE_BATCH_OPS: usize = 8;
 /// How many of the latest keep-alive entries a launch's buffers are compared with.
 const KEEP_ALIVE_DEDUP_WINDOW: usize = 4;
 
@@ -76,7 +80,8 @@ const KEEP_ALIVE_DEDUP_WINDOW: usize = 4;
 ///   (callbacks run in stream order, after the ops before them). The next kernel launch
 ///   releases the sealed batches whose number the stream reached (so frees happen on the host
 ///   thread, not on the plugin's worker, and the callback itself is trivial); a synchronize
-///   releases everything.
+///   releases everything. Released buffers nothing else holds go back to the buffer pool (an
+///   eager op's output, dropped by the host while in flight, becomes a later op's output).
 ///
 /// A batch sealed later than another was sealed after every op of the earlier one had been
 /// enqueued, so reaching any callback releases every batch sealed before it too; a callback the
@@ -92,6 +97,22 @@ struct KeepAlive {
 
 /// What a synchronize took from a [`KeepAlive`], released once the stream is drained.
 type Held = (Vec<Arc<Buffer>>, VecDeque<(u64, Vec<Arc<Buffer>>)>);
+
+/// Lets go of kept-alive buffers the stream has passed: the last reference to a small buffer
+/// goes back to its device's buffer pool (like a tensor's), for the next op's outputs.
+fn release_kept(buffers: impl IntoIterator<Item = Arc<Buffer>>) {
+    for b in buffers {
+        b.recycle();
+    }
+}
+
+/// Releases what a synchronize took, once the stream has run it.
+fn release_held((filling, sealed): Held) {
+    release_kept(filling);
+    for (_, batch) in sealed {
+        release_kept(batch);
+    }
+}
 
 /// One device.
 pub struct Device {
@@ -326,7 +347,7 @@ impl Device {
         let result = self.executor.synchronize_stream(&self.default_stream);
         // The stream has run everything enqueued before `held` was taken, error or not (an
         // executor's synchronize returns the stream's error after waiting).
-        drop(held);
+        release_held(held);
         result?;
         self.executor.synchronize_all()
     }
@@ -346,7 +367,7 @@ impl Device {
     pub(crate) fn synchronize_default_stream_now(&self) -> Result<()> {
         let held = self.take_kept_alive();
         let result = self.executor.synchronize_stream(&self.default_stream);
-        drop(held);
+        release_held(held);
         result
     }
 
@@ -379,8 +400,8 @@ impl Device {
             }
         }
         ka.filling_ops += 1;
-        // Batches the stream has passed (usually none; allocates only when there are).
-        let mut done = Vec::new();
+        // Batches the stream has passed (usually none or one; allocates only for more).
+        let mut done: SmallVec<[Vec<Arc<Buffer>>; 2]> = SmallVec::new();
         while ka.sealed.front().is_some_and(|(seq, _)| *seq <= reached) {
             if let Some((_, batch)) = ka.sealed.pop_front() {
                 done.push(batch);
@@ -404,7 +425,9 @@ impl Device {
         // it, maybe before this op was enqueued, and the buffers just added must not wait for
         // a synchronize that returns at once.
         self.default_stream_dirty.store(true, Ordering::Release);
-        drop(done);
+        for batch in done {
+            release_kept(batch);
+        }
         if let Some(seq) = seal {
             let reached = self.keep_alive_reached.clone();
             let marker = Box::new(move || {
@@ -451,4 +474,59 @@ impl Drop for Device {
 
 pub(crate) fn set_active(entry: &PlatformEntry, active: bool) {
     entry.active.store(active, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::runtime::{Runtime, RuntimeOptions};
+
+    use super::KEEP_ALIVE_BATCH_OPS;
+
+    fn runtime() -> Runtime {
+        Runtime::new(RuntimeOptions {
+            discover_from_env: false,
+            ..Default::default()
+        })
+        .expect("runtime")
+    }
+
+    /// Buffers the keep-alive list lets go of go back to the buffer pool, for the next ops'
+    /// outputs: after a synchronize, and batch by batch once the stream passed a batch.
+    #[test]
+    fn kept_alive_buffers_go_back_to_the_pool() {
+        let rt = runtime();
+        let cpu = rt.find_device("CPU").expect("CPU");
+        let b = cpu.allocate(64).expect("alloc");
+        let ptr = b.ptr();
+        cpu.keep_alive_on_default_stream([&b].into_iter());
+        drop(b);
+        assert!(cpu.buffer_pool().take(64).is_none(), "still kept alive");
+        cpu.synchronize().expect("sync");
+        let again = cpu
+            .buffer_pool()
+            .take(64)
+            .expect("pooled after the synchronize");
+        assert_eq!(again.ptr(), ptr);
+        drop(again);
+
+        // A full batch, then one more launch: the CPU's stream ran the batch's marker inline,
+        // so that launch releases the batch.
+        let mut ptrs = Vec::new();
+        for _ in 0..KEEP_ALIVE_BATCH_OPS {
+            let b = cpu.allocate(128).expect("alloc");
+            ptrs.push(b.ptr());
+            cpu.keep_alive_on_default_stream([&b].into_iter());
+        }
+        assert!(cpu.buffer_pool().take(128).is_none(), "still kept alive");
+        let last = cpu.allocate(128).expect("alloc");
+        cpu.keep_alive_on_default_stream([&last].into_iter());
+        let mut back = Vec::new();
+        while let Some(b) = cpu.buffer_pool().take(128) {
+            back.push(b.ptr());
+        }
+        back.sort_by_key(|p| p.0);
+        ptrs.sort_by_key(|p| p.0);
+        assert_eq!(back, ptrs, "the batch the stream passed is pooled");
+        cpu.synchronize().expect("sync");
+    }
 }

@@ -28,7 +28,13 @@
  * Launch overhead (a wake-up costs the enqueuing thread a system call and often a context
  * switch, which is more than a kernel launch should cost):
  *   - A worker takes everything queued at once and runs it without touching the queue again.
- *   - A worker that ran out of work first dozes: it waits on work_cv for at most
+ *   - A worker that ran out of work first polls (SIM_POLL_US, unless it simulates latency):
+ *     it watches `posted` without the stream mutex, yielding its core between looks, and once
+ *     work arrived waits for a few more ops (SIM_POLL_GATHER, SIM_POLL_GATHER_NS), so that it
+ *     locks the queue once per few ops. The enqueuer never signals a polling worker. The queue
+ *     mutex is adaptive (it spins briefly before sleeping in the kernel) where the C library
+ *     offers that: both threads hold it for a few dozen instructions.
+ *   - Then it dozes: it waits on work_cv for at most
  *     SIM_DOZE_US, then sleeps until signalled. An enqueue signals a sleeping worker at once;
  *     a dozing one only for an event mark or wait (someone may block on those), or once
  *     SIM_WAKE_BATCH ops wait; otherwise the worker finds them when its doze ends. So a host
@@ -39,17 +45,23 @@
  *   - A kernel whose addresses were translated at enqueue time skips the device mutex when it
  *     runs if no allocation was freed since (`frees`, the device's count of frees).
  *   - Kernel ops are reused (`spare`): a launch neither allocates nor frees memory.
+ *   - Add and Mul remember, per thread, the dtype and shapes they last validated (`sim_memo`):
+ *     a launch with the same ones skips the checks they passed and checks its addresses only.
  *
  * Nothing here is global and mutable: everything hangs off the platform data of one init, so
  * two runtimes may load the same library at the same time.
  */
 #define _POSIX_C_SOURCE 200809L
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* PTHREAD_MUTEX_ADAPTIVE_NP, for the stream queue's mutex */
+#endif
 
 #include <devplug/plugin.h>
 
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -76,6 +88,26 @@
 #define SIM_MAX_LATENCY_US UINT64_C(10000000)
 #define SIM_NAME_MAX 64
 #define SIM_MSG_MAX 512
+/* How long a worker that ran out of work polls for more (no lock, no system call) before it
+ * dozes (see "Launch overhead" above). 0: it dozes at once. */
+#ifndef SIM_POLL_US
+#define SIM_POLL_US 20
+#endif
+/* A polling worker that found work waits for this many ops, or this long, before it takes
+ * them (one lock of the queue per batch rather than per op). */
+#ifndef SIM_POLL_GATHER
+#define SIM_POLL_GATHER 8
+#endif
+#ifndef SIM_POLL_GATHER_NS
+#define SIM_POLL_GATHER_NS 2000
+#endif
+/* Pauses between two looks at the queue's counter. */
+#ifndef SIM_POLL_YIELD
+#define SIM_POLL_YIELD 1
+#endif
+#ifndef SIM_POLL_PAUSES
+#define SIM_POLL_PAUSES 16
+#endif
 /* How long a worker that ran out of work waits for more before it sleeps until signalled
  * (see "Launch overhead" above). */
 #ifndef SIM_DOZE_US
@@ -85,6 +117,8 @@
 #ifndef SIM_WAKE_BATCH
 #define SIM_WAKE_BATCH 256
 #endif
+/* Allocations a device remembers from kernel launches' address checks. */
+#define SIM_TMEMO 4
 /* Kernel ops a stream keeps for reuse. */
 #define SIM_SPARE_KOPS 256
 
@@ -210,6 +244,7 @@ typedef struct sim_kop {
 
 typedef enum sim_worker_state {
   SIM_WORKER_BUSY,   /* running ops, or about to look at the queue */
+  SIM_WORKER_POLLING, /* watching `posted` without the mutex: never signalled */
   SIM_WORKER_DOZING, /* waiting at most SIM_DOZE_US: signal only if needed at once */
   SIM_WORKER_ASLEEP, /* waiting until signalled */
 } sim_worker_state;
@@ -229,6 +264,9 @@ typedef struct sim_stream {
   pthread_cond_t done_cv;
   sim_op *head, *tail;
   uint64_t submitted;
+  /* `submitted`, stored by every enqueue (under mu) for a polling worker to see without it. */
+  _Atomic uint64_t posted;
+  _Atomic bool stopping; /* `quit`, for a polling worker */
   sim_worker_state state; /* what the worker does (see "Launch overhead") */
   unsigned queued;        /* ops in the queue (the worker takes them all at once) */
   bool quit;
@@ -280,6 +318,14 @@ typedef struct sim_device {
   uint64_t alloc_calls, copy_calls;
   uint64_t live_host_allocs;
   _Atomic uint64_t frees; /* frees of arena blocks so far (changed under the device mutex) */
+  /* Live allocations kernel launches translated lately: [lo, lo + len) as the host addresses
+   * them, valid while `frees` equals `gen` (no block is freed or moved before that). */
+  struct {
+    dpp_addr_t lo;
+    uint64_t len;
+    uint64_t gen;
+  } tmemo[SIM_TMEMO];
+  unsigned tmemo_next;
 
   sim_stream *streams; /* including the default stream */
   sim_stream *default_stream;
@@ -542,6 +588,29 @@ static bool sim_translate(const sim_device *d, const char *fn, const char *what,
   return true;
 }
 
+/* As sim_translate, for kernel launches (device mutex held): an address inside an allocation a
+ * launch translated since the last free skips the search of the block list. */
+static bool sim_translate_launch(sim_device *d, const char *fn, const char *what, dpp_addr_t addr, uint64_t size,
+                                 unsigned char **out, char *msg) {
+  uint64_t gen = atomic_load_explicit(&d->frees, memory_order_relaxed); /* stable: mutex held */
+  for (int i = 0; i < SIM_TMEMO; i++) {
+    uint64_t at = addr - d->tmemo[i].lo; /* wraps (huge) below lo */
+    if (d->tmemo[i].gen == gen && at < d->tmemo[i].len && size <= d->tmemo[i].len - at) {
+      *out = d->arena + (addr - d->base);
+      return true;
+    }
+  }
+  if (!sim_translate(d, fn, what, addr, size, out, msg)) {
+    return false;
+  }
+  const sim_block *b = &d->blocks[sim_block_at(d, addr - d->base)];
+  unsigned slot = d->tmemo_next++ % SIM_TMEMO;
+  d->tmemo[slot].lo = d->base + b->off;
+  d->tmemo[slot].len = b->req;
+  d->tmemo[slot].gen = gen;
+  return true;
+}
+
 /* Counts a copy against fail_copy_after; true when this copy must fail. Device mutex held. */
 static bool sim_count_copy(sim_device *d, uint64_t *number) {
   *number = ++d->copy_calls;
@@ -684,6 +753,52 @@ static void sim_hand_back(sim_stream *s, sim_kop **ran, unsigned *nran) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* A pause for a polling loop. */
+static inline void sim_cpu_relax(void) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  __builtin_ia32_pause();
+#elif defined(__GNUC__) && defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static int64_t sim_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* No lock held. Waits up to SIM_POLL_US for `posted` to move past `seen` (or for a stop);
+ * once it did, up to SIM_POLL_GATHER_NS more while fewer than SIM_POLL_GATHER ops wait, so that
+ * the worker takes several ops per lock of the queue. Looks at the counter every few pauses
+ * only, so that the enqueuing thread mostly finds its cache line where it left it. */
+static void sim_poll(sim_stream *s, uint64_t seen) {
+  int64_t start = sim_now_ns(), first = 0;
+  for (;;) {
+#if SIM_POLL_YIELD
+    sched_yield(); /* a thread waiting for this core (the host's, on a busy machine) runs */
+#else
+    for (int k = 0; k < SIM_POLL_PAUSES; k++) {
+      sim_cpu_relax();
+    }
+#endif
+    uint64_t posted = atomic_load_explicit(&s->posted, memory_order_relaxed);
+    if (posted - seen >= SIM_POLL_GATHER || atomic_load_explicit(&s->stopping, memory_order_relaxed)) {
+      return;
+    }
+    int64_t now = sim_now_ns();
+    if (posted != seen) {
+      if (!first) {
+        first = now;
+      } else if (now - first >= SIM_POLL_GATHER_NS) {
+        return;
+      }
+    } else if (now - start >= (int64_t)SIM_POLL_US * 1000) {
+      return;
+    }
+  }
+}
+
 static void *sim_worker(void *arg) {
   sim_stream *s = (sim_stream *)arg;
   char msg[SIM_MSG_MAX];
@@ -696,8 +811,8 @@ static void *sim_worker(void *arg) {
       if (s->quit) {
         break;
       }
-      /* Doze, then sleep: a host launching back to back enqueues again soon, and then
-       * need not signal (see "Launch overhead"). */
+      /* Doze, then sleep (after polling, at the end of the last batch): a host launching
+       * back to back enqueues again soon, and then need not signal (see "Launch overhead"). */
       struct timespec until = sim_deadline_us(SIM_DOZE_US);
       s->state = SIM_WORKER_DOZING;
       int rc = 0;
@@ -716,6 +831,11 @@ static void *sim_worker(void *arg) {
     s->head = NULL;
     s->tail = NULL;
     s->queued = 0;
+    uint64_t taken = s->submitted;
+    bool poll = SIM_POLL_US > 0 && s->dev->latency_us == 0;
+    if (poll) {
+      s->state = SIM_WORKER_POLLING; /* from now until it locks the queue again */
+    }
     pthread_mutex_unlock(&s->mu);
     while (op) {
       sim_op *next = op->next;
@@ -753,7 +873,11 @@ static void *sim_worker(void *arg) {
       }
       op = next;
     }
+    if (poll) {
+      sim_poll(s, taken); /* lock-free: the enqueuer does not signal a polling worker */
+    }
     pthread_mutex_lock(&s->mu);
+    s->state = SIM_WORKER_BUSY;
     sim_hand_back_locked(s, ran, &nran);
   }
   pthread_mutex_unlock(&s->mu);
@@ -808,6 +932,7 @@ static bool sim_append_locked(sim_stream *s, sim_op *op) {
   s->tail = op;
   s->submitted++;
   s->queued++;
+  atomic_store_explicit(&s->posted, s->submitted, memory_order_relaxed);
   bool urgent = op->kind == SIM_OP_MARK || op->kind == SIM_OP_WAIT;
   bool wake = s->state == SIM_WORKER_ASLEEP ||
               (s->state == SIM_WORKER_DOZING && (urgent || s->queued >= SIM_WAKE_BATCH));
@@ -829,8 +954,19 @@ static sim_stream *sim_stream_new(sim_device *d, bool is_default) {
   s->refs = 1;
   s->is_default = is_default;
   atomic_init(&s->completed, 0);
+  atomic_init(&s->posted, 0);
+  atomic_init(&s->stopping, false);
   atomic_init(&s->wake_at, UINT64_MAX);
-  pthread_mutex_init(&s->mu, NULL);
+  /* The enqueuing thread and the worker hold the queue mutex for a few dozen instructions at a
+   * time: one that finds it taken spins briefly (where the C library can) rather than sleeping
+   * in the kernel at once. */
+  pthread_mutexattr_t mattr;
+  pthread_mutexattr_init(&mattr);
+#if defined(PTHREAD_MUTEX_ADAPTIVE_NP)
+  pthread_mutexattr_settype(&mattr, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+  pthread_mutex_init(&s->mu, &mattr);
+  pthread_mutexattr_destroy(&mattr);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
 #if !defined(__APPLE__)
@@ -883,6 +1019,7 @@ static void sim_stream_unlink(sim_device *d, sim_stream *s) {
 static void sim_stream_stop(sim_stream *s) {
   pthread_mutex_lock(&s->mu);
   s->quit = true;
+  atomic_store_explicit(&s->stopping, true, memory_order_relaxed);
   pthread_cond_signal(&s->work_cv);
   pthread_mutex_unlock(&s->mu);
   if (s->thread_started) {
@@ -897,7 +1034,7 @@ static dpp_status_t sim_stream_wait(sim_stream *s, char *msg) {
   pthread_mutex_lock(&s->mu);
   uint64_t target = s->submitted;
   if (atomic_load(&s->completed) < target) {
-    if (s->state != SIM_WORKER_BUSY && s->head) { /* ops the enqueuer left to the doze's end */
+    if ((s->state == SIM_WORKER_DOZING || s->state == SIM_WORKER_ASLEEP) && s->head) { /* ops left to the doze's end */
       s->state = SIM_WORKER_BUSY;
       pthread_cond_signal(&s->work_cv);
     }
@@ -2268,6 +2405,72 @@ static bool sim_attr_bool(const sim_device *d, const char *fn, const dpp_kernel_
   return true;
 }
 
+/* The dtype, ranks and shapes an elementwise kernel (Add, Mul) was last validated with on this
+ * thread: a launch whose tensors have the same ones (an eager loop, a model run again) passes
+ * the same checks, so only what can differ (the addresses, checked after this) is checked
+ * again. The checks depend on nothing else (these kernels read no attributes, and a shape is
+ * valid or not on any device). */
+typedef struct sim_kmemo {
+  bool valid;
+  sim_kernel_id id;
+  int32_t dtype;
+  sim_ktensor t[3]; /* inputs, then the output (data unused) */
+} sim_kmemo;
+
+static _Thread_local sim_kmemo sim_memo;
+
+/* This thread's memo. Not inlined: compilers recompute a TLS address at every use (a call, in
+ * a shared library) rather than keep it in a register. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static sim_kmemo *sim_memo_get(void) {
+  return &sim_memo;
+}
+
+static inline bool sim_memo_tensor(const sim_ktensor *m, int32_t dtype, const dpp_tensor_t *t) {
+  if (t->struct_size < DPP_TENSOR_STRUCT_SIZE || t->dtype != dtype || t->rank != m->rank ||
+      t->byte_size != m->bytes || (t->rank > 0 && !t->shape)) {
+    return false;
+  }
+  for (int i = 0; i < m->rank; i++) {
+    if (t->shape[i] != m->shape[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* True (and the job's tensors and dtype set) when the context's tensors are those of the memo. */
+static bool sim_memo_hit(const sim_kmemo *m, const dpp_kernel_context_t *cx, sim_kernel_id id, sim_kjob *j) {
+  if (!m->valid || m->id != id || !sim_memo_tensor(&m->t[0], m->dtype, &cx->inputs[0]) ||
+      !sim_memo_tensor(&m->t[1], m->dtype, &cx->inputs[1]) || !sim_memo_tensor(&m->t[2], m->dtype, &cx->outputs[0])) {
+    return false;
+  }
+  sim_ktensor *dst[3] = {&j->in[0], &j->in[1], &j->out};
+  const dpp_tensor_t *src[3] = {&cx->inputs[0], &cx->inputs[1], &cx->outputs[0]};
+  for (int i = 0; i < 3; i++) {
+    dst[i]->rank = m->t[i].rank;
+    for (int r = 0; r < m->t[i].rank; r++) {
+      dst[i]->shape[r] = m->t[i].shape[r];
+    }
+    dst[i]->count = m->t[i].count;
+    dst[i]->bytes = m->t[i].bytes;
+    dst[i]->data = src[i]->data;
+  }
+  j->dtype = m->dtype;
+  return true;
+}
+
+static void sim_memo_store(sim_kmemo *m, sim_kernel_id id, const sim_kjob *j) {
+  m->valid = true;
+  m->id = id;
+  m->dtype = j->dtype;
+  m->t[0] = j->in[0];
+  m->t[1] = j->in[1];
+  m->t[2] = j->out;
+}
+
 /* Validates the context and enqueues kernel `id` on context->stream. */
 static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kernel_id id) {
   const sim_kernel_desc *k = &sim_kernel_descs[id];
@@ -2303,6 +2506,12 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
   j->op = k->op;
   j->nin = k->nin;
 
+  const sim_ktensor *x = &j->in[0], *y = &j->in[1], *o = &j->out;
+  sim_kmemo *memo = id == SIM_K_ADD || id == SIM_K_MUL ? sim_memo_get() : NULL;
+  if (memo && sim_memo_hit(memo, cx, id, j)) {
+    goto shapes_checked;
+  }
+
   /* Tensors and dtypes. */
   int32_t dtypes[3] = {0, 0, 0};
   for (int i = 0; i <= k->nin; i++) {
@@ -2331,7 +2540,6 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
   j->dtype = dtypes[0];
 
   /* Shapes (the op's shape function, checked against the output the host allocated). */
-  const sim_ktensor *x = &j->in[0], *y = &j->in[1], *o = &j->out;
   int64_t want[SIM_MAX_RANK + 2];
   int want_rank = 0;
   bool keep_dims_known = true;
@@ -2447,6 +2655,11 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
     }
   }
 
+  if (memo) {
+    sim_memo_store(memo, id, j);
+  }
+
+shapes_checked:
   /* The output must not overlap an input (an elementwise op may work in place). */
   for (int i = 0; i < k->nin; i++) {
     const sim_ktensor *t = &j->in[i];
@@ -2472,7 +2685,7 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
       bool is_out = i == k->nin;
       const sim_ktensor *t = is_out ? o : &j->in[i];
       if (t->bytes) {
-        ok = sim_translate(d, fn, is_out ? k->out_what : k->in_what[i], t->data, t->bytes,
+        ok = sim_translate_launch(d, fn, is_out ? k->out_what : k->in_what[i], t->data, t->bytes,
                            is_out ? &j->out_mem : &j->in_mem[i], msg);
       }
     }
@@ -2633,6 +2846,9 @@ static dpp_status_t sim_create_device(void *platform_data, int32_t ordinal, dpp_
   d->mem_size = p->opt.memory;
   d->latency_us = p->opt.latency_us;
   atomic_init(&d->frees, 0);
+  for (int i = 0; i < SIM_TMEMO; i++) {
+    d->tmemo[i].gen = UINT64_MAX; /* never a count of frees: empty */
+  }
   /* calloc: fresh device memory reads as zeros (deterministic), and pages nobody touches cost
    * no host memory. Freed and reused memory keeps what was written there, as on a device. */
   d->arena = (unsigned char *)calloc(1, (size_t)d->mem_size);

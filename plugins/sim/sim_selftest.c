@@ -1589,6 +1589,61 @@ static void test_kernels(void) {
     kt_free(&d0, &out);
   }
 
+  /* A launch like one validated before (SIM remembers the last shapes it validated on this
+   * thread) is still refused when anything but the addresses differs. */
+  {
+    static const int64_t s23[2] = {2, 3}, s32[2] = {3, 2}, s6[1] = {6};
+    float xv[6] = {1, 2, 3, 4, 5, 6};
+    ktensor in[2] = {kt(DPP_DTYPE_F32, 2, s23, xv), kt(DPP_DTYPE_F32, 2, s23, xv)};
+    ktensor out = kt(DPP_DTYPE_F32, 2, s23, NULL);
+    kt_upload(&d0, &in[0]);
+    kt_upload(&d0, &in[1]);
+    kt_upload(&d0, &out);
+    for (int round = 0; round < 2; round++) {
+      CHECK_OK(call_kernel(add, &d0, s, in, 2, &out, NULL));
+      ktensor bad = out;
+      bad.dtype = DPP_DTYPE_I32; /* same size */
+      CHECK_ST(call_kernel(add, &d0, s, in, 2, &bad, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("output 'z' has dtype i32 but input 'x' has f32"));
+      bad = out;
+      bad.bytes += 4;
+      CHECK_ST(call_kernel(add, &d0, s, in, 2, &bad, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("output 'z': byte_size is 28"));
+      bad = kt(DPP_DTYPE_F32, 2, s32, NULL);
+      bad.addr = out.addr;
+      CHECK_ST(call_kernel(add, &d0, s, in, 2, &bad, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("output 'z' has shape [3, 2]"));
+      bad = kt(DPP_DTYPE_F32, 1, s6, NULL);
+      bad.addr = out.addr;
+      CHECK_ST(call_kernel(add, &d0, s, in, 2, &bad, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("output 'z' has shape [6]"));
+      ktensor bad_in[2] = {in[0], kt(DPP_DTYPE_F32, 2, s32, xv)};
+      bad_in[1].addr = in[1].addr;
+      CHECK_ST(call_kernel(add, &d0, s, bad_in, 2, &out, NULL), DPP_INVALID_ARGUMENT);
+      CHECK(err_has("cannot be broadcast together"));
+    }
+    /* SIM also remembers the allocations launches used until something is freed: a launch
+     * after a free, or past the end of a remembered allocation, is checked in full. */
+    ktensor longer = kt(DPP_DTYPE_F32, 2, (const int64_t[]){2, 4}, NULL);
+    longer.addr = out.addr;
+    ktensor wide_in[2] = {kt(DPP_DTYPE_F32, 2, (const int64_t[]){2, 4}, xv), kt(DPP_DTYPE_F32, 2, (const int64_t[]){2, 4}, xv)};
+    wide_in[0].addr = in[0].addr;
+    wide_in[1].addr = in[1].addr;
+    CHECK_ST(call_kernel(add, &d0, s, wide_in, 2, &longer, NULL), DPP_INVALID_ARGUMENT);
+    CHECK(err_has("runs past the end of the allocation"));
+    CHECK_OK(call_kernel(add, &d0, s, in, 2, &out, NULL));
+    CHECK_OK(se->synchronize_stream(dd, s));
+    char hy[32];
+    hex(hy, in[1].addr);
+    ktensor freed = in[1];
+    kt_free(&d0, &in[1]);
+    CHECK_ST(call_kernel(add, &d0, s, (ktensor[]){in[0], freed}, 2, &out, NULL), DPP_INVALID_ARGUMENT);
+    CHECK(err_has("input 'y'") && err_has(hy) && err_has("not inside a live allocation"));
+    CHECK_OK(se->synchronize_stream(dd, s));
+    kt_free(&d0, &in[0]);
+    kt_free(&d0, &out);
+  }
+
   /* Add and Mul with broadcasting, every dtype. */
   {
     static const int64_t s23[2] = {2, 3}, s3[1] = {3}, s21[2] = {2, 1}, s13[2] = {1, 3}, s234[3] = {2, 3, 4},

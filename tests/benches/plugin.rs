@@ -6,6 +6,9 @@
 //!   per op, vs the same op on the CPU device (goal: ≤ 1.2×).
 //!
 //! `cargo bench -p devplug-tests --bench plugin`
+//!
+//! With `DEVPLUG_BENCH_ONLY=add` only the last table is measured (for profilers such as
+//! `valgrind --tool=callgrind`, whose counts then hold little besides the launches).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -35,13 +38,21 @@ fn main() {
         discover_from_env: false,
         ..Default::default()
     };
+    let add_only = std::env::var("DEVPLUG_BENCH_ONLY").is_ok_and(|v| v == "add");
+    if !add_only {
+        load_and_memset(&sim, options);
+    }
+    eager_add(&sim, options());
+}
 
+/// Load + init of SIM, and a synchronous memset through the ABI.
+fn load_and_memset(sim: &std::path::Path, options: impl Fn() -> RuntimeOptions) {
     // load + init: a fresh runtime each time (the first load also maps the library)
     let mut loads = Vec::new();
     for _ in 0..30 {
         let rt = Runtime::new(options()).expect("runtime");
         let t = Instant::now();
-        rt.load_plugin(&sim, &[]).expect("SIM loads");
+        rt.load_plugin(sim, &[]).expect("SIM loads");
         loads.push(t.elapsed().as_secs_f64() * 1e6);
     }
     let mut empty = Vec::new();
@@ -57,7 +68,7 @@ fn main() {
     );
 
     let rt = Runtime::new(options()).expect("runtime");
-    rt.load_plugin(&sim, &[]).expect("SIM loads");
+    rt.load_plugin(sim, &[]).expect("SIM loads");
     let cpu = rt.find_device("CPU").expect("CPU");
     let dev = rt.find_device("SIM").expect("SIM");
     let on_cpu = cpu.allocate(16).expect("alloc");
@@ -89,8 +100,14 @@ fn main() {
         "  executor call, SIM through the ABI       {sim_ex_ns:8.1}   {:.2}x",
         sim_ex_ns / cpu_ex_ns
     );
+}
 
-    // Eager Add of 16 f32 through SIM's native kernel: N ops enqueued, one synchronize, / N.
+/// Eager Add of 16 f32 through SIM's native kernel: N ops enqueued, one synchronize, / N.
+fn eager_add(sim: &std::path::Path, options: RuntimeOptions) {
+    let rt = Runtime::new(options).expect("runtime");
+    rt.load_plugin(sim, &[]).expect("SIM loads");
+    let cpu = rt.find_device("CPU").expect("CPU");
+    let dev = rt.find_device("SIM").expect("SIM");
     let a: Vec<f32> = (0..16).map(|i| i as f32).collect();
     let ca = Tensor::from_slice(&cpu, &[16], &a).expect("a");
     let cb = Tensor::from_slice(&cpu, &[16], &a).expect("b");
