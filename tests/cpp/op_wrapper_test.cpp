@@ -17,9 +17,25 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace {
+
+// Which values `Attrs::set` takes, checked at compile time: a string literal must not compile
+// (it would convert to bool), the supported kinds must.
+template <class T, class = void>
+struct can_set : std::false_type {};
+template <class T>
+struct can_set<T, std::void_t<decltype(std::declval<devplug::Attrs&>().set("a", std::declval<T>()))>>
+    : std::true_type {};
+static_assert(!can_set<const char*>::value, "a string literal must not become a bool attribute");
+static_assert(!can_set<const char (&)[3]>::value, "a string literal must not become a bool attribute");
+static_assert(can_set<bool>::value && can_set<int>::value && can_set<int64_t>::value &&
+                  can_set<double>::value && can_set<std::vector<int64_t>>::value &&
+                  can_set<devplug::DType>::value,
+              "every attribute kind of the C API can be set");
 
 int g_passed = 0;
 int g_failed = 0;

@@ -1343,6 +1343,9 @@ class Attrs {
     check(dp_attrs_set_dtype(handle_, name.c_str(), to_c(v)));
     return *this;
   }
+  /** @brief Deleted: the C API has no string attributes yet, and without this a string
+   * literal would silently convert to the `bool` overload (`set("relu", "no")` setting true). */
+  Attrs& set(const std::string& name, const char* v) & = delete;
   /** @brief Rvalue forms, for chaining on a temporary. */
   template <class V>
   Attrs&& set(const std::string& name, V&& v) && {
