@@ -370,14 +370,7 @@ fn narrow<T: Num>(g: Geom, a: &[T], b: &[T], out: &mut [T], par: Parallelism, e:
         if k * n > NARROW_COPY {
             return gemm_product(g, a, b, out, par, e);
         }
-        // b transposed: row j holds column j of b (written in order; b is small).
-        let mut t = vec![T::ZERO; k * n];
-        for (j, row) in t.chunks_exact_mut(k).enumerate() {
-            for (x, y) in row.iter_mut().zip(b[j..].iter().step_by(n)) {
-                *x = *y;
-            }
-        }
-        scratch = t;
+        scratch = transposed(b, k, n);
         &scratch
     };
     let rows = (DOT_OUTPUTS / n).max(1);
@@ -393,6 +386,35 @@ fn narrow<T: Num>(g: Geom, a: &[T], b: &[T], out: &mut [T], par: Parallelism, e:
             gemm_product(Geom { m: mb, ..gt }, ab, bt, oc, Parallelism::None, e);
         }
     });
+}
+
+/// `b` (`k` x `n`, row-major) transposed: row j holds column j. In 4 x 4 tiles, each read
+/// as four rows and written as four rows, which the compiler turns into vector shuffles.
+fn transposed<T: Num>(b: &[T], k: usize, n: usize) -> Vec<T> {
+    let mut t = vec![T::ZERO; k * n];
+    let (k4, n4) = (k / 4 * 4, n / 4 * 4);
+    for p in (0..k4).step_by(4) {
+        for j in (0..n4).step_by(4) {
+            let mut tile = [[T::ZERO; 4]; 4];
+            for (r, row) in tile.iter_mut().enumerate() {
+                row.copy_from_slice(&b[(p + r) * n + j..(p + r) * n + j + 4]);
+            }
+            for c in 0..4 {
+                let dst = &mut t[(j + c) * k + p..(j + c) * k + p + 4];
+                for (r, d) in dst.iter_mut().enumerate() {
+                    *d = tile[r][c];
+                }
+            }
+        }
+    }
+    // The edges: the last n % 4 columns, and the last k % 4 rows.
+    for j in 0..n {
+        let from = if j < n4 { k4 } else { 0 };
+        for p in from..k {
+            t[j * k + p] = b[p * n + j];
+        }
+    }
+    t
 }
 
 /// Output columns up to which a product counts as narrow (see [`product`]).
