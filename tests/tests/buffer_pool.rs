@@ -112,3 +112,61 @@ fn a_runtime_with_pooled_buffers_still_lets_its_devices_go() {
     drop(late);
     assert!(wc.upgrade().is_none(), "CPU:0 outlived its last tensor");
 }
+
+#[test]
+fn threads_sharing_a_device_and_its_pool_lose_nothing() {
+    // Four threads run eager Adds and drop their outputs (and sometimes keep one a while, or
+    // share it with a clone) while a fifth reads the statistics and releases cached memory,
+    // which flushes the pool under their feet. Every result is checked, and at the end the
+    // device holds exactly what it held before.
+    let rt = runtime(None);
+    let cpu = rt.find_device("CPU").unwrap();
+    let add = rt.op("Add").unwrap();
+    let before = cpu.memory_stats().bytes_in_use;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let st = cpu.memory_stats();
+                assert!(st.bytes_in_use <= st.bytes_reserved, "{st:?}");
+                cpu.release_cached_memory();
+                std::thread::yield_now();
+            }
+        });
+        let workers: Vec<_> = (0..4)
+            .map(|w| {
+                let (rt, cpu, add) = (&rt, &cpu, &add);
+                s.spawn(move || {
+                    let n = 1 + w * 7; // sizes of different pool classes per thread
+                    let x = Tensor::from_slice(cpu, &[n as i64], &vec![w as f32; n]).unwrap();
+                    let mut kept = Vec::new();
+                    for i in 0..3000 {
+                        let out = rt
+                            .run(
+                                add,
+                                &[x.clone(), x.clone()],
+                                &Default::default(),
+                                &Default::default(),
+                            )
+                            .unwrap();
+                        let y = out.into_iter().next().unwrap();
+                        if i % 97 == 0 {
+                            kept.push(y.clone()); // shared: must not be reused meanwhile
+                        }
+                        assert_eq!(y.to_vec::<f32>().unwrap(), vec![2.0 * w as f32; n]);
+                        if kept.len() > 8 {
+                            for k in kept.drain(..) {
+                                assert_eq!(k.to_vec::<f32>().unwrap(), vec![2.0 * w as f32; n]);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in workers {
+            h.join().unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert_eq!(cpu.memory_stats().bytes_in_use, before);
+}
