@@ -8,6 +8,20 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// Runtime options for a test: nothing discovered from the environment (each test loads the
+/// plugins it needs).
+pub fn options() -> devplug_core::RuntimeOptions {
+    devplug_core::RuntimeOptions {
+        discover_from_env: false,
+        ..Default::default()
+    }
+}
+
+/// A runtime with [`options`].
+pub fn runtime() -> devplug_core::Runtime {
+    devplug_core::Runtime::new(options()).expect("a runtime")
+}
+
 /// The CMake build directory of the whole project (where ctest runs).
 pub fn build_dir() -> PathBuf {
     PathBuf::from(env!("DEVPLUG_TEST_BUILD_DIR"))

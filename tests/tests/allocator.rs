@@ -2,15 +2,7 @@
 //! platform's own when it sets `DPP_PLATFORM_NO_SUBALLOCATOR` (SIM's `no_suballocator=1`).
 
 use devplug_core::{Code, Runtime, RuntimeOptions};
-use devplug_tests::plugin_path;
-
-fn runtime() -> Runtime {
-    Runtime::new(RuntimeOptions {
-        discover_from_env: false,
-        ..Default::default()
-    })
-    .unwrap()
-}
+use devplug_tests::{plugin_path, runtime};
 
 #[test]
 fn a_platform_that_opts_out_gets_every_request_passed_through() {

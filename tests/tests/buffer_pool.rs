@@ -9,9 +9,8 @@ use devplug_tests::plugin_path;
 
 fn runtime(limit: Option<u64>) -> Runtime {
     Runtime::new(RuntimeOptions {
-        discover_from_env: false,
         cpu_memory_limit: limit,
-        ..Default::default()
+        ..devplug_tests::options()
     })
     .unwrap()
 }

@@ -5,18 +5,9 @@
 use std::sync::{Arc, Mutex};
 
 use devplug_core::{
-    AttrValue, Attrs, Code, Device, PlacementEvent, Reason, RunOptions, Runtime, RuntimeOptions,
-    Tensor,
+    AttrValue, Attrs, Code, Device, PlacementEvent, Reason, RunOptions, Runtime, Tensor,
 };
-use devplug_tests::plugin_path;
-
-fn runtime() -> Runtime {
-    Runtime::new(RuntimeOptions {
-        discover_from_env: false,
-        ..Default::default()
-    })
-    .unwrap()
-}
+use devplug_tests::{plugin_path, runtime};
 
 type Log = Arc<Mutex<Vec<PlacementEvent>>>;
 

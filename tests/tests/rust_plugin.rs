@@ -1,16 +1,8 @@
 //! A Rust host with the Rust example plugin (RSIM, built with the plugin SDK): it loads
 //! through the same loader as C and C++ plugins, and a panic in its init is an error.
 
-use devplug_core::{Code, Runtime, RuntimeOptions, Tensor};
-use devplug_tests::plugin_path;
-
-fn runtime() -> Runtime {
-    Runtime::new(RuntimeOptions {
-        discover_from_env: false,
-        ..Default::default()
-    })
-    .unwrap()
-}
+use devplug_core::{Code, Tensor};
+use devplug_tests::{plugin_path, runtime};
 
 #[test]
 fn rsim_devices_work_through_the_loader() {

@@ -3,16 +3,8 @@
 
 use std::sync::Arc;
 
-use devplug_core::{Attrs, Code, Device, EventStatus, RunOptions, Runtime, RuntimeOptions, Tensor};
-use devplug_tests::plugin_path;
-
-fn runtime() -> Runtime {
-    Runtime::new(RuntimeOptions {
-        discover_from_env: false,
-        ..Default::default()
-    })
-    .unwrap()
-}
+use devplug_core::{Attrs, Code, Device, EventStatus, RunOptions, Runtime, Tensor};
+use devplug_tests::{plugin_path, runtime};
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use devplug_core::{Code, DevicePtr, Error, EventStatus, PluginFailure, Runtime, RuntimeOptions};
-use devplug_tests::{build_dir, require_cmake_build, TempDir};
+use devplug_tests::{build_dir, require_cmake_build, runtime, TempDir};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -37,14 +37,6 @@ fn zoo_path(variant: &str) -> PathBuf {
         .join(format!("libzoo_{variant}.so"));
     assert!(p.is_file(), "zoo variant {} was not built", p.display());
     p
-}
-
-fn runtime() -> Runtime {
-    Runtime::new(RuntimeOptions {
-        discover_from_env: false,
-        ..Default::default()
-    })
-    .unwrap()
 }
 
 fn platform_names(rt: &Runtime) -> Vec<String> {

@@ -10,7 +10,6 @@
 //! with a current entry go to a locked overflow map.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
 
@@ -37,30 +36,13 @@ struct Entry {
     plan: Plan,
 }
 
-/// A hasher for the overflow map's integer keys (no strings are hashed on the hot path).
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
 /// An entry the cache owns.
 struct Owned(*mut Entry);
 // SAFETY: entries are immutable after publication, and `Plan` is `Send + Sync`.
 unsafe impl Send for Owned {}
 
-type Overflow = HashMap<u64, Plan, BuildHasherDefault<KeyHasher>>;
+/// Off the hot path (keys that collide in the table), so the standard hasher does.
+type Overflow = HashMap<u64, Plan>;
 
 /// The per-runtime cache of plans.
 pub(crate) struct Plans {
