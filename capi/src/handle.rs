@@ -27,73 +27,91 @@ pub(crate) const QUARANTINE: usize = 4096;
 const DEAD: u64 = 0xdead_dead_dead_dead;
 
 thread_local! {
-    static GRAVEYARD: RefCell<VecDeque<Box<dyn Send>>> = const { RefCell::new(VecDeque::new()) };
-    static SPARE: RefCell<Spare> = const { RefCell::new(Spare(Vec::new())) };
+    static BLOCKS: RefCell<Blocks> = const {
+        RefCell::new(Blocks {
+            quarantine: VecDeque::new(),
+            spare: Vec::new(),
+        })
+    };
 }
 
-/// Memory of handles that left this thread's quarantine, kept (at most [`SPARE_BLOCKS`]) for
-/// the next handle of the same layout, so that a handle made and released per op costs no
-/// `malloc`/`free`. Reusing it is what `free` + `malloc` would allow too: the block is no longer
-/// in the quarantine window either way.
-struct Spare(Vec<(Layout, NonNull<u8>)>);
+/// A block of handle memory whose value was dropped: what is left is an [`Object`] holding no
+/// value, with the `DEAD` word, which needs no drop — only freeing with its layout.
+type Block = (Layout, NonNull<u8>);
+
+/// # Safety
+/// `block` came from the global allocator with its layout, holds no live value, and is owned
+/// by the caller alone.
+unsafe fn free_block((layout, p): Block) {
+    // SAFETY: the caller's contract.
+    unsafe { std::alloc::dealloc(p.as_ptr(), layout) };
+}
+
+/// This thread's dead handles' memory (one thread-local, so that destroying a handle and
+/// making the next touch it once each).
+struct Blocks {
+    /// The quarantine: the most recent [`QUARANTINE`] handles destroyed, oldest first.
+    quarantine: VecDeque<Block>,
+    /// Memory of handles that left the quarantine, kept (at most [`SPARE_BLOCKS`]) for the
+    /// next handle of the same layout, so that a handle made and released per op costs no
+    /// `malloc`/`free`. Reusing it is what `free` + `malloc` would allow too: the block is no
+    /// longer in the quarantine window either way.
+    spare: Vec<Block>,
+}
 
 const SPARE_BLOCKS: usize = 64;
 
-impl Drop for Spare {
+impl Drop for Blocks {
     fn drop(&mut self) {
-        for (layout, p) in self.0.drain(..) {
-            // SAFETY: each block came from the global allocator with this layout (a `Box` of a
-            // handle type), its value was dropped, and it is owned by this list alone.
-            unsafe { std::alloc::dealloc(p.as_ptr(), layout) };
+        for b in self.quarantine.drain(..).chain(self.spare.drain(..)) {
+            // SAFETY: these blocks are dead handles owned by this list alone.
+            unsafe { free_block(b) };
         }
     }
 }
 
-fn bury(b: Box<dyn Send>) {
-    // During thread teardown the graveyard may be gone: the box is then freed at once.
-    let _ = GRAVEYARD.try_with(|g| {
-        let evicted = {
-            let mut g = g.borrow_mut();
-            g.push_back(b);
-            if g.len() > QUARANTINE {
-                g.pop_front()
-            } else {
-                None
-            }
-        };
-        if let Some(e) = evicted {
-            recycle(e);
+/// Quarantines a dead handle's memory; the block leaving the quarantine is kept for reuse or
+/// freed.
+///
+/// # Safety
+/// As for [`free_block`].
+unsafe fn bury(block: Block) {
+    let evicted = BLOCKS.try_with(|blocks| {
+        let mut blocks = blocks.borrow_mut();
+        blocks.quarantine.push_back(block);
+        if blocks.quarantine.len() <= QUARANTINE {
+            return None;
         }
+        let old = blocks.quarantine.pop_front()?;
+        if blocks.spare.len() < SPARE_BLOCKS {
+            blocks.spare.push(old);
+            return None;
+        }
+        Some(old)
     });
-}
-
-/// Keeps the memory of a handle leaving the quarantine for reuse, or frees it.
-fn recycle(b: Box<dyn Send>) {
-    let layout = Layout::for_value(&*b);
-    let _ = SPARE.try_with(|spare| {
-        let mut spare = spare.borrow_mut();
-        if spare.0.len() >= SPARE_BLOCKS || layout.size() == 0 {
-            return;
-        }
-        let fat = Box::into_raw(b);
-        // SAFETY: `fat` is the box's own, valid object; its drop glue runs exactly once here
-        // (a dead handle holds no value, so this frees nothing), and the memory is kept.
-        unsafe { std::ptr::drop_in_place(fat) };
-        if let Some(p) = NonNull::new(fat as *mut u8) {
-            spare.0.push((layout, p));
-        }
-    });
-    // Otherwise (the list full, or gone at thread exit) `b` was dropped with the closure:
-    // freed normally.
+    match evicted {
+        Ok(None) => {}
+        // SAFETY: evicted from the quarantine, which owned it, and not kept.
+        Ok(Some(old)) => unsafe { free_block(old) },
+        // During thread teardown the lists may be gone: the block is freed at once.
+        // SAFETY: the caller's contract.
+        Err(_) => unsafe { free_block(block) },
+    }
 }
 
 /// A spare block of `layout`, if this thread has one.
+#[inline]
 fn take_spare(layout: Layout) -> Option<NonNull<u8>> {
-    SPARE
-        .try_with(|spare| {
-            let mut spare = spare.borrow_mut();
-            let i = spare.0.iter().rposition(|(l, _)| *l == layout)?;
-            Some(spare.0.swap_remove(i).1)
+    BLOCKS
+        .try_with(|blocks| {
+            let mut blocks = blocks.borrow_mut();
+            let spare = &mut blocks.spare;
+            // Most recent first: in a steady state every block has the layout asked for.
+            if spare.last().is_some_and(|(l, _)| *l == layout) {
+                return spare.pop().map(|(_, p)| p);
+            }
+            let i = spare.iter().rposition(|(l, _)| *l == layout)?;
+            Some(spare.swap_remove(i).1)
         })
         .ok()
         .flatten()
@@ -176,7 +194,7 @@ pub fn new<K: Kind>(value: K::Value) -> *mut K {
         Some(p) => {
             let p = p.as_ptr() as *mut K;
             // SAFETY: a block of exactly `K`'s layout from the global allocator, owned by no
-            // one (see `Spare`); `destroy` frees it as a `Box<K>`, which uses that layout.
+            // one (see `Spare`); blocks are freed with `K`'s layout, which `Box<K>` uses too.
             unsafe { p.write(handle) };
             p
         }
@@ -298,13 +316,16 @@ pub unsafe fn destroy<K: Kind>(ptr: *mut K, arg: &str) -> Result<()> {
     }
     // SAFETY: forwarded; validates the kind and liveness before taking ownership.
     unsafe { check::<K>(ptr, arg)? };
-    // SAFETY: `ptr` is a live handle made by `new::<K>` through `Box::into_raw`; the caller
-    // gives up its use. The box goes to the quarantine, not back to the allocator.
-    let mut b = unsafe { Box::from_raw(ptr) };
-    let obj = b.object_mut();
+    // SAFETY: `ptr` is a live handle made by `new::<K>` (a block of `K`'s layout from the
+    // global allocator); the caller gives up its use. Its memory goes to the quarantine, not
+    // back to the allocator.
+    let obj = unsafe { &mut *ptr }.object_mut();
     obj.magic.store(DEAD, Ordering::Release);
     let value = obj.value.take();
-    bury(b);
+    // `K` is a `repr(C)` wrapper of an `Object` whose value is now `None`: nothing in it needs
+    // dropping any more, so the block is kept and later freed by its layout alone.
+    // SAFETY: a dead handle from the global allocator, owned here (see above).
+    unsafe { bury((Layout::new::<K>(), NonNull::new_unchecked(ptr.cast::<u8>()))) };
     drop(value);
     Ok(())
 }

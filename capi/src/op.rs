@@ -1,10 +1,9 @@
 //! `dp_op_*`, `dp_attrs_*` and the placement log: running operations eagerly.
 
 use std::ffi::{c_char, c_void, CString};
-use std::mem::ManuallyDrop;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use devplug_core::op::SmallVec;
 use devplug_core::{AttrValue, Attrs, Error, OpHandle, PlacementEvent, RunOptions, Tensor};
 
 use crate::handle::{self, check_out, get, handle, write_out};
@@ -307,10 +306,18 @@ pub unsafe extern "C" fn dp_op_run(
             ));
         }
         // The inputs are borrowed from their handles, not cloned: no reference count is
-        // touched. `ManuallyDrop` keeps these bitwise copies from ever being dropped; the
-        // handles keep the tensors alive for the whole call (the caller's contract).
-        let mut ins: SmallVec<[ManuallyDrop<Tensor>; 4]> = SmallVec::with_capacity(num_inputs);
-        for i in 0..num_inputs {
+        // touched. The bitwise copies live in `MaybeUninit` slots, which are never dropped;
+        // the handles keep the tensors alive for the whole call (the caller's contract). Up
+        // to four inputs sit on the stack.
+        let mut small: [MaybeUninit<Tensor>; 4] = [const { MaybeUninit::uninit() }; 4];
+        let mut large: Vec<MaybeUninit<Tensor>> = Vec::new();
+        let slots: &mut [MaybeUninit<Tensor>] = if num_inputs <= small.len() {
+            &mut small[..num_inputs]
+        } else {
+            large.resize_with(num_inputs, MaybeUninit::uninit);
+            &mut large
+        };
+        for (i, slot) in slots.iter_mut().enumerate() {
             // SAFETY: `inputs` holds `num_inputs` handles (the caller's contract).
             let h = unsafe { *inputs.add(i) };
             // SAFETY: the caller's contract.
@@ -322,14 +329,15 @@ pub unsafe extern "C" fn dp_op_run(
             })?;
             // SAFETY: a bitwise copy that is never dropped (see above) and only read through
             // shared references while the handle's tensor is alive.
-            ins.push(ManuallyDrop::new(unsafe { std::ptr::read(&t.tensor) }));
+            slot.write(unsafe { std::ptr::read(&t.tensor) });
         }
-        // SAFETY: `ManuallyDrop<Tensor>` is `repr(transparent)` over `Tensor`.
+        // SAFETY: every slot was written above (an error returned before this line), and
+        // `MaybeUninit<Tensor>` has `Tensor`'s layout.
         let ins: &[Tensor] =
-            unsafe { std::slice::from_raw_parts(ins.as_ptr().cast::<Tensor>(), ins.len()) };
-        let empty = Attrs::new();
+            unsafe { std::slice::from_raw_parts(slots.as_ptr().cast::<Tensor>(), slots.len()) };
+        static EMPTY: Attrs = Attrs::new();
         let attrs = if attrs.is_null() {
-            &empty
+            &EMPTY
         } else {
             // SAFETY: the caller's contract.
             unsafe { get(attrs, "attrs")? }
@@ -389,7 +397,10 @@ pub unsafe extern "C" fn dp_op_run(
         let mut results = devplug_core::Outputs::new();
         rt.runtime()
             .run_into(&op.op, ins, attrs, &run, &mut results)?;
-        for (i, t) in results.into_iter().enumerate().take(n) {
+        // Last to first, so that each tensor is moved out of the list once, into its handle.
+        debug_assert_eq!(results.len(), n, "{}: output count", op.op.name());
+        while let Some(t) = results.pop() {
+            let i = results.len();
             let dev = if Arc::ptr_eq(t.device(), placed.0) {
                 placed.1
             } else {
@@ -399,8 +410,14 @@ pub unsafe extern "C" fn dp_op_run(
                 tensor: t,
                 device: DevicePtr(dev),
             });
-            // SAFETY: `outputs` is writable for `capacity >= n` handles.
-            unsafe { outputs.add(i).write(h) };
+            if i < n {
+                // SAFETY: `outputs` is writable for `capacity >= n` handles.
+                unsafe { outputs.add(i).write(h) };
+            } else {
+                // Never: dispatch returns exactly the op's outputs.
+                // SAFETY: a fresh handle nobody else has seen.
+                let _ = unsafe { handle::release(h, "output") };
+            }
         }
         if !out_count.is_null() {
             // SAFETY: non-NULL and writable (the caller's contract).

@@ -40,11 +40,9 @@ impl Buffer {
     pub(crate) fn recycle(self: Arc<Self>) {
         let pool: *const BufferPool = self.device.buffer_pool();
         // SAFETY: the pool lives in the device, which `self` keeps alive while `put` holds it.
-        // Once `put` keeps `self`, a flush on another thread may drop it — and with it perhaps
-        // the device and the pool — but only after `put` unlocked the pool, its last touch of
-        // it; a pool is all interior mutability (a mutex), for which freeing the memory behind
-        // a shared reference after its last use is allowed, as when a mutex is unlocked and
-        // freed by another thread. A buffer `put` refuses comes back and is dropped here,
+        // Once `put` stored `self` in a slot, a flush on another thread may drop it — and with
+        // it perhaps the device and the pool — but `put` touches the pool no more after that
+        // store (see `BufferPool`). A buffer `put` refuses comes back and is dropped here,
         // after the call.
         let refused = unsafe { &*pool }.put(self);
         drop(refused);

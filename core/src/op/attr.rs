@@ -68,7 +68,7 @@ pub struct AttrDef {
 pub struct Attrs(Vec<(Cow<'static, str>, AttrValue)>);
 
 impl Attrs {
-    pub fn new() -> Attrs {
+    pub const fn new() -> Attrs {
         Attrs(Vec::new())
     }
 
