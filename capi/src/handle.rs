@@ -208,7 +208,7 @@ pub fn new<K: Kind>(value: K::Value) -> *mut K {
 /// `ptr` is NULL or points to memory at least 8 bytes long that devplug handed out as a
 /// handle (of any kind), destroyed or not; the value is borrowed for as long as the caller
 /// keeps the handle alive (the C API contract).
-#[inline]
+#[inline(always)]
 pub unsafe fn get<'a, K: Kind>(ptr: *const K, arg: &str) -> Result<&'a K::Value> {
     // SAFETY: forwarded.
     let obj = unsafe { check::<K>(ptr, arg)? };
@@ -321,12 +321,12 @@ pub unsafe fn destroy<K: Kind>(ptr: *mut K, arg: &str) -> Result<()> {
     // back to the allocator.
     let obj = unsafe { &mut *ptr }.object_mut();
     obj.magic.store(DEAD, Ordering::Release);
-    let value = obj.value.take();
+    // Dropped in place (no move of the value out of the block).
+    obj.value = None;
     // `K` is a `repr(C)` wrapper of an `Object` whose value is now `None`: nothing in it needs
     // dropping any more, so the block is kept and later freed by its layout alone.
     // SAFETY: a dead handle from the global allocator, owned here (see above).
     unsafe { bury((Layout::new::<K>(), NonNull::new_unchecked(ptr.cast::<u8>()))) };
-    drop(value);
     Ok(())
 }
 

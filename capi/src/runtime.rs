@@ -354,6 +354,7 @@ pub unsafe extern "C" fn dp_runtime_destroy(runtime: *mut dp_runtime_t) {
     });
 }
 
+#[inline]
 pub(crate) unsafe fn runtime_obj<'a>(
     runtime: *const dp_runtime_t,
 ) -> devplug_core::Result<&'a RuntimeObj> {

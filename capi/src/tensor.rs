@@ -69,6 +69,7 @@ handle!(
     0x6470_5453_0000_0006
 );
 
+#[inline]
 pub(crate) unsafe fn tensor<'a>(
     t: *const dp_tensor_t,
     arg: &str,

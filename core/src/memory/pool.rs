@@ -26,9 +26,9 @@ const POOL_DEPTH: usize = 32;
 /// …and at most this many bytes in all (each class gets an equal share).
 const POOL_BYTES: u64 = 512 << 10;
 
-/// What a closed pool's slots hold: never a buffer's address (`Arc` allocations are aligned to
-/// at least 8), and never null, so that no buffer can be put into a closed slot.
-const CLOSED: *mut Buffer = 1 as *mut Buffer;
+/// What a closed pool's slots hold: a dangling pointer, never a live buffer's address and never
+/// null, so that no buffer can be put into a closed slot.
+const CLOSED: *mut Buffer = std::ptr::dangling_mut::<Buffer>();
 
 /// A pool of buffers without a lock: per size class, a row of slots, each null, [`CLOSED`] or
 /// a pooled buffer (from `Arc::into_raw`, its one reference owned by the slot). Taking a buffer

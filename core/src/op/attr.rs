@@ -137,7 +137,16 @@ impl Attrs {
 
     /// Checks `self` against an op's declarations and fills in defaults: unknown names, wrong
     /// types and missing required attributes are errors naming the op and the attribute.
+    #[inline]
     pub(crate) fn complete(&self, op: &str, defs: &[AttrDef]) -> Result<Cow<'_, Attrs>> {
+        if self.0.is_empty() && defs.is_empty() {
+            // An op without attributes, run without: the common eager case.
+            return Ok(Cow::Borrowed(self));
+        }
+        self.complete_declared(op, defs)
+    }
+
+    fn complete_declared(&self, op: &str, defs: &[AttrDef]) -> Result<Cow<'_, Attrs>> {
         for (name, value) in &self.0 {
             let def = defs.iter().find(|d| d.name == name).ok_or_else(|| {
                 let known: Vec<&str> = defs.iter().map(|d| d.name).collect();

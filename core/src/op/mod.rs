@@ -174,15 +174,25 @@ enum InputRule {
     Free,
 }
 
+/// Declared inputs and type variables the precomputed rules hold; an op with more always
+/// takes the explaining path (correct, only slower).
+const SIG_INPUTS: usize = 8;
+const SIG_VARS: usize = 4;
+
 /// An op's input rules in the form [`check_inputs`] can test without strings: a rule per
-/// declared input and a bit mask of allowed dtypes per type variable.
+/// declared input and a bit mask of allowed dtypes per type variable, in fixed arrays (this
+/// runs on every eager op).
 #[derive(Debug)]
 struct Signature {
-    rules: SmallVec<[InputRule; 4]>,
-    allowed: SmallVec<[u8; 2]>,
+    rules: [InputRule; SIG_INPUTS],
+    /// Declared inputs (`rules[..len]`).
+    len: u8,
+    allowed: [u8; SIG_VARS],
     /// The variable of `def.type_vars[0]`, whose dtype keys the kernel choice.
     first: Option<u8>,
     variadic: bool,
+    /// False when the op has more inputs or type variables than the arrays hold.
+    usable: bool,
 }
 
 /// One bit per dtype.
@@ -192,8 +202,8 @@ fn dtype_bit(d: DType) -> u8 {
 
 impl Signature {
     fn of(def: &OpDef) -> Signature {
-        let mut names: SmallVec<[&'static str; 2]> = SmallVec::new();
-        let mut allowed: SmallVec<[u8; 2]> = SmallVec::new();
+        let mut names: SmallVec<[&'static str; 4]> = SmallVec::new();
+        let mut allowed: SmallVec<[u8; 4]> = SmallVec::new();
         let mut var = |name: &'static str| -> u8 {
             if let Some(i) = names.iter().position(|n| same_name(n, name)) {
                 return i as u8;
@@ -205,52 +215,63 @@ impl Signature {
                     None => u8::MAX,
                 },
             );
-            (names.len() - 1) as u8
+            (names.len() - 1).min(u8::MAX as usize) as u8
         };
-        let rules = def
-            .inputs
-            .iter()
-            .map(|a| match &a.ty {
+        let mut rules = [InputRule::Free; SIG_INPUTS];
+        for (rule, a) in rules.iter_mut().zip(&def.inputs) {
+            *rule = match &a.ty {
                 ArgType::Var(v) => InputRule::Var(var(v)),
                 ArgType::Fixed(d) => InputRule::Fixed(*d),
                 ArgType::Attr(_) => InputRule::Free,
-            })
-            .collect();
+            };
+        }
         let first = def.type_vars.first().map(|tv| var(tv.name));
+        let mut fixed = [0u8; SIG_VARS];
+        for (f, a) in fixed.iter_mut().zip(&allowed) {
+            *f = *a;
+        }
         Signature {
             rules,
-            allowed,
+            len: def.inputs.len().min(SIG_INPUTS) as u8,
+            allowed: fixed,
             first,
             variadic: def.inputs.last().is_some_and(|a| a.list),
+            usable: def.inputs.len() <= SIG_INPUTS && allowed.len() <= SIG_VARS,
         }
     }
 
     /// The dtype of the first type variable if `inputs` satisfy every rule; `None` when they
     /// do not (the slow path then explains why).
+    #[inline]
     fn check(&self, inputs: &[SpecRef]) -> Option<Option<DType>> {
-        let fixed = self.rules.len() - usize::from(self.variadic);
+        let len = self.len as usize;
+        let fixed = len.checked_sub(usize::from(self.variadic))?;
         let arity_ok = if self.variadic {
             inputs.len() > fixed
         } else {
             inputs.len() == fixed
         };
-        if !arity_ok || self.allowed.len() > 4 {
+        if !arity_ok || !self.usable {
             return None;
         }
-        let mut bound: [Option<DType>; 4] = [None; 4];
+        let mut bound: [Option<DType>; SIG_VARS] = [None; SIG_VARS];
         for (i, spec) in inputs.iter().enumerate() {
-            match self.rules[i.min(self.rules.len() - 1)] {
-                InputRule::Var(v) => match bound[v as usize] {
-                    Some(d) if d != spec.dtype => return None,
-                    Some(_) => {}
-                    None if self.allowed[v as usize] & dtype_bit(spec.dtype) == 0 => return None,
-                    None => bound[v as usize] = Some(spec.dtype),
-                },
+            // Past the declared inputs (a variadic list's tail), the last rule applies.
+            match self.rules[i.min(len - 1)] {
+                InputRule::Var(v) => {
+                    let v = v as usize % SIG_VARS;
+                    match bound[v] {
+                        Some(d) if d != spec.dtype => return None,
+                        Some(_) => {}
+                        None if self.allowed[v] & dtype_bit(spec.dtype) == 0 => return None,
+                        None => bound[v] = Some(spec.dtype),
+                    }
+                }
                 InputRule::Fixed(d) if d != spec.dtype => return None,
                 InputRule::Fixed(_) | InputRule::Free => {}
             }
         }
-        Some(self.first.and_then(|v| bound[v as usize]))
+        Some(self.first.and_then(|v| bound[v as usize % SIG_VARS]))
     }
 }
 

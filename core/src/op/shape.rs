@@ -40,7 +40,9 @@ fn broadcast_into(a: &[i64], b: &[i64], out: &mut [i64]) -> Option<()> {
 #[inline]
 fn broadcast_all(cx: &InferContext, names: &[&str]) -> Result<Shape> {
     let first = cx.inputs[0].shape;
-    if first.len() <= MAX_RANK && cx.inputs[1..].iter().all(|s| s.shape == first) {
+    // An element loop, not `==` on slices (a `memcmp` call): shapes are a few dimensions.
+    let same = |s: &[i64]| s.len() == first.len() && s.iter().zip(first).all(|(x, y)| x == y);
+    if first.len() <= MAX_RANK && cx.inputs[1..].iter().all(|s| same(s.shape)) {
         // The common eager case: every input has the same shape.
         return Ok(Shape::from_slice(first).unwrap_or_default());
     }
