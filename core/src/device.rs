@@ -529,4 +529,40 @@ mod tests {
         assert_eq!(back, ptrs, "the batch the stream passed is pooled");
         cpu.synchronize().expect("sync");
     }
+
+    /// The pool without a lock: threads taking and keeping buffers at once lose none and free
+    /// none twice (every allocation is back once the pool is flushed), and a closed pool keeps
+    /// nothing.
+    #[test]
+    fn the_buffer_pool_is_shared_by_threads_and_closes() {
+        let rt = runtime();
+        let cpu = rt.find_device("CPU").expect("CPU");
+        let before = cpu.memory_stats().active_allocs;
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let cpu = &cpu;
+                s.spawn(move || {
+                    for i in 0..2000u64 {
+                        let size = 64 * (1 + (t + i) % 3);
+                        let b = cpu.allocate(size).expect("alloc");
+                        assert_eq!(b.size(), size);
+                        drop(cpu.buffer_pool().put(b));
+                    }
+                });
+            }
+        });
+        let pooled = cpu.buffer_pool().take(64).expect("a pooled buffer");
+        drop(cpu.buffer_pool().put(pooled));
+        assert_eq!(
+            cpu.memory_stats().active_allocs,
+            before,
+            "flushed: nothing held"
+        );
+
+        cpu.close_buffer_pool();
+        let b = cpu.allocate(64).expect("alloc");
+        let refused = cpu.buffer_pool().put(b);
+        assert!(refused.is_some(), "a closed pool keeps nothing");
+        assert!(cpu.buffer_pool().take(64).is_none());
+    }
 }
