@@ -106,10 +106,7 @@ fn take_spare(layout: Layout) -> Option<NonNull<u8>> {
         .try_with(|blocks| {
             let mut blocks = blocks.borrow_mut();
             let spare = &mut blocks.spare;
-            // Most recent first: in a steady state every block has the layout asked for.
-            if spare.last().is_some_and(|(l, _)| *l == layout) {
-                return spare.pop().map(|(_, p)| p);
-            }
+            // Most recent first (in a steady state, the last block has the layout asked for).
             let i = spare.iter().rposition(|(l, _)| *l == layout)?;
             Some(spare.swap_remove(i).1)
         })
@@ -194,7 +191,7 @@ pub fn new<K: Kind>(value: K::Value) -> *mut K {
         Some(p) => {
             let p = p.as_ptr() as *mut K;
             // SAFETY: a block of exactly `K`'s layout from the global allocator, owned by no
-            // one (see `Spare`); blocks are freed with `K`'s layout, which `Box<K>` uses too.
+            // one (see `Blocks`); blocks are freed with `K`'s layout, which `Box<K>` uses too.
             unsafe { p.write(handle) };
             p
         }

@@ -397,10 +397,11 @@ pub unsafe extern "C" fn dp_op_run(
         let mut results = devplug_core::Outputs::new();
         rt.runtime()
             .run_into(&op.op, ins, attrs, &run, &mut results)?;
-        // Last to first, so that each tensor is moved out of the list once, into its handle.
+        // Dispatch returns exactly the op's outputs; last to first, so that each tensor is
+        // moved out of the list once, into its handle.
         debug_assert_eq!(results.len(), n, "{}: output count", op.op.name());
+        results.truncate(n);
         while let Some(t) = results.pop() {
-            let i = results.len();
             let dev = if Arc::ptr_eq(t.device(), placed.0) {
                 placed.1
             } else {
@@ -410,14 +411,8 @@ pub unsafe extern "C" fn dp_op_run(
                 tensor: t,
                 device: DevicePtr(dev),
             });
-            if i < n {
-                // SAFETY: `outputs` is writable for `capacity >= n` handles.
-                unsafe { outputs.add(i).write(h) };
-            } else {
-                // Never: dispatch returns exactly the op's outputs.
-                // SAFETY: a fresh handle nobody else has seen.
-                let _ = unsafe { handle::release(h, "output") };
-            }
+            // SAFETY: `outputs` is writable for `capacity >= n > results.len()` handles.
+            unsafe { outputs.add(results.len()).write(h) };
         }
         if !out_count.is_null() {
             // SAFETY: non-NULL and writable (the caller's contract).

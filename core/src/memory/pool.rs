@@ -121,7 +121,8 @@ impl BufferPool {
     #[inline]
     pub(crate) fn put(&self, buffer: Arc<Buffer>) -> Option<Arc<Buffer>> {
         // Unique now means unique for good: no other strong reference exists, and no weak one
-        // (none is ever made) that could be upgraded, so no one can clone it meanwhile. The
+        // that could be upgraded (a new one could only be made from `buffer`), so no one can
+        // clone it meanwhile. The
         // fence orders the other holders' last uses (their `Release` decrements) before the
         // buffer is reused — what `Arc::get_mut` does, without its read-modify-write.
         if Arc::strong_count(&buffer) != 1 || Arc::weak_count(&buffer) != 0 {

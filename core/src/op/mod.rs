@@ -215,7 +215,7 @@ impl Signature {
                     None => u8::MAX,
                 },
             );
-            (names.len() - 1).min(u8::MAX as usize) as u8
+            (names.len() - 1) as u8
         };
         let mut rules = [InputRule::Free; SIG_INPUTS];
         for (rule, a) in rules.iter_mut().zip(&def.inputs) {
@@ -226,17 +226,18 @@ impl Signature {
             };
         }
         let first = def.type_vars.first().map(|tv| var(tv.name));
-        let mut fixed = [0u8; SIG_VARS];
-        for (f, a) in fixed.iter_mut().zip(&allowed) {
-            *f = *a;
+        let usable = def.inputs.len() <= SIG_INPUTS && allowed.len() <= SIG_VARS;
+        let mut masks = [0u8; SIG_VARS];
+        for (m, a) in masks.iter_mut().zip(&allowed) {
+            *m = *a;
         }
         Signature {
             rules,
             len: def.inputs.len().min(SIG_INPUTS) as u8,
-            allowed: fixed,
+            allowed: masks,
             first,
             variadic: def.inputs.last().is_some_and(|a| a.list),
-            usable: def.inputs.len() <= SIG_INPUTS && allowed.len() <= SIG_VARS,
+            usable,
         }
     }
 
@@ -259,7 +260,8 @@ impl Signature {
             // Past the declared inputs (a variadic list's tail), the last rule applies.
             match self.rules[i.min(len - 1)] {
                 InputRule::Var(v) => {
-                    let v = v as usize % SIG_VARS;
+                    // `usable`: every variable number is below `SIG_VARS`.
+                    let v = v as usize;
                     match bound[v] {
                         Some(d) if d != spec.dtype => return None,
                         Some(_) => {}
@@ -271,7 +273,7 @@ impl Signature {
                 InputRule::Fixed(_) | InputRule::Free => {}
             }
         }
-        Some(self.first.and_then(|v| bound[v as usize % SIG_VARS]))
+        Some(self.first.and_then(|v| bound[v as usize]))
     }
 }
 
