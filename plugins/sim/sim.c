@@ -21,35 +21,40 @@
  *
  * Locking: each device has one mutex (allocator, statistics, stream and event lists, event
  * marks) and one condition variable (broadcast when a mark is reached); each stream has a
- * queue mutex with two condition variables (work queued, work done). Lock order: device
- * mutex, then a stream's mutex; a worker never holds its stream's mutex while it takes the
- * device mutex, and runs host callbacks, copies and kernels with no lock held.
+ * producers' mutex (`pmu`: the ring's tail and the overflow list) and a mutex with two
+ * condition variables (work queued, work done; errors; stopping). Lock order: device mutex,
+ * then a stream's `pmu`, then its `mu`; a worker takes `pmu` only to take the overflow list,
+ * with nothing else held, never holds a stream mutex while it takes the device mutex, and runs
+ * host callbacks, copies and kernels with no lock held.
  *
- * Launch overhead (a wake-up costs the enqueuing thread a system call and often a context
- * switch, which is more than a kernel launch should cost):
- *   - A worker takes everything queued at once and runs it without touching the queue again.
- *   - A worker that ran out of work first polls (SIM_POLL_US, unless it simulates latency):
- *     it watches `posted` without the stream mutex, yielding its core between looks, and once
- *     work arrived waits for a few more ops (SIM_POLL_GATHER, SIM_POLL_GATHER_NS), so that it
- *     locks the queue once per few ops. The enqueuer never signals a polling worker. The queue
- *     mutex is adaptive (it spins briefly before sleeping in the kernel) where the C library
- *     offers that: both threads hold it for a few dozen instructions.
- *   - Then it dozes: it waits on work_cv for at most
- *     SIM_DOZE_US, then sleeps until signalled. An enqueue signals a sleeping worker at once;
- *     a dozing one only for an event mark or wait (someone may block on those), or once
- *     SIM_WAKE_BATCH ops wait; otherwise the worker finds them when its doze ends. So a host
- *     launching back to back signals rarely, and an op never waits more than SIM_DOZE_US for
- *     the worker. A synchronize wakes the worker itself. (`state`, under the stream mutex.)
+ * Launch overhead (a kernel launch should cost the host about what an op on the CPU costs):
+ *   - A stream's queue is a ring of SIM_RING slots, each holding one op by value, published
+ *     by its sequence number (`seq`). The worker runs the op in its slot and frees the slot
+ *     with one store; it never takes a lock for an op. An enqueue that finds the ring full puts
+ *     the op on an overflow list (malloc'd) that the worker runs once the ring is drained, so
+ *     an enqueue never waits for the worker (a host callback may enqueue on its own stream).
+ *   - Enqueuing threads write only their own cache line and the slot; the next slot's lines
+ *     are fetched for writing at once. The worker's state is read on each enqueue but written
+ *     only when it dozes, sleeps or is woken.
+ *   - A worker that ran out of work first polls (SIM_POLL_US, unless it simulates latency),
+ *     looking at the ring every SIM_POLL_LOOK_NS only and yielding its core in between, so that
+ *     it finds several ops at each look. The enqueuer never signals a polling worker.
+ *   - Then it dozes: it waits on work_cv for at most SIM_DOZE_US, then sleeps until signalled.
+ *     An enqueue signals a sleeping worker at once; a dozing one only for an event mark or
+ *     wait (someone may block on those), or once SIM_WAKE_BATCH ops wait; otherwise the worker
+ *     finds them when its doze ends. So a host launching back to back signals rarely, and an op
+ *     never waits more than SIM_DOZE_US for the worker. A synchronize wakes the worker itself.
  *   - Completions are counted in an atomic; the worker takes the stream mutex to wake waiters
  *     only when it completes the op a synchronize waits for (`wake_at`).
- *   - A kernel whose addresses were translated at enqueue time skips the device mutex when it
- *     runs if no allocation was freed since (`frees`, the device's count of frees).
- *   - Kernel ops are reused (`spare`): a launch neither allocates nor frees memory.
- *   - Add and Mul remember, per thread, the dtype and shapes they last validated (`sim_memo`):
+ *   - A kernel launch finds its stream and translates its addresses from a per-thread memo
+ *     (`sim_launch_memo`) while no stream was destroyed and no allocation freed since: no lock.
+ *     The worker translates again when it runs if an allocation was freed in between.
+ *   - Add and Mul remember, per thread, the dtype and shapes they last validated (`sim_kmemo`):
  *     a launch with the same ones skips the checks they passed and checks its addresses only.
  *
- * Nothing here is global and mutable: everything hangs off the platform data of one init, so
- * two runtimes may load the same library at the same time.
+ * Nothing here is global and mutable but a counter of device serial numbers and the per-thread
+ * memos: everything hangs off the platform data of one init, so two runtimes may load the
+ * same library at the same time.
  */
 #define _POSIX_C_SOURCE 200809L
 #if defined(__linux__) && !defined(_GNU_SOURCE)
@@ -88,20 +93,16 @@
 #define SIM_MAX_LATENCY_US UINT64_C(10000000)
 #define SIM_NAME_MAX 64
 #define SIM_MSG_MAX 512
-/* How long a worker that ran out of work polls for more (no lock, no system call) before it
+/* How long a worker that ran out of work polls for more (no lock) before it
  * dozes (see "Launch overhead" above). 0: it dozes at once. */
 #ifndef SIM_POLL_US
 #define SIM_POLL_US 20
 #endif
-/* A polling worker that found work waits for this many ops, or this long, before it takes
- * them (one lock of the queue per batch rather than per op). */
-#ifndef SIM_POLL_GATHER
-#define SIM_POLL_GATHER 8
+/* How often a polling worker looks at the ring (see sim_poll). */
+#ifndef SIM_POLL_LOOK_NS
+#define SIM_POLL_LOOK_NS 1000
 #endif
-#ifndef SIM_POLL_GATHER_NS
-#define SIM_POLL_GATHER_NS 2000
-#endif
-/* Pauses between two looks at the queue's counter. */
+/* How a polling worker passes the time between two looks: yield its core, or pause. */
 #ifndef SIM_POLL_YIELD
 #define SIM_POLL_YIELD 1
 #endif
@@ -117,15 +118,17 @@
 #ifndef SIM_WAKE_BATCH
 #define SIM_WAKE_BATCH 256
 #endif
-/* Allocations a device remembers from kernel launches' address checks. */
+/* Allocations a thread's launch memo remembers from kernel launches' address checks. */
 #define SIM_TMEMO 4
-/* Kernel ops a stream keeps for reuse. */
-#define SIM_SPARE_KOPS 256
 
 #define SIM_MAGIC_PLATFORM 0x53494d50u /* "SIMP" */
 #define SIM_MAGIC_DEVICE 0x53494d44u   /* "SIMD" */
 #define SIM_MAGIC_STREAM 0x53494d53u   /* "SIMS" */
 #define SIM_MAGIC_EVENT 0x53494d45u    /* "SIME" */
+
+/* Serial numbers of devices (for the launch memos, which must not take a device created where
+ * a destroyed one lay for that one). The one mutable global; it holds no state of a runtime. */
+static _Atomic uint64_t sim_device_serials;
 
 /* ------------------------------------------------------------------------------------------ */
 /* Types */
@@ -219,7 +222,7 @@ typedef struct sim_kjob {
 } sim_kjob;
 
 typedef struct sim_op {
-  struct sim_op *next;
+  struct sim_op *next; /* in the stream's overflow list (see sim_push) */
   sim_op_kind kind;
   dpp_addr_t dst, src;
   void *host_dst;
@@ -231,20 +234,28 @@ typedef struct sim_op {
   sim_marker *marker;
   bool inject_fail; /* decided at enqueue time (fail_copy_after) */
   uint64_t copy_number;
-  sim_kjob *job; /* SIM_OP_KERNEL: points into the same allocation (see sim_kop), freed with it */
+  sim_kjob job; /* SIM_OP_KERNEL only: last, so that other ops copy the fields before it */
 } sim_op;
 
-/* A kernel op: the op and its job in one allocation, so free(op) frees both. The worker keeps
- * the ones it ran for the next launches on its stream (`spare`), so that a launch neither
- * allocates nor frees memory another thread allocated. */
-typedef struct sim_kop {
-  sim_op op; /* first: a sim_kop * is a sim_op * */
-  sim_kjob job;
-} sim_kop;
+/* The bytes of an op that are copied into a queue: a kernel's whole op, the fields before the
+ * job for the others. */
+#define SIM_OP_HEAD_SIZE offsetof(sim_op, job)
+
+/* One entry of a stream's ring (see "Launch overhead"): `seq` is the ring position the slot
+ * is free for, or that position + 1 once an op was published there. */
+typedef struct sim_slot {
+  _Alignas(64) _Atomic uint64_t seq;
+  sim_op op;
+} sim_slot;
+
+/* Slots in a stream's ring (a power of two). */
+#ifndef SIM_RING
+#define SIM_RING 256
+#endif
+#define SIM_RING_MASK ((uint64_t)SIM_RING - 1)
 
 typedef enum sim_worker_state {
-  SIM_WORKER_BUSY,   /* running ops, or about to look at the queue */
-  SIM_WORKER_POLLING, /* watching `posted` without the mutex: never signalled */
+  SIM_WORKER_BUSY,   /* running ops, polling, or about to look at the ring: never signalled */
   SIM_WORKER_DOZING, /* waiting at most SIM_DOZE_US: signal only if needed at once */
   SIM_WORKER_ASLEEP, /* waiting until signalled */
 } sim_worker_state;
@@ -258,30 +269,29 @@ typedef struct sim_stream {
   unsigned id;
   pthread_t thread;
   bool thread_started;
-  /* The queue, under mu. */
+  /* Wake-ups, errors and stopping, under mu. */
   pthread_mutex_t mu;
   pthread_cond_t work_cv;
   pthread_cond_t done_cv;
-  sim_op *head, *tail;
-  uint64_t submitted;
-  /* `submitted`, stored by every enqueue (under mu) for a polling worker to see without it. */
-  _Atomic uint64_t posted;
-  _Atomic bool stopping; /* `quit`, for a polling worker */
-  sim_worker_state state; /* what the worker does (see "Launch overhead") */
-  unsigned queued;        /* ops in the queue (the worker takes them all at once) */
   bool quit;
+  _Atomic bool stopping; /* `quit`, for a polling worker */
   dpp_status_t err; /* the first error met since the last synchronize */
   char errmsg[SIM_MSG_MAX];
-  /* Kernel ops the worker ran, for reuse (under mu). An array, not a list through the ops, so
-   * that the worker never writes to an op (the enqueuer's cache keeps the lines it writes
-   * next). */
-  unsigned nspare;
-  struct sim_kop *spare[SIM_SPARE_KOPS];
-  /* Written by the worker after every op: a cache line of their own, apart from what the
-   * enqueuer writes (the stream is allocated with this alignment). */
+  /* The producers' side, under pmu (which the worker takes only to take the overflow list):
+   * a cache line that only enqueuing threads write. */
+  _Alignas(64) pthread_mutex_t pmu;
+  uint64_t tail;                          /* the ring position the next op goes to */
+  sim_op *overflow_head, *overflow_tail; /* ops that found the ring full, in order (malloc'd) */
+  _Atomic uint64_t submitted;             /* ops enqueued so far (written under pmu) */
+  /* Read by every enqueue; written when the worker dozes, sleeps or is woken, and when an op
+   * goes to the overflow list. */
+  _Alignas(64) _Atomic int state; /* sim_worker_state; changed under mu */
+  _Atomic bool overflow_pending;  /* the overflow list is not empty */
+  /* Written by the worker after every op. */
   _Alignas(64) _Atomic uint64_t completed; /* written by the worker alone */
   /* The smallest `completed` a synchronize waits for (UINT64_MAX: none); changed under mu. */
   _Atomic uint64_t wake_at;
+  sim_slot ring[SIM_RING];
 } sim_stream;
 
 typedef struct sim_event {
@@ -318,14 +328,10 @@ typedef struct sim_device {
   uint64_t alloc_calls, copy_calls;
   uint64_t live_host_allocs;
   _Atomic uint64_t frees; /* frees of arena blocks so far (changed under the device mutex) */
-  /* Live allocations kernel launches translated lately: [lo, lo + len) as the host addresses
-   * them, valid while `frees` equals `gen` (no block is freed or moved before that). */
-  struct {
-    dpp_addr_t lo;
-    uint64_t len;
-    uint64_t gen;
-  } tmemo[SIM_TMEMO];
-  unsigned tmemo_next;
+  /* Streams destroyed so far (changed under the device mutex): a launch memo that names a
+   * stream holds while this is unchanged (see sim_launch_memo). */
+  _Atomic uint64_t streams_gone;
+  uint64_t serial; /* unique among the devices of this process, for the launch memos */
 
   sim_stream *streams; /* including the default stream */
   sim_stream *default_stream;
@@ -588,29 +594,6 @@ static bool sim_translate(const sim_device *d, const char *fn, const char *what,
   return true;
 }
 
-/* As sim_translate, for kernel launches (device mutex held): an address inside an allocation a
- * launch translated since the last free skips the search of the block list. */
-static bool sim_translate_launch(sim_device *d, const char *fn, const char *what, dpp_addr_t addr, uint64_t size,
-                                 unsigned char **out, char *msg) {
-  uint64_t gen = atomic_load_explicit(&d->frees, memory_order_relaxed); /* stable: mutex held */
-  for (int i = 0; i < SIM_TMEMO; i++) {
-    uint64_t at = addr - d->tmemo[i].lo; /* wraps (huge) below lo */
-    if (d->tmemo[i].gen == gen && at < d->tmemo[i].len && size <= d->tmemo[i].len - at) {
-      *out = d->arena + (addr - d->base);
-      return true;
-    }
-  }
-  if (!sim_translate(d, fn, what, addr, size, out, msg)) {
-    return false;
-  }
-  const sim_block *b = &d->blocks[sim_block_at(d, addr - d->base)];
-  unsigned slot = d->tmemo_next++ % SIM_TMEMO;
-  d->tmemo[slot].lo = d->base + b->off;
-  d->tmemo[slot].len = b->req;
-  d->tmemo[slot].gen = gen;
-  return true;
-}
-
 /* Counts a copy against fail_copy_after; true when this copy must fail. Device mutex held. */
 static bool sim_count_copy(sim_device *d, uint64_t *number) {
   *number = ++d->copy_calls;
@@ -712,7 +695,7 @@ static void sim_run_op(sim_stream *s, sim_op *op, dpp_status_t *st, char *msg) {
     pthread_mutex_unlock(&d->mu);
     return;
   case SIM_OP_KERNEL:
-    sim_run_kernel(d, op->job, st, msg);
+    sim_run_kernel(d, &op->job, st, msg);
     return;
   }
 }
@@ -734,25 +717,6 @@ static struct timespec sim_deadline_us(uint64_t us) {
   return t;
 }
 
-/* Stream mutex held. Moves the worker's `ran` kernel ops to the stream's spares (freeing what
- * does not fit). */
-static void sim_hand_back_locked(sim_stream *s, sim_kop **ran, unsigned *nran) {
-  unsigned n = *nran, i = 0;
-  for (; i < n && s->nspare < SIM_SPARE_KOPS; i++) {
-    s->spare[s->nspare++] = ran[i];
-  }
-  for (; i < n; i++) {
-    free(ran[i]);
-  }
-  *nran = 0;
-}
-
-static void sim_hand_back(sim_stream *s, sim_kop **ran, unsigned *nran) {
-  pthread_mutex_lock(&s->mu);
-  sim_hand_back_locked(s, ran, nran);
-  pthread_mutex_unlock(&s->mu);
-}
-
 /* A pause for a polling loop. */
 static inline void sim_cpu_relax(void) {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
@@ -762,18 +726,109 @@ static inline void sim_cpu_relax(void) {
 #endif
 }
 
+/* Asks for the cache line at `p` in a state that allows writing (PREFETCHW: a no-op on x86
+ * processors without it; compilers emit it for __builtin_prefetch only when told the target
+ * has it). */
+static inline void sim_prefetch_for_write(const void *p) {
+#if defined(__GNUC__) && defined(__x86_64__)
+  __asm__ __volatile__("prefetchw %0" : : "m"(*(const volatile char *)p));
+#elif defined(__GNUC__)
+  __builtin_prefetch(p, 1, 3);
+#else
+  (void)p;
+#endif
+}
+
 static int64_t sim_now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* No lock held. Waits up to SIM_POLL_US for `posted` to move past `seen` (or for a stop);
- * once it did, up to SIM_POLL_GATHER_NS more while fewer than SIM_POLL_GATHER ops wait, so that
- * the worker takes several ops per lock of the queue. Looks at the counter every few pauses
- * only, so that the enqueuing thread mostly finds its cache line where it left it. */
-static void sim_poll(sim_stream *s, uint64_t seen) {
-  int64_t start = sim_now_ns(), first = 0;
+/* True when the op at ring position `pos` was published. */
+static inline bool sim_published(sim_stream *s, uint64_t pos) {
+  return atomic_load_explicit(&s->ring[pos & SIM_RING_MASK].seq, memory_order_acquire) == pos + 1;
+}
+
+/* True when the worker at ring position `pos` has an op to run. Sequentially consistent: see
+ * sim_idle and sim_push. */
+static inline bool sim_has_work(sim_stream *s, uint64_t pos) {
+  return atomic_load(&s->ring[pos & SIM_RING_MASK].seq) == pos + 1 || atomic_load(&s->overflow_pending);
+}
+
+/* Stream mutex held. Wakes a dozing or sleeping worker if the op just enqueued needs it now:
+ * a sleeping one always, a dozing one for an event mark or wait (someone may block on those)
+ * or once SIM_WAKE_BATCH ops wait. */
+static void sim_wake_locked(sim_stream *s, bool urgent) {
+  int state = atomic_load(&s->state);
+  uint64_t waiting = atomic_load(&s->submitted) - atomic_load(&s->completed);
+  if (state == SIM_WORKER_ASLEEP || (state == SIM_WORKER_DOZING && (urgent || waiting >= SIM_WAKE_BATCH))) {
+    atomic_store(&s->state, SIM_WORKER_BUSY);
+    pthread_cond_signal(&s->work_cv);
+  }
+}
+
+/* Enqueues a copy of the first `size` bytes of `op` (SIM_OP_HEAD_SIZE, or sizeof *op for a
+ * kernel) on `s`, in FIFO order with every other enqueue. Never waits for the worker: when the
+ * ring is full the op goes to the overflow list, which the worker runs once it has drained the
+ * ring. False only when there is no host memory for an overflow op. The caller keeps `s` alive
+ * (device mutex held with `s` in the device's list, or a launch memo: see sim_launch_memo). */
+static bool sim_push(sim_stream *s, const sim_op *op, size_t size) {
+  bool urgent = op->kind == SIM_OP_MARK || op->kind == SIM_OP_WAIT;
+  pthread_mutex_lock(&s->pmu);
+  uint64_t pos = s->tail;
+  sim_slot *slot = &s->ring[pos & SIM_RING_MASK];
+  if (!s->overflow_head && atomic_load_explicit(&slot->seq, memory_order_acquire) == pos) {
+    memcpy(&slot->op, op, size);
+    s->tail = pos + 1;
+    /* Publishes the op. An exchange, so that the load of `state` below cannot pass it (the
+     * worker stores `state` before it looks at the ring for the last time: one of the two
+     * sees the other's store). */
+    atomic_exchange(&slot->seq, pos + 1);
+    /* The next slot's lines, for writing: the worker has left them long ago (but the first,
+     * which it looks at while it waits), and fetching them now keeps the next enqueue from
+     * waiting for them. */
+    const char *next = (const char *)&s->ring[(pos + 1) & SIM_RING_MASK];
+    for (size_t at = 64; at < sizeof(sim_slot); at += 64) {
+      sim_prefetch_for_write(next + at);
+    }
+  } else {
+    sim_op *copy = (sim_op *)malloc(sizeof *copy);
+    if (!copy) {
+      pthread_mutex_unlock(&s->pmu);
+      return false;
+    }
+    memcpy(copy, op, size);
+    copy->next = NULL;
+    if (s->overflow_tail) {
+      s->overflow_tail->next = copy;
+    } else {
+      s->overflow_head = copy;
+    }
+    s->overflow_tail = copy;
+    atomic_store(&s->overflow_pending, true); /* before the load of `state`, as above */
+  }
+  atomic_store_explicit(&s->submitted, atomic_load_explicit(&s->submitted, memory_order_relaxed) + 1,
+                        memory_order_release);
+  pthread_mutex_unlock(&s->pmu);
+  /* A dozing worker this does not wake looks at the ring again before it sleeps. */
+  int state = atomic_load(&s->state);
+  if (state == SIM_WORKER_ASLEEP ||
+      (state == SIM_WORKER_DOZING &&
+       (urgent || atomic_load(&s->submitted) - atomic_load(&s->completed) >= SIM_WAKE_BATCH))) {
+    pthread_mutex_lock(&s->mu);
+    sim_wake_locked(s, urgent);
+    pthread_mutex_unlock(&s->mu);
+  }
+  return true;
+}
+
+/* No lock held. Waits up to SIM_POLL_US for an op at `pos` (or a stop), looking at the ring
+ * every SIM_POLL_LOOK_NS only: each look takes the line the enqueuer writes next away from its
+ * cache, so looking less often costs the enqueuer less, and the worker finds several ops at
+ * once. True when work came. */
+static bool sim_poll(sim_stream *s, uint64_t pos) {
+  int64_t start = sim_now_ns(), looked = start;
   for (;;) {
 #if SIM_POLL_YIELD
     sched_yield(); /* a thread waiting for this core (the host's, on a busy machine) runs */
@@ -782,164 +837,125 @@ static void sim_poll(sim_stream *s, uint64_t seen) {
       sim_cpu_relax();
     }
 #endif
-    uint64_t posted = atomic_load_explicit(&s->posted, memory_order_relaxed);
-    if (posted - seen >= SIM_POLL_GATHER || atomic_load_explicit(&s->stopping, memory_order_relaxed)) {
-      return;
-    }
     int64_t now = sim_now_ns();
-    if (posted != seen) {
-      if (!first) {
-        first = now;
-      } else if (now - first >= SIM_POLL_GATHER_NS) {
-        return;
-      }
-    } else if (now - start >= (int64_t)SIM_POLL_US * 1000) {
-      return;
+    if (now - looked < SIM_POLL_LOOK_NS) {
+      continue;
     }
+    looked = now;
+    if (atomic_load_explicit(&s->stopping, memory_order_relaxed)) {
+      return false;
+    }
+    if (sim_published(s, pos) || atomic_load_explicit(&s->overflow_pending, memory_order_acquire)) {
+      return true;
+    }
+    if (now - start >= (int64_t)SIM_POLL_US * 1000) {
+      return false;
+    }
+  }
+}
+
+/* The worker found nothing at `pos`: polls (unless it simulates latency), dozes, then sleeps
+ * until signalled. True when the stream stops with nothing left to run. */
+static bool sim_idle(sim_stream *s, uint64_t pos) {
+  if (SIM_POLL_US > 0 && s->dev->latency_us == 0 && sim_poll(s, pos)) {
+    return false;
+  }
+  bool stop = false;
+  int rc = 0;
+  pthread_mutex_lock(&s->mu);
+  struct timespec until = sim_deadline_us(SIM_DOZE_US);
+  atomic_store(&s->state, SIM_WORKER_DOZING);
+  for (;;) {
+    /* After the store of `state` (sequentially consistent, like the publishing exchange in
+     * sim_push): an op this misses sees the new state, and its enqueuer decides to wake. */
+    if (sim_has_work(s, pos)) {
+      break;
+    }
+    if (s->quit) {
+      stop = true;
+      break;
+    }
+    int state = atomic_load(&s->state);
+    if (state == SIM_WORKER_BUSY) {
+      /* Woken before the op that woke it was published (a synchronize): doze again. */
+      until = sim_deadline_us(SIM_DOZE_US);
+      rc = 0;
+      atomic_store(&s->state, SIM_WORKER_DOZING);
+    } else if (state == SIM_WORKER_DOZING && rc == ETIMEDOUT) {
+      atomic_store(&s->state, SIM_WORKER_ASLEEP); /* and look at the ring once more */
+    } else if (state == SIM_WORKER_DOZING) {
+      rc = pthread_cond_timedwait(&s->work_cv, &s->mu, &until);
+    } else {
+      pthread_cond_wait(&s->work_cv, &s->mu);
+    }
+  }
+  atomic_store(&s->state, SIM_WORKER_BUSY);
+  pthread_mutex_unlock(&s->mu);
+  return stop;
+}
+
+/* Runs `op`, notes its error, counts it done and wakes a synchronize waiting for it. */
+static void sim_complete(sim_stream *s, sim_op *op, uint64_t *done, char *msg) {
+  dpp_status_t st = DPP_OK;
+  msg[0] = '\0';
+  sim_run_op(s, op, &st, msg);
+  if (st != DPP_OK) {
+    /* Before the op counts as done: a synchronize that sees it done sees its error, and so
+     * does a later MARK of this stream. */
+    pthread_mutex_lock(&s->mu);
+    if (s->err == DPP_OK) {
+      s->err = st;
+      memcpy(s->errmsg, msg, SIM_MSG_MAX);
+    }
+    pthread_mutex_unlock(&s->mu);
+  }
+  /* Sequentially consistent, with the loads of `wake_at` here and of `completed` in
+   * sim_stream_wait (which stores `wake_at` first): either the waiter sees this count or this
+   * thread sees its target and wakes it under the mutex. Woken waiters whose target is further
+   * set `wake_at` again. */
+  atomic_store(&s->completed, ++*done);
+  if (*done >= atomic_load(&s->wake_at)) {
+    pthread_mutex_lock(&s->mu);
+    atomic_store(&s->wake_at, UINT64_MAX);
+    pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->mu);
   }
 }
 
 static void *sim_worker(void *arg) {
   sim_stream *s = (sim_stream *)arg;
   char msg[SIM_MSG_MAX];
-  sim_kop *ran[SIM_SPARE_KOPS]; /* kernel ops run since the last hand-back */
-  unsigned nran = 0;
+  uint64_t pos = 0;  /* the ring position of the next op */
   uint64_t done = 0; /* this thread alone writes s->completed */
-  pthread_mutex_lock(&s->mu);
   for (;;) {
-    if (!s->head) {
-      if (s->quit) {
-        break;
-      }
-      /* Doze, then sleep (after polling, at the end of the last batch): a host launching
-       * back to back enqueues again soon, and then need not signal (see "Launch overhead"). */
-      struct timespec until = sim_deadline_us(SIM_DOZE_US);
-      s->state = SIM_WORKER_DOZING;
-      int rc = 0;
-      while (!s->head && !s->quit && rc != ETIMEDOUT && s->state == SIM_WORKER_DOZING) {
-        rc = pthread_cond_timedwait(&s->work_cv, &s->mu, &until);
-      }
-      while (!s->head && !s->quit) {
-        s->state = SIM_WORKER_ASLEEP;
-        pthread_cond_wait(&s->work_cv, &s->mu);
-      }
-      s->state = SIM_WORKER_BUSY;
+    sim_slot *slot = &s->ring[pos & SIM_RING_MASK];
+    if (atomic_load_explicit(&slot->seq, memory_order_acquire) == pos + 1) {
+      sim_complete(s, &slot->op, &done, msg); /* in place: the slot stays taken until it ran */
+      atomic_store_explicit(&slot->seq, pos + SIM_RING, memory_order_release);
+      pos++;
       continue;
     }
-    /* Take everything queued (FIFO order is the list's): the ops run without the queue. */
-    sim_op *op = s->head;
-    s->head = NULL;
-    s->tail = NULL;
-    s->queued = 0;
-    uint64_t taken = s->submitted;
-    bool poll = SIM_POLL_US > 0 && s->dev->latency_us == 0;
-    if (poll) {
-      s->state = SIM_WORKER_POLLING; /* from now until it locks the queue again */
-    }
-    pthread_mutex_unlock(&s->mu);
-    while (op) {
-      sim_op *next = op->next;
-      dpp_status_t st = DPP_OK;
-      msg[0] = '\0';
-      sim_run_op(s, op, &st, msg);
-      if (op->kind == SIM_OP_KERNEL) {
-        if (nran == SIM_SPARE_KOPS) {
-          sim_hand_back(s, ran, &nran);
-        }
-        ran[nran++] = (sim_kop *)op;
-      } else {
+    if (atomic_load_explicit(&s->overflow_pending, memory_order_acquire)) {
+      /* The ring is drained, and every op in the list was enqueued after what it held and
+       * before what it holds next (an enqueue uses the ring only while the list is empty). */
+      pthread_mutex_lock(&s->pmu);
+      sim_op *op = s->overflow_head;
+      s->overflow_head = s->overflow_tail = NULL;
+      atomic_store(&s->overflow_pending, false);
+      pthread_mutex_unlock(&s->pmu);
+      while (op) {
+        sim_op *next = op->next;
+        sim_complete(s, op, &done, msg);
         free(op);
+        op = next;
       }
-      if (st != DPP_OK) {
-        /* Before the op counts as done: a synchronize that sees it done sees its error, and so
-         * does a later MARK of this stream. */
-        pthread_mutex_lock(&s->mu);
-        if (s->err == DPP_OK) {
-          s->err = st;
-          memcpy(s->errmsg, msg, sizeof msg);
-        }
-        pthread_mutex_unlock(&s->mu);
-      }
-      /* Sequentially consistent, with the loads of `wake_at` here and of `completed` in
-       * sim_stream_wait (which stores `wake_at` first): either the waiter sees this count or
-       * this thread sees its target and wakes it under the mutex. Woken waiters whose target
-       * is further set `wake_at` again. */
-      atomic_store(&s->completed, ++done);
-      if (done >= atomic_load(&s->wake_at)) {
-        pthread_mutex_lock(&s->mu);
-        atomic_store(&s->wake_at, UINT64_MAX);
-        pthread_cond_broadcast(&s->done_cv);
-        pthread_mutex_unlock(&s->mu);
-      }
-      op = next;
+      continue;
     }
-    if (poll) {
-      sim_poll(s, taken); /* lock-free: the enqueuer does not signal a polling worker */
+    if (sim_idle(s, pos)) {
+      break;
     }
-    pthread_mutex_lock(&s->mu);
-    s->state = SIM_WORKER_BUSY;
-    sim_hand_back_locked(s, ran, &nran);
   }
-  pthread_mutex_unlock(&s->mu);
   return NULL;
-}
-
-/* Appends an op. Device mutex held, and `s` found in the device's list, so the stream is not
- * shutting down (quit is set only after it left the list) and cannot be freed before this
- * returns. Wakes the worker only if it sleeps. */
-static bool sim_append_locked(sim_stream *s, sim_op *op);
-
-static void sim_enqueue(sim_stream *s, sim_op *op) {
-  pthread_mutex_lock(&s->mu);
-  bool wake = sim_append_locked(s, op);
-  pthread_mutex_unlock(&s->mu);
-  if (wake) {
-    pthread_cond_signal(&s->work_cv);
-  }
-}
-
-/* As sim_enqueue, for a kernel: copies `j` into a kernel op the stream kept for reuse, or a new
- * one. False when there is no memory for one. */
-static bool sim_enqueue_kernel(sim_stream *s, const sim_kjob *j) {
-  pthread_mutex_lock(&s->mu);
-  sim_kop *kop = NULL;
-  if (s->nspare) {
-    kop = s->spare[--s->nspare];
-  } else if (!(kop = (sim_kop *)malloc(sizeof *kop))) {
-    pthread_mutex_unlock(&s->mu);
-    return false;
-  }
-  memset(&kop->op, 0, sizeof kop->op);
-  kop->op.kind = SIM_OP_KERNEL;
-  kop->job = *j;
-  kop->op.job = &kop->job;
-  bool wake = sim_append_locked(s, &kop->op);
-  pthread_mutex_unlock(&s->mu);
-  if (wake) {
-    pthread_cond_signal(&s->work_cv);
-  }
-  return true;
-}
-
-/* Stream mutex held. Appends `op`; true when the worker must be signalled. */
-static bool sim_append_locked(sim_stream *s, sim_op *op) {
-  op->next = NULL;
-  if (s->tail) {
-    s->tail->next = op;
-  } else {
-    s->head = op;
-  }
-  s->tail = op;
-  s->submitted++;
-  s->queued++;
-  atomic_store_explicit(&s->posted, s->submitted, memory_order_relaxed);
-  bool urgent = op->kind == SIM_OP_MARK || op->kind == SIM_OP_WAIT;
-  bool wake = s->state == SIM_WORKER_ASLEEP ||
-              (s->state == SIM_WORKER_DOZING && (urgent || s->queued >= SIM_WAKE_BATCH));
-  if (wake) {
-    s->state = SIM_WORKER_BUSY;
-  }
-  return wake;
 }
 
 static sim_stream *sim_stream_new(sim_device *d, bool is_default) {
@@ -953,20 +969,26 @@ static sim_stream *sim_stream_new(sim_device *d, bool is_default) {
   s->dev = d;
   s->refs = 1;
   s->is_default = is_default;
+  for (uint64_t i = 0; i < SIM_RING; i++) {
+    atomic_init(&s->ring[i].seq, i);
+  }
+  atomic_init(&s->submitted, 0);
   atomic_init(&s->completed, 0);
-  atomic_init(&s->posted, 0);
+  atomic_init(&s->state, SIM_WORKER_BUSY);
+  atomic_init(&s->overflow_pending, false);
   atomic_init(&s->stopping, false);
   atomic_init(&s->wake_at, UINT64_MAX);
-  /* The enqueuing thread and the worker hold the queue mutex for a few dozen instructions at a
-   * time: one that finds it taken spins briefly (where the C library can) rather than sleeping
-   * in the kernel at once. */
+  /* Enqueuing threads hold the producers' mutex for a few dozen instructions at a time: one
+   * that finds it taken spins briefly (where the C library can) rather than sleeping in the
+   * kernel at once. */
   pthread_mutexattr_t mattr;
   pthread_mutexattr_init(&mattr);
 #if defined(PTHREAD_MUTEX_ADAPTIVE_NP)
   pthread_mutexattr_settype(&mattr, PTHREAD_MUTEX_ADAPTIVE_NP);
 #endif
-  pthread_mutex_init(&s->mu, &mattr);
+  pthread_mutex_init(&s->pmu, &mattr);
   pthread_mutexattr_destroy(&mattr);
+  pthread_mutex_init(&s->mu, NULL);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
 #if !defined(__APPLE__)
@@ -979,6 +1001,7 @@ static sim_stream *sim_stream_new(sim_device *d, bool is_default) {
     pthread_cond_destroy(&s->done_cv);
     pthread_cond_destroy(&s->work_cv);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->pmu);
     free(s);
     return NULL;
   }
@@ -986,13 +1009,12 @@ static sim_stream *sim_stream_new(sim_device *d, bool is_default) {
   return s;
 }
 
+/* The worker has stopped (it drains the ring and the overflow list first). */
 static void sim_stream_free(sim_stream *s) {
-  while (s->nspare) {
-    free(s->spare[--s->nspare]);
-  }
   pthread_cond_destroy(&s->done_cv);
   pthread_cond_destroy(&s->work_cv);
   pthread_mutex_destroy(&s->mu);
+  pthread_mutex_destroy(&s->pmu);
   s->magic = 0;
   free(s);
 }
@@ -1004,8 +1026,10 @@ static void sim_stream_release(sim_stream *s) {
   }
 }
 
-/* Device mutex held: takes the stream out of the device's list. */
+/* Device mutex held: takes the stream out of the device's list (and out of every launch
+ * memo). */
 static void sim_stream_unlink(sim_device *d, sim_stream *s) {
+  atomic_fetch_add(&d->streams_gone, 1);
   for (sim_stream **pp = &d->streams; *pp; pp = &(*pp)->next) {
     if (*pp == s) {
       *pp = s->next;
@@ -1020,6 +1044,7 @@ static void sim_stream_stop(sim_stream *s) {
   pthread_mutex_lock(&s->mu);
   s->quit = true;
   atomic_store_explicit(&s->stopping, true, memory_order_relaxed);
+  atomic_store(&s->state, SIM_WORKER_BUSY);
   pthread_cond_signal(&s->work_cv);
   pthread_mutex_unlock(&s->mu);
   if (s->thread_started) {
@@ -1032,15 +1057,15 @@ static void sim_stream_stop(sim_stream *s) {
  * (clears) the stream's error. */
 static dpp_status_t sim_stream_wait(sim_stream *s, char *msg) {
   pthread_mutex_lock(&s->mu);
-  uint64_t target = s->submitted;
+  uint64_t target = atomic_load_explicit(&s->submitted, memory_order_acquire);
   if (atomic_load(&s->completed) < target) {
-    if ((s->state == SIM_WORKER_DOZING || s->state == SIM_WORKER_ASLEEP) && s->head) { /* ops left to the doze's end */
-      s->state = SIM_WORKER_BUSY;
+    if (atomic_load(&s->state) != SIM_WORKER_BUSY) { /* ops left to the doze's end */
+      atomic_store(&s->state, SIM_WORKER_BUSY);
       pthread_cond_signal(&s->work_cv);
     }
     for (;;) {
       if (target < atomic_load(&s->wake_at)) {
-        atomic_store(&s->wake_at, target); /* before the next load: see sim_worker */
+        atomic_store(&s->wake_at, target); /* before the next load: see sim_complete */
       }
       if (atomic_load(&s->completed) >= target) {
         break;
@@ -1464,7 +1489,7 @@ static dpp_status_t sim_synchronize_all(void *device) {
 /* What an async op needs checked at enqueue time. */
 enum { SIM_CHECK_DST = 1, SIM_CHECK_SRC = 2, SIM_COUNT_COPY = 4 };
 
-/* Validates and enqueues `op` (taking it, on success and failure). */
+/* Validates and enqueues (a copy of) `op`. */
 static dpp_status_t sim_submit(sim_device *d, void *stream, sim_op *op, const char *fn, int checks) {
   char msg[SIM_MSG_MAX];
   unsigned char *unused;
@@ -1476,9 +1501,6 @@ static dpp_status_t sim_submit(sim_device *d, void *stream, sim_op *op, const ch
     st = DPP_INVALID_ARGUMENT;
   } else if (op->size == 0 && (checks & (SIM_CHECK_DST | SIM_CHECK_SRC))) {
     /* nothing to do */
-    pthread_mutex_unlock(&d->mu);
-    free(op);
-    return DPP_OK;
   } else if ((checks & SIM_CHECK_DST) && !sim_translate(d, fn, "dst", op->dst, op->size, &unused, msg)) {
     st = DPP_INVALID_ARGUMENT;
   } else if ((checks & SIM_CHECK_SRC) && !sim_translate(d, fn, "src", op->src, op->size, &unused, msg)) {
@@ -1487,25 +1509,20 @@ static dpp_status_t sim_submit(sim_device *d, void *stream, sim_op *op, const ch
     if (checks & SIM_COUNT_COPY) {
       op->inject_fail = sim_count_copy(d, &op->copy_number);
     }
-    sim_enqueue(s, op);
+    if (!sim_push(s, op, SIM_OP_HEAD_SIZE)) {
+      sim_devmsg(d, msg, fn, "out of host memory");
+      st = DPP_RESOURCE_EXHAUSTED;
+    }
   }
   pthread_mutex_unlock(&d->mu);
-  if (st != DPP_OK) {
-    free(op);
-    return sim_dev_fail(d, st, msg);
-  }
-  return DPP_OK;
+  return st == DPP_OK ? DPP_OK : sim_dev_fail(d, st, msg);
 }
 
-static sim_op *sim_op_new(sim_device *d, sim_op_kind kind, const char *fn) {
-  sim_op *op = (sim_op *)calloc(1, sizeof *op);
-  if (!op) {
-    char msg[SIM_MSG_MAX];
-    sim_devmsg(d, msg, fn, "out of host memory");
-    sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
-    return NULL;
-  }
-  op->kind = kind;
+/* An op of `kind`, every other field zero. */
+static sim_op sim_op_of(sim_op_kind kind) {
+  sim_op op;
+  memset(&op, 0, SIM_OP_HEAD_SIZE);
+  op.kind = kind;
   return op;
 }
 
@@ -1519,10 +1536,7 @@ static dpp_status_t sim_memcpy_htod_async(void *device, void *stream, dpp_addr_t
     sim_devmsg(d, msg, "memcpy_htod_async", "src is NULL");
     return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
-  sim_op *op = sim_op_new(d, SIM_OP_HTOD, "memcpy_htod_async");
-  if (!op) {
-    return DPP_RESOURCE_EXHAUSTED;
-  }
+  sim_op o = sim_op_of(SIM_OP_HTOD), *op = &o;
   op->dst = dst;
   op->host_src = src;
   op->size = size;
@@ -1539,10 +1553,7 @@ static dpp_status_t sim_memcpy_dtoh_async(void *device, void *stream, void *dst,
     sim_devmsg(d, msg, "memcpy_dtoh_async", "dst is NULL");
     return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
-  sim_op *op = sim_op_new(d, SIM_OP_DTOH, "memcpy_dtoh_async");
-  if (!op) {
-    return DPP_RESOURCE_EXHAUSTED;
-  }
+  sim_op o = sim_op_of(SIM_OP_DTOH), *op = &o;
   op->host_dst = dst;
   op->src = src;
   op->size = size;
@@ -1554,10 +1565,7 @@ static dpp_status_t sim_memcpy_dtod_async(void *device, void *stream, dpp_addr_t
   if (!d) {
     return DPP_INVALID_ARGUMENT;
   }
-  sim_op *op = sim_op_new(d, SIM_OP_DTOD, "memcpy_dtod_async");
-  if (!op) {
-    return DPP_RESOURCE_EXHAUSTED;
-  }
+  sim_op o = sim_op_of(SIM_OP_DTOD), *op = &o;
   op->dst = dst;
   op->src = src;
   op->size = size;
@@ -1569,10 +1577,7 @@ static dpp_status_t sim_memset_async(void *device, void *stream, dpp_addr_t dst,
   if (!d) {
     return DPP_INVALID_ARGUMENT;
   }
-  sim_op *op = sim_op_new(d, SIM_OP_MEMSET, "memset_async");
-  if (!op) {
-    return DPP_RESOURCE_EXHAUSTED;
-  }
+  sim_op o = sim_op_of(SIM_OP_MEMSET), *op = &o;
   op->dst = dst;
   op->value = value;
   op->size = size;
@@ -1589,10 +1594,7 @@ static dpp_status_t sim_host_callback(void *device, void *stream, dpp_host_fn fu
     sim_devmsg(d, msg, "host_callback", "func is NULL");
     return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
-  sim_op *op = sim_op_new(d, SIM_OP_CALLBACK, "host_callback");
-  if (!op) {
-    return DPP_RESOURCE_EXHAUSTED;
-  }
+  sim_op o = sim_op_of(SIM_OP_CALLBACK), *op = &o;
   op->fn = func;
   op->arg = arg;
   return sim_submit(d, stream, op, "host_callback", 0);
@@ -1604,13 +1606,8 @@ static dpp_status_t sim_stream_wait_stream(void *device, void *stream, void *oth
   if (!d) {
     return DPP_INVALID_ARGUMENT;
   }
-  sim_op *mark = sim_op_new(d, SIM_OP_MARK, "stream_wait_stream");
-  sim_op *wait = sim_op_new(d, SIM_OP_WAIT, "stream_wait_stream");
-  sim_marker *m = sim_marker_new(2);
-  if (!mark || !wait || !m) {
-    free(mark);
-    free(wait);
-    free(m);
+  sim_marker *m = sim_marker_new(2); /* the MARK op's and the WAIT op's */
+  if (!m) {
     sim_devmsg(d, msg, "stream_wait_stream", "out of host memory");
     return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
   }
@@ -1619,8 +1616,6 @@ static dpp_status_t sim_stream_wait_stream(void *device, void *stream, void *oth
   sim_stream *o = sim_find_stream(d, other);
   if (!s || !o) {
     pthread_mutex_unlock(&d->mu);
-    free(mark);
-    free(wait);
     free(m);
     sim_devmsg(d, msg, "stream_wait_stream", "%s %p is not a live stream of this device", !s ? "stream" : "other",
                !s ? stream : other);
@@ -1628,16 +1623,24 @@ static dpp_status_t sim_stream_wait_stream(void *device, void *stream, void *oth
   }
   if (s == o) {
     pthread_mutex_unlock(&d->mu);
-    free(mark);
-    free(wait);
     free(m);
     return DPP_OK;
   }
-  mark->marker = m;
-  wait->marker = m;
-  sim_enqueue(o, mark);
-  sim_enqueue(s, wait);
+  sim_op mark = sim_op_of(SIM_OP_MARK), wait = sim_op_of(SIM_OP_WAIT);
+  mark.marker = m;
+  wait.marker = m;
+  bool ok = sim_push(o, &mark, SIM_OP_HEAD_SIZE);
+  if (!ok) {
+    free(m);
+  } else if (!sim_push(s, &wait, SIM_OP_HEAD_SIZE)) {
+    ok = false;
+    sim_marker_unref(m); /* the WAIT's reference; the queued MARK keeps its own */
+  }
   pthread_mutex_unlock(&d->mu);
+  if (!ok) {
+    sim_devmsg(d, msg, "stream_wait_stream", "out of host memory");
+    return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
+  }
   return DPP_OK;
 }
 
@@ -1704,11 +1707,8 @@ static dpp_status_t sim_record_event(void *device, void *stream, void *event) {
   if (!d) {
     return DPP_INVALID_ARGUMENT;
   }
-  sim_op *op = sim_op_new(d, SIM_OP_MARK, "record_event");
   sim_marker *m = sim_marker_new(2); /* the event's and the MARK op's */
-  if (!op || !m) {
-    free(op);
-    free(m);
+  if (!m) {
     sim_devmsg(d, msg, "record_event", "out of host memory");
     return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
   }
@@ -1717,16 +1717,21 @@ static dpp_status_t sim_record_event(void *device, void *stream, void *event) {
   sim_event *e = sim_find_event(d, event);
   if (!s || !e) {
     pthread_mutex_unlock(&d->mu);
-    free(op);
     free(m);
     sim_devmsg(d, msg, "record_event", "%s %p is not a live %s of this device", !s ? "stream" : "event",
                !s ? stream : event, !s ? "stream" : "event");
     return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
+  sim_op op = sim_op_of(SIM_OP_MARK);
+  op.marker = m;
+  if (!sim_push(s, &op, SIM_OP_HEAD_SIZE)) {
+    pthread_mutex_unlock(&d->mu);
+    free(m);
+    sim_devmsg(d, msg, "record_event", "out of host memory");
+    return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
+  }
   sim_marker_unref(e->marker);
   e->marker = m;
-  op->marker = m;
-  sim_enqueue(s, op);
   pthread_mutex_unlock(&d->mu);
   return DPP_OK;
 }
@@ -1759,16 +1764,11 @@ static dpp_status_t sim_stream_wait_event(void *device, void *stream, void *even
   if (!d) {
     return DPP_INVALID_ARGUMENT;
   }
-  sim_op *op = sim_op_new(d, SIM_OP_WAIT, "stream_wait_event");
-  if (!op) {
-    return DPP_RESOURCE_EXHAUSTED;
-  }
   pthread_mutex_lock(&d->mu);
   sim_stream *s = sim_find_stream(d, stream);
   sim_event *e = sim_find_event(d, event);
   if (!s || !e) {
     pthread_mutex_unlock(&d->mu);
-    free(op);
     sim_devmsg(d, msg, "stream_wait_event", "%s %p is not a live %s of this device", !s ? "stream" : "event",
                !s ? stream : event, !s ? "stream" : "event");
     return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
@@ -1776,12 +1776,16 @@ static dpp_status_t sim_stream_wait_event(void *device, void *stream, void *even
   if (!e->marker || e->marker->state != DPP_EVENT_PENDING) {
     /* Never recorded, or already reached: nothing to wait for. */
     pthread_mutex_unlock(&d->mu);
-    free(op);
     return DPP_OK;
   }
-  op->marker = e->marker;
-  e->marker->refs++;
-  sim_enqueue(s, op);
+  sim_op op = sim_op_of(SIM_OP_WAIT);
+  op.marker = e->marker;
+  if (!sim_push(s, &op, SIM_OP_HEAD_SIZE)) {
+    pthread_mutex_unlock(&d->mu);
+    sim_devmsg(d, msg, "stream_wait_event", "out of host memory");
+    return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
+  }
+  e->marker->refs++; /* the WAIT op's (it runs only after this: the device mutex is held) */
   pthread_mutex_unlock(&d->mu);
   return DPP_OK;
 }
@@ -2417,15 +2421,118 @@ typedef struct sim_kmemo {
   sim_ktensor t[3]; /* inputs, then the output (data unused) */
 } sim_kmemo;
 
-static _Thread_local sim_kmemo sim_memo;
+/* The stream and allocations a thread's kernel launches found lately, so that a launch like
+ * the one before takes no lock: `stream` is the live stream `handle` names on device `dev`
+ * (whose `serial` it was) while the device's `streams_gone` equals `streams_gone` (a stream
+ * leaves the device's list, and is freed, only after that count moved); an allocation
+ * [lo, lo + len) as the host addresses it is live while the device's `frees` equals its `gen`
+ * (no block is freed or moved before that count moves). A launch that finds everything here
+ * does not translate under the device mutex; the worker translates again if anything was
+ * freed before it runs (as for every launch). As with CUDA, destroying a stream while another
+ * thread launches on it is a host bug SIM does not catch on this path. */
+typedef struct sim_launch_memo {
+  const sim_device *dev;
+  uint64_t serial;
+  void *handle;
+  sim_stream *stream;
+  uint64_t streams_gone;
+  struct {
+    dpp_addr_t lo;
+    uint64_t len;
+    uint64_t gen;
+  } mem[SIM_TMEMO];
+  unsigned next;
+} sim_launch_memo;
 
-/* This thread's memo. Not inlined: compilers recompute a TLS address at every use (a call, in
- * a shared library) rather than keep it in a register. */
+/* What a thread remembers between kernel launches. */
+typedef struct sim_tls {
+  sim_kmemo shapes;
+  sim_launch_memo launch;
+} sim_tls;
+
+static _Thread_local sim_tls sim_thread_memo;
+
+/* This thread's memos. Not inlined: compilers recompute a TLS address at every use (a call,
+ * in a shared library) rather than keep it in a register. */
 #if defined(__GNUC__)
 __attribute__((noinline))
 #endif
-static sim_kmemo *sim_memo_get(void) {
-  return &sim_memo;
+static sim_tls *sim_tls_get(void) {
+  return &sim_thread_memo;
+}
+
+/* The stream the launch goes to and the job's host addresses, from the memo: NULL when it does
+ * not know them all (then sim_launch_locked finds them). */
+static sim_stream *sim_launch_memo_hit(const sim_launch_memo *m, const sim_device *d, void *handle,
+                                       const sim_kernel_desc *k, sim_kjob *j) {
+  if (m->dev != d || m->serial != d->serial || m->handle != handle ||
+      m->streams_gone != atomic_load_explicit(&d->streams_gone, memory_order_acquire)) {
+    return NULL;
+  }
+  uint64_t gen = atomic_load_explicit(&d->frees, memory_order_acquire);
+  for (int i = 0; i <= k->nin; i++) {
+    const sim_ktensor *t = i == k->nin ? &j->out : &j->in[i];
+    if (!t->bytes) {
+      continue;
+    }
+    bool found = false;
+    for (int e = 0; e < SIM_TMEMO && !found; e++) {
+      uint64_t at = t->data - m->mem[e].lo; /* wraps (huge) below lo */
+      found = m->mem[e].gen == gen && at < m->mem[e].len && t->bytes <= m->mem[e].len - at;
+    }
+    if (!found) {
+      return NULL;
+    }
+    unsigned char *mem = d->arena + (t->data - d->base);
+    if (i == k->nin) {
+      j->out_mem = mem;
+    } else {
+      j->in_mem[i] = mem;
+    }
+  }
+  j->frees = gen;
+  return m->stream;
+}
+
+/* Device mutex held. Finds the launch's stream and translates the job's addresses, and notes
+ * them in the memo. NULL (with `msg`) when the stream or an address is not valid. */
+static sim_stream *sim_launch_locked(sim_launch_memo *m, sim_device *d, void *handle, const sim_kernel_desc *k,
+                                     sim_kjob *j, char *msg) {
+  sim_stream *s = sim_find_stream(d, handle);
+  if (!s) {
+    sim_devmsg(d, msg, k->fn, "context->stream %p is not a live stream of this device", handle);
+    return NULL;
+  }
+  uint64_t gen = atomic_load_explicit(&d->frees, memory_order_relaxed); /* stable: mutex held */
+  if (m->dev != d || m->serial != d->serial) {
+    memset(m, 0, sizeof *m);
+    for (int e = 0; e < SIM_TMEMO; e++) {
+      m->mem[e].gen = UINT64_MAX; /* never a count of frees: empty */
+    }
+    m->dev = d;
+    m->serial = d->serial;
+  }
+  m->handle = handle;
+  m->stream = s;
+  m->streams_gone = atomic_load_explicit(&d->streams_gone, memory_order_relaxed);
+  for (int i = 0; i <= k->nin; i++) {
+    bool is_out = i == k->nin;
+    const sim_ktensor *t = is_out ? &j->out : &j->in[i];
+    if (!t->bytes) {
+      continue;
+    }
+    if (!sim_translate(d, k->fn, is_out ? k->out_what : k->in_what[i], t->data, t->bytes,
+                       is_out ? &j->out_mem : &j->in_mem[i], msg)) {
+      return NULL;
+    }
+    const sim_block *b = &d->blocks[sim_block_at(d, t->data - d->base)];
+    unsigned e = m->next++ % SIM_TMEMO;
+    m->mem[e].lo = d->base + b->off;
+    m->mem[e].len = b->req;
+    m->mem[e].gen = gen;
+  }
+  j->frees = gen;
+  return s;
 }
 
 static inline bool sim_memo_tensor(const sim_ktensor *m, int32_t dtype, const dpp_tensor_t *t) {
@@ -2493,8 +2600,9 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
     return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
 
-  sim_kjob job; /* every field the kernel reads is set below (no memset: launches are hot) */
-  sim_kjob *j = &job;
+  sim_op op; /* every field the worker reads is set below (no memset: launches are hot) */
+  op.kind = SIM_OP_KERNEL;
+  sim_kjob *j = &op.job;
   j->transpose_a = j->transpose_b = false;
   memset(j->reduced, 0, sizeof j->reduced);
   j->in_mem[0] = j->in_mem[1] = j->out_mem = NULL;
@@ -2507,7 +2615,8 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
   j->nin = k->nin;
 
   const sim_ktensor *x = &j->in[0], *y = &j->in[1], *o = &j->out;
-  sim_kmemo *memo = id == SIM_K_ADD || id == SIM_K_MUL ? sim_memo_get() : NULL;
+  sim_tls *tls = sim_tls_get();
+  sim_kmemo *memo = id == SIM_K_ADD || id == SIM_K_MUL ? &tls->shapes : NULL;
   if (memo && sim_memo_hit(memo, cx, id, j)) {
     goto shapes_checked;
   }
@@ -2672,35 +2781,22 @@ shapes_checked:
     }
   }
 
-  /* Addresses and the stream, then enqueue: under the device mutex, like any async op. */
-  {
-    bool ok = true;
+  /* The stream and the addresses (from this thread's memo, or under the device mutex), then
+   * enqueue. */
+  sim_stream *s = sim_launch_memo_hit(&tls->launch, d, cx->stream, k, j);
+  if (!s) {
     pthread_mutex_lock(&d->mu);
-    sim_stream *s = sim_find_stream(d, cx->stream);
-    if (!s) {
-      sim_devmsg(d, msg, fn, "context->stream %p is not a live stream of this device", cx->stream);
-      ok = false;
-    }
-    for (int i = 0; ok && i <= k->nin; i++) {
-      bool is_out = i == k->nin;
-      const sim_ktensor *t = is_out ? o : &j->in[i];
-      if (t->bytes) {
-        ok = sim_translate_launch(d, fn, is_out ? k->out_what : k->in_what[i], t->data, t->bytes,
-                           is_out ? &j->out_mem : &j->in_mem[i], msg);
-      }
-    }
-    /* The translations hold while no allocation is freed (the worker checks). */
-    j->frees = atomic_load(&d->frees);
-    bool queued = ok && sim_enqueue_kernel(s, j);
+    s = sim_launch_locked(&tls->launch, d, cx->stream, k, j, msg);
     pthread_mutex_unlock(&d->mu);
-    if (queued) {
-      return DPP_OK;
-    }
-    if (ok) {
-      sim_devmsg(d, msg, fn, "out of host memory");
-      return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
+    if (!s) {
+      goto invalid;
     }
   }
+  if (sim_push(s, &op, sizeof op)) {
+    return DPP_OK;
+  }
+  sim_devmsg(d, msg, fn, "out of host memory");
+  return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
 
 invalid:
   return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
@@ -2846,9 +2942,8 @@ static dpp_status_t sim_create_device(void *platform_data, int32_t ordinal, dpp_
   d->mem_size = p->opt.memory;
   d->latency_us = p->opt.latency_us;
   atomic_init(&d->frees, 0);
-  for (int i = 0; i < SIM_TMEMO; i++) {
-    d->tmemo[i].gen = UINT64_MAX; /* never a count of frees: empty */
-  }
+  atomic_init(&d->streams_gone, 0);
+  d->serial = atomic_fetch_add(&sim_device_serials, 1) + 1;
   /* calloc: fresh device memory reads as zeros (deterministic), and pages nobody touches cost
    * no host memory. Freed and reused memory keeps what was written there, as on a device. */
   d->arena = (unsigned char *)calloc(1, (size_t)d->mem_size);

@@ -1291,6 +1291,80 @@ static void gate_destroy(gate *g) {
   pthread_mutex_destroy(&g->mu);
 }
 
+/* ---- more ops than a stream's ring holds ---- */
+
+typedef struct seq_ctx {
+  const dpp_stream_executor_t *se;
+  void *dd, *stream;
+  int index;
+  int *order;
+  atomic_int *count;
+  atomic_int *enqueue_status; /* of the callback one of them enqueues on its own stream */
+  struct seq_ctx *then;       /* that callback's context */
+} seq_ctx;
+
+static void cb_seq(void *arg) {
+  seq_ctx *c = (seq_ctx *)arg;
+  int pos = atomic_fetch_add(c->count, 1);
+  c->order[pos] = c->index;
+}
+
+static void cb_seq_enqueue(void *arg) {
+  seq_ctx *c = (seq_ctx *)arg;
+  cb_seq(arg);
+  /* The stream's own worker enqueues on it while the ring is full: it must not wait for
+   * itself. The op runs after everything queued before. */
+  atomic_store(c->enqueue_status, c->se->host_callback(c->dd, c->stream, cb_seq, c->then));
+}
+
+/* A gate holds the worker while far more ops than its ring holds are queued (the rest go to
+ * the overflow list): every op runs once, in order, a callback may enqueue on its own full
+ * stream, and a kernel queued behind them all sees what they did. */
+static void test_ring_overflow(void) {
+  static const char *const opts[] = {"devices=1", NULL};
+  fake_host h;
+  CHECK_OK(load(&h, opts));
+  sim_dev d;
+  CHECK_OK(create(&h, 0, &d));
+  const dpp_stream_executor_t *se = d.se;
+  void *dd = d.dd, *s = NULL;
+  CHECK_OK(se->create_stream(dd, &s));
+  enum { K = 2000 }; /* several rings' worth */
+  static int order[K + 1];
+  static seq_ctx ctx[K + 1];
+  atomic_int count = 0, status = -1;
+  gate g;
+  gate_init(&g);
+  CHECK_OK(se->host_callback(dd, s, gate_wait, &g));
+  for (int i = 0; i <= K; i++) {
+    ctx[i] = (seq_ctx){se, dd, s, i, order, &count, &status, &ctx[K]};
+  }
+  for (int i = 0; i < K; i++) {
+    CHECK_OK(se->host_callback(dd, s, i == K / 2 ? cb_seq_enqueue : cb_seq, &ctx[i]));
+  }
+  dpp_addr_t x = 0;
+  CHECK_OK(se->allocate(dd, 64, &x));
+  CHECK_OK(se->memset_async(dd, s, x, 0x3C, 64));
+  CHECK(atomic_load(&count) == 0);
+  gate_open(&g);
+  CHECK_OK(se->synchronize_stream(dd, s));
+  CHECK(atomic_load(&status) == DPP_OK);
+  CHECK(atomic_load(&count) == K + 1);
+  bool in_order = true;
+  for (int i = 0; i <= K; i++) {
+    in_order = in_order && order[i] == i; /* the callback's own enqueue ran last */
+  }
+  CHECK(in_order);
+  unsigned char got[64];
+  CHECK_OK(se->memcpy_dtoh(dd, got, x, sizeof got));
+  CHECK(all_eq(got, sizeof got, 0x3C));
+  se->deallocate(dd, x, 64);
+  gate_destroy(&g);
+  se->destroy_stream(dd, s);
+  destroy(&h, &d);
+  unload(&h);
+}
+
 /* Runs a kernel on `stream`, synchronizes, downloads the output into `got` (bytes of out). */
 static bool run_sync(const fake_kernel *k, sim_dev *d, void *stream, ktensor *in, int nin, ktensor *out,
                      const fake_attrs *attrs, void *got) {
@@ -2154,6 +2228,7 @@ int main(int argc, char **argv) {
   test_main_load();
   test_kernel_registration();
   test_kernels();
+  test_ring_overflow();
 
   sleep_ms(1);
   dlclose(lib);
