@@ -118,6 +118,11 @@
 #ifndef SIM_WAKE_BATCH
 #define SIM_WAKE_BATCH 256
 #endif
+/* Slots in a stream's ring (a power of two). */
+#ifndef SIM_RING
+#define SIM_RING 256
+#endif
+#define SIM_RING_MASK ((uint64_t)SIM_RING - 1)
 /* Allocations a thread's launch memo remembers from kernel launches' address checks. */
 #define SIM_TMEMO 4
 
@@ -247,12 +252,6 @@ typedef struct sim_slot {
   _Alignas(64) _Atomic uint64_t seq;
   sim_op op;
 } sim_slot;
-
-/* Slots in a stream's ring (a power of two). */
-#ifndef SIM_RING
-#define SIM_RING 256
-#endif
-#define SIM_RING_MASK ((uint64_t)SIM_RING - 1)
 
 typedef enum sim_worker_state {
   SIM_WORKER_BUSY,   /* running ops, polling, or about to look at the ring: never signalled */
@@ -756,16 +755,13 @@ static inline bool sim_has_work(sim_stream *s, uint64_t pos) {
   return atomic_load(&s->ring[pos & SIM_RING_MASK].seq) == pos + 1 || atomic_load(&s->overflow_pending);
 }
 
-/* Stream mutex held. Wakes a dozing or sleeping worker if the op just enqueued needs it now:
- * a sleeping one always, a dozing one for an event mark or wait (someone may block on those)
- * or once SIM_WAKE_BATCH ops wait. */
-static void sim_wake_locked(sim_stream *s, bool urgent) {
+/* Whether the op just enqueued must wake the worker now: a sleeping one always, a dozing one
+ * for an event mark or wait (someone may block on those) or once SIM_WAKE_BATCH ops wait. */
+static bool sim_needs_wake(sim_stream *s, bool urgent) {
   int state = atomic_load(&s->state);
-  uint64_t waiting = atomic_load(&s->submitted) - atomic_load(&s->completed);
-  if (state == SIM_WORKER_ASLEEP || (state == SIM_WORKER_DOZING && (urgent || waiting >= SIM_WAKE_BATCH))) {
-    atomic_store(&s->state, SIM_WORKER_BUSY);
-    pthread_cond_signal(&s->work_cv);
-  }
+  return state == SIM_WORKER_ASLEEP ||
+         (state == SIM_WORKER_DOZING &&
+          (urgent || atomic_load(&s->submitted) - atomic_load(&s->completed) >= SIM_WAKE_BATCH));
 }
 
 /* Enqueues a copy of the first `size` bytes of `op` (SIM_OP_HEAD_SIZE, or sizeof *op for a
@@ -811,13 +807,14 @@ static bool sim_push(sim_stream *s, const sim_op *op, size_t size) {
   atomic_store_explicit(&s->submitted, atomic_load_explicit(&s->submitted, memory_order_relaxed) + 1,
                         memory_order_release);
   pthread_mutex_unlock(&s->pmu);
-  /* A dozing worker this does not wake looks at the ring again before it sleeps. */
-  int state = atomic_load(&s->state);
-  if (state == SIM_WORKER_ASLEEP ||
-      (state == SIM_WORKER_DOZING &&
-       (urgent || atomic_load(&s->submitted) - atomic_load(&s->completed) >= SIM_WAKE_BATCH))) {
+  /* Without the mutex first (a dozing worker this does not wake looks at the ring again
+   * before it sleeps), then again under it, where the worker changes its state. */
+  if (sim_needs_wake(s, urgent)) {
     pthread_mutex_lock(&s->mu);
-    sim_wake_locked(s, urgent);
+    if (sim_needs_wake(s, urgent)) {
+      atomic_store(&s->state, SIM_WORKER_BUSY);
+      pthread_cond_signal(&s->work_cv);
+    }
     pthread_mutex_unlock(&s->mu);
   }
   return true;
@@ -877,7 +874,8 @@ static bool sim_idle(sim_stream *s, uint64_t pos) {
     }
     int state = atomic_load(&s->state);
     if (state == SIM_WORKER_BUSY) {
-      /* Woken before the op that woke it was published (a synchronize): doze again. */
+      /* Woken with nothing to run (every waker publishes work first, so this is only a
+       * safeguard): doze again. */
       until = sim_deadline_us(SIM_DOZE_US);
       rc = 0;
       atomic_store(&s->state, SIM_WORKER_DOZING);
