@@ -1,17 +1,16 @@
 //! Devices: a platform and an ordinal, with the executor that drives it, its memory
 //! allocator and its default stream.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 use crate::memory::{
     Buffer, BufferPool, DeviceAllocator, DevicePtr, DirectAllocator, MemoryStats, RawAllocator,
-    Suballocator, SuballocatorOptions,
+    StreamOrder, Suballocator, SuballocatorOptions, MARKER_EVERY,
 };
 use crate::platform::{DeviceDescription, Platform, PlatformInfo, RawStream, StreamExecutor};
 use crate::stream::{Event, Stream};
@@ -59,61 +58,6 @@ impl RawAllocator for ExecutorMemory {
     }
 }
 
-/// How many ops of plugin kernels make one keep-alive batch (see [`KeepAlive`]). Small, so
-/// that the outputs of eager ops come back to the buffer pool (whose depth per size class is
-/// 32) soon after the stream passed them, instead of being freed for real: one host callback
-/// per batch is cheaper than an allocation per op.
-const KEEP_ALIVE_BATCH_OPS: usize = 8;
-/// How many of the latest keep-alive entries a launch's buffers are compared with.
-const KEEP_ALIVE_DEDUP_WINDOW: usize = 4;
-
-/// The buffers of work enqueued on the default stream that the stream may not have reached
-/// yet (plugin kernels), kept alive without a queue entry per op:
-///
-/// - every op's buffers are appended to `filling`, after the op was enqueued;
-/// - a synchronize of the default stream takes everything held before it waits and releases
-///   it after (what was appended before the synchronize began was enqueued before it, so the
-///   stream has run it);
-/// - so that a host that never synchronizes does not hold memory without bound, every
-///   [`KEEP_ALIVE_BATCH_OPS`] ops the filling batch is sealed with a sequence number and ONE
-///   host callback is enqueued behind it that records the number in `Device::keep_alive_reached`
-///   (callbacks run in stream order, after the ops before them). The next kernel launch
-///   releases the sealed batches whose number the stream reached (so frees happen on the host
-///   thread, not on the plugin's worker, and the callback itself is trivial); a synchronize
-///   releases everything. Released buffers nothing else holds go back to the buffer pool (an
-///   eager op's output, dropped by the host while in flight, becomes a later op's output).
-///
-/// A batch sealed later than another was sealed after every op of the earlier one had been
-/// enqueued, so reaching any callback releases every batch sealed before it too; a callback the
-/// plugin refused only delays the release to the next callback or synchronize.
-#[derive(Default)]
-struct KeepAlive {
-    filling: Vec<Arc<Buffer>>,
-    filling_ops: usize,
-    /// Sealed batches, oldest first, with their sequence numbers (from 1).
-    sealed: VecDeque<(u64, Vec<Arc<Buffer>>)>,
-    last_seq: u64,
-}
-
-/// What a synchronize took from a [`KeepAlive`], released once the stream is drained.
-type Held = (Vec<Arc<Buffer>>, VecDeque<(u64, Vec<Arc<Buffer>>)>);
-
-/// Lets go of kept-alive buffers the stream has passed: the last reference to a small buffer
-/// goes back to its device's buffer pool (like a tensor's), for the next op's outputs.
-fn release_kept(buffers: impl IntoIterator<Item = Arc<Buffer>>) {
-    for b in buffers {
-        b.recycle();
-    }
-}
-
-/// Releases what a synchronize took, once the stream has run it.
-fn release_held((filling, sealed): Held) {
-    release_kept(filling);
-    for (_, batch) in sealed {
-        release_kept(batch);
-    }
-}
-
 /// One device.
 pub struct Device {
     /// Position in the runtime's device list (a key of the dispatch cache).
@@ -132,10 +76,9 @@ pub struct Device {
     default_stream: RawStream,
     /// Work may be pending on the default stream (set before anything is enqueued there).
     default_stream_dirty: AtomicBool,
-    /// Buffers of plugin kernels the default stream may not have reached yet.
-    keep_alive: Mutex<KeepAlive>,
-    /// The highest keep-alive batch number the default stream has reached.
-    keep_alive_reached: Arc<AtomicU64>,
+    /// Launches on the default stream and how far it got, for stream-ordered reuse of the
+    /// memory they use (see `memory::stream_order`).
+    order: StreamOrder,
     /// Pinned host allocations: address → size.
     host_allocations: Mutex<HashMap<usize, u64>>,
 }
@@ -183,8 +126,7 @@ impl Device {
             memory_limit,
             default_stream,
             default_stream_dirty: AtomicBool::new(false),
-            keep_alive: Mutex::new(KeepAlive::default()),
-            keep_alive_reached: Arc::new(AtomicU64::new(0)),
+            order: StreamOrder::default(),
             host_allocations: Mutex::new(HashMap::new()),
         })
     }
@@ -255,18 +197,46 @@ impl Device {
         }
     }
 
-    /// Allocates `size` bytes of device memory.
+    /// Allocates `size` bytes of device memory, for any use: a user stream or a synchronous
+    /// copy may write it next.
     #[inline]
     pub fn allocate(self: &Arc<Self>, size: u64) -> Result<Arc<Buffer>> {
-        if let Some(b) = self.pool.take(size) {
-            return Ok(b);
+        // A pooled buffer may still be in use by the default stream (see
+        // `memory::stream_order`): it is taken only once the stream reached every launch.
+        if self.order.pending().is_none() {
+            if let Some(b) = self.pool.take(size) {
+                b.clear_stream_use();
+                return Ok(b);
+            }
         }
-        let ptr = match self.allocator.allocate(size) {
-            // Memory the pool holds is free: give it back before failing.
-            Err(_) if self.pool.flush() => self.allocator.allocate(size),
-            r => r,
+        self.allocate_new(size)
+    }
+
+    /// Allocates `size` bytes for the output of a kernel about to run on this device: written
+    /// next by work on the default stream (or synchronously, after it), so a pooled buffer that
+    /// earlier work on the stream may still use is as good as a new one.
+    #[inline]
+    pub(crate) fn allocate_output(self: &Arc<Self>, size: u64) -> Result<Arc<Buffer>> {
+        match self.pool.take(size) {
+            Some(b) => Ok(b),
+            None => self.allocate_new(size),
         }
-        .map_err(|e| e.context(format!("allocating {size} bytes on {}", self.name())))?;
+    }
+
+    /// Allocates from the allocator; before failing, gives back what the pool holds and what
+    /// waits for the default stream.
+    fn allocate_new(self: &Arc<Self>, size: u64) -> Result<Arc<Buffer>> {
+        let mut r = self.allocator.allocate(size);
+        if r.is_err() && self.pool.flush() {
+            r = self.allocator.allocate(size);
+        }
+        if r.is_err() && self.order.has_deferred() {
+            // Frees wait for the stream: let it finish them.
+            self.synchronize_default_stream_now()?;
+            r = self.allocator.allocate(size);
+        }
+        let ptr =
+            r.map_err(|e| e.context(format!("allocating {size} bytes on {}", self.name())))?;
         Ok(Arc::new(Buffer::new(self.clone(), ptr, size)))
     }
 
@@ -279,6 +249,23 @@ impl Device {
     /// buffers hold their device, which would otherwise never be dropped).
     pub(crate) fn close_buffer_pool(&self) {
         self.pool.close();
+    }
+
+    /// Frees memory a kernel on the default stream used, once the stream is past it.
+    pub(crate) fn free_in_stream_order(&self, ptr: DevicePtr) {
+        match self.order.pending() {
+            Some(count) => self.order.defer(count, ptr),
+            None => self.free(ptr),
+        }
+    }
+
+    /// Frees what waited for the default stream and need wait no more.
+    fn free_due(&self) {
+        if self.order.has_due() {
+            for ptr in self.order.take_due() {
+                self.free(ptr);
+            }
+        }
     }
 
     pub(crate) fn free(&self, ptr: DevicePtr) {
@@ -343,12 +330,7 @@ impl Device {
     /// Waits for all work on all streams of the device.
     pub fn synchronize(&self) -> Result<()> {
         self.default_stream_dirty.store(false, Ordering::Release);
-        let held = self.take_kept_alive();
-        let result = self.executor.synchronize_stream(&self.default_stream);
-        // The stream has run everything enqueued before `held` was taken, error or not (an
-        // executor's synchronize returns the stream's error after waiting).
-        release_held(held);
-        result?;
+        self.synchronize_default_stream_now()?;
         self.executor.synchronize_all()
     }
 
@@ -362,85 +344,44 @@ impl Device {
         self.synchronize_default_stream_now()
     }
 
-    /// Waits for the work on the default stream, whether or not any was noted, and releases
-    /// what was kept alive for it.
+    /// Waits for the work on the default stream, whether or not any was noted, and frees what
+    /// waited for it.
     pub(crate) fn synchronize_default_stream_now(&self) -> Result<()> {
-        let held = self.take_kept_alive();
+        let count = self.order.current();
         let result = self.executor.synchronize_stream(&self.default_stream);
-        release_held(held);
+        // The stream has run everything counted before the wait, error or not (an executor's
+        // synchronize returns the stream's error after waiting).
+        self.order.reach(count);
+        self.free_due();
         result
     }
 
-    /// Takes everything the keep-alive list holds (to release once the stream is drained).
-    fn take_kept_alive(&self) -> Held {
-        let mut ka = self.keep_alive.lock();
-        ka.filling_ops = 0;
-        (
-            std::mem::take(&mut ka.filling),
-            std::mem::take(&mut ka.sealed),
-        )
-    }
-
-    /// Keeps `buffers` alive until the default stream has run the op just enqueued there that
-    /// uses them. Call it after the enqueue succeeded. See [`KeepAlive`].
-    pub(crate) fn keep_alive_on_default_stream<'a>(
+    /// Notes a kernel just enqueued on the default stream that uses `buffers`: their memory
+    /// is then reused and freed in stream order (see `memory::stream_order`). Call it after the
+    /// enqueue succeeded.
+    pub(crate) fn launched_on_default_stream<'a>(
         &self,
         buffers: impl Iterator<Item = &'a Arc<Buffer>>,
     ) {
-        let reached = self.keep_alive_reached.load(Ordering::Acquire);
-        let mut ka = self.keep_alive.lock();
-        // A buffer the last few entries of the filling batch hold already (an input launch
-        // after launch uses, a weight, an op reading one tensor twice) needs no second entry:
-        // the batch is released as a whole, after this op too. Saves two reference-count
-        // updates per repeated buffer.
-        let recent = ka.filling.len().saturating_sub(KEEP_ALIVE_DEDUP_WINDOW);
         for b in buffers {
-            if !ka.filling[recent..].iter().any(|k| Arc::ptr_eq(k, b)) {
-                ka.filling.push(b.clone());
-            }
+            b.mark_stream_use();
         }
-        ka.filling_ops += 1;
-        // Batches the stream has passed (usually none or one; allocates only for more).
-        let mut done: SmallVec<[Vec<Arc<Buffer>>; 2]> = SmallVec::new();
-        while ka.sealed.front().is_some_and(|(seq, _)| *seq <= reached) {
-            if let Some((_, batch)) = ka.sealed.pop_front() {
-                done.push(batch);
-            }
-        }
-        let seal = if ka.filling_ops >= KEEP_ALIVE_BATCH_OPS {
-            let batch = std::mem::replace(
-                &mut ka.filling,
-                Vec::with_capacity(KEEP_ALIVE_BATCH_OPS * 3),
-            );
-            ka.filling_ops = 0;
-            ka.last_seq += 1;
-            let seq = ka.last_seq;
-            ka.sealed.push_back((seq, batch));
-            Some(seq)
-        } else {
-            None
-        };
-        drop(ka);
+        let count = self.order.launched();
         // Again (it was set before the enqueue): a synchronize that ran in between cleared
-        // it, maybe before this op was enqueued, and the buffers just added must not wait for
-        // a synchronize that returns at once.
+        // it, maybe before this op was enqueued.
         self.default_stream_dirty.store(true, Ordering::Release);
-        for batch in done {
-            release_kept(batch);
-        }
-        if let Some(seq) = seal {
-            let reached = self.keep_alive_reached.clone();
-            let marker = Box::new(move || {
-                reached.fetch_max(seq, Ordering::AcqRel);
-            });
+        if count.is_multiple_of(MARKER_EVERY) {
+            let marker = Box::new(self.order.marker(count));
             if let Err(e) = self.executor.host_callback(&self.default_stream, marker) {
-                // Nothing is lost: the batch stays held until a later callback or synchronize.
+                // Nothing is lost: what waits for this count waits for a later marker or a
+                // synchronize.
                 crate::log::warn(&format!(
-                    "{}: cannot enqueue the keep-alive marker on the default stream: {e}",
+                    "{}: cannot enqueue a stream-order marker on the default stream: {e}",
                     self.name()
                 ));
             }
         }
+        self.free_due();
     }
 
     /// Notes that work is about to be enqueued on the default stream (unless it runs inline).
@@ -459,8 +400,7 @@ impl std::fmt::Debug for Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
-        // Also releases what the keep-alive list holds (buffers of other devices, since a
-        // buffer of this one keeps it alive), after the stream ran it.
+        // Also frees what waits for the default stream.
         let _ = self.synchronize();
         let default_stream = std::mem::replace(&mut self.default_stream, Box::new(()));
         self.executor.destroy_stream(default_stream);
@@ -478,9 +418,8 @@ pub(crate) fn set_active(entry: &PlatformEntry, active: bool) {
 
 #[cfg(test)]
 mod tests {
+    use super::{Device, MARKER_EVERY};
     use crate::runtime::{Runtime, RuntimeOptions};
-
-    use super::KEEP_ALIVE_BATCH_OPS;
 
     fn runtime() -> Runtime {
         Runtime::new(RuntimeOptions {
@@ -490,44 +429,52 @@ mod tests {
         .expect("runtime")
     }
 
-    /// Buffers the keep-alive list lets go of go back to the buffer pool, for the next ops'
-    /// outputs: after a synchronize, and batch by batch once the stream passed a batch.
+    /// Memory a kernel on the default stream used is reused in stream order: a dropped buffer
+    /// becomes the next kernel output at once, but no other allocation takes it, and memory the
+    /// pool does not keep is freed only once the stream got there (a marker or a synchronize).
     #[test]
-    fn kept_alive_buffers_go_back_to_the_pool() {
+    fn stream_used_memory_is_reused_and_freed_in_stream_order() {
         let rt = runtime();
         let cpu = rt.find_device("CPU").expect("CPU");
+        let active = |d: &Device| d.allocator.stats().active_allocs;
         let b = cpu.allocate(64).expect("alloc");
         let ptr = b.ptr();
-        cpu.keep_alive_on_default_stream([&b].into_iter());
-        drop(b);
-        assert!(cpu.buffer_pool().take(64).is_none(), "still kept alive");
-        cpu.synchronize().expect("sync");
-        let again = cpu
-            .buffer_pool()
-            .take(64)
-            .expect("pooled after the synchronize");
-        assert_eq!(again.ptr(), ptr);
-        drop(again);
+        cpu.launched_on_default_stream([&b].into_iter());
+        b.recycle();
+        let other = cpu.allocate(64).expect("alloc");
+        assert_ne!(other.ptr(), ptr, "a raw allocation waits for the stream");
+        let output = cpu.allocate_output(64).expect("alloc");
+        assert_eq!(output.ptr(), ptr, "a kernel output reuses it at once");
 
-        // A full batch, then one more launch: the CPU's stream ran the batch's marker inline,
-        // so that launch releases the batch.
-        let mut ptrs = Vec::new();
-        for _ in 0..KEEP_ALIVE_BATCH_OPS {
-            let b = cpu.allocate(128).expect("alloc");
-            ptrs.push(b.ptr());
-            cpu.keep_alive_on_default_stream([&b].into_iter());
-        }
-        assert!(cpu.buffer_pool().take(128).is_none(), "still kept alive");
-        let last = cpu.allocate(128).expect("alloc");
-        cpu.keep_alive_on_default_stream([&last].into_iter());
-        let mut back = Vec::new();
-        while let Some(b) = cpu.buffer_pool().take(128) {
-            back.push(b.ptr());
-        }
-        back.sort_by_key(|p| p.0);
-        ptrs.sort_by_key(|p| p.0);
-        assert_eq!(back, ptrs, "the batch the stream passed is pooled");
+        // Too large for the pool: the free waits for the stream.
+        let big = cpu.allocate(4 << 20).expect("alloc");
+        cpu.launched_on_default_stream([&big].into_iter());
+        let before = active(&cpu);
+        drop(big);
+        assert_eq!(active(&cpu), before, "freed only once the stream got there");
         cpu.synchronize().expect("sync");
+        assert_eq!(active(&cpu), before - 1, "freed by the synchronize");
+
+        // A marker every MARKER_EVERY launches (the CPU's stream runs it inline) lets the
+        // launch after it free what waited.
+        let big = cpu.allocate(4 << 20).expect("alloc");
+        cpu.launched_on_default_stream([&big].into_iter());
+        drop(big);
+        let before = active(&cpu);
+        for _ in 0..MARKER_EVERY {
+            cpu.launched_on_default_stream([&output].into_iter());
+        }
+        assert_eq!(active(&cpu), before - 1, "freed after the marker");
+
+        // Once the stream reached every launch, raw allocations take pooled buffers again,
+        // unmarked.
+        let ptr = output.ptr();
+        output.recycle();
+        cpu.synchronize().expect("sync");
+        let again = cpu.allocate(64).expect("alloc");
+        assert_eq!(again.ptr(), ptr);
+        assert!(!again.stream_used());
+        drop((other, again));
     }
 
     /// The pool without a lock: threads taking and keeping buffers at once lose none and free

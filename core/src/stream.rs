@@ -235,7 +235,7 @@ impl Stream {
     /// Blocks until all work enqueued so far is done.
     pub fn synchronize(&self) -> Result<()> {
         match &self.kind {
-            // Also releases what the device kept alive for the default stream.
+            // Also frees what waited for the default stream (stream-ordered reuse).
             StreamKind::Default => self.device.synchronize_default_stream_now(),
             StreamKind::Owned(raw) => self.device.executor().synchronize_stream(raw),
         }

@@ -229,6 +229,17 @@ impl Tensor {
         })
     }
 
+    /// A kernel's output, about to be written by a kernel on `device` (its memory may be reused
+    /// in stream order, see `memory::stream_order`).
+    pub(crate) fn output(device: &Arc<Device>, dtype: DType, shape: &[i64]) -> Result<Tensor> {
+        let bytes = byte_size(dtype, shape)?;
+        Ok(Tensor {
+            dtype,
+            shape: Shape::new(shape),
+            buffer: ManuallyDrop::new(device.allocate_output(bytes)?),
+        })
+    }
+
     /// A tensor holding `data`: row-major bytes, exactly `num_elements * dtype.size()` of them.
     pub fn from_bytes(
         device: &Arc<Device>,

@@ -169,3 +169,63 @@ fn threads_sharing_a_device_and_its_pool_lose_nothing() {
     });
     assert_eq!(cpu.memory_stats().bytes_in_use, before);
 }
+
+#[test]
+fn memory_a_sim_kernel_may_still_use_is_reused_only_in_stream_order() {
+    // SIM's default stream is held behind a gate while Adds are queued and their inputs
+    // dropped: the next kernel output may take that memory at once (the stream runs it after),
+    // a raw allocation may not, and memory too large for the pool is freed only once the
+    // stream got there. Every result is checked once the gate opens.
+    let rt = runtime(None);
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let sim = rt.find_device("SIM:0").unwrap();
+    let add = rt.op("Add").unwrap();
+    let on_sim = devplug_core::RunOptions {
+        device: Some(sim.clone()),
+        ..Default::default()
+    };
+    let run = |inputs: &[Tensor]| {
+        let out = rt.run(&add, inputs, &Default::default(), &on_sim).unwrap();
+        out.into_iter().next().unwrap()
+    };
+    let a = Tensor::from_slice(&sim, &[16], &[1f32; 16]).unwrap();
+    let b = Tensor::from_slice(&sim, &[16], &[2f32; 16]).unwrap();
+    let big = Tensor::from_slice(&sim, &[1 << 20], &vec![1f32; 1 << 20]).unwrap();
+    let (pa, pb) = (addr(&a), addr(&b));
+
+    let (open, gate) = std::sync::mpsc::channel::<()>();
+    sim.default_stream()
+        .host_callback(Box::new(move || {
+            let _ = gate.recv();
+        }))
+        .unwrap();
+    let c = run(&[a, b]); // queued behind the gate; its inputs dropped at once
+    let raw = Tensor::uninit(&sim, DType::F32, &[16]).unwrap();
+    assert!(
+        ![pa, pb].contains(&addr(&raw)),
+        "a raw allocation got memory a queued kernel still reads"
+    );
+    let d = run(&[c.clone(), c.clone()]);
+    assert!(
+        [pa, pb].contains(&addr(&d)),
+        "the next kernel output did not reuse the dropped inputs' memory"
+    );
+    let active = sim.memory_stats().active_allocs;
+    let big2 = run(&[big.clone(), big]);
+    assert_eq!(sim.memory_stats().active_allocs, active + 1);
+    drop(big2); // both big buffers are dropped while the stream has not run their Add
+    assert_eq!(
+        sim.memory_stats().active_allocs,
+        active + 1,
+        "memory a queued kernel uses was freed"
+    );
+
+    open.send(()).unwrap();
+    sim.synchronize().unwrap();
+    // Freed now: both big buffers, and the dropped input `d` did not reuse (the statistics
+    // flushed it from the pool, and it waited for the stream too).
+    assert_eq!(sim.memory_stats().active_allocs, active - 2);
+    assert_eq!(c.to_vec::<f32>().unwrap(), vec![3f32; 16]);
+    assert_eq!(d.to_vec::<f32>().unwrap(), vec![6f32; 16]);
+    drop(raw);
+}

@@ -218,7 +218,7 @@ fn plugin_kernels_keep_the_tensors_the_host_dropped_alive_until_the_stream_ran_t
 }
 
 #[test]
-fn the_keep_alive_list_is_released_by_a_synchronize_and_bounded_without_one() {
+fn memory_dropped_in_flight_is_bounded_without_a_synchronize_and_freed_by_one() {
     let rt = runtime();
     rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
     let d = rt.find_device("SIM").unwrap();
@@ -227,26 +227,47 @@ fn the_keep_alive_list_is_released_by_a_synchronize_and_bounded_without_one() {
     let idle = d.memory_stats().bytes_in_use;
     let chunk = 256; // one 64-byte output, rounded up by the suballocator
 
-    // A host that never synchronizes: 3000 launches whose outputs it drops at once.
+    // A host that never synchronizes: 3000 launches whose outputs it drops at once. Small
+    // outputs go back to the buffer pool at once and become the next outputs (stream order).
     for _ in 0..3000 {
         sim_add(&rt, &d, &x, &x);
     }
-    // Wait for the stream without synchronizing (an event), then launch once more: batches
-    // the stream passed are released, so what is held stays within about one batch.
+    // Wait for the stream without synchronizing (an event), then launch once more.
     let ev = d.create_event().unwrap();
     ev.record(&d.default_stream()).unwrap();
     ev.synchronize().unwrap();
     sim_add(&rt, &d, &x, &x);
     let held = d.memory_stats().bytes_in_use - idle;
-    // Batches are small (8 ops), so that outputs come back to the buffer pool soon.
     assert!(
-        held <= 16 * chunk,
+        held <= 4 * chunk,
         "{held} bytes of dropped outputs are still held (3000 launches: {} bytes)",
         3000 * chunk
     );
 
-    // A synchronize releases everything, whichever way the default stream is synchronized.
+    // Outputs too large for the pool are freed once a marker behind them ran (one every 32
+    // launches): what is held stays within about one marker interval.
+    let n = 1 << 16;
+    let big = f32s(&d, &vec![1.0; n]);
     d.synchronize().unwrap();
+    let idle_big = d.memory_stats().bytes_in_use;
+    for _ in 0..300 {
+        sim_add(&rt, &d, &big, &big);
+    }
+    ev.record(&d.default_stream()).unwrap();
+    ev.synchronize().unwrap();
+    sim_add(&rt, &d, &big, &big);
+    let held = d.memory_stats().bytes_in_use - idle_big;
+    let out = 4 * n as u64;
+    assert!(
+        held <= 34 * out,
+        "{} outputs of 300 are still held",
+        held / out
+    );
+
+    // A synchronize frees everything, whichever way the default stream is synchronized.
+    d.synchronize().unwrap();
+    assert_eq!(d.memory_stats().bytes_in_use, idle_big);
+    drop(big);
     assert_eq!(d.memory_stats().bytes_in_use, idle);
     sim_add(&rt, &d, &x, &x);
     d.default_stream().synchronize().unwrap();
@@ -262,7 +283,7 @@ fn the_keep_alive_list_is_released_by_a_synchronize_and_bounded_without_one() {
 #[test]
 fn back_to_back_launches_run_in_order_while_their_outputs_cycle_through_the_pool() {
     // Each Add reads the previous one's output, which the host drops at once: outputs go
-    // through the keep-alive list back to the buffer pool and out again as outputs while the
+    // back to the buffer pool and out again as outputs (stream-ordered reuse) while the
     // stream may still be behind. With latency the worker does not poll and the stream lags
     // far behind the host; without, launches come back to back (the worker polls for them),
     // and after pauses long enough for it to doze and to fall asleep.

@@ -245,7 +245,7 @@ fn run_kernel(
     };
     let start = out.len();
     for o in outputs {
-        out.push(Tensor::uninit(device, o.dtype, &o.shape)?);
+        out.push(Tensor::output(device, o.dtype, &o.shape)?);
     }
     (kernel.func)(&KernelContext {
         device,

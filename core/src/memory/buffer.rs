@@ -1,6 +1,7 @@
 //! Buffers: reference-counted device memory, and the synchronous copies between buffers and
 //! host memory.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::device::Device;
@@ -8,16 +9,46 @@ use crate::error::{Error, Result};
 use crate::memory::{BufferPool, DevicePtr};
 
 /// A block of one device's memory. Freed (back to the device's suballocator) when the last
-/// reference goes; streams hold references to the buffers their pending work uses.
+/// reference goes; user streams hold references to the buffers their pending work uses, and
+/// kernels on the default stream mark them for stream-ordered reuse (`memory::stream_order`).
 pub struct Buffer {
     device: Arc<Device>,
     ptr: DevicePtr,
     size: u64,
+    /// A kernel on the device's default stream used it (maybe still does): its memory is
+    /// reused or freed in stream order.
+    stream_use: AtomicBool,
 }
 
 impl Buffer {
     pub(crate) fn new(device: Arc<Device>, ptr: DevicePtr, size: u64) -> Buffer {
-        Buffer { device, ptr, size }
+        Buffer {
+            device,
+            ptr,
+            size,
+            stream_use: AtomicBool::new(false),
+        }
+    }
+
+    /// Notes that a kernel just enqueued on the default stream uses this buffer.
+    #[inline]
+    pub(crate) fn mark_stream_use(&self) {
+        // A load first: the flag stays set across reuses, and a store each launch would make
+        // the cache line dirty for nothing.
+        if !self.stream_use.load(Ordering::Relaxed) {
+            self.stream_use.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// True if a kernel on the default stream used it since it was last handed out unmarked.
+    #[cfg(test)]
+    pub(crate) fn stream_used(&self) -> bool {
+        self.stream_use.load(Ordering::Relaxed)
+    }
+
+    /// Hands out a pooled buffer whose stream uses are all over as unmarked.
+    pub(crate) fn clear_stream_use(&self) {
+        self.stream_use.store(false, Ordering::Relaxed);
     }
 
     pub fn device(&self) -> &Arc<Device> {
@@ -158,7 +189,11 @@ pub(crate) fn copy_between(
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        self.device.free(self.ptr);
+        if *self.stream_use.get_mut() {
+            self.device.free_in_stream_order(self.ptr);
+        } else {
+            self.device.free(self.ptr);
+        }
     }
 }
 

@@ -5,12 +5,14 @@
 mod buffer;
 mod direct;
 mod pool;
+mod stream_order;
 mod suballocator;
 
 pub(crate) use buffer::copy_between;
 pub use buffer::Buffer;
 pub use direct::DirectAllocator;
 pub(crate) use pool::BufferPool;
+pub(crate) use stream_order::{StreamOrder, MARKER_EVERY};
 pub use suballocator::{MemoryStats, RawAllocator, Suballocator, SuballocatorOptions};
 
 /// A device's allocator: the suballocator, unless the platform opted out.

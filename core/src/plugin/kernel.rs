@@ -98,10 +98,10 @@ impl PluginKernel {
             })
         });
         check_with(&self.plugin, || format!("kernel {}", self.name), status)?;
-        // The stream may still be working on these: the device keeps them alive until its
-        // default stream got there (released by its next synchronize, or in batches).
+        // The stream may still be working on these: their memory is reused and freed in
+        // stream order from now on.
         let buffers = cx.inputs.iter().chain(cx.outputs).map(|t| t.buffer());
-        device.keep_alive_on_default_stream(buffers);
+        device.launched_on_default_stream(buffers);
         Ok(())
     }
 }
