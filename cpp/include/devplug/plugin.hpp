@@ -389,8 +389,8 @@ struct KernelSpec {
  *        elements live in the device's memory (dense, row-major).
  *
  * Valid during the kernel call only: work enqueued on a stream copies what it needs
- * (data(), byte_size(), shape().to_vector()). The host keeps the memory itself alive until
- * the stream reaches that work.
+ * (data(), byte_size(), shape().to_vector()). The host keeps the memory itself from other uses
+ * until the stream reaches that work (later work on the same stream may reuse it).
  */
 class Tensor {
  public:
@@ -1088,8 +1088,9 @@ class Platform {
  * Valid during the kernel call only. The host guarantees: the device belongs to the platform
  * the kernel is bound to; the stream is that device's default stream, where the kernel
  * enqueues its work (or does it at once); the outputs are allocated on the device with the
- * shapes the op's shape function gave; inputs and outputs stay alive until the stream reaches
- * the work enqueued now.
+ * shapes the op's shape function gave; the memory of inputs and outputs is kept from other
+ * uses until the stream reaches the work enqueued now (later work on the same stream may reuse
+ * it: run the work in the stream's order).
  */
 class KernelContext {
  public:

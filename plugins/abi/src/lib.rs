@@ -222,7 +222,9 @@ pub struct dpp_kernel_context_t {
     /// The `device_data` of the device the kernel runs on.
     pub device: *mut c_void,
     /// The device's default stream (the plugin's handle): enqueue the work there. The host
-    /// keeps the inputs and outputs alive until the stream reaches what was enqueued.
+    /// keeps the inputs' and outputs' memory from other uses until the stream reaches what was
+    /// enqueued; it may reuse it at once for later work on this same stream (stream-ordered
+    /// reuse), so run the work in this stream's order.
     pub stream: *mut c_void,
     /// Number of inputs.
     pub num_inputs: usize,

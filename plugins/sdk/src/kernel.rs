@@ -19,9 +19,10 @@
 //! - the device is one of the platform the kernel is bound to, and the stream is that device's
 //!   default stream; the kernel enqueues its work there (or does it at once);
 //! - the outputs are allocated on the device, with the shapes the op's shape function gave;
-//! - inputs and outputs stay alive until the stream reaches the work enqueued now: copy what
-//!   the work needs (addresses, shapes) into it, the [`Tensor`] views are valid only during the
-//!   call;
+//! - the memory of inputs and outputs is kept from other uses until the stream reaches the
+//!   work enqueued now (later work on the same stream may reuse it: run the work in the
+//!   stream's order); copy what the work needs (addresses, shapes) into it, the [`Tensor`]
+//!   views are valid only during the call;
 //! - the attributes are the op's, defaults filled in.
 //!
 //! A kernel that returns `Err` fails the op with the error's code and message; a kernel that

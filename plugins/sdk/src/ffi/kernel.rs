@@ -474,7 +474,8 @@ impl<'a, D: Device> KernelContext<'a, D> {
     }
 
     /// The device's default stream: enqueue the kernel's work here. The host keeps the
-    /// inputs and outputs alive until the stream reaches what is enqueued now.
+    /// memory of the inputs and outputs from other uses until the stream reaches what is
+    /// enqueued now (later work on this stream may reuse it, in stream order).
     pub fn stream(&self) -> &'a D::Stream {
         self.stream
     }
