@@ -226,25 +226,49 @@ typedef struct sim_kjob {
   uint64_t frees;
 } sim_kjob;
 
+/* A kernel as it waits in a queue: a sim_kjob packed, its shapes one after the other and only
+ * up to the ranks used, so that a launch writes (and the worker reads) a couple of cache lines
+ * rather than the whole job. Packed by sim_kpack, unpacked by the worker (sim_kunpack). */
+typedef struct sim_kqueued {
+  uint8_t id, nin;
+  uint8_t transpose_a, transpose_b;
+  uint8_t rank[3]; /* in[0], in[1], out */
+  uint8_t reduced; /* ReduceSum: bit r set when the input's axis r is reduced */
+  int32_t dtype;
+  uint64_t frees;
+  dpp_addr_t data[3];
+  unsigned char *mem[3];
+  int64_t dims[3 * SIM_MAX_RANK]; /* in[0]'s, in[1]'s, out's: the first rank[0] + rank[1] + rank[2] */
+} sim_kqueued;
+
 typedef struct sim_op {
   struct sim_op *next; /* in the stream's overflow list (see sim_push) */
   sim_op_kind kind;
-  dpp_addr_t dst, src;
-  void *host_dst;
-  const void *host_src;
-  uint64_t size;
-  uint8_t value;
-  dpp_host_fn fn;
-  void *arg;
-  sim_marker *marker;
-  bool inject_fail; /* decided at enqueue time (fail_copy_after) */
-  uint64_t copy_number;
-  sim_kjob job; /* SIM_OP_KERNEL only: last, so that other ops copy the fields before it */
+  union {
+    struct { /* every kind but SIM_OP_KERNEL */
+      dpp_addr_t dst, src;
+      void *host_dst;
+      const void *host_src;
+      uint64_t size;
+      uint8_t value;
+      dpp_host_fn fn;
+      void *arg;
+      sim_marker *marker;
+      bool inject_fail; /* decided at enqueue time (fail_copy_after) */
+      uint64_t copy_number;
+    };
+    sim_kqueued kernel; /* SIM_OP_KERNEL: only its first sim_kqueued_size() bytes are set */
+  };
 } sim_op;
 
-/* The bytes of an op that are copied into a queue: a kernel's whole op, the fields before the
- * job for the others. */
-#define SIM_OP_HEAD_SIZE offsetof(sim_op, job)
+/* The bytes of an op that are copied into a queue: the fields of the other kinds (for a kernel,
+ * see sim_kqueued_size). */
+#define SIM_OP_HEAD_SIZE (offsetof(sim_op, copy_number) + sizeof(uint64_t))
+
+/* The bytes of a kernel op that are copied into a queue. */
+static inline size_t sim_kqueued_size(const sim_kqueued *q) {
+  return offsetof(sim_op, kernel.dims) + sizeof(int64_t) * ((size_t)q->rank[0] + q->rank[1] + q->rank[2]);
+}
 
 /* One entry of a stream's ring (see "Launch overhead"): `seq` is the ring position the slot
  * is free for, or that position + 1 once an op was published there. */
@@ -608,6 +632,7 @@ static void sim_injected_copy_msg(const sim_device *d, char *msg, const char *fn
 /* Streams */
 
 static void sim_run_kernel(sim_device *d, const sim_kjob *j, dpp_status_t *st, char *msg);
+static void sim_kunpack(const sim_kqueued *q, sim_kjob *j);
 
 static void sim_run_op(sim_stream *s, sim_op *op, dpp_status_t *st, char *msg) {
   sim_device *d = s->dev;
@@ -693,9 +718,12 @@ static void sim_run_op(sim_stream *s, sim_op *op, dpp_status_t *st, char *msg) {
     sim_marker_unref(op->marker);
     pthread_mutex_unlock(&d->mu);
     return;
-  case SIM_OP_KERNEL:
-    sim_run_kernel(d, &op->job, st, msg);
+  case SIM_OP_KERNEL: {
+    sim_kjob job;
+    sim_kunpack(&op->kernel, &job);
+    sim_run_kernel(d, &job, st, msg);
     return;
+  }
   }
 }
 
@@ -764,7 +792,7 @@ static bool sim_needs_wake(sim_stream *s, bool urgent) {
           (urgent || atomic_load(&s->submitted) - atomic_load(&s->completed) >= SIM_WAKE_BATCH));
 }
 
-/* Enqueues a copy of the first `size` bytes of `op` (SIM_OP_HEAD_SIZE, or sizeof *op for a
+/* Enqueues a copy of the first `size` bytes of `op` (SIM_OP_HEAD_SIZE, or sim_kqueued_size for a
  * kernel) on `s`, in FIFO order with every other enqueue. Never waits for the worker: when the
  * ring is full the op goes to the overflow list, which the worker runs once it has drained the
  * ring. False only when there is no host memory for an overflow op. The caller keeps `s` alive
@@ -2576,6 +2604,63 @@ static void sim_memo_store(sim_kmemo *m, sim_kernel_id id, const sim_kjob *j) {
   m->t[2] = j->out;
 }
 
+/* The queued form of job `j` (see sim_kqueued). */
+static void sim_kpack(const sim_kjob *j, sim_kqueued *q) {
+  q->id = (uint8_t)j->id;
+  q->nin = (uint8_t)j->nin;
+  q->transpose_a = j->transpose_a;
+  q->transpose_b = j->transpose_b;
+  q->dtype = j->dtype;
+  q->frees = j->frees;
+  q->reduced = 0;
+  for (int r = 0; r < SIM_MAX_RANK; r++) {
+    q->reduced |= (uint8_t)(j->reduced[r] << r);
+  }
+  const sim_ktensor *t[3] = {&j->in[0], &j->in[1], &j->out};
+  unsigned char *const mem[3] = {j->in_mem[0], j->in_mem[1], j->out_mem};
+  int64_t *dims = q->dims;
+  for (int i = 0; i < 3; i++) {
+    q->rank[i] = (uint8_t)t[i]->rank;
+    q->data[i] = t[i]->data;
+    q->mem[i] = mem[i];
+    for (int r = 0; r < t[i]->rank; r++) {
+      *dims++ = t[i]->shape[r];
+    }
+  }
+}
+
+/* The job a queued kernel runs: counts and sizes from the shapes (sim_ktensor_read checked that
+ * they match the byte sizes; a missing second input has rank 0 and no bytes). */
+static void sim_kunpack(const sim_kqueued *q, sim_kjob *j) {
+  j->id = (sim_kernel_id)q->id;
+  j->op = sim_kernel_descs[q->id].op;
+  j->nin = q->nin;
+  j->dtype = q->dtype;
+  j->transpose_a = q->transpose_a;
+  j->transpose_b = q->transpose_b;
+  j->frees = q->frees;
+  for (int r = 0; r < SIM_MAX_RANK; r++) {
+    j->reduced[r] = (q->reduced >> r) & 1;
+  }
+  sim_ktensor *t[3] = {&j->in[0], &j->in[1], &j->out};
+  unsigned char **mem[3] = {&j->in_mem[0], &j->in_mem[1], &j->out_mem};
+  size_t es = sim_dtype_size(q->dtype);
+  const int64_t *dims = q->dims;
+  for (int i = 0; i < 3; i++) {
+    bool present = i != 1 || q->nin == 2;
+    int64_t count = present ? 1 : 0;
+    t[i]->rank = q->rank[i];
+    for (int r = 0; r < q->rank[i]; r++) {
+      t[i]->shape[r] = *dims++;
+      count *= t[i]->shape[r];
+    }
+    t[i]->count = count;
+    t[i]->bytes = (uint64_t)count * es;
+    t[i]->data = q->data[i];
+    *mem[i] = q->mem[i];
+  }
+}
+
 /* Validates the context and enqueues kernel `id` on context->stream. */
 static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kernel_id id) {
   const sim_kernel_desc *k = &sim_kernel_descs[id];
@@ -2598,9 +2683,8 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
     return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
 
-  sim_op op; /* every field the worker reads is set below (no memset: launches are hot) */
-  op.kind = SIM_OP_KERNEL;
-  sim_kjob *j = &op.job;
+  sim_kjob job; /* every field the worker reads is set below (no memset: launches are hot) */
+  sim_kjob *j = &job;
   j->transpose_a = j->transpose_b = false;
   memset(j->reduced, 0, sizeof j->reduced);
   j->in_mem[0] = j->in_mem[1] = j->out_mem = NULL;
@@ -2790,7 +2874,10 @@ shapes_checked:
       goto invalid;
     }
   }
-  if (sim_push(s, &op, sizeof op)) {
+  sim_op op;
+  op.kind = SIM_OP_KERNEL;
+  sim_kpack(j, &op.kernel);
+  if (sim_push(s, &op, sim_kqueued_size(&op.kernel))) {
     return DPP_OK;
   }
   sim_devmsg(d, msg, fn, "out of host memory");

@@ -2,6 +2,7 @@
 //! code calls the plugin's `compute`, and the `attr_*` functions of the host table.
 
 use std::ffi::{c_char, c_void, CStr};
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use devplug_plugin_abi as abi;
@@ -37,33 +38,35 @@ fn describe(t: &Tensor) -> abi::dpp_tensor_t {
     }
 }
 
-/// Tensors described on the stack up to this many inputs (and outputs); more go to a `Vec`.
-const INLINE_TENSORS: usize = 4;
+/// Tensors described on the stack up to this many inputs and outputs together; more go to a
+/// `Vec`.
+const INLINE_TENSORS: usize = 6;
 
-/// Calls `f` with the ABI descriptions of `tensors`, without allocating for up to
-/// [`INLINE_TENSORS`] of them.
-fn with_described<R>(tensors: &[Tensor], f: impl FnOnce(&[abi::dpp_tensor_t]) -> R) -> R {
-    if tensors.len() <= INLINE_TENSORS {
-        let mut inline = [EMPTY_TENSOR; INLINE_TENSORS];
-        for (slot, t) in inline.iter_mut().zip(tensors) {
-            *slot = describe(t);
+/// Calls `f` with the ABI descriptions of `inputs` and of `outputs`, without allocating (or
+/// initializing more than is used) for up to [`INLINE_TENSORS`] of them.
+fn with_described<R>(
+    inputs: &[Tensor],
+    outputs: &[Tensor],
+    f: impl FnOnce(&[abi::dpp_tensor_t], &[abi::dpp_tensor_t]) -> R,
+) -> R {
+    let n = inputs.len() + outputs.len();
+    if n <= INLINE_TENSORS {
+        let mut inline = [const { MaybeUninit::<abi::dpp_tensor_t>::uninit() }; INLINE_TENSORS];
+        for (slot, t) in inline.iter_mut().zip(inputs.iter().chain(outputs)) {
+            slot.write(describe(t));
         }
-        f(&inline[..tensors.len()])
+        // SAFETY: the first `n` entries were written just above (`zip` stops at the shorter
+        // side, and `n <= INLINE_TENSORS`); `dpp_tensor_t` has no destructor.
+        let described = unsafe { std::slice::from_raw_parts(inline.as_ptr().cast(), n) };
+        let (i, o) = described.split_at(inputs.len());
+        f(i, o)
     } else {
-        let described: Vec<abi::dpp_tensor_t> = tensors.iter().map(describe).collect();
-        f(&described)
+        let described: Vec<abi::dpp_tensor_t> =
+            inputs.iter().chain(outputs).map(describe).collect();
+        let (i, o) = described.split_at(inputs.len());
+        f(i, o)
     }
 }
-
-const EMPTY_TENSOR: abi::dpp_tensor_t = abi::dpp_tensor_t {
-    struct_size: abi::DPP_TENSOR_STRUCT_SIZE,
-    ext: std::ptr::null_mut(),
-    dtype: 0,
-    rank: 0,
-    shape: std::ptr::null(),
-    data: 0,
-    byte_size: 0,
-};
 
 impl PluginKernel {
     fn run(&self, cx: &KernelContext) -> Result<()> {
@@ -78,24 +81,22 @@ impl PluginKernel {
             ))
         })?;
         device.default_stream_used();
-        let status = with_described(cx.inputs, |inputs| {
-            with_described(cx.outputs, |outputs| {
-                let context = abi::dpp_kernel_context_t {
-                    struct_size: abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE,
-                    ext: std::ptr::null_mut(),
-                    device: device_data,
-                    stream,
-                    num_inputs: inputs.len(),
-                    inputs: inputs.as_ptr(),
-                    num_outputs: outputs.len(),
-                    outputs: outputs.as_ptr(),
-                    attrs: cx.attrs as *const Attrs as *const c_void,
-                    kernel_data: self.kernel_data,
-                };
-                // SAFETY: the plugin's compute with a context valid for the call (the tensor
-                // descriptions and the shapes they point to outlive it).
-                unsafe { (self.compute)(&context) }
-            })
+        let status = with_described(cx.inputs, cx.outputs, |inputs, outputs| {
+            let context = abi::dpp_kernel_context_t {
+                struct_size: abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE,
+                ext: std::ptr::null_mut(),
+                device: device_data,
+                stream,
+                num_inputs: inputs.len(),
+                inputs: inputs.as_ptr(),
+                num_outputs: outputs.len(),
+                outputs: outputs.as_ptr(),
+                attrs: cx.attrs as *const Attrs as *const c_void,
+                kernel_data: self.kernel_data,
+            };
+            // SAFETY: the plugin's compute with a context valid for the call (the tensor
+            // descriptions and the shapes they point to outlive it).
+            unsafe { (self.compute)(&context) }
         });
         check_with(&self.plugin, || format!("kernel {}", self.name), status)?;
         // The stream may still be working on these: their memory is reused and freed in
