@@ -21,9 +21,9 @@
  *
  * Locking: each device has one mutex (allocator, statistics, stream and event lists, event
  * marks) and one condition variable (broadcast when a mark is reached); each stream has a
- * producers' mutex (`pmu`: the ring's tail and the overflow list) and a mutex with two
+ * producers' lock (`plock`, a spinlock: the ring's tail and the overflow list) and a mutex with two
  * condition variables (work queued, work done; errors; stopping). Lock order: device mutex,
- * then a stream's `pmu`, then its `mu`; a worker takes `pmu` only to take the overflow list,
+ * then a stream's `plock`, then its `mu`; a worker takes `plock` only to take the overflow list,
  * with nothing else held, never holds a stream mutex while it takes the device mutex, and runs
  * host callbacks, copies and kernels with no lock held.
  *
@@ -57,9 +57,6 @@
  * same library at the same time.
  */
 #define _POSIX_C_SOURCE 200809L
-#if defined(__linux__) && !defined(_GNU_SOURCE)
-#define _GNU_SOURCE /* PTHREAD_MUTEX_ADAPTIVE_NP, for the stream queue's mutex */
-#endif
 
 #include <devplug/plugin.h>
 
@@ -300,12 +297,12 @@ typedef struct sim_stream {
   _Atomic bool stopping; /* `quit`, for a polling worker */
   dpp_status_t err; /* the first error met since the last synchronize */
   char errmsg[SIM_MSG_MAX];
-  /* The producers' side, under pmu (which the worker takes only to take the overflow list):
+  /* The producers' side, under plock (which the worker takes only to take the overflow list):
    * a cache line that only enqueuing threads write. */
-  _Alignas(64) pthread_mutex_t pmu;
+  _Alignas(64) _Atomic bool plock; /* see sim_plock */
   uint64_t tail;                          /* the ring position the next op goes to */
   sim_op *overflow_head, *overflow_tail; /* ops that found the ring full, in order (malloc'd) */
-  _Atomic uint64_t submitted;             /* ops enqueued so far (written under pmu) */
+  _Atomic uint64_t submitted;             /* ops enqueued so far (written under plock) */
   /* Read by every enqueue; written when the worker dozes, sleeps or is woken, and when an op
    * goes to the overflow list. */
   _Alignas(64) _Atomic int state; /* sim_worker_state; changed under mu */
@@ -772,6 +769,27 @@ static int64_t sim_now_ns(void) {
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+/* The producers' lock: held for a few dozen instructions (an enqueue's tail and slot, or the
+ * worker taking the overflow list), never across anything that blocks, so a spinlock: one
+ * atomic exchange to take it and a plain store to give it back, where a mutex costs two
+ * read-modify-writes and two calls on every enqueue. A thread that finds it taken for long
+ * (its holder was preempted) yields its core. */
+static inline void sim_plock(sim_stream *s) {
+  while (atomic_exchange_explicit(&s->plock, true, memory_order_acquire)) {
+    for (unsigned spins = 1; atomic_load_explicit(&s->plock, memory_order_relaxed); spins++) {
+      if (spins % 64 == 0) {
+        sched_yield();
+      } else {
+        sim_cpu_relax();
+      }
+    }
+  }
+}
+
+static inline void sim_punlock(sim_stream *s) {
+  atomic_store_explicit(&s->plock, false, memory_order_release);
+}
+
 /* True when the op at ring position `pos` was published. */
 static inline bool sim_published(sim_stream *s, uint64_t pos) {
   return atomic_load_explicit(&s->ring[pos & SIM_RING_MASK].seq, memory_order_acquire) == pos + 1;
@@ -799,7 +817,7 @@ static bool sim_needs_wake(sim_stream *s, bool urgent) {
  * (device mutex held with `s` in the device's list, or a launch memo: see sim_launch_memo). */
 static bool sim_push(sim_stream *s, const sim_op *op, size_t size) {
   bool urgent = op->kind == SIM_OP_MARK || op->kind == SIM_OP_WAIT;
-  pthread_mutex_lock(&s->pmu);
+  sim_plock(s);
   uint64_t pos = s->tail;
   sim_slot *slot = &s->ring[pos & SIM_RING_MASK];
   if (!s->overflow_head && atomic_load_explicit(&slot->seq, memory_order_acquire) == pos) {
@@ -819,7 +837,7 @@ static bool sim_push(sim_stream *s, const sim_op *op, size_t size) {
   } else {
     sim_op *copy = (sim_op *)malloc(sizeof *copy);
     if (!copy) {
-      pthread_mutex_unlock(&s->pmu);
+      sim_punlock(s);
       return false;
     }
     memcpy(copy, op, size);
@@ -834,7 +852,7 @@ static bool sim_push(sim_stream *s, const sim_op *op, size_t size) {
   }
   atomic_store_explicit(&s->submitted, atomic_load_explicit(&s->submitted, memory_order_relaxed) + 1,
                         memory_order_release);
-  pthread_mutex_unlock(&s->pmu);
+  sim_punlock(s);
   /* Without the mutex first (a dozing worker this does not wake looks at the ring again
    * before it sleeps), then again under it, where the worker changes its state. */
   if (sim_needs_wake(s, urgent)) {
@@ -964,11 +982,11 @@ static void *sim_worker(void *arg) {
     if (atomic_load_explicit(&s->overflow_pending, memory_order_acquire)) {
       /* The ring is drained, and every op in the list was enqueued after what it held and
        * before what it holds next (an enqueue uses the ring only while the list is empty). */
-      pthread_mutex_lock(&s->pmu);
+      sim_plock(s);
       sim_op *op = s->overflow_head;
       s->overflow_head = s->overflow_tail = NULL;
       atomic_store(&s->overflow_pending, false);
-      pthread_mutex_unlock(&s->pmu);
+      sim_punlock(s);
       while (op) {
         sim_op *next = op->next;
         sim_complete(s, op, &done, msg);
@@ -1004,16 +1022,7 @@ static sim_stream *sim_stream_new(sim_device *d, bool is_default) {
   atomic_init(&s->overflow_pending, false);
   atomic_init(&s->stopping, false);
   atomic_init(&s->wake_at, UINT64_MAX);
-  /* Enqueuing threads hold the producers' mutex for a few dozen instructions at a time: one
-   * that finds it taken spins briefly (where the C library can) rather than sleeping in the
-   * kernel at once. */
-  pthread_mutexattr_t mattr;
-  pthread_mutexattr_init(&mattr);
-#if defined(PTHREAD_MUTEX_ADAPTIVE_NP)
-  pthread_mutexattr_settype(&mattr, PTHREAD_MUTEX_ADAPTIVE_NP);
-#endif
-  pthread_mutex_init(&s->pmu, &mattr);
-  pthread_mutexattr_destroy(&mattr);
+  atomic_init(&s->plock, false);
   pthread_mutex_init(&s->mu, NULL);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
@@ -1027,7 +1036,6 @@ static sim_stream *sim_stream_new(sim_device *d, bool is_default) {
     pthread_cond_destroy(&s->done_cv);
     pthread_cond_destroy(&s->work_cv);
     pthread_mutex_destroy(&s->mu);
-    pthread_mutex_destroy(&s->pmu);
     free(s);
     return NULL;
   }
@@ -1040,7 +1048,6 @@ static void sim_stream_free(sim_stream *s) {
   pthread_cond_destroy(&s->done_cv);
   pthread_cond_destroy(&s->work_cv);
   pthread_mutex_destroy(&s->mu);
-  pthread_mutex_destroy(&s->pmu);
   s->magic = 0;
   free(s);
 }
