@@ -217,54 +217,72 @@ typedef struct sim_kjob {
   sim_ktensor out;
   bool transpose_a, transpose_b;   /* MatMul */
   bool reduced[SIM_MAX_RANK];      /* ReduceSum: the input's reduced axes */
-  /* The addresses translated at enqueue time, valid while the device's `frees` equals
-   * `frees` (NULL for empty tensors). */
-  unsigned char *in_mem[2], *out_mem;
-  uint64_t frees;
+  uint32_t frees; /* see sim_kqueued */
 } sim_kjob;
 
-/* A kernel as it waits in a queue: a sim_kjob packed, its shapes one after the other and only
- * up to the ranks used, so that a launch writes (and the worker reads) a couple of cache lines
- * rather than the whole job. Packed by sim_kpack, unpacked by the worker (sim_kunpack). */
+/* A kernel as it waits in a queue: a sim_kjob packed so that, with its slot's sequence number,
+ * an elementwise kernel of rank <= 1 fits one cache line, which the launch writes and the
+ * worker reads (each line costs a transfer between their cores). Shapes follow one another,
+ * only up to the ranks used; an elementwise kernel's output shape is left out (the worker
+ * broadcasts the inputs' again); host addresses are not queued (the worker computes them, or
+ * translates again if something was freed since: see `frees`). Packed by sim_kpack, unpacked
+ * by the worker (sim_kunpack). */
 typedef struct sim_kqueued {
-  uint8_t id, nin;
-  uint8_t transpose_a, transpose_b;
+  uint8_t kind;  /* SIM_OP_KERNEL: the op's kind (see sim_op) */
+  uint8_t id;    /* sim_kernel_id */
+  uint8_t dtype; /* DPP_DTYPE_* */
+  uint8_t flags; /* SIM_KQ_* */
   uint8_t rank[3]; /* in[0], in[1], out */
   uint8_t reduced; /* ReduceSum: bit r set when the input's axis r is reduced */
-  int32_t dtype;
-  uint64_t frees;
+  /* The low 32 bits of the device's count of frees when the addresses were checked: equal at
+   * run time means nothing was freed since (2^32 frees in between would go unnoticed). */
+  uint32_t frees;
   dpp_addr_t data[3];
-  unsigned char *mem[3];
-  int64_t dims[3 * SIM_MAX_RANK]; /* in[0]'s, in[1]'s, out's: the first rank[0] + rank[1] + rank[2] */
+  int64_t dims[3 * SIM_MAX_RANK]; /* in[0]'s, in[1]'s, then out's unless elementwise */
 } sim_kqueued;
 
-typedef struct sim_op {
-  struct sim_op *next; /* in the stream's overflow list (see sim_push) */
-  sim_op_kind kind;
-  union {
-    struct { /* every kind but SIM_OP_KERNEL */
-      dpp_addr_t dst, src;
-      void *host_dst;
-      const void *host_src;
-      uint64_t size;
-      uint8_t value;
-      dpp_host_fn fn;
-      void *arg;
-      sim_marker *marker;
-      bool inject_fail; /* decided at enqueue time (fail_copy_after) */
-      uint64_t copy_number;
-    };
-    sim_kqueued kernel; /* SIM_OP_KERNEL: only its first sim_kqueued_size() bytes are set */
+#define SIM_KQ_TRANSPOSE_A 1u
+#define SIM_KQ_TRANSPOSE_B 2u
+
+/* A queued op: its kind first in every form (a union of structs with that common first
+ * member). */
+typedef union sim_op {
+  uint8_t kind; /* sim_op_kind */
+  struct {      /* every kind but SIM_OP_KERNEL */
+    uint8_t kind_;
+    bool inject_fail; /* decided at enqueue time (fail_copy_after) */
+    uint8_t value;
+    dpp_addr_t dst, src;
+    void *host_dst;
+    const void *host_src;
+    uint64_t size;
+    dpp_host_fn fn;
+    void *arg;
+    sim_marker *marker;
+    uint64_t copy_number;
   };
+  sim_kqueued kernel; /* SIM_OP_KERNEL: only its first sim_kqueued_size() bytes are set */
 } sim_op;
+
+/* An op on a stream's overflow list (see sim_push). */
+typedef struct sim_overflow_op {
+  struct sim_overflow_op *next;
+  sim_op op;
+} sim_overflow_op;
 
 /* The bytes of an op that are copied into a queue: the fields of the other kinds (for a kernel,
  * see sim_kqueued_size). */
 #define SIM_OP_HEAD_SIZE (offsetof(sim_op, copy_number) + sizeof(uint64_t))
 
+/* True for the kernels whose output shape is the broadcast of their inputs'. */
+static inline bool sim_kernel_elementwise(unsigned id) {
+  return id == SIM_K_ADD || id == SIM_K_MUL;
+}
+
 /* The bytes of a kernel op that are copied into a queue. */
 static inline size_t sim_kqueued_size(const sim_kqueued *q) {
-  return offsetof(sim_op, kernel.dims) + sizeof(int64_t) * ((size_t)q->rank[0] + q->rank[1] + q->rank[2]);
+  size_t dims = (size_t)q->rank[0] + q->rank[1] + (sim_kernel_elementwise(q->id) ? 0 : q->rank[2]);
+  return offsetof(sim_kqueued, dims) + sizeof(int64_t) * dims;
 }
 
 /* One entry of a stream's ring (see "Launch overhead"): `seq` is the ring position the slot
@@ -273,6 +291,8 @@ typedef struct sim_slot {
   _Alignas(64) _Atomic uint64_t seq;
   sim_op op;
 } sim_slot;
+_Static_assert(offsetof(sim_slot, op) + offsetof(sim_kqueued, dims) + 2 * sizeof(int64_t) <= 64,
+               "an elementwise kernel of rank 1 fits its slot's first cache line");
 
 typedef enum sim_worker_state {
   SIM_WORKER_BUSY,   /* running ops, polling, or about to look at the ring: never signalled */
@@ -301,7 +321,7 @@ typedef struct sim_stream {
    * a cache line that only enqueuing threads write. */
   _Alignas(64) _Atomic bool plock; /* see sim_plock */
   uint64_t tail;                          /* the ring position the next op goes to */
-  sim_op *overflow_head, *overflow_tail; /* ops that found the ring full, in order (malloc'd) */
+  sim_overflow_op *overflow_head, *overflow_tail; /* ops that found the ring full, in order (malloc'd) */
   _Atomic uint64_t submitted;             /* ops enqueued so far (written under plock) */
   /* Read by every enqueue; written when the worker dozes, sleeps or is woken, and when an op
    * goes to the overflow list. */
@@ -827,20 +847,20 @@ static bool sim_push(sim_stream *s, const sim_op *op, size_t size) {
      * worker stores `state` before it looks at the ring for the last time: one of the two
      * sees the other's store). */
     atomic_exchange(&slot->seq, pos + 1);
-    /* The next slot's lines, for writing: the worker has left them long ago (but the first,
-     * which it looks at while it waits), and fetching them now keeps the next enqueue from
-     * waiting for them. */
+    /* The next slot's second line, for writing (the first, which the worker looks at while it
+     * waits, is left to it): the worker has left it long ago, and fetching it now keeps the next
+     * enqueue of a copy or a larger kernel from waiting for it. */
     const char *next = (const char *)&s->ring[(pos + 1) & SIM_RING_MASK];
-    for (size_t at = 64; at < sizeof(sim_slot); at += 64) {
+    for (size_t at = 64; at < 128 && at < sizeof(sim_slot); at += 64) {
       sim_prefetch_for_write(next + at);
     }
   } else {
-    sim_op *copy = (sim_op *)malloc(sizeof *copy);
+    sim_overflow_op *copy = (sim_overflow_op *)malloc(sizeof *copy);
     if (!copy) {
       sim_punlock(s);
       return false;
     }
-    memcpy(copy, op, size);
+    memcpy(&copy->op, op, size);
     copy->next = NULL;
     if (s->overflow_tail) {
       s->overflow_tail->next = copy;
@@ -983,13 +1003,13 @@ static void *sim_worker(void *arg) {
       /* The ring is drained, and every op in the list was enqueued after what it held and
        * before what it holds next (an enqueue uses the ring only while the list is empty). */
       sim_plock(s);
-      sim_op *op = s->overflow_head;
+      sim_overflow_op *op = s->overflow_head;
       s->overflow_head = s->overflow_tail = NULL;
       atomic_store(&s->overflow_pending, false);
       sim_punlock(s);
       while (op) {
-        sim_op *next = op->next;
-        sim_complete(s, op, &done, msg);
+        sim_overflow_op *next = op->next;
+        sim_complete(s, &op->op, &done, msg);
         free(op);
         op = next;
       }
@@ -1555,7 +1575,7 @@ static dpp_status_t sim_submit(sim_device *d, void *stream, sim_op *op, const ch
 static sim_op sim_op_of(sim_op_kind kind) {
   sim_op op;
   memset(&op, 0, SIM_OP_HEAD_SIZE);
-  op.kind = kind;
+  op.kind = (uint8_t)kind;
   return op;
 }
 
@@ -2321,11 +2341,15 @@ static const sim_kernel_desc sim_kernel_descs[] = {
 
 static void sim_run_kernel(sim_device *d, const sim_kjob *j, dpp_status_t *st, char *msg) {
   const sim_kernel_desc *k = &sim_kernel_descs[j->id];
-  unsigned char *in[2] = {j->in_mem[0], j->in_mem[1]}, *out = j->out_mem;
-  /* Translated again unless nothing was freed since the kernel was enqueued: the memory may
-   * have been freed since (the arena lives until destroy_device, which joins the workers
-   * first). */
-  if (atomic_load(&d->frees) != j->frees) {
+  unsigned char *in[2] = {NULL, NULL}, *out = NULL;
+  /* Checked at enqueue time; translated again if anything was freed since (the memory may
+   * have been: the arena lives until destroy_device, which joins the workers first). */
+  if ((uint32_t)atomic_load(&d->frees) == j->frees) {
+    for (int i = 0; i < j->nin; i++) {
+      in[i] = j->in[i].bytes ? d->arena + (j->in[i].data - d->base) : NULL;
+    }
+    out = j->out.bytes ? d->arena + (j->out.data - d->base) : NULL;
+  } else {
     bool ok = true;
     pthread_mutex_lock(&d->mu);
     for (int i = 0; ok && i < j->nin; i++) {
@@ -2450,8 +2474,9 @@ static bool sim_attr_bool(const sim_device *d, const char *fn, const dpp_kernel_
 typedef struct sim_kmemo {
   bool valid;
   sim_kernel_id id;
-  int32_t dtype;
-  sim_ktensor t[3]; /* inputs, then the output (data unused) */
+  uint64_t bytes[3];               /* inputs, then the output */
+  int64_t out_shape[SIM_MAX_RANK]; /* (not queued: see sim_kqueued) */
+  sim_kqueued queued;              /* the job as queued: dtype, ranks, input shapes (its addresses unused) */
 } sim_kmemo;
 
 /* The stream and allocations a thread's kernel launches found lately, so that a launch like
@@ -2494,43 +2519,45 @@ static sim_tls *sim_tls_get(void) {
   return &sim_thread_memo;
 }
 
-/* The stream the launch goes to and the job's host addresses, from the memo: NULL when it does
- * not know them all (then sim_launch_locked finds them). */
+/* The addresses of a launch's `n` tensors (`data`, `bytes`: the inputs, then the output). */
+typedef struct sim_launch_tensors {
+  int n;
+  dpp_addr_t data[3];
+  uint64_t bytes[3];
+} sim_launch_tensors;
+
+/* The stream the launch goes to, from the memo, its tensors' addresses checked (in `frees` the
+ * count of frees they were checked at): NULL when the memo does not know them all (then
+ * sim_launch_locked finds them). */
 static sim_stream *sim_launch_memo_hit(const sim_launch_memo *m, const sim_device *d, void *handle,
-                                       const sim_kernel_desc *k, sim_kjob *j) {
+                                       const sim_launch_tensors *t, uint64_t *frees) {
   if (m->dev != d || m->serial != d->serial || m->handle != handle ||
       m->streams_gone != atomic_load_explicit(&d->streams_gone, memory_order_acquire)) {
     return NULL;
   }
   uint64_t gen = atomic_load_explicit(&d->frees, memory_order_acquire);
-  for (int i = 0; i <= k->nin; i++) {
-    const sim_ktensor *t = i == k->nin ? &j->out : &j->in[i];
-    if (!t->bytes) {
+  for (int i = 0; i < t->n; i++) {
+    if (!t->bytes[i]) {
       continue;
     }
     bool found = false;
     for (int e = 0; e < SIM_TMEMO && !found; e++) {
-      uint64_t at = t->data - m->mem[e].lo; /* wraps (huge) below lo */
-      found = m->mem[e].gen == gen && at < m->mem[e].len && t->bytes <= m->mem[e].len - at;
+      uint64_t at = t->data[i] - m->mem[e].lo; /* wraps (huge) below lo */
+      found = m->mem[e].gen == gen && at < m->mem[e].len && t->bytes[i] <= m->mem[e].len - at;
     }
     if (!found) {
       return NULL;
     }
-    unsigned char *mem = d->arena + (t->data - d->base);
-    if (i == k->nin) {
-      j->out_mem = mem;
-    } else {
-      j->in_mem[i] = mem;
-    }
   }
-  j->frees = gen;
+  *frees = gen;
   return m->stream;
 }
 
-/* Device mutex held. Finds the launch's stream and translates the job's addresses, and notes
- * them in the memo. NULL (with `msg`) when the stream or an address is not valid. */
+/* Device mutex held. Finds the launch's stream and checks its tensors' addresses (as
+ * sim_launch_memo_hit), and notes them in the memo. NULL (with `msg`) when the stream or an
+ * address is not valid. */
 static sim_stream *sim_launch_locked(sim_launch_memo *m, sim_device *d, void *handle, const sim_kernel_desc *k,
-                                     sim_kjob *j, char *msg) {
+                                     const sim_launch_tensors *t, uint64_t *frees, char *msg) {
   sim_stream *s = sim_find_stream(d, handle);
   if (!s) {
     sim_devmsg(d, msg, k->fn, "context->stream %p is not a live stream of this device", handle);
@@ -2548,88 +2575,72 @@ static sim_stream *sim_launch_locked(sim_launch_memo *m, sim_device *d, void *ha
   m->handle = handle;
   m->stream = s;
   m->streams_gone = atomic_load_explicit(&d->streams_gone, memory_order_relaxed);
-  for (int i = 0; i <= k->nin; i++) {
-    bool is_out = i == k->nin;
-    const sim_ktensor *t = is_out ? &j->out : &j->in[i];
-    if (!t->bytes) {
+  for (int i = 0; i < t->n; i++) {
+    bool is_out = i == t->n - 1;
+    unsigned char *unused;
+    if (!t->bytes[i]) {
       continue;
     }
-    if (!sim_translate(d, k->fn, is_out ? k->out_what : k->in_what[i], t->data, t->bytes,
-                       is_out ? &j->out_mem : &j->in_mem[i], msg)) {
+    if (!sim_translate(d, k->fn, is_out ? k->out_what : k->in_what[i], t->data[i], t->bytes[i], &unused, msg)) {
       return NULL;
     }
-    const sim_block *b = &d->blocks[sim_block_at(d, t->data - d->base)];
+    const sim_block *b = &d->blocks[sim_block_at(d, t->data[i] - d->base)];
     unsigned e = m->next++ % SIM_TMEMO;
     m->mem[e].lo = d->base + b->off;
     m->mem[e].len = b->req;
     m->mem[e].gen = gen;
   }
-  j->frees = gen;
+  *frees = gen;
   return s;
 }
 
-static inline bool sim_memo_tensor(const sim_ktensor *m, int32_t dtype, const dpp_tensor_t *t) {
-  if (t->struct_size < DPP_TENSOR_STRUCT_SIZE || t->dtype != dtype || t->rank != m->rank ||
-      t->byte_size != m->bytes || (t->rank > 0 && !t->shape)) {
+/* True when the context's tensors have the dtype, ranks, shapes and sizes of the memo's (its
+ * kernel's checks passed for them), their addresses then in `t`. Called for two-input kernels. */
+static bool sim_memo_hit(const sim_kmemo *m, const dpp_kernel_context_t *cx, sim_kernel_id id, sim_launch_tensors *t) {
+  if (!m->valid || m->id != id) {
     return false;
   }
-  for (int i = 0; i < m->rank; i++) {
-    if (t->shape[i] != m->shape[i]) {
+  const dpp_tensor_t *ts[3] = {&cx->inputs[0], &cx->inputs[1], &cx->outputs[0]};
+  const int64_t *dims = m->queued.dims;
+  for (int i = 0; i < 3; i++) {
+    if (i == 2) {
+      dims = m->out_shape;
+    }
+    const dpp_tensor_t *x = ts[i];
+    int rank = m->queued.rank[i];
+    if (x->struct_size < DPP_TENSOR_STRUCT_SIZE || x->dtype != m->queued.dtype || x->rank != rank ||
+        x->byte_size != m->bytes[i] || (rank > 0 && !x->shape)) {
       return false;
     }
-  }
-  return true;
-}
-
-/* True (and the job's tensors and dtype set) when the context's tensors are those of the memo. */
-static bool sim_memo_hit(const sim_kmemo *m, const dpp_kernel_context_t *cx, sim_kernel_id id, sim_kjob *j) {
-  if (!m->valid || m->id != id || !sim_memo_tensor(&m->t[0], m->dtype, &cx->inputs[0]) ||
-      !sim_memo_tensor(&m->t[1], m->dtype, &cx->inputs[1]) || !sim_memo_tensor(&m->t[2], m->dtype, &cx->outputs[0])) {
-    return false;
-  }
-  sim_ktensor *dst[3] = {&j->in[0], &j->in[1], &j->out};
-  const dpp_tensor_t *src[3] = {&cx->inputs[0], &cx->inputs[1], &cx->outputs[0]};
-  for (int i = 0; i < 3; i++) {
-    dst[i]->rank = m->t[i].rank;
-    for (int r = 0; r < m->t[i].rank; r++) {
-      dst[i]->shape[r] = m->t[i].shape[r];
+    for (int r = 0; r < rank; r++) {
+      if (x->shape[r] != *dims++) {
+        return false;
+      }
     }
-    dst[i]->count = m->t[i].count;
-    dst[i]->bytes = m->t[i].bytes;
-    dst[i]->data = src[i]->data;
+    t->data[i] = x->data;
+    t->bytes[i] = x->byte_size;
   }
-  j->dtype = m->dtype;
+  t->n = 3;
   return true;
 }
 
-static void sim_memo_store(sim_kmemo *m, sim_kernel_id id, const sim_kjob *j) {
-  m->valid = true;
-  m->id = id;
-  m->dtype = j->dtype;
-  m->t[0] = j->in[0];
-  m->t[1] = j->in[1];
-  m->t[2] = j->out;
-}
-
-/* The queued form of job `j` (see sim_kqueued). */
+/* The queued form of job `j` (see sim_kqueued), but its addresses and `frees`. */
 static void sim_kpack(const sim_kjob *j, sim_kqueued *q) {
+  q->kind = SIM_OP_KERNEL;
   q->id = (uint8_t)j->id;
-  q->nin = (uint8_t)j->nin;
-  q->transpose_a = j->transpose_a;
-  q->transpose_b = j->transpose_b;
-  q->dtype = j->dtype;
-  q->frees = j->frees;
+  q->dtype = (uint8_t)j->dtype; /* a known dtype: sim_ktensor_read checked */
+  q->flags = (uint8_t)((j->transpose_a ? SIM_KQ_TRANSPOSE_A : 0) | (j->transpose_b ? SIM_KQ_TRANSPOSE_B : 0));
   q->reduced = 0;
   for (int r = 0; r < SIM_MAX_RANK; r++) {
     q->reduced |= (uint8_t)(j->reduced[r] << r);
   }
   const sim_ktensor *t[3] = {&j->in[0], &j->in[1], &j->out};
-  unsigned char *const mem[3] = {j->in_mem[0], j->in_mem[1], j->out_mem};
   int64_t *dims = q->dims;
   for (int i = 0; i < 3; i++) {
     q->rank[i] = (uint8_t)t[i]->rank;
-    q->data[i] = t[i]->data;
-    q->mem[i] = mem[i];
+    if (i == 2 && sim_kernel_elementwise(j->id)) {
+      break;
+    }
     for (int r = 0; r < t[i]->rank; r++) {
       *dims++ = t[i]->shape[r];
     }
@@ -2637,34 +2648,43 @@ static void sim_kpack(const sim_kjob *j, sim_kqueued *q) {
 }
 
 /* The job a queued kernel runs: counts and sizes from the shapes (sim_ktensor_read checked that
- * they match the byte sizes; a missing second input has rank 0 and no bytes). */
+ * they match the byte sizes; a missing second input has rank 0 and no bytes), an elementwise
+ * output's shape broadcast again (checked at enqueue). Host addresses are left to
+ * sim_run_kernel. */
 static void sim_kunpack(const sim_kqueued *q, sim_kjob *j) {
+  const sim_kernel_desc *k = &sim_kernel_descs[q->id];
   j->id = (sim_kernel_id)q->id;
-  j->op = sim_kernel_descs[q->id].op;
-  j->nin = q->nin;
+  j->op = k->op;
+  j->nin = k->nin;
   j->dtype = q->dtype;
-  j->transpose_a = q->transpose_a;
-  j->transpose_b = q->transpose_b;
+  j->transpose_a = (q->flags & SIM_KQ_TRANSPOSE_A) != 0;
+  j->transpose_b = (q->flags & SIM_KQ_TRANSPOSE_B) != 0;
   j->frees = q->frees;
   for (int r = 0; r < SIM_MAX_RANK; r++) {
     j->reduced[r] = (q->reduced >> r) & 1;
   }
   sim_ktensor *t[3] = {&j->in[0], &j->in[1], &j->out};
-  unsigned char **mem[3] = {&j->in_mem[0], &j->in_mem[1], &j->out_mem};
-  size_t es = sim_dtype_size(q->dtype);
   const int64_t *dims = q->dims;
   for (int i = 0; i < 3; i++) {
-    bool present = i != 1 || q->nin == 2;
-    int64_t count = present ? 1 : 0;
     t[i]->rank = q->rank[i];
-    for (int r = 0; r < q->rank[i]; r++) {
-      t[i]->shape[r] = *dims++;
+    if (i == 2 && sim_kernel_elementwise(q->id)) {
+      int rank = 0;
+      sim_broadcast(t[0]->rank, t[0]->shape, t[1]->rank, t[1]->shape, &rank, t[2]->shape);
+    } else {
+      for (int r = 0; r < q->rank[i]; r++) {
+        t[i]->shape[r] = *dims++;
+      }
+    }
+  }
+  size_t es = sim_dtype_size(q->dtype);
+  for (int i = 0; i < 3; i++) {
+    int64_t count = i != 1 || k->nin == 2 ? 1 : 0;
+    for (int r = 0; r < t[i]->rank; r++) {
       count *= t[i]->shape[r];
     }
     t[i]->count = count;
     t[i]->bytes = (uint64_t)count * es;
     t[i]->data = q->data[i];
-    *mem[i] = q->mem[i];
   }
 }
 
@@ -2690,11 +2710,20 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
     return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
 
-  sim_kjob job; /* every field the worker reads is set below (no memset: launches are hot) */
+  sim_op op; /* the queued job: every field the worker reads is set below (launches are hot) */
+  sim_launch_tensors t;
+  sim_tls *tls = sim_tls_get();
+  sim_kmemo *memo = id == SIM_K_ADD || id == SIM_K_MUL ? &tls->shapes : NULL;
+  if (memo && sim_memo_hit(memo, cx, id, &t)) {
+    memcpy(&op.kernel, &memo->queued, sim_kqueued_size(&memo->queued));
+    goto shapes_checked;
+  }
+
+  sim_kjob job; /* the job, validated (then packed into `op`) */
   sim_kjob *j = &job;
   j->transpose_a = j->transpose_b = false;
   memset(j->reduced, 0, sizeof j->reduced);
-  j->in_mem[0] = j->in_mem[1] = j->out_mem = NULL;
+  j->frees = 0;
   j->in[1].rank = 0;
   j->in[1].count = 0;
   j->in[1].data = 0;
@@ -2702,13 +2731,7 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
   j->id = id;
   j->op = k->op;
   j->nin = k->nin;
-
   const sim_ktensor *x = &j->in[0], *y = &j->in[1], *o = &j->out;
-  sim_tls *tls = sim_tls_get();
-  sim_kmemo *memo = id == SIM_K_ADD || id == SIM_K_MUL ? &tls->shapes : NULL;
-  if (memo && sim_memo_hit(memo, cx, id, j)) {
-    goto shapes_checked;
-  }
 
   /* Tensors and dtypes. */
   int32_t dtypes[3] = {0, 0, 0};
@@ -2853,38 +2876,55 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
     }
   }
 
+  sim_kpack(j, &op.kernel);
+  t.n = k->nin + 1;
+  for (int i = 0; i <= k->nin; i++) {
+    const sim_ktensor *kt = i == k->nin ? o : &j->in[i];
+    t.data[i] = kt->data;
+    t.bytes[i] = kt->bytes;
+  }
   if (memo) {
-    sim_memo_store(memo, id, j);
+    memo->valid = true;
+    memo->id = id;
+    memcpy(memo->bytes, t.bytes, sizeof memo->bytes);
+    memcpy(&memo->queued, &op.kernel, sim_kqueued_size(&op.kernel));
+    memcpy(memo->out_shape, o->shape, sizeof(int64_t) * (size_t)o->rank);
   }
 
-shapes_checked:
+shapes_checked:;
   /* The output must not overlap an input (an elementwise op may work in place). */
-  for (int i = 0; i < k->nin; i++) {
-    const sim_ktensor *t = &j->in[i];
-    bool overlap = o->bytes && t->bytes && o->data < t->data + t->bytes && t->data < o->data + o->bytes;
-    bool in_place = (id == SIM_K_ADD || id == SIM_K_MUL) && o->data == t->data && o->bytes == t->bytes;
+  int out = t.n - 1;
+  for (int i = 0; i < out; i++) {
+    bool overlap = t.bytes[out] && t.bytes[i] && t.data[out] < t.data[i] + t.bytes[i] &&
+                   t.data[i] < t.data[out] + t.bytes[out];
+    bool in_place = (id == SIM_K_ADD || id == SIM_K_MUL) && t.data[out] == t.data[i] && t.bytes[out] == t.bytes[i];
     if (overlap && !in_place) {
       sim_devmsg(d, msg, fn, "output '%s' (0x%016" PRIx64 ", %" PRIu64 " bytes) overlaps input '%s' (0x%016" PRIx64
-                 ", %" PRIu64 " bytes)", k->out_name, o->data, o->bytes, k->in_names[i], t->data, t->bytes);
+                 ", %" PRIu64 " bytes)", k->out_name, t.data[out], t.bytes[out], k->in_names[i], t.data[i], t.bytes[i]);
       goto invalid;
     }
   }
 
   /* The stream and the addresses (from this thread's memo, or under the device mutex), then
    * enqueue. */
-  sim_stream *s = sim_launch_memo_hit(&tls->launch, d, cx->stream, k, j);
+  sim_kqueued *q = &op.kernel;
+  uint64_t frees = 0;
+  sim_stream *s = sim_launch_memo_hit(&tls->launch, d, cx->stream, &t, &frees);
   if (!s) {
     pthread_mutex_lock(&d->mu);
-    s = sim_launch_locked(&tls->launch, d, cx->stream, k, j, msg);
+    s = sim_launch_locked(&tls->launch, d, cx->stream, k, &t, &frees, msg);
     pthread_mutex_unlock(&d->mu);
     if (!s) {
       goto invalid;
     }
   }
-  sim_op op;
-  op.kind = SIM_OP_KERNEL;
-  sim_kpack(j, &op.kernel);
-  if (sim_push(s, &op, sim_kqueued_size(&op.kernel))) {
+  /* The queue's tensor order is in[0], in[1], out (a one-input kernel has no in[1]). */
+  q->frees = (uint32_t)frees;
+  for (int i = 0; i < 3; i++) {
+    bool present = i == 2 || i < out;
+    q->data[i] = present ? t.data[i == 2 ? out : i] : 0;
+  }
+  if (sim_push(s, &op, sim_kqueued_size(q))) {
     return DPP_OK;
   }
   sim_devmsg(d, msg, fn, "out of host memory");
