@@ -58,6 +58,19 @@ impl RawAllocator for ExecutorMemory {
     }
 }
 
+/// A plugin device's `device_data` and its default stream's plugin handle: what plugin kernels
+/// receive on every launch, looked up once.
+#[derive(Clone, Copy)]
+pub(crate) struct KernelHandles {
+    pub(crate) device: *mut std::ffi::c_void,
+    pub(crate) stream: *mut std::ffi::c_void,
+}
+// SAFETY: opaque plugin handles the core never dereferences; the ABI lets any thread pass them
+// back to the plugin.
+unsafe impl Send for KernelHandles {}
+// SAFETY: as above; they are never written after the device is created.
+unsafe impl Sync for KernelHandles {}
+
 /// One device.
 pub struct Device {
     /// Position in the runtime's device list (a key of the dispatch cache).
@@ -74,6 +87,10 @@ pub struct Device {
     pool: BufferPool,
     memory_limit: Option<u64>,
     default_stream: RawStream,
+    /// The default stream runs work inline (the CPU's).
+    default_stream_inline: bool,
+    /// For a plugin's device: the handles its kernels receive.
+    kernel_handles: Option<KernelHandles>,
     /// Work may be pending on the default stream (set before anything is enqueued there).
     default_stream_dirty: AtomicBool,
     /// Launches on the default stream and how far it got, for stream-ordered reuse of the
@@ -100,6 +117,10 @@ impl Device {
         let default_stream = executor
             .create_default_stream()
             .map_err(|e| e.context(format!("creating the default stream of {name}")))?;
+        let default_stream_inline = executor.stream_is_synchronous(&default_stream);
+        let kernel_handles = executor
+            .plugin_handles(&default_stream)
+            .map(|(device, stream)| KernelHandles { device, stream });
         let raw = Arc::new(ExecutorMemory(executor.clone()));
         let allocator = if platform.info.use_suballocator {
             DeviceAllocator::Sub(Suballocator::new(
@@ -124,6 +145,8 @@ impl Device {
             pool: BufferPool::new(allocator.pool_granule()),
             allocator,
             memory_limit,
+            default_stream_inline,
+            kernel_handles,
             default_stream,
             default_stream_dirty: AtomicBool::new(false),
             order: StreamOrder::default(),
@@ -177,9 +200,15 @@ impl Device {
         &self.executor
     }
 
-    /// The default stream's raw handle (kernels enqueue there).
+    /// The default stream's raw handle.
     pub(crate) fn default_raw_stream(&self) -> &RawStream {
         &self.default_stream
+    }
+
+    /// For a plugin's device: its `device_data` and default stream handle, for kernels.
+    #[inline]
+    pub(crate) fn kernel_handles(&self) -> Option<KernelHandles> {
+        self.kernel_handles
     }
 
     pub fn properties(&self) -> DeviceProperties {
@@ -386,7 +415,7 @@ impl Device {
 
     /// Notes that work is about to be enqueued on the default stream (unless it runs inline).
     pub(crate) fn default_stream_used(&self) {
-        if !self.executor.stream_is_synchronous(&self.default_stream) {
+        if !self.default_stream_inline {
             self.default_stream_dirty.store(true, Ordering::Release);
         }
     }

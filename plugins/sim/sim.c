@@ -111,13 +111,15 @@
 #ifndef SIM_DOZE_US
 #define SIM_DOZE_US 50
 #endif
-/* A dozing worker is signalled by the enqueue that makes this many ops wait in its queue. */
-#ifndef SIM_WAKE_BATCH
-#define SIM_WAKE_BATCH 256
-#endif
 /* Slots in a stream's ring (a power of two). */
 #ifndef SIM_RING
 #define SIM_RING 256
+#endif
+/* A dozing worker is signalled by the enqueue that makes this many ops wait in its queue: a
+ * quarter of the ring, so that the ring still has room for what the host enqueues while the
+ * worker wakes up (ops that find it full go to the slower overflow list). */
+#ifndef SIM_WAKE_BATCH
+#define SIM_WAKE_BATCH (SIM_RING / 4)
 #endif
 #define SIM_RING_MASK ((uint64_t)SIM_RING - 1)
 /* Allocations a thread's launch memo remembers from kernel launches' address checks. */

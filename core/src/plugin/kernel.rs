@@ -71,8 +71,7 @@ fn with_described<R>(
 impl PluginKernel {
     fn run(&self, cx: &KernelContext) -> Result<()> {
         let device = cx.device;
-        let raw = device.default_raw_stream();
-        let (device_data, stream) = device.executor().plugin_handles(raw).ok_or_else(|| {
+        let handles = device.kernel_handles().ok_or_else(|| {
             crate::Error::internal(format!(
                 "plugin '{}': kernel {} was dispatched to {}, which is not a plugin device",
                 self.plugin.name,
@@ -85,8 +84,8 @@ impl PluginKernel {
             let context = abi::dpp_kernel_context_t {
                 struct_size: abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE,
                 ext: std::ptr::null_mut(),
-                device: device_data,
-                stream,
+                device: handles.device,
+                stream: handles.stream,
                 num_inputs: inputs.len(),
                 inputs: inputs.as_ptr(),
                 num_outputs: outputs.len(),
