@@ -14,6 +14,7 @@ use crate::memory::{
 };
 use crate::platform::{DeviceDescription, Platform, PlatformInfo, RawStream, StreamExecutor};
 use crate::stream::{Event, Stream};
+use crate::tensor::Tensor;
 
 /// A platform as the runtime holds it.
 pub struct PlatformEntry {
@@ -385,15 +386,15 @@ impl Device {
         result
     }
 
-    /// Notes a kernel just enqueued on the default stream that uses `buffers`: their memory
-    /// is then reused and freed in stream order (see `memory::stream_order`). Call it after the
-    /// enqueue succeeded.
-    pub(crate) fn launched_on_default_stream<'a>(
-        &self,
-        buffers: impl Iterator<Item = &'a Arc<Buffer>>,
-    ) {
-        for b in buffers {
-            b.mark_stream_use();
+    /// Notes a kernel just enqueued on the default stream that uses the tensors in `used`:
+    /// their memory is then reused and freed in stream order (see `memory::stream_order`).
+    /// Call it after the enqueue succeeded.
+    #[inline]
+    pub(crate) fn launched_on_default_stream(&self, used: &[&[Tensor]]) {
+        for tensors in used {
+            for t in *tensors {
+                t.buffer().mark_stream_use();
+            }
         }
         let count = self.order.launched();
         // Again (it was set before the enqueue): a synchronize that ran in between cleared
@@ -449,6 +450,7 @@ pub(crate) fn set_active(entry: &PlatformEntry, active: bool) {
 mod tests {
     use super::{Device, MARKER_EVERY};
     use crate::runtime::{Runtime, RuntimeOptions};
+    use crate::tensor::{DType, Tensor};
 
     fn runtime() -> Runtime {
         Runtime::new(RuntimeOptions {
@@ -466,18 +468,21 @@ mod tests {
         let rt = runtime();
         let cpu = rt.find_device("CPU").expect("CPU");
         let active = |d: &Device| d.allocator.stats().active_allocs;
-        let b = cpu.allocate(64).expect("alloc");
-        let ptr = b.ptr();
-        cpu.launched_on_default_stream([&b].into_iter());
-        b.recycle();
+        let bytes = |n: i64| Tensor::uninit(&cpu, DType::U8, &[n]).expect("alloc");
+        let launch = |t: &Tensor| cpu.launched_on_default_stream(&[std::slice::from_ref(t)]);
+        let b = bytes(64);
+        let ptr = b.buffer().ptr();
+        launch(&b);
+        drop(b); // back to the pool
         let other = cpu.allocate(64).expect("alloc");
         assert_ne!(other.ptr(), ptr, "a raw allocation waits for the stream");
         let output = cpu.allocate_output(64).expect("alloc");
         assert_eq!(output.ptr(), ptr, "a kernel output reuses it at once");
+        let output = Tensor::from_buffer(output, DType::U8, &[64]).expect("tensor");
 
         // Too large for the pool: the free waits for the stream.
-        let big = cpu.allocate(4 << 20).expect("alloc");
-        cpu.launched_on_default_stream([&big].into_iter());
+        let big = bytes(4 << 20);
+        launch(&big);
         let before = active(&cpu);
         drop(big);
         assert_eq!(active(&cpu), before, "freed only once the stream got there");
@@ -486,19 +491,19 @@ mod tests {
 
         // A marker every MARKER_EVERY launches (the CPU's stream runs it inline) lets the
         // launch after it free what waited.
-        let big = cpu.allocate(4 << 20).expect("alloc");
-        cpu.launched_on_default_stream([&big].into_iter());
+        let big = bytes(4 << 20);
+        launch(&big);
         drop(big);
         let before = active(&cpu);
         for _ in 0..MARKER_EVERY {
-            cpu.launched_on_default_stream([&output].into_iter());
+            launch(&output);
         }
         assert_eq!(active(&cpu), before - 1, "freed after the marker");
 
         // Once the stream reached every launch, raw allocations take pooled buffers again,
         // unmarked.
-        let ptr = output.ptr();
-        output.recycle();
+        let ptr = output.buffer().ptr();
+        drop(output);
         cpu.synchronize().expect("sync");
         let again = cpu.allocate(64).expect("alloc");
         assert_eq!(again.ptr(), ptr);

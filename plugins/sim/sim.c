@@ -122,6 +122,10 @@
 #define SIM_WAKE_BATCH (SIM_RING / 4)
 #endif
 #define SIM_RING_MASK ((uint64_t)SIM_RING - 1)
+/* How long a kernel launch that finds the ring full waits for a slot (see sim_wait_for_slot). */
+#ifndef SIM_FULL_WAIT_NS
+#define SIM_FULL_WAIT_NS 20000
+#endif
 /* Allocations a thread's launch memo remembers from kernel launches' address checks. */
 #define SIM_TMEMO 4
 
@@ -812,6 +816,27 @@ static inline void sim_punlock(sim_stream *s) {
   atomic_store_explicit(&s->plock, false, memory_order_release);
 }
 
+/* Back-pressure, as a GPU driver's full push buffer: a kernel launch that finds the ring full
+ * waits up to SIM_FULL_WAIT_NS for the worker to free the slot at `pos`, rather than going to
+ * the overflow list at once (an allocation per op, which the worker then frees: slower for both,
+ * so a host that got ahead once would stay there). Only kernels, which are enqueued with no SIM
+ * lock but `plock` held (the worker takes `plock` only for a non-empty overflow list, and this
+ * waits only while it is empty), and never on the stream's own worker (a host callback that
+ * launches): the worker is then free to drain the ring. After the bound the op spills as before,
+ * so the wait never turns into a hang (e.g. when a host callback the worker runs blocks). */
+static void sim_wait_for_slot(sim_stream *s, sim_slot *slot, uint64_t pos) {
+  if (atomic_load_explicit(&slot->seq, memory_order_acquire) == pos || pthread_equal(pthread_self(), s->thread)) {
+    return;
+  }
+  int64_t start = sim_now_ns();
+  for (unsigned spins = 1; atomic_load_explicit(&slot->seq, memory_order_acquire) != pos; spins++) {
+    sim_cpu_relax();
+    if (spins % 64 == 0 && sim_now_ns() - start >= SIM_FULL_WAIT_NS) {
+      return;
+    }
+  }
+}
+
 /* True when the op at ring position `pos` was published. */
 static inline bool sim_published(sim_stream *s, uint64_t pos) {
   return atomic_load_explicit(&s->ring[pos & SIM_RING_MASK].seq, memory_order_acquire) == pos + 1;
@@ -842,6 +867,9 @@ static bool sim_push(sim_stream *s, const sim_op *op, size_t size) {
   sim_plock(s);
   uint64_t pos = s->tail;
   sim_slot *slot = &s->ring[pos & SIM_RING_MASK];
+  if (op->kind == SIM_OP_KERNEL && !s->overflow_head) {
+    sim_wait_for_slot(s, slot, pos);
+  }
   if (!s->overflow_head && atomic_load_explicit(&slot->seq, memory_order_acquire) == pos) {
     memcpy(&slot->op, op, size);
     s->tail = pos + 1;

@@ -1368,6 +1368,73 @@ static void test_ring_overflow(void) {
   unload(&h);
 }
 
+static void *open_gate_later(void *arg) {
+  struct timespec t = {0, 2000000}; /* 2 ms: the launching thread has filled the ring by then */
+  nanosleep(&t, NULL);
+  gate_open((gate *)arg);
+  return NULL;
+}
+
+/* Kernel launches that find the ring full wait for a slot (back-pressure) and, when the worker
+ * cannot free one (its stream is held by a host callback), spill to the overflow list after a
+ * bound: nothing hangs and every launch runs once, in order. acc += 1, in place, 600 times (a
+ * ring is 256 slots): behind a gate opened only after the launches (they spill), then behind
+ * one another thread opens while they are launched (they wait for slots). */
+static void test_kernel_backpressure(void) {
+  static const char *const opts[] = {"devices=1", NULL};
+  fake_host h;
+  CHECK_OK(load(&h, opts));
+  sim_dev d;
+  CHECK_OK(create(&h, 0, &d));
+  const fake_kernel *add = find_kernel(&h, "Add");
+  CHECK(add != NULL);
+  void *s = NULL;
+  CHECK_OK(d.se->create_stream(d.dd, &s));
+  enum { N = 16, LAUNCHES = 600 };
+  static const int64_t shape[1] = {N};
+  float zeros[N] = {0}, ones[N];
+  for (int i = 0; i < N; i++) {
+    ones[i] = 1.0f;
+  }
+  for (int round = 0; round < 2; round++) {
+    ktensor acc = kt(DPP_DTYPE_F32, 1, shape, zeros), one = kt(DPP_DTYPE_F32, 1, shape, ones);
+    kt_upload(&d, &acc);
+    kt_upload(&d, &one);
+    ktensor in[2] = {acc, one};
+    gate g;
+    gate_init(&g);
+    CHECK_OK(d.se->host_callback(d.dd, s, gate_wait, &g));
+    pthread_t opener;
+    if (round == 1) {
+      CHECK(pthread_create(&opener, NULL, open_gate_later, &g) == 0);
+    }
+    bool all_ok = true;
+    for (int i = 0; i < LAUNCHES; i++) {
+      all_ok = all_ok && call_kernel(add, &d, s, in, 2, &acc, NULL) == DPP_OK;
+    }
+    CHECK(all_ok);
+    if (round == 0) {
+      gate_open(&g);
+    } else {
+      CHECK(pthread_join(opener, NULL) == 0);
+    }
+    CHECK_OK(d.se->synchronize_stream(d.dd, s));
+    float got[N];
+    CHECK_OK(d.se->memcpy_dtoh(d.dd, got, acc.addr, sizeof got));
+    bool right = true;
+    for (int i = 0; i < N; i++) {
+      right = right && got[i] == (float)LAUNCHES;
+    }
+    CHECK(right);
+    gate_destroy(&g);
+    kt_free(&d, &acc);
+    kt_free(&d, &one);
+  }
+  d.se->destroy_stream(d.dd, s);
+  destroy(&h, &d);
+  unload(&h);
+}
+
 /* Runs a kernel on `stream`, synchronizes, downloads the output into `got` (bytes of out). */
 static bool run_sync(const fake_kernel *k, sim_dev *d, void *stream, ktensor *in, int nin, ktensor *out,
                      const fake_attrs *attrs, void *got) {
@@ -2232,6 +2299,7 @@ int main(int argc, char **argv) {
   test_kernel_registration();
   test_kernels();
   test_ring_overflow();
+  test_kernel_backpressure();
 
   sleep_ms(1);
   dlclose(lib);

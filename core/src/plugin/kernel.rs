@@ -52,11 +52,14 @@ fn with_described<R>(
     let n = inputs.len() + outputs.len();
     if n <= INLINE_TENSORS {
         let mut inline = [const { MaybeUninit::<abi::dpp_tensor_t>::uninit() }; INLINE_TENSORS];
-        for (slot, t) in inline.iter_mut().zip(inputs.iter().chain(outputs)) {
-            slot.write(describe(t));
+        for (i, t) in inputs.iter().enumerate() {
+            inline[i].write(describe(t));
         }
-        // SAFETY: the first `n` entries were written just above (`zip` stops at the shorter
-        // side, and `n <= INLINE_TENSORS`); `dpp_tensor_t` has no destructor.
+        for (i, t) in outputs.iter().enumerate() {
+            inline[inputs.len() + i].write(describe(t));
+        }
+        // SAFETY: the first `n` entries were written just above (`n <= INLINE_TENSORS`);
+        // `dpp_tensor_t` has no destructor.
         let described = unsafe { std::slice::from_raw_parts(inline.as_ptr().cast(), n) };
         let (i, o) = described.split_at(inputs.len());
         f(i, o)
@@ -100,8 +103,7 @@ impl PluginKernel {
         check_with(&self.plugin, || format!("kernel {}", self.name), status)?;
         // The stream may still be working on these: their memory is reused and freed in
         // stream order from now on.
-        let buffers = cx.inputs.iter().chain(cx.outputs).map(|t| t.buffer());
-        device.launched_on_default_stream(buffers);
+        device.launched_on_default_stream(&[cx.inputs, cx.outputs]);
         Ok(())
     }
 }
