@@ -17,7 +17,8 @@
 //!
 //! What the host guarantees when it calls a kernel (see `dpp_kernel_context_t`):
 //! - the device is one of the platform the kernel is bound to, and the stream is that device's
-//!   default stream; the kernel enqueues its work there (or does it at once);
+//!   default stream; the kernel enqueues its work there (or, on a synchronous stream, does
+//!   it at once);
 //! - the outputs are allocated on the device, with the shapes the op's shape function gave;
 //! - the memory of inputs and outputs is kept from other uses until the stream reaches the
 //!   work enqueued now (later work on the same stream may reuse it: run the work in the
