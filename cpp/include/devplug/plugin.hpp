@@ -1088,9 +1088,9 @@ class Platform {
  * Valid during the kernel call only. The host guarantees: the device belongs to the platform
  * the kernel is bound to; the stream is that device's default stream, where the kernel
  * enqueues its work (or, on a synchronous stream, does it at once); the outputs are allocated
- * on the device with the shapes the op's shape function gave; the memory of inputs and outputs is kept from other
- * uses until the stream reaches the work enqueued now (later work on the same stream may reuse
- * it: run the work in the stream's order).
+ * on the device with the shapes the op's shape function gave; the memory of inputs and outputs
+ * is kept from other uses until the stream reaches the work enqueued now (later work on the
+ * same stream may reuse it: run the work in the stream's order).
  */
 class KernelContext {
  public:
