@@ -122,6 +122,10 @@
 #define SIM_WAKE_BATCH (SIM_RING / 4)
 #endif
 #define SIM_RING_MASK ((uint64_t)SIM_RING - 1)
+/* How many slots ahead an enqueue fetches a slot's first line for writing (see sim_push). */
+#ifndef SIM_PREFETCH_AHEAD
+#define SIM_PREFETCH_AHEAD 4
+#endif
 /* How long a kernel launch that finds the ring full waits for a slot (see sim_wait_for_slot). */
 #ifndef SIM_FULL_WAIT_NS
 #define SIM_FULL_WAIT_NS 20000
@@ -297,8 +301,11 @@ typedef struct sim_slot {
   _Alignas(64) _Atomic uint64_t seq;
   sim_op op;
 } sim_slot;
-_Static_assert(offsetof(sim_slot, op) + offsetof(sim_kqueued, dims) + 2 * sizeof(int64_t) <= 64,
+/* The bytes of an op in its slot's first cache line. */
+#define SIM_SLOT_FIRST_LINE (64 - offsetof(sim_slot, op))
+_Static_assert(offsetof(sim_kqueued, dims) + 2 * sizeof(int64_t) <= SIM_SLOT_FIRST_LINE,
                "an elementwise kernel of rank 1 fits its slot's first cache line");
+_Static_assert(sizeof(sim_slot) >= 128, "a slot has a second line (prefetched in sim_push)");
 
 typedef enum sim_worker_state {
   SIM_WORKER_BUSY,   /* running ops, polling, or about to look at the ring: never signalled */
@@ -871,19 +878,26 @@ static bool sim_push(sim_stream *s, const sim_op *op, size_t size) {
     sim_wait_for_slot(s, slot, pos);
   }
   if (!s->overflow_head && atomic_load_explicit(&slot->seq, memory_order_acquire) == pos) {
-    memcpy(&slot->op, op, size);
+    if (size <= SIM_SLOT_FIRST_LINE) {
+      /* A constant size: a couple of vector moves instead of a string copy (`op` is a whole
+       * sim_op, so the bytes past `size` are there to read). */
+      memcpy(&slot->op, op, SIM_SLOT_FIRST_LINE);
+    } else {
+      memcpy(&slot->op, op, size);
+    }
     s->tail = pos + 1;
     /* Publishes the op. An exchange, so that the load of `state` below cannot pass it (the
      * worker stores `state` before it looks at the ring for the last time: one of the two
      * sees the other's store). */
     atomic_exchange(&slot->seq, pos + 1);
-    /* The next slot's second line, for writing (the first, which the worker looks at while it
-     * waits, is left to it): the worker has left it long ago, and fetching it now keeps the next
-     * enqueue of a copy or a larger kernel from waiting for it. */
+    /* Lines enqueues will write soon, fetched for writing now so that those enqueues do not
+     * wait for them (the worker wrote each slot's first line when it freed it, a ring ago):
+     * the next slot's second line (a copy's or a larger kernel's), and the first line of the
+     * slot SIM_PREFETCH_AHEAD further on — not the next one's, which a worker that caught up
+     * looks at while it waits for it. */
     const char *next = (const char *)&s->ring[(pos + 1) & SIM_RING_MASK];
-    for (size_t at = 64; at < 128 && at < sizeof(sim_slot); at += 64) {
-      sim_prefetch_for_write(next + at);
-    }
+    sim_prefetch_for_write(next + 64);
+    sim_prefetch_for_write(&s->ring[(pos + SIM_PREFETCH_AHEAD) & SIM_RING_MASK]);
   } else {
     sim_overflow_op *copy = (sim_overflow_op *)malloc(sizeof *copy);
     if (!copy) {
