@@ -32,10 +32,13 @@
  *     by its sequence number (`seq`). The worker runs the op in its slot and frees the slot
  *     with one store; it never takes a lock for an op. An enqueue that finds the ring full puts
  *     the op on an overflow list (malloc'd) that the worker runs once the ring is drained, so
- *     an enqueue never waits for the worker (a host callback may enqueue on its own stream).
- *   - Enqueuing threads write only their own cache line and the slot; the next slot's lines
- *     are fetched for writing at once. The worker's state is read on each enqueue but written
- *     only when it dozes, sleeps or is woken.
+ *     an enqueue never waits long for the worker (a host callback may enqueue on its own
+ *     stream); a kernel launch first waits a little for a slot (sim_wait_for_slot).
+ *   - A queued kernel is packed (sim_kqueued): an elementwise one of rank <= 1 fits its slot's
+ *     first cache line, the one line a launch writes and the worker reads.
+ *   - Enqueuing threads take a spinlock of their own (`plock`) and write only its cache line
+ *     and the slot; lines the next enqueues write are fetched for writing at once. The worker's
+ *     state is read on each enqueue but written only when it dozes, sleeps or is woken.
  *   - A worker that ran out of work first polls (SIM_POLL_US, unless it simulates latency),
  *     looking at the ring every SIM_POLL_LOOK_NS only and yielding its core in between, so that
  *     it finds several ops at each look. The enqueuer never signals a polling worker.
@@ -49,8 +52,9 @@
  *   - A kernel launch finds its stream and translates its addresses from a per-thread memo
  *     (`sim_launch_memo`) while no stream was destroyed and no allocation freed since: no lock.
  *     The worker translates again when it runs if an allocation was freed in between.
- *   - Add and Mul remember, per thread, the dtype and shapes they last validated (`sim_kmemo`):
- *     a launch with the same ones skips the checks they passed and checks its addresses only.
+ *   - Add and Mul remember, per thread, the dtype and shapes they last validated and the job
+ *     they packed (`sim_kmemo`): a launch with the same ones skips the checks they passed,
+ *     copies the packed job and checks its addresses only.
  *
  * Nothing here is global and mutable but a counter of device serial numbers and the per-thread
  * memos: everything hangs off the platform data of one init, so two runtimes may load the
