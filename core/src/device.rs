@@ -231,13 +231,17 @@ impl Device {
     /// copy may write it next.
     #[inline]
     pub fn allocate(self: &Arc<Self>, size: u64) -> Result<Arc<Buffer>> {
-        // A pooled buffer may still be in use by the default stream (see
-        // `memory::stream_order`): it is taken only once the stream reached every launch.
-        if self.order.pending().is_none() {
-            if let Some(b) = self.pool.take(size) {
+        // A pooled buffer a kernel used may still be in use by the default stream (see
+        // `memory::stream_order`): it is handed out only if the stream has reached every launch
+        // counted so far — checked after taking it, since a launch counted before the buffer
+        // was pooled is then visible — else it goes back for kernel outputs.
+        if let Some(b) = self.pool.take(size) {
+            if !b.stream_used() || self.order.pending().is_none() {
                 b.clear_stream_use();
                 return Ok(b);
             }
+            // Refused by a full pool: dropped, its free waits for the stream.
+            drop(self.pool.put(b));
         }
         self.allocate_new(size)
     }

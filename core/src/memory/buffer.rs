@@ -41,7 +41,7 @@ impl Buffer {
     }
 
     /// True if a kernel on the default stream used it since it was last handed out unmarked.
-    #[cfg(test)]
+    #[inline]
     pub(crate) fn stream_used(&self) -> bool {
         self.stream_use.load(Ordering::Relaxed)
     }
