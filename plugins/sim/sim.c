@@ -21,8 +21,8 @@
  *
  * Locking: each device has one mutex (allocator, statistics, stream and event lists, event
  * marks) and one condition variable (broadcast when a mark is reached); each stream has a
- * producers' lock (`plock`, a spinlock: the ring's tail and the overflow list) and a mutex with two
- * condition variables (work queued, work done; errors; stopping). Lock order: device mutex,
+ * producers' lock (`plock`, a spinlock: the ring's tail and the overflow list) and a mutex with
+ * two condition variables (work queued, work done; errors; stopping). Lock order: device mutex,
  * then a stream's `plock`, then its `mu`; a worker takes `plock` only to take the overflow list,
  * with nothing else held, never holds a stream mutex while it takes the device mutex, and runs
  * host callbacks, copies and kernels with no lock held.
@@ -869,9 +869,10 @@ static bool sim_needs_wake(sim_stream *s, bool urgent) {
 }
 
 /* Enqueues a copy of the first `size` bytes of `op` (SIM_OP_HEAD_SIZE, or sim_kqueued_size for a
- * kernel) on `s`, in FIFO order with every other enqueue. Never waits for the worker: when the
- * ring is full the op goes to the overflow list, which the worker runs once it has drained the
- * ring. False only when there is no host memory for an overflow op. The caller keeps `s` alive
+ * kernel) on `s`, in FIFO order with every other enqueue. When the ring is full the op goes to
+ * the overflow list, which the worker runs once it has drained the ring; only a kernel launch
+ * first waits a little for a slot (sim_wait_for_slot), so an enqueue never waits long for the
+ * worker. False only when there is no host memory for an overflow op. The caller keeps `s` alive
  * (device mutex held with `s` in the device's list, or a launch memo: see sim_launch_memo). */
 static bool sim_push(sim_stream *s, const sim_op *op, size_t size) {
   bool urgent = op->kind == SIM_OP_MARK || op->kind == SIM_OP_WAIT;
@@ -2761,7 +2762,7 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
   sim_op op; /* the queued job: every field the worker reads is set below (launches are hot) */
   sim_launch_tensors t;
   sim_tls *tls = sim_tls_get();
-  sim_kmemo *memo = id == SIM_K_ADD || id == SIM_K_MUL ? &tls->shapes : NULL;
+  sim_kmemo *memo = sim_kernel_elementwise(id) ? &tls->shapes : NULL;
   if (memo && sim_memo_hit(memo, cx, id, &t)) {
     memcpy(&op.kernel, &memo->queued, sim_kqueued_size(&memo->queued));
     goto shapes_checked;
@@ -2945,7 +2946,7 @@ shapes_checked:;
   for (int i = 0; i < out; i++) {
     bool overlap = t.bytes[out] && t.bytes[i] && t.data[out] < t.data[i] + t.bytes[i] &&
                    t.data[i] < t.data[out] + t.bytes[out];
-    bool in_place = (id == SIM_K_ADD || id == SIM_K_MUL) && t.data[out] == t.data[i] && t.bytes[out] == t.bytes[i];
+    bool in_place = sim_kernel_elementwise(id) && t.data[out] == t.data[i] && t.bytes[out] == t.bytes[i];
     if (overlap && !in_place) {
       sim_devmsg(d, msg, fn, "output '%s' (0x%016" PRIx64 ", %" PRIu64 " bytes) overlaps input '%s' (0x%016" PRIx64
                  ", %" PRIu64 " bytes)", k->out_name, t.data[out], t.bytes[out], k->in_names[i], t.data[i], t.bytes[i]);
