@@ -2568,9 +2568,9 @@ static sim_tls *sim_tls_get(void) {
   return &sim_thread_memo;
 }
 
-/* The addresses of a launch's `n` tensors (`data`, `bytes`: the inputs, then the output). */
+/* The addresses of a launch's tensors, in the queue's order: in[0], in[1], out (a one-input
+ * kernel's in[1] has no bytes). */
 typedef struct sim_launch_tensors {
-  int n;
   dpp_addr_t data[3];
   uint64_t bytes[3];
 } sim_launch_tensors;
@@ -2585,7 +2585,7 @@ static sim_stream *sim_launch_memo_hit(const sim_launch_memo *m, const sim_devic
     return NULL;
   }
   uint64_t gen = atomic_load_explicit(&d->frees, memory_order_acquire);
-  for (int i = 0; i < t->n; i++) {
+  for (int i = 0; i < 3; i++) {
     if (!t->bytes[i]) {
       continue;
     }
@@ -2624,8 +2624,8 @@ static sim_stream *sim_launch_locked(sim_launch_memo *m, sim_device *d, void *ha
   m->handle = handle;
   m->stream = s;
   m->streams_gone = atomic_load_explicit(&d->streams_gone, memory_order_relaxed);
-  for (int i = 0; i < t->n; i++) {
-    bool is_out = i == t->n - 1;
+  for (int i = 0; i < 3; i++) {
+    bool is_out = i == 2;
     unsigned char *unused;
     if (!t->bytes[i]) {
       continue;
@@ -2669,7 +2669,6 @@ static bool sim_memo_hit(const sim_kmemo *m, const dpp_kernel_context_t *cx, sim
     t->data[i] = x->data;
     t->bytes[i] = x->byte_size;
   }
-  t->n = 3;
   return true;
 }
 
@@ -2926,11 +2925,10 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
   }
 
   sim_kpack(j, &op.kernel);
-  t.n = k->nin + 1;
-  for (int i = 0; i <= k->nin; i++) {
-    const sim_ktensor *kt = i == k->nin ? o : &j->in[i];
-    t.data[i] = kt->data;
-    t.bytes[i] = kt->bytes;
+  const sim_ktensor *kts[3] = {&j->in[0], &j->in[1], o};
+  for (int i = 0; i < 3; i++) {
+    t.data[i] = kts[i]->data;
+    t.bytes[i] = kts[i]->bytes;
   }
   if (memo) {
     memo->valid = true;
@@ -2942,8 +2940,8 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
 
 shapes_checked:;
   /* The output must not overlap an input (an elementwise op may work in place). */
-  int out = t.n - 1;
-  for (int i = 0; i < out; i++) {
+  const int out = 2;
+  for (int i = 0; i < k->nin; i++) {
     bool overlap = t.bytes[out] && t.bytes[i] && t.data[out] < t.data[i] + t.bytes[i] &&
                    t.data[i] < t.data[out] + t.bytes[out];
     bool in_place = sim_kernel_elementwise(id) && t.data[out] == t.data[i] && t.bytes[out] == t.bytes[i];
@@ -2967,12 +2965,8 @@ shapes_checked:;
       goto invalid;
     }
   }
-  /* The queue's tensor order is in[0], in[1], out (a one-input kernel has no in[1]). */
   q->frees = (uint32_t)frees;
-  for (int i = 0; i < 3; i++) {
-    bool present = i == 2 || i < out;
-    q->data[i] = present ? t.data[i == 2 ? out : i] : 0;
-  }
+  memcpy(q->data, t.data, sizeof q->data);
   if (sim_push(s, &op, sim_kqueued_size(q))) {
     return DPP_OK;
   }
