@@ -7,7 +7,9 @@
 //!   its Python call);
 //! - MatMul of the MLP example's shapes ([64, 256] x [256, 512], [64, 512] x [512, 10]), one
 //!   thread, vs OpenBLAS;
-//! - a few more for orientation: Sum of 1 M f32, Exp of 1 M f32, transpose of 1024 x 1024 f32.
+//! - a few more for orientation: Sum of 1 M f32, Exp of 1 M f32, transpose of 1024 x 1024 f32;
+//!   Exp, Tanh and Sigmoid of 16 K f32 in cache vs loops over the standard library's scalar
+//!   functions.
 //!
 //! `cargo bench -p devplug-core --bench cpu_kernels`
 
@@ -435,6 +437,53 @@ fn main() {
         t_copy4 / t_exp,
         t_exp / N as f64 * 1e9
     );
+    in_cache_math();
+}
+
+/// Exp, Tanh and Sigmoid of 16 K f32 (64 KB each way, in cache: bound by the arithmetic) vs a
+/// loop over the standard library's scalar functions (libm), one thread.
+fn in_cache_math() {
+    const M: usize = 1 << 14;
+    let a = Buf::new(M, 7);
+    let mut out = Buf::new(M, 8);
+    let mut plain = vec![0f32; M];
+    // SAFETY: `a` holds M initialized f32s, aligned (a u64 vector).
+    let xs = unsafe { std::slice::from_raw_parts(a.f32s(), M) };
+    let shape = [M];
+    println!();
+    println!(
+        "Math of 16 K f32 in cache, 1 thread   ns/element   libm loop   ratio (DEVPLUG_CPU_ISA caps the vectors)"
+    );
+    type Scalar = fn(f32) -> f32;
+    let cases: [(&str, UnaryOp, Scalar); 3] = [
+        ("exp", UnaryOp::Exp, f32::exp),
+        ("tanh", UnaryOp::Tanh, f32::tanh),
+        ("sigmoid", UnaryOp::Sigmoid, |x| 1.0 / (1.0 + (-x).exp())),
+    ];
+    for (name, op, f) in cases {
+        let ours = time(200, || {
+            unary(
+                &CpuContext::SINGLE,
+                op,
+                view(&a, &shape),
+                view_mut(&mut out, &shape),
+            )
+            .expect("unary");
+            black_box(out.bytes());
+        });
+        let libm = time(200, || {
+            for (o, &x) in plain.iter_mut().zip(black_box(xs)) {
+                *o = f(x);
+            }
+            black_box(&plain);
+        });
+        println!(
+            "  {name:<8}                          {:8.3}    {:8.3}    {:.2}x",
+            ours / M as f64 * 1e9,
+            libm / M as f64 * 1e9,
+            libm / ours
+        );
+    }
 }
 
 #[inline(never)]

@@ -13,6 +13,7 @@ use super::common::{
     check_dtype, check_len, invalid, num_dispatch, par_chunks, parts_for, same_shape, typed,
     with_mut, Float, Num, Pod, Signed, B8, PAR_CHUNK, PAR_CHUNK_HEAVY,
 };
+use super::isa::{self, Isa};
 use super::walk::Walk;
 use super::{BinaryOp, CompareOp, CpuContext, UnaryOp, View, ViewMut};
 
@@ -274,17 +275,55 @@ fn unary_float<T: Float>(
     out: ViewMut<'_>,
     n: usize,
 ) -> Result<()> {
+    unary_float_at::<T>(isa::level(), ctx, op, a, out, n)
+}
+
+/// [`unary_float`] with its compute-bound loops compiled for `level` (or the CPU's widest,
+/// when narrower).
+fn unary_float_at<T: Float>(
+    level: Isa,
+    ctx: &CpuContext,
+    op: UnaryOp,
+    a: View<'_>,
+    out: ViewMut<'_>,
+    n: usize,
+) -> Result<()> {
     let (c, h) = (PAR_CHUNK, PAR_CHUNK_HEAVY);
     match op {
         UnaryOp::Neg => map(ctx, a, out, n, c, T::neg),
         UnaryOp::Abs => map(ctx, a, out, n, c, T::abs),
-        UnaryOp::Exp => map(ctx, a, out, n, h, T::exp),
-        UnaryOp::Log => map(ctx, a, out, n, h, T::ln),
-        UnaryOp::Tanh => map(ctx, a, out, n, h, T::tanh),
-        UnaryOp::Sqrt => map(ctx, a, out, n, c, T::sqrt),
-        UnaryOp::Rsqrt => map(ctx, a, out, n, c, |x: T| x.sqrt().recip()),
-        UnaryOp::Sigmoid => map(ctx, a, out, n, h, T::sigmoid),
+        UnaryOp::Exp => map_wide(level, ctx, a, out, n, h, T::exp),
+        UnaryOp::Log => map_wide(level, ctx, a, out, n, h, T::ln),
+        UnaryOp::Tanh => map_wide(level, ctx, a, out, n, h, T::tanh),
+        UnaryOp::Sqrt => map_wide(level, ctx, a, out, n, c, T::sqrt),
+        UnaryOp::Rsqrt => map_wide(level, ctx, a, out, n, c, |x: T| x.sqrt().recip()),
+        UnaryOp::Sigmoid => map_wide(level, ctx, a, out, n, h, T::sigmoid),
     }
+}
+
+/// [`map`] for a compute-bound `f` (which must be `#[inline(always)]` all the way down): the
+/// loop compiled for the widest vectors the CPU has, up to `level` (see [`isa`]).
+fn map_wide<A: Pod, O: Pod>(
+    level: Isa,
+    ctx: &CpuContext,
+    a: View<'_>,
+    out: ViewMut<'_>,
+    n: usize,
+    min_chunk: usize,
+    f: impl Fn(A) -> O + Sync + Copy,
+) -> Result<()> {
+    let av = typed::<A>(a.data);
+    let parts = parts_for(ctx, n, min_chunk);
+    with_mut::<O, _>(out.data, |o| {
+        par_chunks(o, parts, |s, oc| {
+            isa::dispatch_at(
+                level,
+                #[inline(always)]
+                || map1(oc, &av[s..], f),
+            )
+        })
+    });
+    Ok(())
 }
 
 /// `out = f(a)` over equal shapes.
@@ -440,6 +479,7 @@ fn add_n_block<T: Num>(ins: &[Cow<'_, [T]>], start: usize, out: &mut [T]) {
 mod tests {
     use super::super::testutil::*;
     use super::super::*;
+    use super::{isa, unary_float_at, Isa};
     use crate::error::Code;
 
     const NUMERIC: [DType; 5] = [DType::F32, DType::F64, DType::I32, DType::I64, DType::U8];
@@ -754,6 +794,84 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("bool"), "{e}");
+    }
+
+    #[test]
+    fn unary_float_ops_give_the_same_bits_at_every_instruction_set_level() {
+        // Values over every function's range, its edges and specials, an odd count so that
+        // the vector loops' remainders run too.
+        let mut xs: Vec<f64> = (0..4099).map(|i| -110.0 + i as f64 * 0.0537).collect();
+        xs.extend([
+            0.0,
+            -0.0,
+            1e-40,
+            -1e-40,
+            1e-30,
+            88.7,
+            88.8,
+            89.0,
+            -104.0,
+            -105.0,
+            0.625,
+            -0.625,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+        ]);
+        let ops = [
+            UnaryOp::Exp,
+            UnaryOp::Log,
+            UnaryOp::Tanh,
+            UnaryOp::Sqrt,
+            UnaryOp::Rsqrt,
+            UnaryOp::Sigmoid,
+        ];
+        let mut wider = 0;
+        for dt in [DType::F32, DType::F64] {
+            let a = Tensor::from_values(dt, &[xs.len()], &xs);
+            for op in ops {
+                let run = |level: Isa| {
+                    let mut out = Tensor::zeros(dt, &[xs.len()]);
+                    let (ctx, n) = (&CpuContext::SINGLE, xs.len());
+                    let r = if dt == DType::F32 {
+                        unary_float_at::<f32>(level, ctx, op, a.view(), out.view_mut(), n)
+                    } else {
+                        unary_float_at::<f64>(level, ctx, op, a.view(), out.view_mut(), n)
+                    };
+                    r.unwrap();
+                    out.bytes()
+                };
+                let base = run(Isa::Base);
+                for level in [Isa::V3, Isa::V4] {
+                    if level <= isa::supported() {
+                        wider += 1;
+                    }
+                    assert!(
+                        run(level) == base,
+                        "{op:?} {dt}: {level:?} differs from the baseline"
+                    );
+                }
+            }
+        }
+        // Through the public entry too (at the process's level).
+        let a = Tensor::from_values(DType::F32, &[xs.len()], &xs);
+        let mut out = Tensor::zeros(DType::F32, &[xs.len()]);
+        unary(&CpuContext::SINGLE, UnaryOp::Exp, a.view(), out.view_mut()).unwrap();
+        let mut base = Tensor::zeros(DType::F32, &[xs.len()]);
+        let n = xs.len();
+        unary_float_at::<f32>(
+            Isa::Base,
+            &CpuContext::SINGLE,
+            UnaryOp::Exp,
+            a.view(),
+            base.view_mut(),
+            n,
+        )
+        .unwrap();
+        assert!(out.bytes() == base.bytes());
+        eprintln!("instruction-set levels compared with the baseline: {wider} op/dtype/level runs (CPU: {:?})", isa::supported());
     }
 
     #[test]

@@ -38,6 +38,13 @@
 //! be exactly the broadcast of the inputs' shapes; `broadcast_to` takes any output shape the
 //! input broadcasts to. Zero-sized dimensions are allowed everywhere.
 //!
+//! # Vector instructions
+//!
+//! The compute-bound loops (f32/f64 Exp, Log, Tanh, Sigmoid, Sqrt, Rsqrt, the softmax row, the
+//! ReLU epilogue of a product) are compiled for the build's baseline and again for AVX2 and
+//! AVX-512; the widest the CPU has is chosen at run time (module `isa`), with the same results bit
+//! for bit. `DEVPLUG_CPU_ISA=base|v3|v4` caps the level.
+//!
 //! # Threads
 //!
 //! [`CpuContext::threads`] bounds how many pieces one call splits into. Work below about 64 K
@@ -55,6 +62,7 @@
 mod cast;
 mod common;
 mod elementwise;
+mod isa;
 #[allow(clippy::needless_range_loop)]
 mod layout;
 #[allow(clippy::excessive_precision)]

@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::tensor::DType;
 
 use super::common::{check_dtype, check_len, invalid, par_rows, parts_for, typed, with_mut, Float};
+use super::isa;
 use super::{CpuContext, View, ViewMut};
 
 /// `out = softmax(a)` (or `log_softmax(a)` when `log`) along `axis` (`0 <= axis < rank`).
@@ -66,7 +67,12 @@ fn run<T: Float + Into<f64> + FromF64>(
             for (bi, ob) in chunk.chunks_mut(block).enumerate() {
                 let ab = &av[(b0 + bi) * block..(b0 + bi + 1) * block];
                 for j in 0..inner {
-                    row::<T>(ab, ob, j, inner, len, log);
+                    // The row's loops at the widest vectors the CPU has (exp is
+                    // compute-bound).
+                    isa::dispatch(
+                        #[inline(always)]
+                        || row::<T>(ab, ob, j, inner, len, log),
+                    );
                 }
             }
         });
@@ -74,6 +80,7 @@ fn run<T: Float + Into<f64> + FromF64>(
 }
 
 /// One row: elements `j, j + inner, ...` (`len` of them) of `a` into the same places of `o`.
+#[inline(always)]
 fn row<T: Float + Into<f64> + FromF64>(
     a: &[T],
     o: &mut [T],
