@@ -141,7 +141,9 @@ pub unsafe extern "C" fn dp_stream_device(stream: *const dp_stream_t) -> *mut dp
     })
 }
 
-/// Blocks until all work enqueued on the stream so far is done.
+/// Blocks until all work enqueued on the stream so far is done. Returns the stream's first
+/// failure since its last synchronize, also that of work that failed after its call had
+/// returned (a copy between devices, a wait for another device's event), once.
 ///
 /// # Safety
 /// `stream` is a stream handle.
@@ -289,7 +291,9 @@ pub unsafe extern "C" fn dp_stream_read(
 }
 
 /// Enqueues a copy between buffers. One of them must live on the stream's device; the other
-/// may live on any device.
+/// may live on any device. A copy between devices runs when the stream gets there; if it fails
+/// then, the stream's next synchronize returns the error (on the CPU's default stream, which
+/// runs it at once, this call does).
 ///
 /// # Safety
 /// `stream`, `dst` and `src` are handles.

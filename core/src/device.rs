@@ -13,7 +13,7 @@ use crate::memory::{
     StreamOrder, Suballocator, SuballocatorOptions, MARKER_EVERY,
 };
 use crate::platform::{DeviceDescription, Platform, PlatformInfo, RawStream, StreamExecutor};
-use crate::stream::{Event, Stream};
+use crate::stream::{AsyncError, Event, Stream};
 use crate::tensor::Tensor;
 
 /// A platform as the runtime holds it.
@@ -97,6 +97,9 @@ pub struct Device {
     /// Launches on the default stream and how far it got, for stream-ordered reuse of the
     /// memory they use (see `memory::stream_order`).
     order: StreamOrder,
+    /// The first failure of host work the runtime enqueued on the default stream, until a
+    /// synchronize of it reports it (see `stream::AsyncError`).
+    default_stream_error: AsyncError,
     /// Pinned host allocations: address → size.
     host_allocations: Mutex<HashMap<usize, u64>>,
 }
@@ -151,6 +154,7 @@ impl Device {
             default_stream,
             default_stream_dirty: AtomicBool::new(false),
             order: StreamOrder::default(),
+            default_stream_error: AsyncError::default(),
             host_allocations: Mutex::new(HashMap::new()),
         })
     }
@@ -387,7 +391,14 @@ impl Device {
         // synchronize returns the stream's error after waiting).
         self.order.reach(count);
         self.free_due();
-        result
+        // Then a failure of host work the runtime enqueued there (kept for the next
+        // synchronize if the executor had its own to report).
+        result.and_then(|()| self.default_stream_error.take())
+    }
+
+    /// Where host work on the default stream records its failure.
+    pub(crate) fn default_stream_error(&self) -> &AsyncError {
+        &self.default_stream_error
     }
 
     /// Notes a kernel just enqueued on the default stream that uses the tensors in `used`:

@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::memory::{copy_between, Buffer};
@@ -18,15 +20,40 @@ enum StreamKind {
     Owned(RawStream),
 }
 
+/// The first failure of host work the runtime enqueued on a stream (a copy between devices,
+/// a wait for another device's event), kept until a synchronize of that stream reports it —
+/// as CUDA reports an asynchronous error at the next synchronize. Later failures before then
+/// are dropped: the first is the cause.
+#[derive(Clone, Default)]
+pub(crate) struct AsyncError(Arc<Mutex<Option<Error>>>);
+
+impl AsyncError {
+    fn set(&self, e: Error) {
+        self.0.lock().get_or_insert(e);
+    }
+
+    /// The failure recorded since the last call, as an error.
+    pub(crate) fn take(&self) -> Result<()> {
+        match self.0.lock().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
 /// An ordered queue of work on one device.
 pub struct Stream {
     device: Arc<Device>,
     kind: StreamKind,
+    /// Where host work the runtime enqueued records its failure (the device's, for its
+    /// default stream).
+    error: AsyncError,
 }
 
 impl Stream {
     pub(crate) fn default_of(device: Arc<Device>) -> Stream {
         Stream {
+            error: device.default_stream_error().clone(),
             device,
             kind: StreamKind::Default,
         }
@@ -40,6 +67,7 @@ impl Stream {
         Ok(Stream {
             device,
             kind: StreamKind::Owned(raw),
+            error: AsyncError::default(),
         })
     }
 
@@ -75,6 +103,20 @@ impl Stream {
                 self.device.name()
             )))
         }
+    }
+
+    /// Runs `work` once the stream reaches this point (at once on a synchronous stream, whose
+    /// caller gets its error); a failure is reported by the stream's next synchronize.
+    fn host_work(&self, work: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+        if self.is_synchronous() {
+            return work();
+        }
+        let error = self.error.clone();
+        self.host_callback(Box::new(move || {
+            if let Err(e) = work() {
+                error.set(e);
+            }
+        }))
     }
 
     /// Keeps `keep` alive until the stream has reached this point.
@@ -168,15 +210,19 @@ impl Stream {
             )));
         }
         let (dst, src) = (dst.clone(), src.clone());
-        self.host_callback(Box::new(move || {
+        self.host_work(move || {
             let other = if on_dst { src.device() } else { dst.device() };
-            let result = other
+            other
                 .synchronize_default_stream()
-                .and_then(|_| copy_between(dst.device(), d, src.device(), s, size));
-            if let Err(e) = result {
-                crate::log::error(&format!("stream copy between devices failed: {e}"));
-            }
-        }))
+                .and_then(|_| copy_between(dst.device(), d, src.device(), s, size))
+                .map_err(|e| {
+                    e.context(format!(
+                        "stream copy of {size} bytes from {} to {}",
+                        src.device().name(),
+                        dst.device().name()
+                    ))
+                })
+        })
     }
 
     /// Enqueues setting `size` bytes of `dst` at `offset` to `value`.
@@ -203,18 +249,12 @@ impl Stream {
                 .executor()
                 .stream_wait_event(self.raw(), event.raw());
         }
-        // Another device's event: block this stream in a host callback until it is reached.
+        // Another device's event: block this stream in host work until it is reached.
         let ev = event.snapshot();
-        if self.is_synchronous() {
-            return ev.synchronize();
-        }
-        self.host_callback(Box::new(move || {
-            if let Err(e) = ev.synchronize() {
-                crate::log::error(&format!(
-                    "waiting for an event of another device failed: {e}"
-                ));
-            }
-        }))
+        self.host_work(move || {
+            ev.synchronize()
+                .map_err(|e| e.context(format!("waiting for an event of {}", ev.device().name())))
+        })
     }
 
     /// Work enqueued on this stream after this call waits for the work enqueued on `other`
@@ -232,12 +272,18 @@ impl Stream {
             .stream_wait_stream(self.raw(), other.raw())
     }
 
-    /// Blocks until all work enqueued so far is done.
+    /// Blocks until all work enqueued so far is done. Returns the stream's first failure
+    /// since the last synchronize: the executor's, or else that of host work the runtime
+    /// enqueued (a copy between devices, a wait for another device's event).
     pub fn synchronize(&self) -> Result<()> {
         match &self.kind {
-            // Also frees what waited for the default stream (stream-ordered reuse).
+            // Also frees what waited for the default stream (stream-ordered reuse), and
+            // reports the device's record of host work there.
             StreamKind::Default => self.device.synchronize_default_stream_now(),
-            StreamKind::Owned(raw) => self.device.executor().synchronize_stream(raw),
+            StreamKind::Owned(raw) => {
+                self.device.executor().synchronize_stream(raw)?;
+                self.error.take()
+            }
         }
     }
 }
@@ -246,6 +292,13 @@ impl Drop for Stream {
     fn drop(&mut self) {
         if let StreamKind::Owned(raw) = std::mem::replace(&mut self.kind, StreamKind::Default) {
             self.device.executor().destroy_stream(raw);
+            // Nobody synchronizes it any more: the failure can only be logged.
+            if let Err(e) = self.error.take() {
+                crate::log::error(&format!(
+                    "a stream of {} was destroyed with an unreported failure: {e}",
+                    self.device.name()
+                ));
+            }
         }
     }
 }

@@ -1,7 +1,7 @@
 /* A C host with the SIM reference plugin: two SIM devices and the CPU, copies and
  * stream/event ordering across all three (every byte checked), device enumeration with type,
  * platform, priority and the active platform, load failures listed with their reasons, and
- * injected faults as errors. */
+ * injected faults as errors (also one that happens on a stream, reported by its synchronize). */
 #include "dp_test.h"
 
 #include <devplug/devplug.h>
@@ -143,9 +143,44 @@ static void injected_faults(void) {
   dp_runtime_destroy(rt);
 }
 
+static void async_copy_failure(void) {
+  SECTION("a copy between devices that fails on a stream is reported by its synchronize");
+  dp_runtime_t *rt = make_runtime();
+  const char *opts[] = {"fail_copy_after=1"};
+  CHECK_OK(dp_runtime_load_plugin(rt, SIM, opts, 1));
+  dp_device_t *sim = NULL, *cpu = NULL;
+  CHECK_OK(dp_runtime_find_device(rt, "SIM", &sim));
+  CHECK_OK(dp_runtime_find_device(rt, "CPU", &cpu));
+  dp_buffer_t *on_sim = NULL, *on_cpu = NULL;
+  CHECK_OK(dp_buffer_allocate(sim, 64, &on_sim));
+  CHECK_OK(dp_buffer_allocate(cpu, 64, &on_cpu));
+  unsigned char x[64], y[64];
+  memset(x, 7, sizeof x);
+  memset(y, 0, sizeof y);
+  CHECK_OK(dp_buffer_write(on_sim, 0, x, 64)); /* SIM's one allowed copy */
+  CHECK_OK(dp_buffer_write(on_cpu, 0, y, 64));
+  dp_stream_t *q = NULL;
+  CHECK_OK(dp_stream_create(cpu, &q));
+  /* Enqueued fine; the copy runs on the stream's thread and fails there. */
+  CHECK_OK(dp_stream_copy(q, on_cpu, 0, on_sim, 0, 64));
+  CHECK_STATUS_MSG(dp_stream_synchronize(q), DP_RESOURCE_EXHAUSTED,
+                   "stream copy of 64 bytes from SIM:0 to CPU:0");
+  /* Once; the destination is untouched; the stream goes on. */
+  CHECK_OK(dp_stream_synchronize(q));
+  unsigned char back[64];
+  memset(back, 1, sizeof back);
+  CHECK_OK(dp_buffer_read(on_cpu, 0, back, 64));
+  CHECK(memcmp(back, y, 64) == 0);
+  dp_stream_destroy(q);
+  dp_buffer_release(on_sim);
+  dp_buffer_release(on_cpu);
+  dp_runtime_destroy(rt);
+}
+
 int main(void) {
   enumeration_and_copies();
   failures_are_listed();
   injected_faults();
+  async_copy_failure();
   return DP_TEST_SUMMARY();
 }

@@ -124,6 +124,58 @@ fn injected_faults_surface_as_errors_and_the_runtime_goes_on() {
     Tensor::from_slice(&cpu, &[1], &[1u8]).unwrap();
 }
 
+/// A copy between devices on a worker stream runs as host work there; when it fails (SIM's
+/// injected copy failure) the stream's next synchronize says so, once, and names the copy.
+#[test]
+fn a_failed_copy_between_devices_is_reported_by_the_next_synchronize() {
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[("fail_copy_after", "1")])
+        .unwrap();
+    let sim = rt.find_device("SIM").unwrap();
+    let cpu = rt.find_device("CPU").unwrap();
+    let on_sim = sim.allocate(64).unwrap();
+    on_sim.write(0, &pattern(64, 1)).unwrap(); // SIM's one allowed copy
+    let on_cpu = cpu.allocate(64).unwrap();
+    on_cpu.write(0, &[0u8; 64]).unwrap();
+
+    // A CPU worker stream: the copy (SIM -> CPU) runs on its thread and fails there.
+    let q = cpu.create_stream().unwrap();
+    q.copy(&on_cpu, 0, &on_sim, 0, 64).unwrap();
+    let e = q.synchronize().unwrap_err();
+    assert_eq!(e.code, Code::ResourceExhausted, "{e}");
+    assert!(e.message.contains("injected copy failure"), "{e}");
+    assert!(
+        e.message
+            .contains("stream copy of 64 bytes from SIM:0 to CPU:0"),
+        "{e}"
+    );
+    // Reported once; the destination was not written; the stream goes on working.
+    q.synchronize().unwrap();
+    assert_eq!(read_all(&on_cpu), vec![0u8; 64]);
+    q.write(&on_cpu, 0, vec![5u8; 64]).unwrap();
+    q.synchronize().unwrap();
+    assert_eq!(read_all(&on_cpu), vec![5u8; 64]);
+
+    // The same on SIM's default stream (asynchronous): reported by the device's synchronize.
+    let from_cpu = cpu.allocate(64).unwrap();
+    from_cpu.write(0, &pattern(64, 2)).unwrap();
+    sim.default_stream()
+        .copy(&on_sim, 0, &from_cpu, 0, 64)
+        .unwrap();
+    let e = sim.synchronize().unwrap_err();
+    assert!(e.message.contains("injected copy failure"), "{e}");
+    assert!(e.message.contains("from CPU:0 to SIM:0"), "{e}");
+    sim.synchronize().unwrap();
+
+    // On the CPU's default stream, which runs work at once, the call itself fails.
+    let e = cpu
+        .default_stream()
+        .copy(&on_cpu, 0, &on_sim, 0, 64)
+        .unwrap_err();
+    assert!(e.message.contains("injected copy failure"), "{e}");
+    cpu.synchronize().unwrap();
+}
+
 #[test]
 fn sim_load_options_are_validated() {
     let rt = runtime();

@@ -875,7 +875,9 @@ dp_status_t dp_device_default_stream(dp_device_t *device, dp_stream_t **out_stre
 dp_device_t *dp_stream_device(const dp_stream_t *stream);
 
 /**
- * Blocks until all work enqueued on the stream so far is done.
+ * Blocks until all work enqueued on the stream so far is done. Returns the stream's first
+ * failure since its last synchronize, also that of work that failed after its call had
+ * returned (a copy between devices, a wait for another device's event), once.
  *
  * # Safety
  * `stream` is a stream handle.
@@ -940,7 +942,9 @@ dp_status_t dp_stream_read(dp_stream_t *stream,
 
 /**
  * Enqueues a copy between buffers. One of them must live on the stream's device; the other
- * may live on any device.
+ * may live on any device. A copy between devices runs when the stream gets there; if it fails
+ * then, the stream's next synchronize returns the error (on the CPU's default stream, which
+ * runs it at once, this call does).
  *
  * # Safety
  * `stream`, `dst` and `src` are handles.
