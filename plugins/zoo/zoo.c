@@ -42,6 +42,7 @@
  *   ZOO_DEVICE_COUNT=n             dpp_platform_t.device_count
  *   ZOO_CREATE_DEVICE_NULL, ZOO_DESTROY_DEVICE_NULL
  *   ZOO_REGISTER_TWICE             the same platform registered twice
+ *   ZOO_IGNORE_REFUSAL             ... and init succeeds anyway (with the first one)
  *   ZOO_INIT_FAIL_STATUS=n         init returns n (before registering anything) ...
  *   ZOO_INIT_FAIL_MESSAGE="..."    ... after set_error(message), when given
  *   ZOO_INIT_FAIL_AFTER_REGISTER   ... after registering its platform
@@ -773,6 +774,12 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_init(const dpp_host_api_t *host, void *
   }
 #ifdef ZOO_REGISTER_TWICE
   st = zoo_register(host, marker);
+#ifdef ZOO_IGNORE_REFUSAL
+  if (st != DPP_OK) {
+    zoo_mark(marker, "went on without the refused registration");
+    st = DPP_OK;
+  }
+#endif
   if (st != DPP_OK) {
     return st;
   }

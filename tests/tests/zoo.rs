@@ -359,6 +359,77 @@ fn the_same_platform_registered_twice_by_one_plugin() {
 }
 
 #[test]
+fn a_plugin_that_goes_on_after_a_refused_registration_loads_with_what_was_accepted() {
+    let _env = env_shared();
+    let rt = runtime();
+    let marker = Marker::new("register_twice_ignored");
+    let info = rt
+        .load_plugin(
+            zoo_path("register_twice_ignored"),
+            &[("marker", marker.option())],
+        )
+        .unwrap();
+    assert_eq!(info.platforms, ["ZOO"]);
+    assert!(rt.plugin_failures().is_empty());
+    assert!(
+        marker.has("went on without the refused registration"),
+        "{:?}",
+        marker.lines()
+    );
+    assert_zoo_device_works(&rt, "ZOO:0");
+    assert_cpu_works(&rt);
+}
+
+/// The environment variable that makes [`a_refused_registration_is_logged_once`] the child
+/// that loads the plugins.
+const CHILD_LOG: &str = "DEVPLUG_ZOO_CHILD_LOG";
+
+#[test]
+fn a_refused_registration_is_logged_once() {
+    // Whether init then fails (the refusal is the load's error) or goes on (the refusal is all
+    // there is to say), the log holds it once. The loads run in a child process, whose
+    // standard error this test reads.
+    if std::env::var_os(CHILD_LOG).is_some() {
+        let rt = runtime();
+        rt.load_plugin(zoo_path("register_twice"), &[]).unwrap_err();
+        rt.load_plugin(zoo_path("register_twice_ignored"), &[])
+            .unwrap();
+        return;
+    }
+    let _env = env_shared();
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "a_refused_registration_is_logged_once",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_LOG, "1")
+        .env("DEVPLUG_LOG", "warn")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(output.status.success(), "the child failed:\n{err}");
+    for plugin in ["'zoo_register_twice'", "'zoo_register_twice_ignored'"] {
+        let lines: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains(&format!("already registered by plugin {plugin}")))
+            .collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "{plugin}: the refusal is logged {} times:\n{err}",
+            lines.len()
+        );
+    }
+    assert!(
+        err.contains("plugin 'zoo_register_twice_ignored'")
+            && err.contains("loaded without a registration the host refused"),
+        "{err}"
+    );
+}
+
+#[test]
 fn init_registers_one_platform_then_fails_and_is_rolled_back() {
     let _env = env_shared();
     let r = refuse(

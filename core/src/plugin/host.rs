@@ -63,8 +63,9 @@ pub(crate) struct HostContext {
     in_init: AtomicBool,
     pub(crate) pending: Mutex<Vec<PendingPlatform>>,
     pub(crate) pending_kernels: Mutex<Vec<PendingKernel>>,
-    /// The first refused registration, reported if init then fails.
-    pub(crate) refused: Mutex<Option<Error>>,
+    /// Registrations refused during init, in order: the first is the load's error if init
+    /// then fails; if it succeeds, each is logged once (see `refuse`).
+    pub(crate) refused: Mutex<Vec<Error>>,
 }
 
 /// A loaded, initialized plugin library. Dropped after every object of it: calls the
@@ -124,12 +125,23 @@ impl HostContext {
             in_init: AtomicBool::new(false),
             pending: Mutex::new(Vec::new()),
             pending_kernels: Mutex::new(Vec::new()),
-            refused: Mutex::new(None),
+            refused: Mutex::new(Vec::new()),
         })
     }
 
     pub(crate) fn set_in_init(&self, v: bool) {
         self.in_init.store(v, Ordering::Release);
+    }
+
+    /// Notes a refused registration. During init it is kept for the end of the load, which
+    /// reports it once (as its error, or in the log if the plugin went on without it); outside
+    /// init nothing else will, so it is logged now.
+    fn refuse(&self, e: Error) {
+        if self.in_init.load(Ordering::Acquire) {
+            self.refused.lock().push(e);
+        } else {
+            crate::log::warn(&e.message);
+        }
     }
 
     /// Builds the host table pointing at this context.
@@ -410,9 +422,8 @@ unsafe extern "C" fn host_register_kernel(
     match result {
         Ok(()) => abi::DPP_OK,
         Err(e) => {
-            crate::log::warn(&e.message);
             let code = e.code;
-            ctx.refused.lock().get_or_insert(e);
+            ctx.refuse(e);
             code as abi::dpp_status_t
         }
     }
@@ -485,9 +496,8 @@ unsafe extern "C" fn host_register_platform(
     match result {
         Ok(()) => abi::DPP_OK,
         Err(e) => {
-            crate::log::warn(&e.message);
             let code = e.code;
-            ctx.refused.lock().get_or_insert(e);
+            ctx.refuse(e);
             code as abi::dpp_status_t
         }
     }

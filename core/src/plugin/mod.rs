@@ -181,7 +181,17 @@ pub(crate) fn load(
             }
         }
         let _ = take_plugin_error();
-        let refused = plugin.context.refused.lock().take();
+        let refused = std::mem::take(&mut *plugin.context.refused.lock());
+        let more = refused.len().saturating_sub(1);
+        let refused = refused.into_iter().next().map(|mut first| {
+            if more > 0 {
+                first.message.push_str(&format!(
+                    " (and {more} more refused registration{})",
+                    if more == 1 { "" } else { "s" }
+                ));
+            }
+            first
+        });
         let code = match Code::from_i32(status) {
             Some(Code::Ok) | None => Code::Internal,
             Some(c) => c,
@@ -204,6 +214,13 @@ pub(crate) fn load(
                 ),
             ),
         });
+    }
+    // The plugin went on without what was refused: say so, once each.
+    for e in std::mem::take(&mut *plugin.context.refused.lock()) {
+        crate::log::warn(&format!(
+            "plugin '{name}' ({shown}) loaded without a registration the host refused: {}",
+            e.message
+        ));
     }
     plugin.plugin_data = data;
     plugin.initialized = true;
