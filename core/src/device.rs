@@ -376,7 +376,12 @@ impl Device {
     ///
     /// Costs nothing when nothing was enqueued there since the last time.
     pub(crate) fn synchronize_default_stream(&self) -> Result<()> {
-        if !self.default_stream_dirty.swap(false, Ordering::AcqRel) {
+        // A load first: the common clean case costs no read-modify-write (a thread that
+        // enqueued sees its own store; other threads' enqueues are not ordered with this call
+        // either way).
+        if !self.default_stream_dirty.load(Ordering::Acquire)
+            || !self.default_stream_dirty.swap(false, Ordering::AcqRel)
+        {
             return Ok(());
         }
         self.synchronize_default_stream_now()

@@ -651,6 +651,68 @@ static bool sim_translate(const sim_device *d, const char *fn, const char *what,
   return true;
 }
 
+/* Allocations a thread's synchronous copies and memsets found live, so that the next call on
+ * the same allocation skips the device mutex: an entry holds while its device (`serial`: a
+ * device created at the same address later is another) has freed nothing since (`gen`, the
+ * device's `frees` then). The host keeps an allocation alive while it copies into it, as it
+ * does for kernels (see sim_launch_memo). */
+typedef struct sim_xlate_memo {
+  const sim_device *dev;
+  uint64_t serial;
+  struct {
+    dpp_addr_t lo;
+    uint64_t len;
+    uint64_t gen;
+  } mem[SIM_TMEMO];
+  unsigned next;
+} sim_xlate_memo;
+
+static _Thread_local sim_xlate_memo sim_thread_xlate;
+
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static sim_xlate_memo *sim_xlate_get(void) {
+  return &sim_thread_xlate;
+}
+
+/* No lock held. The host address of [addr, addr + size) from this thread's memo, as
+ * sim_translate would give it; false when the memo cannot tell (then translate under the
+ * mutex and sim_xlate_note). */
+static bool sim_xlate_hit(const sim_device *d, dpp_addr_t addr, uint64_t size, unsigned char **out) {
+  const sim_xlate_memo *m = sim_xlate_get();
+  if (m->dev != d || m->serial != d->serial) {
+    return false;
+  }
+  uint64_t gen = atomic_load_explicit(&d->frees, memory_order_acquire);
+  for (int e = 0; e < SIM_TMEMO; e++) {
+    uint64_t at = addr - m->mem[e].lo; /* wraps (huge) below lo */
+    if (m->mem[e].gen == gen && at < m->mem[e].len && size <= m->mem[e].len - at) {
+      *out = d->arena + (addr - d->base);
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Device mutex held; `addr` just passed sim_translate. Notes its allocation in the memo. */
+static void sim_xlate_note(const sim_device *d, dpp_addr_t addr) {
+  sim_xlate_memo *m = sim_xlate_get();
+  if (m->dev != d || m->serial != d->serial) {
+    memset(m, 0, sizeof *m);
+    for (int e = 0; e < SIM_TMEMO; e++) {
+      m->mem[e].gen = UINT64_MAX; /* never a count of frees: empty */
+    }
+    m->dev = d;
+    m->serial = d->serial;
+  }
+  const sim_block *b = &d->blocks[sim_block_at(d, addr - d->base)];
+  unsigned e = m->next++ % SIM_TMEMO;
+  m->mem[e].lo = d->base + b->off;
+  m->mem[e].len = b->req;
+  m->mem[e].gen = atomic_load_explicit(&d->frees, memory_order_relaxed); /* stable: mutex held */
+}
+
 /* Counts a copy against fail_copy_after; true when this copy must fail. Device mutex held. */
 static bool sim_count_copy(sim_device *d, uint64_t *number) {
   *number = ++d->copy_calls;
@@ -1363,13 +1425,17 @@ static dpp_status_t sim_memcpy_htod(void *device, dpp_addr_t dst, const void *sr
     sim_devmsg(d, msg, "memcpy_htod", "src is NULL");
     return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
-  pthread_mutex_lock(&d->mu);
-  if (!sim_translate(d, "memcpy_htod", "dst", dst, size, &dp, msg)) {
+  bool fail = false; /* copies are counted (under the mutex) only to inject failures */
+  if (d->plat->opt.fail_copy || !sim_xlate_hit(d, dst, size, &dp)) {
+    pthread_mutex_lock(&d->mu);
+    if (!sim_translate(d, "memcpy_htod", "dst", dst, size, &dp, msg)) {
+      pthread_mutex_unlock(&d->mu);
+      return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
+    }
+    sim_xlate_note(d, dst);
+    fail = sim_count_copy(d, &n);
     pthread_mutex_unlock(&d->mu);
-    return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
-  bool fail = sim_count_copy(d, &n);
-  pthread_mutex_unlock(&d->mu);
   if (fail) {
     sim_injected_copy_msg(d, msg, "memcpy_htod", n);
     return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
@@ -1393,13 +1459,17 @@ static dpp_status_t sim_memcpy_dtoh(void *device, void *dst, dpp_addr_t src, uin
     sim_devmsg(d, msg, "memcpy_dtoh", "dst is NULL");
     return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
-  pthread_mutex_lock(&d->mu);
-  if (!sim_translate(d, "memcpy_dtoh", "src", src, size, &sp, msg)) {
+  bool fail = false; /* as in sim_memcpy_htod */
+  if (d->plat->opt.fail_copy || !sim_xlate_hit(d, src, size, &sp)) {
+    pthread_mutex_lock(&d->mu);
+    if (!sim_translate(d, "memcpy_dtoh", "src", src, size, &sp, msg)) {
+      pthread_mutex_unlock(&d->mu);
+      return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
+    }
+    sim_xlate_note(d, src);
+    fail = sim_count_copy(d, &n);
     pthread_mutex_unlock(&d->mu);
-    return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
-  bool fail = sim_count_copy(d, &n);
-  pthread_mutex_unlock(&d->mu);
   if (fail) {
     sim_injected_copy_msg(d, msg, "memcpy_dtoh", n);
     return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
@@ -1419,14 +1489,19 @@ static dpp_status_t sim_memcpy_dtod(void *device, dpp_addr_t dst, dpp_addr_t src
   if (size == 0) {
     return DPP_OK;
   }
-  pthread_mutex_lock(&d->mu);
-  if (!sim_translate(d, "memcpy_dtod", "dst", dst, size, &dp, msg) ||
-      !sim_translate(d, "memcpy_dtod", "src", src, size, &sp, msg)) {
+  bool fail = false; /* as in sim_memcpy_htod */
+  if (d->plat->opt.fail_copy || !sim_xlate_hit(d, dst, size, &dp) || !sim_xlate_hit(d, src, size, &sp)) {
+    pthread_mutex_lock(&d->mu);
+    if (!sim_translate(d, "memcpy_dtod", "dst", dst, size, &dp, msg) ||
+        !sim_translate(d, "memcpy_dtod", "src", src, size, &sp, msg)) {
+      pthread_mutex_unlock(&d->mu);
+      return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
+    }
+    sim_xlate_note(d, dst);
+    sim_xlate_note(d, src);
+    fail = sim_count_copy(d, &n);
     pthread_mutex_unlock(&d->mu);
-    return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
-  bool fail = sim_count_copy(d, &n);
-  pthread_mutex_unlock(&d->mu);
   if (fail) {
     sim_injected_copy_msg(d, msg, "memcpy_dtod", n);
     return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
@@ -1445,12 +1520,15 @@ static dpp_status_t sim_memset(void *device, dpp_addr_t dst, uint8_t value, uint
   if (size == 0) {
     return DPP_OK;
   }
-  pthread_mutex_lock(&d->mu);
-  if (!sim_translate(d, "memset", "dst", dst, size, &dp, msg)) {
+  if (!sim_xlate_hit(d, dst, size, &dp)) {
+    pthread_mutex_lock(&d->mu);
+    if (!sim_translate(d, "memset", "dst", dst, size, &dp, msg)) {
+      pthread_mutex_unlock(&d->mu);
+      return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
+    }
+    sim_xlate_note(d, dst);
     pthread_mutex_unlock(&d->mu);
-    return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
-  pthread_mutex_unlock(&d->mu);
   memset(dp, value, (size_t)size);
   return DPP_OK;
 }

@@ -521,6 +521,32 @@ static void test_memory(sim_dev *d0, sim_dev *d1) {
   CHECK_ST(se->memcpy_dtoh(dd, out, w, 4), DPP_INVALID_ARGUMENT);
   CHECK(err_has(hex(h1, w)));
 
+  /* The same once the calling thread has used the allocation (SIM then skips the device mutex
+   * for it while nothing is freed): every synchronous call refuses it after the free. */
+  CHECK_OK(se->allocate(dd, 64, &w));
+  CHECK_OK(se->memset(dd, w, 3, 64));
+  CHECK_OK(se->memcpy_htod(dd, w, src, 64));
+  CHECK_OK(se->memcpy_dtoh(dd, out, w, 64));
+  CHECK_OK(se->memcpy_dtod(dd, w, w + 32, 32));
+  CHECK_ST(se->memset(dd, w + 60, 0, 8), DPP_INVALID_ARGUMENT); /* past its end, though known */
+  CHECK_ST(d1->se->memset(d1->dd, w, 0, 4), DPP_INVALID_ARGUMENT); /* on the other device */
+  se->deallocate(dd, w, 64);
+  clear_err();
+  CHECK_ST(se->memset(dd, w, 0, 4), DPP_INVALID_ARGUMENT);
+  CHECK(err_has(hex(h1, w)) && err_has("not inside a live allocation"));
+  CHECK_ST(se->memcpy_htod(dd, w, src, 4), DPP_INVALID_ARGUMENT);
+  CHECK_ST(se->memcpy_dtoh(dd, out, w, 4), DPP_INVALID_ARGUMENT);
+  CHECK_ST(se->memcpy_dtod(dd, a, w, 4), DPP_INVALID_ARGUMENT);
+  CHECK_ST(se->memcpy_dtod(dd, w, a, 4), DPP_INVALID_ARGUMENT);
+  /* A new allocation at that address is valid again. */
+  dpp_addr_t w2 = 0;
+  CHECK_OK(se->allocate(dd, 64, &w2));
+  CHECK(w2 == w);
+  CHECK_OK(se->memset(dd, w2, 9, 64));
+  CHECK_OK(se->memcpy_dtoh(dd, out, w2, 64));
+  CHECK(all_eq(out, 64, 9));
+  se->deallocate(dd, w2, 64);
+
   /* Out of memory, then first fit reuses a freed block. */
   clear_err();
   CHECK_ST(se->allocate(dd, 2u << 20, &big), DPP_RESOURCE_EXHAUSTED);
