@@ -312,18 +312,13 @@ fn map_wide<A: Pod, O: Pod>(
     min_chunk: usize,
     f: impl Fn(A) -> O + Sync + Copy,
 ) -> Result<()> {
-    let av = typed::<A>(a.data);
-    let parts = parts_for(ctx, n, min_chunk);
-    with_mut::<O, _>(out.data, |o| {
-        par_chunks(o, parts, |s, oc| {
-            isa::dispatch_at(
-                level,
-                #[inline(always)]
-                || map1(oc, &av[s..], f),
-            )
-        })
-    });
-    Ok(())
+    map_chunks(ctx, a, out, n, min_chunk, |oc, av| {
+        isa::dispatch_at(
+            level,
+            #[inline(always)]
+            || map1(oc, av, f),
+        )
+    })
 }
 
 /// `out = f(a)` over equal shapes.
@@ -335,10 +330,23 @@ pub(crate) fn map<A: Pod, O: Pod>(
     min_chunk: usize,
     f: impl Fn(A) -> O + Sync + Copy,
 ) -> Result<()> {
+    map_chunks(ctx, a, out, n, min_chunk, |oc, av| map1(oc, av, f))
+}
+
+/// Runs `body(out chunk, the input from the chunk's start)` over the pieces `ctx` allows.
+#[inline(always)]
+fn map_chunks<A: Pod, O: Pod>(
+    ctx: &CpuContext,
+    a: View<'_>,
+    out: ViewMut<'_>,
+    n: usize,
+    min_chunk: usize,
+    body: impl Fn(&mut [O], &[A]) + Sync,
+) -> Result<()> {
     let av = typed::<A>(a.data);
     let parts = parts_for(ctx, n, min_chunk);
     with_mut::<O, _>(out.data, |o| {
-        par_chunks(o, parts, |s, oc| map1(oc, &av[s..], f))
+        par_chunks(o, parts, |s, oc| body(oc, &av[s..]))
     });
     Ok(())
 }
