@@ -444,7 +444,8 @@ pub unsafe extern "C" fn dp_runtime_find_device(
     })
 }
 
-/// Waits for all work on all devices of the runtime.
+/// Waits for all work on all devices of the runtime (each one, even after one failed), and
+/// returns the first failure, as `dp_device_synchronize` does for one device.
 ///
 /// # Safety
 /// `runtime` is a runtime handle.
@@ -589,7 +590,8 @@ pub unsafe extern "C" fn dp_device_memory_stats(
     })
 }
 
-/// Waits for all work on all streams of the device.
+/// Waits for all work on all streams of the device. Returns the first failure on any of them
+/// not reported yet (see `dp_stream_synchronize`), once.
 ///
 /// # Safety
 /// `device` is a device handle.

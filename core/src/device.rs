@@ -13,7 +13,7 @@ use crate::memory::{
     StreamOrder, Suballocator, SuballocatorOptions, MARKER_EVERY,
 };
 use crate::platform::{DeviceDescription, Platform, PlatformInfo, RawStream, StreamExecutor};
-use crate::stream::{AsyncError, Event, Stream};
+use crate::stream::{AsyncError, Event, Stream, WeakAsyncError};
 use crate::tensor::Tensor;
 
 /// A platform as the runtime holds it.
@@ -100,6 +100,8 @@ pub struct Device {
     /// The first failure of host work the runtime enqueued on the default stream, until a
     /// synchronize of it reports it (see `stream::AsyncError`).
     default_stream_error: AsyncError,
+    /// The same for the streams created on the device, for its synchronize.
+    owned_stream_errors: Mutex<Vec<WeakAsyncError>>,
     /// Pinned host allocations: address → size.
     host_allocations: Mutex<HashMap<usize, u64>>,
 }
@@ -155,6 +157,7 @@ impl Device {
             default_stream_dirty: AtomicBool::new(false),
             order: StreamOrder::default(),
             default_stream_error: AsyncError::default(),
+            owned_stream_errors: Mutex::new(Vec::new()),
             host_allocations: Mutex::new(HashMap::new()),
         })
     }
@@ -365,11 +368,26 @@ impl Device {
         Event::create(self.clone())
     }
 
-    /// Waits for all work on all streams of the device.
+    /// Waits for all work on all streams of the device. Returns the first failure on any of
+    /// them since it was last reported (see [`Stream::synchronize`]).
     pub fn synchronize(&self) -> Result<()> {
         self.default_stream_dirty.store(false, Ordering::Release);
         self.synchronize_default_stream_now()?;
-        self.executor.synchronize_all()
+        self.executor.synchronize_all()?;
+        // Failures of host work on the streams created here, reported by this call instead.
+        let live: Vec<AsyncError> = {
+            let mut errors = self.owned_stream_errors.lock();
+            errors.retain(|e| e.upgrade().is_some());
+            errors.iter().filter_map(WeakAsyncError::upgrade).collect()
+        };
+        live.iter().try_for_each(AsyncError::take)
+    }
+
+    /// Notes a stream created on this device, whose failures its synchronize reports too.
+    pub(crate) fn track_stream_error(&self, error: &AsyncError) {
+        let mut errors = self.owned_stream_errors.lock();
+        errors.retain(|e| e.upgrade().is_some());
+        errors.push(error.downgrade());
     }
 
     /// Waits for the work on the default stream (what synchronous copies are ordered after).

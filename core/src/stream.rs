@@ -4,7 +4,7 @@
 //! Stream-ordered operations keep the buffers they touch alive until the stream has reached
 //! them, so a host may drop its references right after enqueueing.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
@@ -27,7 +27,22 @@ enum StreamKind {
 #[derive(Clone, Default)]
 pub(crate) struct AsyncError(Arc<Mutex<Option<Error>>>);
 
+/// An [`AsyncError`] its device looks at without keeping it (an owned stream's, for the
+/// device's synchronize).
+pub(crate) struct WeakAsyncError(Weak<Mutex<Option<Error>>>);
+
+impl WeakAsyncError {
+    /// The error, while its stream lives.
+    pub(crate) fn upgrade(&self) -> Option<AsyncError> {
+        self.0.upgrade().map(AsyncError)
+    }
+}
+
 impl AsyncError {
+    pub(crate) fn downgrade(&self) -> WeakAsyncError {
+        WeakAsyncError(Arc::downgrade(&self.0))
+    }
+
     fn set(&self, e: Error) {
         self.0.lock().get_or_insert(e);
     }
@@ -64,10 +79,12 @@ impl Stream {
             .executor()
             .create_stream()
             .map_err(|e| e.context(format!("creating a stream on {}", device.name())))?;
+        let error = AsyncError::default();
+        device.track_stream_error(&error);
         Ok(Stream {
             device,
             kind: StreamKind::Owned(raw),
-            error: AsyncError::default(),
+            error,
         })
     }
 

@@ -155,6 +155,13 @@ fn a_failed_copy_between_devices_is_reported_by_the_next_synchronize() {
     q.write(&on_cpu, 0, vec![5u8; 64]).unwrap();
     q.synchronize().unwrap();
     assert_eq!(read_all(&on_cpu), vec![5u8; 64]);
+    // The device's synchronize waits for every stream of it and reports their failures too
+    // (then the stream has nothing left to report).
+    q.copy(&on_cpu, 0, &on_sim, 0, 64).unwrap();
+    let e = cpu.synchronize().unwrap_err();
+    assert!(e.message.contains("from SIM:0 to CPU:0"), "{e}");
+    q.synchronize().unwrap();
+    cpu.synchronize().unwrap();
 
     // The same on SIM's default stream (asynchronous): reported by the device's synchronize.
     let from_cpu = cpu.allocate(64).unwrap();

@@ -757,7 +757,8 @@ dp_status_t dp_runtime_find_device(const dp_runtime_t *runtime,
                                    dp_device_t **out_device);
 
 /**
- * Waits for all work on all devices of the runtime.
+ * Waits for all work on all devices of the runtime (each one, even after one failed), and
+ * returns the first failure, as `dp_device_synchronize` does for one device.
  *
  * # Safety
  * `runtime` is a runtime handle.
@@ -794,7 +795,8 @@ const char *dp_device_name(const dp_device_t *device);
 dp_status_t dp_device_memory_stats(const dp_device_t *device, struct dp_memory_stats_t *out_stats);
 
 /**
- * Waits for all work on all streams of the device.
+ * Waits for all work on all streams of the device. Returns the first failure on any of them
+ * not reported yet (see `dp_stream_synchronize`), once.
  *
  * # Safety
  * `device` is a device handle.
