@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 
-use devplug_core::{Error, Event, EventStatus, Stream};
+use devplug_core::{Code, Error, Event, EventStatus, Stream};
 
 use crate::handle::{self, check_out, get, handle, write_out};
 use crate::memory::{buffer, dp_buffer_t};
@@ -232,6 +232,47 @@ pub unsafe extern "C" fn dp_stream_host_callback(
             // SAFETY: the host gave this function and data for exactly this call.
             unsafe { f(data.0) }
         }))
+    })
+}
+
+/// A host function run by a stream that can fail: it returns `DP_OK` or the status to report.
+pub type dp_host_status_fn = Option<unsafe extern "C" fn(user_data: *mut c_void) -> dp_status_t>;
+
+/// As `dp_stream_host_callback`, for a function that can fail: when `fn` returns anything but
+/// `DP_OK`, the stream's next `dp_stream_synchronize` (or `dp_device_synchronize`) returns that
+/// status, once, with a message naming it — on a synchronous stream (the CPU's default stream),
+/// this call does. A value that is no `dp_status_t` is reported as `DP_INTERNAL`.
+///
+/// # Safety
+/// As for `dp_stream_host_callback`.
+#[no_mangle]
+pub unsafe extern "C" fn dp_stream_host_callback_with_status(
+    stream: *mut dp_stream_t,
+    r#fn: dp_host_status_fn,
+    user_data: *mut c_void,
+) -> dp_status_t {
+    guard("dp_stream_host_callback_with_status", || {
+        // SAFETY: the caller's contract.
+        let s = unsafe { self::stream(stream, "stream")? };
+        let f = r#fn.ok_or_else(|| bad_arg("fn", "is NULL"))?;
+        let data = UserData(user_data);
+        s.stream.host_callback_with_status(move || {
+            let data = data;
+            // SAFETY: the host gave this function and data for exactly this call.
+            let status = unsafe { f(data.0) };
+            if status == 0 {
+                return Ok(());
+            }
+            Err(match Code::from_i32(status) {
+                Some(code) => Error::new(
+                    code,
+                    format!("a host callback returned {} ({status})", code.name()),
+                ),
+                None => Error::internal(format!(
+                    "a host callback returned {status}, which is no dp_status_t"
+                )),
+            })
+        })
     })
 }
 

@@ -258,6 +258,16 @@ impl Stream {
         self.device.executor().host_callback(self.raw(), f)
     }
 
+    /// [`host_callback`](Self::host_callback) for a function that can fail: its error is
+    /// reported by the stream's next synchronize (or the device's), once — at once, by this
+    /// call, on a synchronous stream.
+    pub fn host_callback_with_status(
+        &self,
+        f: impl FnOnce() -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        self.host_work(f)
+    }
+
     /// Work enqueued after this call waits for `event` (which may belong to any device).
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         if Arc::ptr_eq(&event.device, &self.device) {

@@ -509,6 +509,38 @@ static void test_many_streams(dp_device_t *dev) {
     for (i = 0; i < 16; ++i) dp_stream_destroy(s[i]);
 }
 
+static dp_status_t status_cb(void *user_data) {
+    DP_TEST_ATOMIC_INC(((int *)user_data)[0]);
+    return (dp_status_t)((int *)user_data)[1];
+}
+
+static void test_callback_with_status(dp_device_t *dev) {
+    dp_stream_t *s = NULL, *ds = NULL;
+    int ok[2] = {0, DP_OK}, bad[2] = {0, DP_UNAVAILABLE}, odd[2] = {0, 12345};
+    SECTION("a host callback's failure is reported by the next synchronize");
+    CHECK_OK(dp_stream_create(dev, &s));
+    if (s == NULL) return;
+    CHECK_OK(dp_stream_host_callback_with_status(s, status_cb, ok));
+    CHECK_OK(dp_stream_host_callback_with_status(s, status_cb, bad)); /* enqueued fine */
+    CHECK_OK(dp_stream_host_callback_with_status(s, status_cb, ok));  /* still runs after it */
+    CHECK_STATUS_MSG(dp_stream_synchronize(s), DP_UNAVAILABLE, "a host callback returned UNAVAILABLE");
+    CHECK(ok[0] == 2 && bad[0] == 1);
+    CHECK_OK(dp_stream_synchronize(s)); /* reported once */
+    /* The device's synchronize reports it too, and a status that is none is INTERNAL. */
+    CHECK_OK(dp_stream_host_callback_with_status(s, status_cb, odd));
+    CHECK_STATUS_MSG(dp_device_synchronize(dev), DP_INTERNAL, "12345");
+    CHECK(odd[0] == 1);
+    CHECK_OK(dp_stream_synchronize(s));
+    /* On the CPU's default stream the callback runs inline: the call returns its status. */
+    CHECK_OK(dp_device_default_stream(dev, &ds));
+    CHECK_STATUS_MSG(dp_stream_host_callback_with_status(ds, status_cb, bad), DP_UNAVAILABLE, "UNAVAILABLE");
+    CHECK(bad[0] == 2);
+    CHECK_OK(dp_stream_synchronize(ds));
+    CHECK_STATUS_MSG(dp_stream_host_callback_with_status(s, NULL, ok), DP_INVALID_ARGUMENT, "fn");
+    CHECK_STATUS_MSG(dp_stream_host_callback_with_status(NULL, status_cb, ok), DP_INVALID_ARGUMENT, "stream");
+    dp_stream_destroy(s);
+}
+
 int main(void) {
     dp_runtime_t *rt;
     dp_device_t *d0, *d1;
@@ -529,6 +561,7 @@ int main(void) {
     test_destroy_waits(d0);
     test_stream_keeps_buffers_alive(d1);
     test_many_streams(d0);
+    test_callback_with_status(d1);
     CHECK_OK(dp_runtime_synchronize(rt));
     dp_event_destroy(NULL);
     dp_stream_destroy(NULL);

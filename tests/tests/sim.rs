@@ -183,6 +183,38 @@ fn a_failed_copy_between_devices_is_reported_by_the_next_synchronize() {
     cpu.synchronize().unwrap();
 }
 
+/// A Rust host's fallible host callback on SIM's asynchronous default stream: its error comes
+/// back from the next synchronize, once, and the stream's later work still runs.
+#[test]
+fn a_failing_host_callback_is_reported_by_the_next_synchronize() {
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let sim = rt.find_device("SIM").unwrap();
+    let s = sim.default_stream();
+    let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let r = ran.clone();
+    s.host_callback_with_status(move || {
+        r.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err(devplug_core::Error::new(
+            Code::DataLoss,
+            "decoder: truncated frame",
+        ))
+    })
+    .unwrap();
+    let r = ran.clone();
+    s.host_callback_with_status(move || {
+        r.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    })
+    .unwrap();
+    let e = s.synchronize().unwrap_err();
+    assert_eq!(e.code, Code::DataLoss, "{e}");
+    assert!(e.message.contains("truncated frame"), "{e}");
+    assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 2);
+    s.synchronize().unwrap();
+    sim.synchronize().unwrap();
+}
+
 #[test]
 fn sim_load_options_are_validated() {
     let rt = runtime();

@@ -311,6 +311,11 @@ typedef struct dp_memory_stats_t {
 typedef void (*dp_host_fn)(void *user_data);
 
 /**
+ * A host function run by a stream that can fail: it returns `DP_OK` or the status to report.
+ */
+typedef dp_status_t (*dp_host_status_fn)(void *user_data);
+
+/**
  * Success.
  */
 #define DP_OK 0
@@ -914,6 +919,19 @@ dp_status_t dp_stream_wait_stream(dp_stream_t *stream, dp_stream_t *other);
  * `stream` is a stream handle; `fn` may be called from another thread with `user_data`.
  */
 dp_status_t dp_stream_host_callback(dp_stream_t *stream, dp_host_fn fn, void *user_data);
+
+/**
+ * As `dp_stream_host_callback`, for a function that can fail: when `fn` returns anything but
+ * `DP_OK`, the stream's next `dp_stream_synchronize` (or `dp_device_synchronize`) returns that
+ * status, once, with a message naming it — on a synchronous stream (the CPU's default stream),
+ * this call does. A value that is no `dp_status_t` is reported as `DP_INTERNAL`.
+ *
+ * # Safety
+ * As for `dp_stream_host_callback`.
+ */
+dp_status_t dp_stream_host_callback_with_status(dp_stream_t *stream,
+                                                dp_host_status_fn fn,
+                                                void *user_data);
 
 /**
  * Enqueues a copy of `size` bytes of host memory into `dst` at `dst_offset`. `src` must stay
