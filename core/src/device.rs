@@ -319,7 +319,26 @@ impl Device {
 
     pub fn memory_stats(&self) -> MemoryStats {
         self.pool.flush();
-        self.allocator.stats()
+        let mut stats = self.allocator.stats();
+        if matches!(self.allocator, DeviceAllocator::Direct(_)) {
+            // The platform allocates for itself: what it holds beyond what the host asked
+            // (its cache) and its largest free block only it knows.
+            match self.executor.allocator_figures() {
+                Some(Ok(f)) => {
+                    stats.bytes_reserved = f.bytes_reserved.max(stats.bytes_in_use);
+                    stats.largest_free_block = f.largest_free_block;
+                }
+                Some(Err(e)) => crate::log::log(
+                    crate::log::Level::Debug,
+                    &format!(
+                        "{}: allocator_stats failed, the host's own figures stand: {e}",
+                        self.name()
+                    ),
+                ),
+                None => {}
+            }
+        }
+        stats
     }
 
     /// Returns cached, wholly free memory regions to the platform; the bytes released.

@@ -58,6 +58,14 @@ pub type RawEvent = Box<dyn Any + Send + Sync>;
 /// Work run by a stream once everything enqueued before it is done.
 pub type HostFn = Box<dyn FnOnce() + Send + 'static>;
 
+/// What only a platform's own allocator knows (its `allocator_stats`): the memory it holds,
+/// cached blocks included, and its largest free block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocatorFigures {
+    pub bytes_reserved: u64,
+    pub largest_free_block: u64,
+}
+
 /// The state of an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventStatus {
@@ -87,6 +95,11 @@ pub trait StreamExecutor: Send + Sync {
     unsafe fn host_deallocate(&self, ptr: *mut u8, size: u64);
     /// Free and total device memory in bytes.
     fn memory_usage(&self) -> Result<(u64, u64)>;
+    /// What the platform's own allocator holds, for a platform the host does not suballocate
+    /// for (`DPP_PLATFORM_NO_SUBALLOCATOR`); `None` when it does not say.
+    fn allocator_figures(&self) -> Option<Result<AllocatorFigures>> {
+        None
+    }
 
     // ---- synchronous copies ----
     /// # Safety

@@ -10,8 +10,8 @@ use devplug_plugin_abi as abi;
 use crate::error::{Code, Error, Result};
 use crate::memory::DevicePtr;
 use crate::platform::{
-    DeviceDescription, EventStatus, HostFn, Platform, PlatformInfo, RawEvent, RawStream,
-    StreamExecutor,
+    AllocatorFigures, DeviceDescription, EventStatus, HostFn, Platform, PlatformInfo, RawEvent,
+    RawStream, StreamExecutor,
 };
 use crate::plugin::host::{take_plugin_error, LoadedPlugin};
 
@@ -389,6 +389,22 @@ impl StreamExecutor for PluginExecutor {
             }
             None => Ok((0, self.description.total_memory)),
         }
+    }
+
+    fn allocator_figures(&self) -> Option<Result<AllocatorFigures>> {
+        let f = self.se.allocator_stats?;
+        // SAFETY: plain data; every field is written by the plugin or stays zero.
+        let mut stats: abi::dpp_allocator_stats_t = unsafe { std::mem::zeroed() };
+        stats.struct_size = std::mem::size_of::<abi::dpp_allocator_stats_t>();
+        // SAFETY: a valid out-pointer to a struct of the size it says.
+        let status = unsafe { f(self.dev(), &mut stats) };
+        Some(
+            self.check("allocator_stats", status)
+                .map(|()| AllocatorFigures {
+                    bytes_reserved: stats.bytes_reserved,
+                    largest_free_block: stats.largest_free_block,
+                }),
+        )
     }
 
     unsafe fn memcpy_htod(&self, dst: DevicePtr, src: *const u8, size: u64) -> Result<()> {
