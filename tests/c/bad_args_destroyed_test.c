@@ -12,6 +12,10 @@ static void count_cb(void *user_data) {
     (void)user_data;
     DP_TEST_ATOMIC_INC(callback_runs);
 }
+static dp_status_t count_status_cb(void *user_data) {
+    count_cb(user_data);
+    return DP_OK;
+}
 
 static dp_runtime_t *dead_runtime(void) {
     dp_runtime_t *rt = dp_test_runtime(2, 0);
@@ -148,6 +152,9 @@ static void test_stream(dp_test_fixture *fx) {
     callback_runs = 0;
     s = dead_stream(fx->d0);
     CHECK_STATUS_MSG(dp_stream_host_callback(s, count_cb, NULL), DP_INVALID_ARGUMENT, "stream");
+    s = dead_stream(fx->d0);
+    CHECK_STATUS_MSG(dp_stream_host_callback_with_status(s, count_status_cb, NULL), DP_INVALID_ARGUMENT,
+                     "stream");
     s = dead_stream(fx->d0);
     CHECK_STATUS_MSG(dp_stream_write(s, fx->b0, 0, data, 8), DP_INVALID_ARGUMENT, "stream");
     s = dead_stream(fx->d0);

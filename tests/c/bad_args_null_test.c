@@ -9,6 +9,10 @@ static void count_cb(void *user_data) {
     (void)user_data;
     DP_TEST_ATOMIC_INC(callback_runs);
 }
+static dp_status_t count_status_cb(void *user_data) {
+    count_cb(user_data);
+    return DP_OK;
+}
 
 static void test_runtime(dp_test_fixture *fx) {
     dp_runtime_options_t o;
@@ -127,6 +131,9 @@ static void test_stream(dp_test_fixture *fx) {
     callback_runs = 0;
     CHECK_STATUS_MSG(dp_stream_host_callback(NULL, count_cb, NULL), DP_INVALID_ARGUMENT, "stream");
     CHECK_STATUS_MSG(dp_stream_host_callback(fx->s0, NULL, data), DP_INVALID_ARGUMENT, "fn");
+    CHECK_STATUS_MSG(dp_stream_host_callback_with_status(NULL, count_status_cb, NULL), DP_INVALID_ARGUMENT,
+                     "stream");
+    CHECK_STATUS_MSG(dp_stream_host_callback_with_status(fx->s0, NULL, data), DP_INVALID_ARGUMENT, "fn");
 
     CHECK_STATUS_MSG(dp_stream_write(NULL, fx->b0, 0, data, 8), DP_INVALID_ARGUMENT, "stream");
     CHECK_STATUS_MSG(dp_stream_write(fx->s0, NULL, 0, data, 8), DP_INVALID_ARGUMENT, "dst");

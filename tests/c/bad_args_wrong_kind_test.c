@@ -11,6 +11,10 @@ static void count_cb(void *user_data) {
     (void)user_data;
     DP_TEST_ATOMIC_INC(callback_runs);
 }
+static dp_status_t count_status_cb(void *user_data) {
+    count_cb(user_data);
+    return DP_OK;
+}
 
 #define AS(T, h) ((T *)(void *)(h))
 
@@ -104,6 +108,8 @@ static void test_stream(dp_test_fixture *fx) {
                      "stream");
     CHECK_STATUS_MSG(dp_stream_host_callback(b_as_s, count_cb, NULL), DP_INVALID_ARGUMENT,
                      "stream");
+    CHECK_STATUS_MSG(dp_stream_host_callback_with_status(e_as_s, count_status_cb, NULL),
+                     DP_INVALID_ARGUMENT, "stream");
     CHECK_STATUS_MSG(dp_stream_write(e_as_s, fx->b0, 0, data, 8), DP_INVALID_ARGUMENT, "stream");
     CHECK_STATUS_MSG(dp_stream_read(e_as_s, fx->b0, 0, data, 8), DP_INVALID_ARGUMENT, "stream");
     CHECK_STATUS_MSG(dp_stream_copy(b_as_s, fx->b0, 0, fx->b0, 8, 8), DP_INVALID_ARGUMENT,
