@@ -394,11 +394,10 @@ impl Device {
         self.synchronize_default_stream_now()?;
         self.executor.synchronize_all()?;
         // Failures of host work on the streams created here, reported by this call instead.
-        let live: Vec<AsyncError> = {
-            let mut errors = self.owned_stream_errors.lock();
-            errors.retain(|e| e.upgrade().is_some());
-            errors.iter().filter_map(WeakAsyncError::upgrade).collect()
-        };
+        let mut live = Vec::new();
+        self.owned_stream_errors
+            .lock()
+            .retain(|e| e.upgrade().map(|a| live.push(a)).is_some());
         live.iter().try_for_each(AsyncError::take)
     }
 

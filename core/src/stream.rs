@@ -122,20 +122,6 @@ impl Stream {
         }
     }
 
-    /// Runs `work` once the stream reaches this point (at once on a synchronous stream, whose
-    /// caller gets its error); a failure is reported by the stream's next synchronize.
-    fn host_work(&self, work: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
-        if self.is_synchronous() {
-            return work();
-        }
-        let error = self.error.clone();
-        self.host_callback(Box::new(move || {
-            if let Err(e) = work() {
-                error.set(e);
-            }
-        }))
-    }
-
     /// Keeps `keep` alive until the stream has reached this point.
     fn hold<T: Send + 'static>(&self, keep: T) -> Result<()> {
         if self.is_synchronous() {
@@ -227,7 +213,7 @@ impl Stream {
             )));
         }
         let (dst, src) = (dst.clone(), src.clone());
-        self.host_work(move || {
+        self.host_callback_with_status(move || {
             let other = if on_dst { src.device() } else { dst.device() };
             other
                 .synchronize_default_stream()
@@ -265,7 +251,15 @@ impl Stream {
         &self,
         f: impl FnOnce() -> Result<()> + Send + 'static,
     ) -> Result<()> {
-        self.host_work(f)
+        if self.is_synchronous() {
+            return f();
+        }
+        let error = self.error.clone();
+        self.host_callback(Box::new(move || {
+            if let Err(e) = f() {
+                error.set(e);
+            }
+        }))
     }
 
     /// Work enqueued after this call waits for `event` (which may belong to any device).
@@ -276,9 +270,9 @@ impl Stream {
                 .executor()
                 .stream_wait_event(self.raw(), event.raw());
         }
-        // Another device's event: block this stream in host work until it is reached.
+        // Another device's event: block this stream in a host callback until it is reached.
         let ev = event.snapshot();
-        self.host_work(move || {
+        self.host_callback_with_status(move || {
             ev.synchronize()
                 .map_err(|e| e.context(format!("waiting for an event of {}", ev.device().name())))
         })

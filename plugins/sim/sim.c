@@ -1410,11 +1410,45 @@ static dpp_status_t sim_allocator_stats(void *device, dpp_allocator_stats_t *st)
 /* Executor: synchronous copies. They act at once, on the calling thread: like cudaMemcpy with
  * streams the host created, they do not wait for work queued on any stream. */
 
+/* The checks of a synchronous copy or memset: translates the `count` device ranges `addr[i]`
+ * + `size` (named `what[i]` in messages) into `out[i]` — from this thread's memo when it can,
+ * else under the device mutex, noting them there — and counts a copy against fail_copy_after
+ * (which needs the mutex: while failures are injected, copies skip the memo). DPP_OK, or the
+ * failure with its message set. */
+static dpp_status_t sim_sync_ranges(sim_device *d, const char *fn, bool is_copy, int count, const char *const *what,
+                                    const dpp_addr_t *addr, unsigned char **out, uint64_t size) {
+  char msg[SIM_MSG_MAX];
+  bool known = !(is_copy && d->plat->opt.fail_copy);
+  for (int i = 0; i < count && known; i++) {
+    known = sim_xlate_hit(d, addr[i], size, &out[i]);
+  }
+  if (known) {
+    return DPP_OK;
+  }
+  pthread_mutex_lock(&d->mu);
+  for (int i = 0; i < count; i++) {
+    if (!sim_translate(d, fn, what[i], addr[i], size, &out[i], msg)) {
+      pthread_mutex_unlock(&d->mu);
+      return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
+    }
+  }
+  for (int i = 0; i < count; i++) {
+    sim_xlate_note(d, addr[i]);
+  }
+  uint64_t n = 0;
+  bool fail = is_copy && sim_count_copy(d, &n);
+  pthread_mutex_unlock(&d->mu);
+  if (fail) {
+    sim_injected_copy_msg(d, msg, fn, n);
+    return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
+  }
+  return DPP_OK;
+}
+
 static dpp_status_t sim_memcpy_htod(void *device, dpp_addr_t dst, const void *src, uint64_t size) {
   sim_device *d = sim_dev(device);
   char msg[SIM_MSG_MAX];
-  unsigned char *dp;
-  uint64_t n;
+  unsigned char *dp = NULL;
   if (!d) {
     return DPP_INVALID_ARGUMENT;
   }
@@ -1425,20 +1459,10 @@ static dpp_status_t sim_memcpy_htod(void *device, dpp_addr_t dst, const void *sr
     sim_devmsg(d, msg, "memcpy_htod", "src is NULL");
     return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
-  bool fail = false; /* copies are counted (under the mutex) only to inject failures */
-  if (d->plat->opt.fail_copy || !sim_xlate_hit(d, dst, size, &dp)) {
-    pthread_mutex_lock(&d->mu);
-    if (!sim_translate(d, "memcpy_htod", "dst", dst, size, &dp, msg)) {
-      pthread_mutex_unlock(&d->mu);
-      return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
-    }
-    sim_xlate_note(d, dst);
-    fail = sim_count_copy(d, &n);
-    pthread_mutex_unlock(&d->mu);
-  }
-  if (fail) {
-    sim_injected_copy_msg(d, msg, "memcpy_htod", n);
-    return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
+  static const char *const what[] = {"dst"};
+  dpp_status_t st = sim_sync_ranges(d, "memcpy_htod", true, 1, what, &dst, &dp, size);
+  if (st != DPP_OK) {
+    return st;
   }
   memcpy(dp, src, (size_t)size);
   return DPP_OK;
@@ -1447,8 +1471,7 @@ static dpp_status_t sim_memcpy_htod(void *device, dpp_addr_t dst, const void *sr
 static dpp_status_t sim_memcpy_dtoh(void *device, void *dst, dpp_addr_t src, uint64_t size) {
   sim_device *d = sim_dev(device);
   char msg[SIM_MSG_MAX];
-  unsigned char *sp;
-  uint64_t n;
+  unsigned char *sp = NULL;
   if (!d) {
     return DPP_INVALID_ARGUMENT;
   }
@@ -1459,20 +1482,10 @@ static dpp_status_t sim_memcpy_dtoh(void *device, void *dst, dpp_addr_t src, uin
     sim_devmsg(d, msg, "memcpy_dtoh", "dst is NULL");
     return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
   }
-  bool fail = false; /* as in sim_memcpy_htod */
-  if (d->plat->opt.fail_copy || !sim_xlate_hit(d, src, size, &sp)) {
-    pthread_mutex_lock(&d->mu);
-    if (!sim_translate(d, "memcpy_dtoh", "src", src, size, &sp, msg)) {
-      pthread_mutex_unlock(&d->mu);
-      return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
-    }
-    sim_xlate_note(d, src);
-    fail = sim_count_copy(d, &n);
-    pthread_mutex_unlock(&d->mu);
-  }
-  if (fail) {
-    sim_injected_copy_msg(d, msg, "memcpy_dtoh", n);
-    return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
+  static const char *const what[] = {"src"};
+  dpp_status_t st = sim_sync_ranges(d, "memcpy_dtoh", true, 1, what, &src, &sp, size);
+  if (st != DPP_OK) {
+    return st;
   }
   memcpy(dst, sp, (size_t)size);
   return DPP_OK;
@@ -1480,54 +1493,36 @@ static dpp_status_t sim_memcpy_dtoh(void *device, void *dst, dpp_addr_t src, uin
 
 static dpp_status_t sim_memcpy_dtod(void *device, dpp_addr_t dst, dpp_addr_t src, uint64_t size) {
   sim_device *d = sim_dev(device);
-  char msg[SIM_MSG_MAX];
-  unsigned char *dp, *sp;
-  uint64_t n;
   if (!d) {
     return DPP_INVALID_ARGUMENT;
   }
   if (size == 0) {
     return DPP_OK;
   }
-  bool fail = false; /* as in sim_memcpy_htod */
-  if (d->plat->opt.fail_copy || !sim_xlate_hit(d, dst, size, &dp) || !sim_xlate_hit(d, src, size, &sp)) {
-    pthread_mutex_lock(&d->mu);
-    if (!sim_translate(d, "memcpy_dtod", "dst", dst, size, &dp, msg) ||
-        !sim_translate(d, "memcpy_dtod", "src", src, size, &sp, msg)) {
-      pthread_mutex_unlock(&d->mu);
-      return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
-    }
-    sim_xlate_note(d, dst);
-    sim_xlate_note(d, src);
-    fail = sim_count_copy(d, &n);
-    pthread_mutex_unlock(&d->mu);
+  static const char *const what[] = {"dst", "src"};
+  const dpp_addr_t addr[] = {dst, src};
+  unsigned char *p[2] = {NULL, NULL};
+  dpp_status_t st = sim_sync_ranges(d, "memcpy_dtod", true, 2, what, addr, p, size);
+  if (st != DPP_OK) {
+    return st;
   }
-  if (fail) {
-    sim_injected_copy_msg(d, msg, "memcpy_dtod", n);
-    return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
-  }
-  memmove(dp, sp, (size_t)size);
+  memmove(p[0], p[1], (size_t)size);
   return DPP_OK;
 }
 
 static dpp_status_t sim_memset(void *device, dpp_addr_t dst, uint8_t value, uint64_t size) {
   sim_device *d = sim_dev(device);
-  char msg[SIM_MSG_MAX];
-  unsigned char *dp;
+  unsigned char *dp = NULL;
   if (!d) {
     return DPP_INVALID_ARGUMENT;
   }
   if (size == 0) {
     return DPP_OK;
   }
-  if (!sim_xlate_hit(d, dst, size, &dp)) {
-    pthread_mutex_lock(&d->mu);
-    if (!sim_translate(d, "memset", "dst", dst, size, &dp, msg)) {
-      pthread_mutex_unlock(&d->mu);
-      return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
-    }
-    sim_xlate_note(d, dst);
-    pthread_mutex_unlock(&d->mu);
+  static const char *const what[] = {"dst"};
+  dpp_status_t st = sim_sync_ranges(d, "memset", false, 1, what, &dst, &dp, size);
+  if (st != DPP_OK) {
+    return st;
   }
   memset(dp, value, (size_t)size);
   return DPP_OK;

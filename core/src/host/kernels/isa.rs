@@ -26,33 +26,41 @@ pub(crate) enum Isa {
     V4,
 }
 
-const UNKNOWN: u8 = u8::MAX;
+/// The level the CPU supports capped by `DEVPLUG_CPU_ISA`, and the level it supports: found
+/// once each.
 static LEVEL: AtomicU8 = AtomicU8::new(UNKNOWN);
+static SUPPORTED: AtomicU8 = AtomicU8::new(UNKNOWN);
+const UNKNOWN: u8 = u8::MAX;
+
+/// The level in `cell`, found with `find` the first time.
+#[inline]
+fn cached(cell: &AtomicU8, find: impl FnOnce() -> Isa) -> Isa {
+    match cell.load(Ordering::Relaxed) {
+        0 => Isa::Base,
+        1 => Isa::V3,
+        2 => Isa::V4,
+        _ => {
+            let level = find();
+            cell.store(level as u8, Ordering::Relaxed);
+            level
+        }
+    }
+}
 
 /// The widest level this CPU supports, capped by `DEVPLUG_CPU_ISA` (found once).
 #[inline]
 pub(crate) fn level() -> Isa {
-    match LEVEL.load(Ordering::Relaxed) {
-        0 => Isa::Base,
-        1 => Isa::V3,
-        2 => Isa::V4,
-        _ => find_level(),
-    }
+    cached(&LEVEL, || {
+        let cap = match std::env::var("DEVPLUG_CPU_ISA").as_deref() {
+            Ok("base") => Isa::Base,
+            Ok("v3") => Isa::V3,
+            _ => Isa::V4,
+        };
+        supported().min(cap)
+    })
 }
 
-#[cold]
-fn find_level() -> Isa {
-    let cap = match std::env::var("DEVPLUG_CPU_ISA").as_deref() {
-        Ok("base") => Isa::Base,
-        Ok("v3") => Isa::V3,
-        _ => Isa::V4,
-    };
-    let level = supported().min(cap);
-    LEVEL.store(level as u8, Ordering::Relaxed);
-    level
-}
-
-/// The widest level the CPU supports.
+/// The widest level the CPU supports (detected anew: see `SUPPORTED` for the cached one).
 pub(crate) fn supported() -> Isa {
     #[cfg(target_arch = "x86_64")]
     {
@@ -93,7 +101,7 @@ pub(crate) fn dispatch<R>(f: impl FnOnce() -> R) -> R {
 pub(crate) fn dispatch_at<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     {
-        let isa = isa.min(level_supported_cached());
+        let isa = isa.min(cached(&SUPPORTED, supported));
         if isa == Isa::V4 {
             // SAFETY: the CPU supports every feature v4 enables (checked by `supported`).
             return unsafe { x86::v4(f) };
@@ -105,22 +113,6 @@ pub(crate) fn dispatch_at<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
     }
     let _ = isa;
     f()
-}
-
-/// [`supported`], found once (unlike [`level`], without the environment's cap).
-#[inline]
-fn level_supported_cached() -> Isa {
-    static SUPPORTED: AtomicU8 = AtomicU8::new(UNKNOWN);
-    match SUPPORTED.load(Ordering::Relaxed) {
-        0 => Isa::Base,
-        1 => Isa::V3,
-        2 => Isa::V4,
-        _ => {
-            let s = supported();
-            SUPPORTED.store(s as u8, Ordering::Relaxed);
-            s
-        }
-    }
 }
 
 #[cfg(target_arch = "x86_64")]
