@@ -651,12 +651,13 @@ static bool sim_translate(const sim_device *d, const char *fn, const char *what,
   return true;
 }
 
-/* Allocations a thread's synchronous copies and memsets found live, so that the next call on
- * the same allocation skips the device mutex: an entry holds while its device (`serial`: a
- * device created at the same address later is another) has freed nothing since (`gen`, the
- * device's `frees` then). The host keeps an allocation alive while it copies into it, as it
- * does for kernels (see sim_launch_memo). */
-typedef struct sim_xlate_memo {
+/* Allocations a thread found live lately, so that its next call on one of them skips the
+ * device mutex: an entry [lo, lo + len), as the host addresses it, holds while its device
+ * (`serial`: a device created at the same address later is another) has freed nothing since
+ * (`gen`, the device's `frees` then: no block is freed or moved before that count moves). The
+ * host keeps an allocation alive while it uses it. Used by synchronous copies and memsets
+ * (sim_xlate_hit) and by kernel launches (sim_launch_memo). */
+typedef struct sim_block_memo {
   const sim_device *dev;
   uint64_t serial;
   struct {
@@ -665,39 +666,25 @@ typedef struct sim_xlate_memo {
     uint64_t gen;
   } mem[SIM_TMEMO];
   unsigned next;
-} sim_xlate_memo;
+} sim_block_memo;
 
-static _Thread_local sim_xlate_memo sim_thread_xlate;
-
-#if defined(__GNUC__)
-__attribute__((noinline))
-#endif
-static sim_xlate_memo *sim_xlate_get(void) {
-  return &sim_thread_xlate;
-}
-
-/* No lock held. The host address of [addr, addr + size) from this thread's memo, as
- * sim_translate would give it; false when the memo cannot tell (then translate under the
- * mutex and sim_xlate_note). */
-static bool sim_xlate_hit(const sim_device *d, dpp_addr_t addr, uint64_t size, unsigned char **out) {
-  const sim_xlate_memo *m = sim_xlate_get();
+/* True when `m` knows [addr, addr + size) as live on `d` at the count of frees `gen`. */
+static bool sim_block_memo_knows(const sim_block_memo *m, const sim_device *d, uint64_t gen, dpp_addr_t addr,
+                                 uint64_t size) {
   if (m->dev != d || m->serial != d->serial) {
     return false;
   }
-  uint64_t gen = atomic_load_explicit(&d->frees, memory_order_acquire);
   for (int e = 0; e < SIM_TMEMO; e++) {
     uint64_t at = addr - m->mem[e].lo; /* wraps (huge) below lo */
     if (m->mem[e].gen == gen && at < m->mem[e].len && size <= m->mem[e].len - at) {
-      *out = d->arena + (addr - d->base);
       return true;
     }
   }
   return false;
 }
 
-/* Device mutex held; `addr` just passed sim_translate. Notes its allocation in the memo. */
-static void sim_xlate_note(const sim_device *d, dpp_addr_t addr) {
-  sim_xlate_memo *m = sim_xlate_get();
+/* Makes `m` the memo of `d`: emptied first when it was another device's. */
+static void sim_block_memo_take(sim_block_memo *m, const sim_device *d) {
   if (m->dev != d || m->serial != d->serial) {
     memset(m, 0, sizeof *m);
     for (int e = 0; e < SIM_TMEMO; e++) {
@@ -706,11 +693,45 @@ static void sim_xlate_note(const sim_device *d, dpp_addr_t addr) {
     m->dev = d;
     m->serial = d->serial;
   }
+}
+
+/* Device mutex held; `addr` just passed sim_translate, `gen` is the device's `frees` now.
+ * Notes its allocation in `m`. */
+static void sim_block_memo_note(sim_block_memo *m, const sim_device *d, dpp_addr_t addr, uint64_t gen) {
+  sim_block_memo_take(m, d);
   const sim_block *b = &d->blocks[sim_block_at(d, addr - d->base)];
   unsigned e = m->next++ % SIM_TMEMO;
   m->mem[e].lo = d->base + b->off;
   m->mem[e].len = b->req;
-  m->mem[e].gen = atomic_load_explicit(&d->frees, memory_order_relaxed); /* stable: mutex held */
+  m->mem[e].gen = gen;
+}
+
+/* The allocations this thread's synchronous copies and memsets found live. */
+static _Thread_local sim_block_memo sim_thread_xlate;
+
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static sim_block_memo *sim_xlate_get(void) {
+  return &sim_thread_xlate;
+}
+
+/* No lock held. The host address of [addr, addr + size) from this thread's memo, as
+ * sim_translate would give it; false when the memo cannot tell (then translate under the
+ * mutex and sim_xlate_note). */
+static bool sim_xlate_hit(const sim_device *d, dpp_addr_t addr, uint64_t size, unsigned char **out) {
+  uint64_t gen = atomic_load_explicit(&d->frees, memory_order_acquire);
+  if (!sim_block_memo_knows(sim_xlate_get(), d, gen, addr, size)) {
+    return false;
+  }
+  *out = d->arena + (addr - d->base);
+  return true;
+}
+
+/* Device mutex held; `addr` just passed sim_translate. Notes its allocation in the memo. */
+static void sim_xlate_note(const sim_device *d, dpp_addr_t addr) {
+  uint64_t gen = atomic_load_explicit(&d->frees, memory_order_relaxed); /* stable: mutex held */
+  sim_block_memo_note(sim_xlate_get(), d, addr, gen);
 }
 
 /* Counts a copy against fail_copy_after; true when this copy must fail. Device mutex held. */
@@ -2602,26 +2623,18 @@ typedef struct sim_kmemo {
 } sim_kmemo;
 
 /* The stream and allocations a thread's kernel launches found lately, so that a launch like
- * the one before takes no lock: `stream` is the live stream `handle` names on device `dev`
- * (whose `serial` it was) while the device's `streams_gone` equals `streams_gone` (a stream
- * leaves the device's list, and is freed, only after that count moved); an allocation
- * [lo, lo + len) as the host addresses it is live while the device's `frees` equals its `gen`
- * (no block is freed or moved before that count moves). A launch that finds everything here
- * does not translate under the device mutex; the worker translates again if anything was
- * freed before it runs (as for every launch). As with CUDA, destroying a stream while another
- * thread launches on it is a host bug SIM does not catch on this path. */
+ * the one before takes no lock: `stream` is the live stream `handle` names on the device of
+ * `blocks` while the device's `streams_gone` equals `streams_gone` (a stream leaves the
+ * device's list, and is freed, only after that count moved); `blocks` as sim_block_memo says. A
+ * launch that finds everything here does not translate under the device mutex; the worker
+ * translates again if anything was freed before it runs (as for every launch). As with CUDA,
+ * destroying a stream while another thread launches on it is a host bug SIM does not catch on
+ * this path. */
 typedef struct sim_launch_memo {
-  const sim_device *dev;
-  uint64_t serial;
+  sim_block_memo blocks;
   void *handle;
   sim_stream *stream;
   uint64_t streams_gone;
-  struct {
-    dpp_addr_t lo;
-    uint64_t len;
-    uint64_t gen;
-  } mem[SIM_TMEMO];
-  unsigned next;
 } sim_launch_memo;
 
 /* What a thread remembers between kernel launches. */
@@ -2653,21 +2666,13 @@ typedef struct sim_launch_tensors {
  * sim_launch_locked finds them). */
 static sim_stream *sim_launch_memo_hit(const sim_launch_memo *m, const sim_device *d, void *handle,
                                        const sim_launch_tensors *t, uint64_t *frees) {
-  if (m->dev != d || m->serial != d->serial || m->handle != handle ||
+  if (m->blocks.dev != d || m->blocks.serial != d->serial || m->handle != handle ||
       m->streams_gone != atomic_load_explicit(&d->streams_gone, memory_order_acquire)) {
     return NULL;
   }
   uint64_t gen = atomic_load_explicit(&d->frees, memory_order_acquire);
   for (int i = 0; i < 3; i++) {
-    if (!t->bytes[i]) {
-      continue;
-    }
-    bool found = false;
-    for (int e = 0; e < SIM_TMEMO && !found; e++) {
-      uint64_t at = t->data[i] - m->mem[e].lo; /* wraps (huge) below lo */
-      found = m->mem[e].gen == gen && at < m->mem[e].len && t->bytes[i] <= m->mem[e].len - at;
-    }
-    if (!found) {
+    if (t->bytes[i] && !sim_block_memo_knows(&m->blocks, d, gen, t->data[i], t->bytes[i])) {
       return NULL;
     }
   }
@@ -2686,14 +2691,7 @@ static sim_stream *sim_launch_locked(sim_launch_memo *m, sim_device *d, void *ha
     return NULL;
   }
   uint64_t gen = atomic_load_explicit(&d->frees, memory_order_relaxed); /* stable: mutex held */
-  if (m->dev != d || m->serial != d->serial) {
-    memset(m, 0, sizeof *m);
-    for (int e = 0; e < SIM_TMEMO; e++) {
-      m->mem[e].gen = UINT64_MAX; /* never a count of frees: empty */
-    }
-    m->dev = d;
-    m->serial = d->serial;
-  }
+  sim_block_memo_take(&m->blocks, d); /* the stream below is of this device */
   m->handle = handle;
   m->stream = s;
   m->streams_gone = atomic_load_explicit(&d->streams_gone, memory_order_relaxed);
@@ -2706,11 +2704,7 @@ static sim_stream *sim_launch_locked(sim_launch_memo *m, sim_device *d, void *ha
     if (!sim_translate(d, k->fn, is_out ? k->out_what : k->in_what[i], t->data[i], t->bytes[i], &unused, msg)) {
       return NULL;
     }
-    const sim_block *b = &d->blocks[sim_block_at(d, t->data[i] - d->base)];
-    unsigned e = m->next++ % SIM_TMEMO;
-    m->mem[e].lo = d->base + b->off;
-    m->mem[e].len = b->req;
-    m->mem[e].gen = gen;
+    sim_block_memo_note(&m->blocks, d, t->data[i], gen);
   }
   *frees = gen;
   return s;
