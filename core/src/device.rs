@@ -456,7 +456,11 @@ impl Device {
         // Again (it was set before the enqueue): a synchronize that ran in between cleared
         // it, maybe before this op was enqueued.
         self.default_stream_dirty.store(true, Ordering::Release);
-        if count.is_multiple_of(MARKER_EVERY) {
+        // A marker only while a free waits for one: nothing else needs `reached` to move while
+        // launches continue (a raw allocation takes a stream-used buffer only once the stream
+        // reached every launch, which a marker behind older launches does not show), and a
+        // marker costs the host a few launches' time on a plugin's stream.
+        if count.is_multiple_of(MARKER_EVERY) && self.order.has_deferred() {
             let marker = Box::new(self.order.marker(count));
             if let Err(e) = self.executor.host_callback(&self.default_stream, marker) {
                 // Nothing is lost: what waits for this count waits for a later marker or a
@@ -545,8 +549,8 @@ mod tests {
         cpu.synchronize().expect("sync");
         assert_eq!(active(&cpu), before - 1, "freed by the synchronize");
 
-        // A marker every MARKER_EVERY launches (the CPU's stream runs it inline) lets the
-        // launch after it free what waited.
+        // While a free waits, a marker every MARKER_EVERY launches (the CPU's stream runs it
+        // inline) lets the launch after it free what waited.
         let big = bytes(4 << 20);
         launch(&big);
         drop(big);

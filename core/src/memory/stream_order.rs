@@ -9,9 +9,10 @@
 //!
 //! - every launch is counted **after** its enqueue ([`StreamOrder::launched`]) and marks the
 //!   buffers it uses ([`Buffer::mark_stream_use`](crate::memory::Buffer));
-//! - the count the stream has **reached** advances when a marker the host enqueues every
-//!   [`MARKER_EVERY`] launches runs (a host callback: callbacks run in stream order), and when the
-//!   default stream is synchronized;
+//! - the count the stream has **reached** advances when the default stream is synchronized, and
+//!   when a marker runs that the host enqueues every [`MARKER_EVERY`] launches while a free waits
+//!   (a host callback: callbacks run in stream order; none while nothing waits, since a marker
+//!   costs the launching thread about as much as a few launches on a plugin's stream);
 //! - a marked buffer dropped while `reached < launched` waits for the count `launched` had then:
 //!   its launches were all counted before the drop (the launching thread held it until then), and
 //!   a marker or synchronize that reaches the count was enqueued after them;
@@ -35,7 +36,7 @@ use parking_lot::Mutex;
 
 use crate::memory::DevicePtr;
 
-/// A marker is enqueued behind every this many launches. Memory the pool cannot keep (large
+/// While a free waits, a marker is enqueued behind every this many launches. Memory the pool cannot keep (large
 /// buffers) waits at most about this many launches past its last use before it is freed; a marker
 /// (one host callback) costs a few launches, so this many make it cheap.
 pub(crate) const MARKER_EVERY: u64 = 32;
