@@ -669,18 +669,30 @@ typedef struct sim_block_memo {
 } sim_block_memo;
 
 /* True when `m` knows [addr, addr + size) as live on `d` at the count of frees `gen`. */
-static bool sim_block_memo_knows(const sim_block_memo *m, const sim_device *d, uint64_t gen, dpp_addr_t addr,
-                                 uint64_t size) {
-  if (m->dev != d || m->serial != d->serial) {
-    return false;
+static inline bool sim_block_entry_holds(const sim_block_memo *m, unsigned e, uint64_t gen, dpp_addr_t addr,
+                                         uint64_t size) {
+  uint64_t at = addr - m->mem[e].lo; /* wraps (huge) below lo */
+  return m->mem[e].gen == gen && at < m->mem[e].len && size <= m->mem[e].len - at;
+}
+
+/* The entry of `m` that holds [addr, addr + size) at the count of frees `gen`, looking at entry
+ * `first` first; -1 when none does. `m` is the memo of the device `addr` is of. */
+static inline int sim_block_memo_find(const sim_block_memo *m, uint64_t gen, dpp_addr_t addr, uint64_t size,
+                                      unsigned first) {
+  if (sim_block_entry_holds(m, first % SIM_TMEMO, gen, addr, size)) {
+    return (int)(first % SIM_TMEMO);
   }
-  for (int e = 0; e < SIM_TMEMO; e++) {
-    uint64_t at = addr - m->mem[e].lo; /* wraps (huge) below lo */
-    if (m->mem[e].gen == gen && at < m->mem[e].len && size <= m->mem[e].len - at) {
-      return true;
+  for (unsigned e = 0; e < SIM_TMEMO; e++) {
+    if (sim_block_entry_holds(m, e, gen, addr, size)) {
+      return (int)e;
     }
   }
-  return false;
+  return -1;
+}
+
+static bool sim_block_memo_knows(const sim_block_memo *m, const sim_device *d, uint64_t gen, dpp_addr_t addr,
+                                 uint64_t size) {
+  return m->dev == d && m->serial == d->serial && sim_block_memo_find(m, gen, addr, size, 0) >= 0;
 }
 
 /* Makes `m` the memo of `d`: emptied first when it was another device's. */
@@ -696,14 +708,15 @@ static void sim_block_memo_take(sim_block_memo *m, const sim_device *d) {
 }
 
 /* Device mutex held; `addr` just passed sim_translate, `gen` is the device's `frees` now.
- * Notes its allocation in `m`. */
-static void sim_block_memo_note(sim_block_memo *m, const sim_device *d, dpp_addr_t addr, uint64_t gen) {
+ * Notes its allocation in `m`; the entry it went to. */
+static unsigned sim_block_memo_note(sim_block_memo *m, const sim_device *d, dpp_addr_t addr, uint64_t gen) {
   sim_block_memo_take(m, d);
   const sim_block *b = &d->blocks[sim_block_at(d, addr - d->base)];
   unsigned e = m->next++ % SIM_TMEMO;
   m->mem[e].lo = d->base + b->off;
   m->mem[e].len = b->req;
   m->mem[e].gen = gen;
+  return e;
 }
 
 /* The allocations this thread's synchronous copies and memsets found live. */
@@ -2614,12 +2627,19 @@ static bool sim_attr_bool(const sim_device *d, const char *fn, const dpp_kernel_
  * the same checks, so only what can differ (the addresses, checked after this) is checked
  * again. The checks depend on nothing else (these kernels read no attributes, and a shape is
  * valid or not on any device). */
+typedef struct sim_tkey {
+  int32_t dtype;
+  int32_t rank;
+  uint64_t bytes;
+  int64_t shape[SIM_MAX_RANK];
+} sim_tkey;
+
 typedef struct sim_kmemo {
   bool valid;
   sim_kernel_id id;
-  uint64_t bytes[3];               /* inputs, then the output */
-  int64_t out_shape[SIM_MAX_RANK]; /* (not queued: see sim_kqueued) */
-  sim_kqueued queued;              /* the job as queued: dtype, ranks, input shapes (its addresses unused) */
+  sim_tkey key[3];    /* inputs, then the output, as validated */
+  sim_kqueued queued; /* the job as queued: dtype, ranks, input shapes (its addresses unused) */
+  size_t queued_size; /* sim_kqueued_size(&queued) */
 } sim_kmemo;
 
 /* The stream and allocations a thread's kernel launches found lately, so that a launch like
@@ -2635,6 +2655,7 @@ typedef struct sim_launch_memo {
   void *handle;
   sim_stream *stream;
   uint64_t streams_gone;
+  unsigned hint[3]; /* the entry of `blocks` each tensor (in sim_launch_tensors' order) was in last */
 } sim_launch_memo;
 
 /* What a thread remembers between kernel launches. */
@@ -2664,7 +2685,7 @@ typedef struct sim_launch_tensors {
 /* The stream the launch goes to, from the memo, its tensors' addresses checked (in `frees` the
  * count of frees they were checked at): NULL when the memo does not know them all (then
  * sim_launch_locked finds them). */
-static sim_stream *sim_launch_memo_hit(const sim_launch_memo *m, const sim_device *d, void *handle,
+static sim_stream *sim_launch_memo_hit(sim_launch_memo *m, const sim_device *d, void *handle,
                                        const sim_launch_tensors *t, uint64_t *frees) {
   if (m->blocks.dev != d || m->blocks.serial != d->serial || m->handle != handle ||
       m->streams_gone != atomic_load_explicit(&d->streams_gone, memory_order_acquire)) {
@@ -2672,8 +2693,12 @@ static sim_stream *sim_launch_memo_hit(const sim_launch_memo *m, const sim_devic
   }
   uint64_t gen = atomic_load_explicit(&d->frees, memory_order_acquire);
   for (int i = 0; i < 3; i++) {
-    if (t->bytes[i] && !sim_block_memo_knows(&m->blocks, d, gen, t->data[i], t->bytes[i])) {
-      return NULL;
+    if (t->bytes[i]) {
+      int e = sim_block_memo_find(&m->blocks, gen, t->data[i], t->bytes[i], m->hint[i]);
+      if (e < 0) {
+        return NULL;
+      }
+      m->hint[i] = (unsigned)e;
     }
   }
   *frees = gen;
@@ -2704,38 +2729,39 @@ static sim_stream *sim_launch_locked(sim_launch_memo *m, sim_device *d, void *ha
     if (!sim_translate(d, k->fn, is_out ? k->out_what : k->in_what[i], t->data[i], t->bytes[i], &unused, msg)) {
       return NULL;
     }
-    sim_block_memo_note(&m->blocks, d, t->data[i], gen);
+    m->hint[i] = sim_block_memo_note(&m->blocks, d, t->data[i], gen);
   }
   *frees = gen;
   return s;
 }
 
+/* True when `x` has the dtype, rank, shape and size of `k`. */
+static inline bool sim_tkey_matches(const sim_tkey *k, const dpp_tensor_t *x) {
+  if (x->struct_size < DPP_TENSOR_STRUCT_SIZE || x->dtype != k->dtype || x->rank != k->rank ||
+      x->byte_size != k->bytes || (k->rank > 0 && !x->shape)) {
+    return false;
+  }
+  for (int r = 0; r < k->rank; r++) {
+    if (x->shape[r] != k->shape[r]) {
+      return false;
+    }
+  }
+  return true;
+}
+
 /* True when the context's tensors have the dtype, ranks, shapes and sizes of the memo's (its
  * kernel's checks passed for them), their addresses then in `t`. Called for two-input kernels. */
 static bool sim_memo_hit(const sim_kmemo *m, const dpp_kernel_context_t *cx, sim_kernel_id id, sim_launch_tensors *t) {
-  if (!m->valid || m->id != id) {
+  if (!m->valid || m->id != id || !sim_tkey_matches(&m->key[0], &cx->inputs[0]) ||
+      !sim_tkey_matches(&m->key[1], &cx->inputs[1]) || !sim_tkey_matches(&m->key[2], &cx->outputs[0])) {
     return false;
   }
-  const dpp_tensor_t *ts[3] = {&cx->inputs[0], &cx->inputs[1], &cx->outputs[0]};
-  const int64_t *dims = m->queued.dims;
-  for (int i = 0; i < 3; i++) {
-    if (i == 2) {
-      dims = m->out_shape;
-    }
-    const dpp_tensor_t *x = ts[i];
-    int rank = m->queued.rank[i];
-    if (x->struct_size < DPP_TENSOR_STRUCT_SIZE || x->dtype != m->queued.dtype || x->rank != rank ||
-        x->byte_size != m->bytes[i] || (rank > 0 && !x->shape)) {
-      return false;
-    }
-    for (int r = 0; r < rank; r++) {
-      if (x->shape[r] != *dims++) {
-        return false;
-      }
-    }
-    t->data[i] = x->data;
-    t->bytes[i] = x->byte_size;
-  }
+  t->data[0] = cx->inputs[0].data;
+  t->data[1] = cx->inputs[1].data;
+  t->data[2] = cx->outputs[0].data;
+  t->bytes[0] = m->key[0].bytes;
+  t->bytes[1] = m->key[1].bytes;
+  t->bytes[2] = m->key[2].bytes;
   return true;
 }
 
@@ -2829,8 +2855,14 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
   sim_launch_tensors t;
   sim_tls *tls = sim_tls_get();
   sim_kmemo *memo = sim_kernel_elementwise(id) ? &tls->shapes : NULL;
+  size_t qsize; /* the bytes of op.kernel to queue */
   if (memo && sim_memo_hit(memo, cx, id, &t)) {
-    memcpy(&op.kernel, &memo->queued, sim_kqueued_size(&memo->queued));
+    qsize = memo->queued_size;
+    if (qsize <= SIM_SLOT_FIRST_LINE) {
+      memcpy(&op.kernel, &memo->queued, SIM_SLOT_FIRST_LINE); /* a constant size: a few moves */
+    } else {
+      memcpy(&op.kernel, &memo->queued, qsize);
+    }
     goto shapes_checked;
   }
 
@@ -2992,6 +3024,7 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
   }
 
   sim_kpack(j, &op.kernel);
+  qsize = sim_kqueued_size(&op.kernel);
   const sim_ktensor *kts[3] = {&j->in[0], &j->in[1], o};
   for (int i = 0; i < 3; i++) {
     t.data[i] = kts[i]->data;
@@ -3000,9 +3033,15 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
   if (memo) {
     memo->valid = true;
     memo->id = id;
-    memcpy(memo->bytes, t.bytes, sizeof memo->bytes);
-    memcpy(&memo->queued, &op.kernel, sim_kqueued_size(&op.kernel));
-    memcpy(memo->out_shape, o->shape, sizeof(int64_t) * (size_t)o->rank);
+    for (int i = 0; i < 3; i++) {
+      sim_tkey *key = &memo->key[i];
+      key->dtype = j->dtype;
+      key->rank = kts[i]->rank;
+      key->bytes = kts[i]->bytes;
+      memcpy(key->shape, kts[i]->shape, sizeof(int64_t) * (size_t)kts[i]->rank);
+    }
+    memo->queued_size = qsize;
+    memcpy(&memo->queued, &op.kernel, qsize);
   }
 
 shapes_checked:;
@@ -3034,7 +3073,7 @@ shapes_checked:;
   }
   q->frees = (uint32_t)frees;
   memcpy(q->data, t.data, sizeof q->data);
-  if (sim_push(s, &op, sim_kqueued_size(q))) {
+  if (sim_push(s, &op, qsize)) {
     return DPP_OK;
   }
   sim_devmsg(d, msg, fn, "out of host memory");
