@@ -442,6 +442,9 @@ pub unsafe extern "C" fn dp_event_record(
 }
 
 /// Writes 1 into `*out_complete` when the event was reached (or never recorded), else 0.
+/// Returns the failure instead (writing nothing) when the event is marked failed: the stream
+/// failed before reaching it — the platform's work, or host work the runtime ran there whose
+/// failure was not reported yet (see `dp_event_synchronize`).
 ///
 /// # Safety
 /// `event` is an event handle; `out_complete` is writable.
@@ -458,9 +461,11 @@ pub unsafe extern "C" fn dp_event_query(
             EventStatus::Complete => 1,
             EventStatus::Pending => 0,
             EventStatus::Error => {
+                // Reached and failed: its synchronize returns at once, with the failure.
+                e.event.synchronize()?;
                 return Err(Error::internal(
                     "the stream failed before reaching the event",
-                ))
+                ));
             }
         };
         // SAFETY: the caller's contract.
@@ -468,7 +473,12 @@ pub unsafe extern "C" fn dp_event_query(
     })
 }
 
-/// Blocks until the event is reached.
+/// Blocks until the event is reached. Returns the failure the event is marked with when its
+/// stream failed before reaching it: the platform's, or that of host work the runtime ran on
+/// the stream before the record (a `dp_stream_copy` between devices, a wait for another
+/// device's event, a `dp_stream_host_callback_with_status` callback) that the stream's
+/// synchronize had not reported when the stream got there. The stream's synchronize still
+/// reports it, once; the event keeps the mark until it is recorded again.
 ///
 /// # Safety
 /// `event` is an event handle.

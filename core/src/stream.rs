@@ -4,6 +4,7 @@
 //! Stream-ordered operations keep the buffers they touch alive until the stream has reached
 //! them, so a host may drop its references right after enqueueing.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -23,13 +24,22 @@ enum StreamKind {
 /// The first failure of host work the runtime enqueued on a stream (a copy between devices,
 /// a wait for another device's event), kept until a synchronize of that stream reports it —
 /// as CUDA reports an asynchronous error at the next synchronize. Later failures before then
-/// are dropped: the first is the cause.
+/// are dropped: the first is the cause. Events recorded on the stream while it holds one are
+/// marked failed (see [`Event::record`]).
 #[derive(Clone, Default)]
-pub(crate) struct AsyncError(Arc<Mutex<Option<Error>>>);
+pub(crate) struct AsyncError(Arc<AsyncErrorInner>);
+
+#[derive(Default)]
+struct AsyncErrorInner {
+    error: Mutex<Option<Error>>,
+    /// Host work that can fail was enqueued on the stream at some time (until then, recording
+    /// an event needs no look at `error`).
+    used: AtomicBool,
+}
 
 /// An [`AsyncError`] its device looks at without keeping it (an owned stream's, for the
 /// device's synchronize).
-pub(crate) struct WeakAsyncError(Weak<Mutex<Option<Error>>>);
+pub(crate) struct WeakAsyncError(Weak<AsyncErrorInner>);
 
 impl WeakAsyncError {
     /// The error, while its stream lives.
@@ -44,15 +54,31 @@ impl AsyncError {
     }
 
     fn set(&self, e: Error) {
-        self.0.lock().get_or_insert(e);
+        self.0.error.lock().get_or_insert(e);
     }
 
     /// The failure recorded since the last call, as an error.
     pub(crate) fn take(&self) -> Result<()> {
-        match self.0.lock().take() {
+        match self.0.error.lock().take() {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// The failure not reported yet, left for the synchronize that reports it.
+    fn peek(&self) -> Option<Error> {
+        self.0.error.lock().clone()
+    }
+
+    /// Notes that host work that can fail is about to be enqueued.
+    fn note_use(&self) {
+        if !self.0.used.load(Ordering::Relaxed) {
+            self.0.used.store(true, Ordering::Release);
+        }
+    }
+
+    fn used(&self) -> bool {
+        self.0.used.load(Ordering::Acquire)
     }
 }
 
@@ -255,6 +281,7 @@ impl Stream {
             return f();
         }
         let error = self.error.clone();
+        error.note_use();
         self.host_callback(Box::new(move || {
             if let Err(e) = f() {
                 error.set(e);
@@ -328,6 +355,19 @@ impl Drop for Stream {
 pub struct Event {
     device: Arc<Device>,
     raw: Arc<RawEventHolder>,
+    /// What the latest record found when its stream reached it.
+    outcome: Mutex<RecordOutcome>,
+}
+
+/// The failure of earlier host work that a stream held unreported when it reached a record of
+/// an event (set then, by a host callback enqueued just before the record), if any.
+#[derive(Clone, Default)]
+struct RecordOutcome(Arc<Mutex<Option<Error>>>);
+
+impl RecordOutcome {
+    fn failure(&self) -> Option<Error> {
+        self.0.lock().clone()
+    }
 }
 
 /// Keeps a raw event alive while waits on other devices still need it.
@@ -355,6 +395,7 @@ impl Event {
                 raw,
             }),
             device,
+            outcome: Mutex::new(RecordOutcome::default()),
         })
     }
 
@@ -366,15 +407,22 @@ impl Event {
         &self.raw.raw
     }
 
-    /// A handle to the same event that may travel to another thread.
+    /// A handle to the same event, as recorded now, that may travel to another thread.
     fn snapshot(&self) -> Event {
         Event {
             device: self.device.clone(),
             raw: self.raw.clone(),
+            outcome: Mutex::new(self.outcome.lock().clone()),
         }
     }
 
     /// Marks the current end of `stream`, which must belong to the event's device.
+    ///
+    /// If host work the runtime ran on the stream before this point failed and the failure is
+    /// not reported yet when the stream gets here (see [`Stream::synchronize`]), the event is
+    /// marked failed: [`status`](Self::status) says [`EventStatus::Error`] and
+    /// [`synchronize`](Self::synchronize) returns that failure — as a platform marks its events
+    /// when its own work failed. The stream's synchronize still reports it, once.
     pub fn record(&self, stream: &Stream) -> Result<()> {
         if !Arc::ptr_eq(&stream.device, &self.device) {
             return Err(Error::invalid_argument(format!(
@@ -383,17 +431,39 @@ impl Event {
                 stream.device.name()
             )));
         }
+        let outcome = RecordOutcome::default();
+        // Only streams that ever ran such host work can hold a failure (and a synchronous
+        // stream returns it from the call that failed).
+        if stream.error.used() && !stream.is_synchronous() {
+            let (error, found) = (stream.error.clone(), outcome.clone());
+            stream.host_callback(Box::new(move || *found.0.lock() = error.peek()))?;
+        }
         self.device
             .executor()
-            .record_event(stream.raw(), self.raw())
+            .record_event(stream.raw(), self.raw())?;
+        *self.outcome.lock() = outcome;
+        Ok(())
     }
 
     pub fn status(&self) -> Result<EventStatus> {
-        self.device.executor().event_status(self.raw())
+        match self.device.executor().event_status(self.raw())? {
+            EventStatus::Complete if self.outcome.lock().failure().is_some() => {
+                Ok(EventStatus::Error)
+            }
+            status => Ok(status),
+        }
     }
 
-    /// Blocks until the stream has reached the last record.
+    /// Blocks until the stream has reached the last record. Returns the failure the event was
+    /// marked with (see [`record`](Self::record)).
     pub fn synchronize(&self) -> Result<()> {
-        self.device.executor().event_synchronize(self.raw())
+        self.device.executor().event_synchronize(self.raw())?;
+        match self.outcome.lock().failure() {
+            Some(e) => Err(e.context(format!(
+                "an event of {}: work on its stream before the record failed",
+                self.device.name()
+            ))),
+            None => Ok(()),
+        }
     }
 }

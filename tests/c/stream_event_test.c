@@ -536,6 +536,33 @@ static void test_callback_with_status(dp_device_t *dev) {
     CHECK_STATUS_MSG(dp_stream_host_callback_with_status(ds, status_cb, bad), DP_UNAVAILABLE, "UNAVAILABLE");
     CHECK(bad[0] == 2);
     CHECK_OK(dp_stream_synchronize(ds));
+    /* An event recorded after the failure is marked failed once the stream gets there (query
+     * and synchronize return the failure; one recorded before is fine); the stream still
+     * reports it once, and the event is fine once recorded again. */
+    {
+        dp_event_t *before = NULL, *after = NULL;
+        int done = -1;
+        CHECK_OK(dp_event_create(dev, &before));
+        CHECK_OK(dp_event_create(dev, &after));
+        if (before && after) {
+            CHECK_OK(dp_event_record(before, s));
+            CHECK_OK(dp_stream_host_callback_with_status(s, status_cb, bad));
+            CHECK_OK(dp_event_record(after, s));
+            CHECK_STATUS_MSG(dp_event_synchronize(after), DP_UNAVAILABLE, "before the record failed");
+            CHECK_STATUS_MSG(dp_event_query(after, &done), DP_UNAVAILABLE, "UNAVAILABLE");
+            CHECK(done == -1); /* nothing written */
+            CHECK_OK(dp_event_synchronize(before));
+            CHECK_OK(dp_event_query(before, &done));
+            CHECK(done == 1);
+            CHECK_STATUS_MSG(dp_stream_synchronize(s), DP_UNAVAILABLE, "a host callback returned UNAVAILABLE");
+            CHECK_OK(dp_stream_synchronize(s));
+            CHECK_STATUS(dp_event_synchronize(after), DP_UNAVAILABLE);
+            CHECK_OK(dp_event_record(after, s));
+            CHECK_OK(dp_event_synchronize(after));
+        }
+        dp_event_destroy(before);
+        dp_event_destroy(after);
+    }
     CHECK_STATUS_MSG(dp_stream_host_callback_with_status(s, NULL, ok), DP_INVALID_ARGUMENT, "fn");
     CHECK_STATUS_MSG(dp_stream_host_callback_with_status(NULL, status_cb, ok), DP_INVALID_ARGUMENT, "stream");
     dp_stream_destroy(s);

@@ -215,6 +215,58 @@ fn a_failing_host_callback_is_reported_by_the_next_synchronize() {
     sim.synchronize().unwrap();
 }
 
+/// An event recorded after host work that failed is marked failed once its stream gets there
+/// (status Error, synchronize returns the failure), as a platform marks its events after its
+/// own work failed; a stream of another device waiting for it fails too; the stream's own
+/// synchronize still reports the failure once, and events recorded before it, or after the
+/// report, are fine.
+#[test]
+fn an_event_recorded_after_failed_host_work_is_marked_failed() {
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let sim = rt.find_device("SIM").unwrap();
+    let cpu = rt.find_device("CPU").unwrap();
+    let broken = || {
+        Err(devplug_core::Error::new(
+            Code::DataLoss,
+            "decoder: truncated frame",
+        ))
+    };
+    for dev in [&cpu, &sim] {
+        let q = dev.create_stream().unwrap();
+        let before = dev.create_event().unwrap();
+        before.record(&q).unwrap();
+        q.host_callback_with_status(broken).unwrap();
+        let after = dev.create_event().unwrap();
+        after.record(&q).unwrap();
+        let e = after.synchronize().unwrap_err();
+        assert_eq!(e.code, Code::DataLoss, "{e}");
+        assert!(e.message.contains("truncated frame"), "{e}");
+        assert!(e.message.contains("before the record failed"), "{e}");
+        assert_eq!(after.status().unwrap(), EventStatus::Error);
+        before.synchronize().unwrap();
+        assert_eq!(before.status().unwrap(), EventStatus::Complete);
+
+        // A stream of the other device that waits for it fails at its synchronize.
+        let other = if Arc::ptr_eq(dev, &cpu) { &sim } else { &cpu };
+        let w = other.create_stream().unwrap();
+        w.wait_event(&after).unwrap();
+        let e = w.synchronize().unwrap_err();
+        assert_eq!(e.code, Code::DataLoss, "{e}");
+        assert!(e.message.contains("waiting for an event of"), "{e}");
+
+        // The stream itself reports the failure once; the failed event keeps its mark; an
+        // event recorded after the report is fine.
+        let e = q.synchronize().unwrap_err();
+        assert!(e.message.contains("truncated frame"), "{e}");
+        q.synchronize().unwrap();
+        assert!(after.synchronize().is_err());
+        after.record(&q).unwrap();
+        after.synchronize().unwrap();
+        assert_eq!(after.status().unwrap(), EventStatus::Complete);
+    }
+}
+
 #[test]
 fn sim_load_options_are_validated() {
     let rt = runtime();

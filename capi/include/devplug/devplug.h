@@ -1015,6 +1015,9 @@ dp_status_t dp_event_record(dp_event_t *event, dp_stream_t *stream);
 
 /**
  * Writes 1 into `*out_complete` when the event was reached (or never recorded), else 0.
+ * Returns the failure instead (writing nothing) when the event is marked failed: the stream
+ * failed before reaching it — the platform's work, or host work the runtime ran there whose
+ * failure was not reported yet (see `dp_event_synchronize`).
  *
  * # Safety
  * `event` is an event handle; `out_complete` is writable.
@@ -1022,7 +1025,12 @@ dp_status_t dp_event_record(dp_event_t *event, dp_stream_t *stream);
 dp_status_t dp_event_query(const dp_event_t *event, int32_t *out_complete);
 
 /**
- * Blocks until the event is reached.
+ * Blocks until the event is reached. Returns the failure the event is marked with when its
+ * stream failed before reaching it: the platform's, or that of host work the runtime ran on
+ * the stream before the record (a `dp_stream_copy` between devices, a wait for another
+ * device's event, a `dp_stream_host_callback_with_status` callback) that the stream's
+ * synchronize had not reported when the stream got there. The stream's synchronize still
+ * reports it, once; the event keeps the mark until it is recorded again.
  *
  * # Safety
  * `event` is an event handle.
