@@ -104,6 +104,8 @@ pub struct Device {
     owned_stream_errors: Mutex<Vec<WeakAsyncError>>,
     /// Pinned host allocations: address → size.
     host_allocations: Mutex<HashMap<usize, u64>>,
+    /// The platform's allocator statistics failed once (said once, as a warning).
+    allocator_stats_failed: AtomicBool,
 }
 
 impl Device {
@@ -155,6 +157,7 @@ impl Device {
             kernel_handles,
             default_stream,
             default_stream_dirty: AtomicBool::new(false),
+            allocator_stats_failed: AtomicBool::new(false),
             order: StreamOrder::default(),
             default_stream_error: AsyncError::default(),
             owned_stream_errors: Mutex::new(Vec::new()),
@@ -328,13 +331,14 @@ impl Device {
                     stats.bytes_reserved = f.bytes_reserved.max(stats.bytes_in_use);
                     stats.largest_free_block = f.largest_free_block;
                 }
-                Some(Err(e)) => crate::log::log(
-                    crate::log::Level::Debug,
-                    &format!(
-                        "{}: allocator_stats failed, the host's own figures stand: {e}",
+                // A plugin's defect, said once per device: stats may be polled often.
+                Some(Err(e)) if !self.allocator_stats_failed.swap(true, Ordering::Relaxed) => {
+                    crate::log::warn(&format!(
+                        "{}: allocator_stats failed, the host's own figures stand (said once): {e}",
                         self.name()
-                    ),
-                ),
+                    ));
+                }
+                Some(Err(_)) => {}
                 None => {}
             }
         }

@@ -51,6 +51,8 @@
  *   ZOO_SE_NULL_FIELD=<field>      that dpp_stream_executor_t function is NULL
  *   ZOO_HOST_ALLOC_ONLY            host_allocate set, host_deallocate NULL
  *   ZOO_CREATE_DEVICE_FAIL         create_device fails (DPP_UNAVAILABLE, with a message)
+ *   ZOO_ALLOCATOR_STATS_FAIL       allocator_stats is set and always fails (DPP_UNAVAILABLE,
+ *                                  with a message); with ZOO_FLAGS=2u (NO_SUBALLOCATOR)
  *   ZOO_LATE_REGISTER              create_device calls register_platform (after init) and
  *                                  writes the status it got to the marker
  */
@@ -566,6 +568,14 @@ static dpp_status_t zoo_synchronize_all(void *device) {
   return DPP_OK;
 }
 
+#if defined(ZOO_ALLOCATOR_STATS_FAIL)
+static dpp_status_t zoo_allocator_stats(void *device, dpp_allocator_stats_t *out_stats) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  (void)out_stats;
+  return zoo_fail(d, DPP_UNAVAILABLE, "zoo: allocator statistics are not available (the firmware is busy)");
+}
+#endif
+
 /* ------------------------------------------------------------------------------------------ */
 /* Platform: devices */
 
@@ -580,7 +590,11 @@ static void zoo_fill_executor(dpp_stream_executor_t *se) {
   se->unified_allocate = NULL;
   se->unified_deallocate = NULL;
   se->memory_usage = zoo_memory_usage;
+#if defined(ZOO_ALLOCATOR_STATS_FAIL)
+  se->allocator_stats = zoo_allocator_stats;
+#else
   se->allocator_stats = NULL;
+#endif
   se->memcpy_htod = zoo_memcpy_htod;
   se->memcpy_dtoh = zoo_memcpy_dtoh;
   se->memcpy_dtod = zoo_memcpy_dtod;

@@ -380,6 +380,57 @@ fn a_plugin_that_goes_on_after_a_refused_registration_loads_with_what_was_accept
     assert_cpu_works(&rt);
 }
 
+/// The environment variable that makes [`failing_allocator_stats_leave_the_hosts_figures`]
+/// the child that reads the statistics.
+const CHILD_STATS: &str = "DEVPLUG_ZOO_CHILD_STATS";
+
+/// A platform with its own allocator whose `allocator_stats` fails: the memory statistics are
+/// the host's exact figures (nothing lost, no error), the device goes on working, and the
+/// failure is logged once however often the statistics are read.
+#[test]
+fn failing_allocator_stats_leave_the_hosts_figures() {
+    let rt = runtime();
+    rt.load_plugin(zoo_path("allocator_stats_fail"), &[])
+        .unwrap();
+    let zoo = rt.find_device("ZOO:0").unwrap();
+    let a = zoo.allocate(1000).unwrap();
+    let b = zoo.allocate(300).unwrap();
+    for _ in 0..3 {
+        let st = zoo.memory_stats();
+        assert_eq!(st.active_allocs, 2, "{st:?}");
+        assert_eq!(st.bytes_in_use, 1300, "{st:?}");
+        assert_eq!(st.bytes_reserved, st.bytes_in_use, "{st:?}");
+        assert_eq!(st.largest_free_block, 0, "{st:?}");
+    }
+    drop((a, b));
+    assert_eq!(zoo.memory_stats().bytes_in_use, 0);
+    assert_zoo_device_works(&rt, "ZOO:0");
+    if std::env::var_os(CHILD_STATS).is_some() {
+        return;
+    }
+    let _env = env_shared();
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "failing_allocator_stats_leave_the_hosts_figures",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_STATS, "1")
+        .env("DEVPLUG_LOG", "warn")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(output.status.success(), "the child failed:\n{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("allocator_stats failed"))
+        .collect();
+    assert_eq!(lines.len(), 1, "logged once:\n{err}");
+    assert!(lines[0].contains("ZOO:0"), "{}", lines[0]);
+    assert!(lines[0].contains("the firmware is busy"), "{}", lines[0]);
+}
+
 /// The environment variable that makes [`a_refused_registration_is_logged_once`] the child
 /// that loads the plugins.
 const CHILD_LOG: &str = "DEVPLUG_ZOO_CHILD_LOG";
