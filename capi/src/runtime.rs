@@ -590,6 +590,36 @@ pub unsafe extern "C" fn dp_device_memory_stats(
     })
 }
 
+/// Writes how many bytes of the device's memory this runtime could still allocate into
+/// `*out_free` and how many it may use at all into `*out_total` (TensorFlow's
+/// `DeviceMemoryUsage`): the platform's free memory, which counts other users of the device,
+/// plus what the runtime holds cached but unused, and the platform's total — both capped by
+/// the device's memory limit when one was set. On the CPU device: the host's available and
+/// total memory. `DP_UNIMPLEMENTED` for a plugin device whose plugin does not report its
+/// memory (its stream executor has no `memory_usage`); nothing is written on failure.
+///
+/// # Safety
+/// `device` is a device handle; `out_free` and `out_total` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_device_memory_usage(
+    device: *const dp_device_t,
+    out_free: *mut u64,
+    out_total: *mut u64,
+) -> dp_status_t {
+    guard("dp_device_memory_usage", || {
+        // SAFETY: the caller's contract.
+        let d = unsafe { self::device(device, "device")? };
+        check_out(out_free, "out_free")?;
+        check_out(out_total, "out_total")?;
+        let usage = d.memory_usage()?;
+        // SAFETY: the caller's contract (both checked non-NULL).
+        unsafe {
+            write_out(out_free, "out_free", usage.free)?;
+            write_out(out_total, "out_total", usage.total)
+        }
+    })
+}
+
 /// Waits for all work on all streams of the device. Returns the first failure on any of them
 /// not reported yet (see `dp_stream_synchronize`), once.
 ///

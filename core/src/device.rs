@@ -108,6 +108,15 @@ pub struct Device {
     allocator_stats_failed: AtomicBool,
 }
 
+/// A device's free and total memory as a runtime sees it (see [`Device::memory_usage`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryUsage {
+    /// Bytes the runtime could still allocate.
+    pub free: u64,
+    /// Bytes the runtime may use at all.
+    pub total: u64,
+}
+
 impl Device {
     pub(crate) fn new(
         index: usize,
@@ -318,6 +327,30 @@ impl Device {
         if let Err(e) = self.allocator.deallocate(ptr) {
             crate::log::error(&format!("{}: {e}", self.name()));
         }
+    }
+
+    /// How much of the device's memory this runtime could still allocate, and how much it may
+    /// use at all (TensorFlow's `DeviceMemoryUsage`): the platform's free memory (which counts
+    /// other users of the device) plus what the runtime holds cached but unused, and the
+    /// platform's total; both capped by the device's memory limit, if one was set. On the CPU
+    /// device, the host's available and total memory. `UNIMPLEMENTED` for a plugin device whose
+    /// plugin does not report its memory (no `memory_usage`).
+    pub fn memory_usage(&self) -> Result<MemoryUsage> {
+        let (platform_free, platform_total) = self
+            .executor
+            .memory_usage()
+            .map_err(|e| e.context(format!("the memory usage of {}", self.name())))?;
+        let stats = self.allocator.stats();
+        let cached = stats.bytes_reserved.saturating_sub(stats.bytes_in_use);
+        let mut usage = MemoryUsage {
+            free: platform_free.saturating_add(cached).min(platform_total),
+            total: platform_total,
+        };
+        if let Some(limit) = self.memory_limit {
+            usage.total = usage.total.min(limit);
+            usage.free = usage.free.min(limit.saturating_sub(stats.bytes_in_use));
+        }
+        Ok(usage)
     }
 
     pub fn memory_stats(&self) -> MemoryStats {

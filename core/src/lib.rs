@@ -29,7 +29,7 @@ pub mod spec;
 pub mod stream;
 pub mod tensor;
 
-pub use device::{Device, DeviceProperties, PlatformEntry};
+pub use device::{Device, DeviceProperties, MemoryUsage, PlatformEntry};
 pub use dispatch::RunOptions;
 pub use error::{Code, Error, Result};
 pub use kernel::{Binding, KernelContext, KernelDef};

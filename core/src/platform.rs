@@ -93,7 +93,7 @@ pub trait StreamExecutor: Send + Sync {
     /// # Safety
     /// `ptr` came from `host_allocate(size)` of this executor and is not used afterwards.
     unsafe fn host_deallocate(&self, ptr: *mut u8, size: u64);
-    /// Free and total device memory in bytes.
+    /// Free and total device memory in bytes (`UNIMPLEMENTED` when the platform cannot tell).
     fn memory_usage(&self) -> Result<(u64, u64)>;
     /// What the platform's own allocator holds, for a platform the host does not suballocate
     /// for (`DPP_PLATFORM_NO_SUBALLOCATOR`); `None` when it does not say.

@@ -104,6 +104,12 @@ static void test_device(dp_test_fixture *fx) {
     CHECK_STATUS_MSG(dp_device_memory_stats(dev, &ms), DP_INVALID_ARGUMENT, "device");
     CHECKF(dp_test_bytes_are(&ms, sizeof(size_t), sizeof ms, 0xA5), "stats written on failure");
     dev = dead_device();
+    {
+        uint64_t free_b = 7, total = 7;
+        CHECK_STATUS_MSG(dp_device_memory_usage(dev, &free_b, &total), DP_INVALID_ARGUMENT, "device");
+        CHECKF(free_b == 7 && total == 7, "memory usage written on failure");
+    }
+    dev = dead_device();
     CHECK_STATUS_MSG(dp_device_synchronize(dev), DP_INVALID_ARGUMENT, "device");
     dev = dead_device();
     CHECK_STATUS_MSG(dp_device_host_allocate(dev, 16, &ptr), DP_INVALID_ARGUMENT, "device");

@@ -65,6 +65,13 @@ static void test_device(dp_test_fixture *fx) {
     CHECK_STATUS_MSG(dp_device_memory_stats(NULL, &ms), DP_INVALID_ARGUMENT, "device");
     CHECKF(dp_test_bytes_are(&ms, sizeof(size_t), sizeof ms, 0xA5), "stats written on failure");
     CHECK_STATUS_MSG(dp_device_memory_stats(fx->d0, NULL), DP_INVALID_ARGUMENT, "out_stats");
+    {
+        uint64_t free_b = 7, total = 7;
+        CHECK_STATUS_MSG(dp_device_memory_usage(NULL, &free_b, &total), DP_INVALID_ARGUMENT, "device");
+        CHECK_STATUS_MSG(dp_device_memory_usage(fx->d0, NULL, &total), DP_INVALID_ARGUMENT, "out_free");
+        CHECK_STATUS_MSG(dp_device_memory_usage(fx->d0, &free_b, NULL), DP_INVALID_ARGUMENT, "out_total");
+        CHECKF(free_b == 7 && total == 7, "memory usage written on failure");
+    }
 
     CHECK_STATUS_MSG(dp_device_synchronize(NULL), DP_INVALID_ARGUMENT, "device");
 

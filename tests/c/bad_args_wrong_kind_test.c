@@ -66,6 +66,11 @@ static void test_device(dp_test_fixture *fx) {
     ms.struct_size = sizeof ms;
     CHECK_STATUS_MSG(dp_device_memory_stats(rt_as_dev, &ms), DP_INVALID_ARGUMENT, "device");
     CHECKF(dp_test_bytes_are(&ms, sizeof(size_t), sizeof ms, 0xA5), "stats written on failure");
+    {
+        uint64_t free_b = 7, total = 7;
+        CHECK_STATUS_MSG(dp_device_memory_usage(s_as_dev, &free_b, &total), DP_INVALID_ARGUMENT, "device");
+        CHECKF(free_b == 7 && total == 7, "memory usage written on failure");
+    }
     CHECK_STATUS_MSG(dp_device_synchronize(s_as_dev), DP_INVALID_ARGUMENT, "device");
     CHECK_STATUS_MSG(dp_device_host_allocate(rt_as_dev, 16, &ptr), DP_INVALID_ARGUMENT, "device");
     CHECK_UNTOUCHED(void, ptr);

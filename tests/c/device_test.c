@@ -148,8 +148,22 @@ static void test_memory_limit(void) {
     CHECK(s.active_allocs == 0);
     CHECK(s.bytes_in_use == 0);
 
+    /* the usage is capped by the limit */
+    {
+        uint64_t free_b = 0, total = 0;
+        CHECK_OK(dp_device_memory_usage(dev, &free_b, &total));
+        CHECK(total == limit);
+        CHECK(free_b <= limit);
+    }
+
     /* below the limit works */
     CHECK_OK(dp_buffer_allocate(dev, (size_t)(limit / 2), &half));
+    {
+        uint64_t free_b = 0, total = 0;
+        CHECK_OK(dp_device_memory_usage(dev, &free_b, &total));
+        CHECK(total == limit);
+        CHECKF(free_b <= limit - limit / 2, "free %llu with half of the limit in use", (unsigned long long)free_b);
+    }
     /* the sum would pass the limit */
     big = SENTINEL(dp_buffer_t);
     CHECK_STATUS(dp_buffer_allocate(dev, (size_t)(limit * 3 / 4), &big), DP_RESOURCE_EXHAUSTED);
@@ -182,6 +196,22 @@ static void test_memory_limit(void) {
     big = SENTINEL(dp_buffer_t);
     CHECK_STATUS(dp_buffer_allocate(dev, (size_t)limit + 1, &big), DP_RESOURCE_EXHAUSTED);
     CHECK_UNTOUCHED(dp_buffer_t, big);
+    dp_runtime_destroy(rt);
+}
+
+static void test_memory_usage(void) {
+    dp_runtime_t *rt = dp_test_runtime(1, 0);
+    dp_device_t *dev = dp_test_device(rt, 0);
+    dp_device_properties_t p;
+    uint64_t free_b = 0, total = 0;
+    SECTION("dp_device_memory_usage: the host's available and total memory on the CPU");
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    CHECK_OK(dp_device_get_properties(dev, &p));
+    CHECK_OK(dp_device_memory_usage(dev, &free_b, &total));
+    printf("   free %llu of %llu\n", (unsigned long long)free_b, (unsigned long long)total);
+    CHECK(total == p.total_memory);
+    CHECK(free_b > 0 && free_b <= total);
     dp_runtime_destroy(rt);
 }
 
@@ -255,6 +285,7 @@ int main(void) {
     dp_test_watchdog(120);
     test_memory_stats();
     test_memory_limit();
+    test_memory_usage();
     test_host_memory();
     test_synchronize();
     return DP_TEST_SUMMARY();

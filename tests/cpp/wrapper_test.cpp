@@ -488,6 +488,9 @@ void test_memory_limit() {
   const Device d = rt.device("CPU:0");
   CHECK_EQ(d.properties().total_memory, limit);
   CHECK_EQ(d.memory_stats().bytes_limit, limit);
+  const devplug::MemoryUsage usage = d.memory_usage();
+  CHECK_EQ(usage.total, limit);
+  CHECK(usage.free > 0 && usage.free <= limit);
   CHECK_ERROR(d.allocate(2 * limit), DP_RESOURCE_EXHAUSTED);
   // several smaller allocations that together exceed the limit
   std::vector<Buffer> held;
@@ -599,6 +602,7 @@ void test_move_semantics() {
   const Device none;
   CHECK(!none);
   CHECK_ERROR(none.properties(), DP_INVALID_ARGUMENT);
+  CHECK_ERROR(none.memory_usage(), DP_INVALID_ARGUMENT);
   CHECK_ERROR(none.allocate(1), DP_INVALID_ARGUMENT);
   CHECK_ERROR(none.name(), DP_INVALID_ARGUMENT);
   // moved-from objects are destroyed safely when this scope ends (t, b, e2, s, s2, rt)

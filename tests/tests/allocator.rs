@@ -74,3 +74,36 @@ fn the_memory_limit_holds_without_the_suballocator() {
     drop(a);
     sim.allocate(10_000).unwrap();
 }
+
+/// `Device::memory_usage`: the platform's free memory plus what the runtime caches, so that
+/// what the suballocator holds unused still counts as free; exact either way.
+#[test]
+fn memory_usage_counts_the_runtimes_cache_as_free() {
+    const MEM: u64 = 4 << 20;
+    for no_suballocator in ["0", "1"] {
+        let rt = runtime();
+        rt.load_plugin(
+            plugin_path("devplug_sim"),
+            &[("memory", "4M"), ("no_suballocator", no_suballocator)],
+        )
+        .unwrap();
+        let sim = rt.find_device("SIM:0").unwrap();
+        let u = sim.memory_usage().unwrap();
+        assert_eq!((u.free, u.total), (MEM, MEM), "{no_suballocator}: {u:?}");
+        let a = sim.allocate(3000).unwrap();
+        // SIM and the suballocator both round to 256 bytes: 3072 bytes are taken, whether the
+        // suballocator carved them from a larger region (the rest counts as free) or SIM
+        // allocated them directly.
+        let u = sim.memory_usage().unwrap();
+        assert_eq!(
+            (u.free, u.total),
+            (MEM - 3072, MEM),
+            "{no_suballocator}: {u:?}"
+        );
+        drop(a);
+        let u = sim.memory_usage().unwrap();
+        assert_eq!(u.free, MEM, "{no_suballocator}: {u:?}");
+        sim.release_cached_memory();
+        assert_eq!(sim.memory_usage().unwrap().free, MEM);
+    }
+}

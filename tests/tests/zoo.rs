@@ -380,6 +380,23 @@ fn a_plugin_that_goes_on_after_a_refused_registration_loads_with_what_was_accept
     assert_cpu_works(&rt);
 }
 
+/// A plugin without `memory_usage` (the zoo's variant): `UNIMPLEMENTED`, naming the plugin and
+/// the function; the device works otherwise.
+#[test]
+fn memory_usage_of_a_plugin_that_does_not_report_it_is_unimplemented() {
+    let rt = runtime();
+    rt.load_plugin(zoo_path("se_memory_usage_null"), &[])
+        .unwrap();
+    let zoo = rt.find_device("ZOO:0").unwrap();
+    let e = zoo.memory_usage().unwrap_err();
+    assert_eq!(e.code, Code::Unimplemented, "{e}");
+    assert!(e.message.contains("memory_usage"), "{e}");
+    assert!(e.message.contains("zoo_se_memory_usage_null"), "{e}");
+    assert!(e.message.contains("ZOO:0"), "{e}");
+    let b = zoo.allocate(64).unwrap();
+    b.write(0, &[1u8; 64]).unwrap();
+}
+
 /// The environment variable that makes [`failing_allocator_stats_leave_the_hosts_figures`]
 /// the child that reads the statistics.
 const CHILD_STATS: &str = "DEVPLUG_ZOO_CHILD_STATS";

@@ -800,6 +800,22 @@ const char *dp_device_name(const dp_device_t *device);
 dp_status_t dp_device_memory_stats(const dp_device_t *device, struct dp_memory_stats_t *out_stats);
 
 /**
+ * Writes how many bytes of the device's memory this runtime could still allocate into
+ * `*out_free` and how many it may use at all into `*out_total` (TensorFlow's
+ * `DeviceMemoryUsage`): the platform's free memory, which counts other users of the device,
+ * plus what the runtime holds cached but unused, and the platform's total — both capped by
+ * the device's memory limit when one was set. On the CPU device: the host's available and
+ * total memory. `DP_UNIMPLEMENTED` for a plugin device whose plugin does not report its
+ * memory (its stream executor has no `memory_usage`); nothing is written on failure.
+ *
+ * # Safety
+ * `device` is a device handle; `out_free` and `out_total` are writable.
+ */
+dp_status_t dp_device_memory_usage(const dp_device_t *device,
+                                   uint64_t *out_free,
+                                   uint64_t *out_total);
+
+/**
  * Waits for all work on all streams of the device. Returns the first failure on any of them
  * not reported yet (see `dp_stream_synchronize`), once.
  *

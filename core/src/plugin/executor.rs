@@ -387,7 +387,10 @@ impl StreamExecutor for PluginExecutor {
                 })?;
                 Ok((free, total))
             }
-            None => Ok((0, self.description.total_memory)),
+            None => Err(Error::unimplemented(format!(
+                "plugin '{}' does not report its memory usage (no memory_usage in its stream executor)",
+                self.platform.plugin.name
+            ))),
         }
     }
 

@@ -391,6 +391,12 @@ struct MemoryStats {
   uint64_t largest_free_block = 0; /**< largest free block in the reserved memory */
 };
 
+/** @brief A device's free and total memory as the runtime sees it (`dp_device_memory_usage()`). */
+struct MemoryUsage {
+  uint64_t free = 0;  /**< bytes the runtime could still allocate */
+  uint64_t total = 0; /**< bytes the runtime may use at all */
+};
+
 /**
  * @brief A device: a cheap, copyable, non-owning value.
  *
@@ -451,6 +457,16 @@ class Device {
     out.bytes_limit = s.bytes_limit;
     out.bytes_reserved = s.bytes_reserved;
     out.largest_free_block = s.largest_free_block;
+    return out;
+  }
+
+  /**
+   * @brief Free and total memory (`dp_device_memory_usage()`); throws `devplug::Error`
+   * (`UNIMPLEMENTED`) when the device's plugin does not report its memory.
+   */
+  MemoryUsage memory_usage() const {
+    MemoryUsage out;
+    check(dp_device_memory_usage(handle_, &out.free, &out.total));
     return out;
   }
 
