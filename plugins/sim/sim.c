@@ -668,7 +668,7 @@ typedef struct sim_block_memo {
   unsigned next;
 } sim_block_memo;
 
-/* True when `m` knows [addr, addr + size) as live on `d` at the count of frees `gen`. */
+/* True when entry `e` of `m` holds [addr, addr + size) at the count of frees `gen`. */
 static inline bool sim_block_entry_holds(const sim_block_memo *m, unsigned e, uint64_t gen, dpp_addr_t addr,
                                          uint64_t size) {
   uint64_t at = addr - m->mem[e].lo; /* wraps (huge) below lo */
@@ -690,6 +690,7 @@ static inline int sim_block_memo_find(const sim_block_memo *m, uint64_t gen, dpp
   return -1;
 }
 
+/* True when `m` knows [addr, addr + size) as live on `d` at the count of frees `gen`. */
 static bool sim_block_memo_knows(const sim_block_memo *m, const sim_device *d, uint64_t gen, dpp_addr_t addr,
                                  uint64_t size) {
   return m->dev == d && m->serial == d->serial && sim_block_memo_find(m, gen, addr, size, 0) >= 0;
@@ -2622,11 +2623,7 @@ static bool sim_attr_bool(const sim_device *d, const char *fn, const dpp_kernel_
   return true;
 }
 
-/* The dtype, ranks and shapes an elementwise kernel (Add, Mul) was last validated with on this
- * thread: a launch whose tensors have the same ones (an eager loop, a model run again) passes
- * the same checks, so only what can differ (the addresses, checked after this) is checked
- * again. The checks depend on nothing else (these kernels read no attributes, and a shape is
- * valid or not on any device). */
+/* One tensor as sim_kmemo remembers it: what sim_ktensor_read checked of it. */
 typedef struct sim_tkey {
   int32_t dtype;
   int32_t rank;
@@ -2634,6 +2631,11 @@ typedef struct sim_tkey {
   int64_t shape[SIM_MAX_RANK];
 } sim_tkey;
 
+/* The dtype, ranks and shapes an elementwise kernel (Add, Mul) was last validated with on this
+ * thread: a launch whose tensors have the same ones (an eager loop, a model run again) passes
+ * the same checks, so only what can differ (the addresses, checked after this) is checked
+ * again. The checks depend on nothing else (these kernels read no attributes, and a shape is
+ * valid or not on any device). */
 typedef struct sim_kmemo {
   bool valid;
   sim_kernel_id id;

@@ -36,9 +36,9 @@ use parking_lot::Mutex;
 
 use crate::memory::DevicePtr;
 
-/// While a free waits, a marker is enqueued behind every this many launches. Memory the pool cannot keep (large
-/// buffers) waits at most about this many launches past its last use before it is freed; a marker
-/// (one host callback) costs a few launches, so this many make it cheap.
+/// While a free waits, a marker is enqueued behind every this many launches. Memory the pool
+/// cannot keep (large buffers) waits at most about this many launches past its last use before it
+/// is freed; a marker (one host callback) costs a few launches, so this many make it cheap.
 pub(crate) const MARKER_EVERY: u64 = 32;
 
 /// The launch counts of one device's default stream, and the frees that wait for them.
