@@ -397,9 +397,28 @@ fn memory_usage_of_a_plugin_that_does_not_report_it_is_unimplemented() {
     b.write(0, &[1u8; 64]).unwrap();
 }
 
-/// The environment variable that makes [`failing_allocator_stats_leave_the_hosts_figures`]
-/// the child that reads the statistics.
-const CHILD_STATS: &str = "DEVPLUG_ZOO_CHILD_STATS";
+/// The environment variable that marks a test's child process (see [`warnings_of_child`]).
+const CHILD: &str = "DEVPLUG_ZOO_CHILD";
+
+/// True in the child process [`warnings_of_child`] runs.
+fn is_child() -> bool {
+    std::env::var_os(CHILD).is_some()
+}
+
+/// Runs the test `name` again in a child process (where [`is_child`] is true) with warnings
+/// logged, checks that it passed, and returns its standard error.
+fn warnings_of_child(name: &str) -> String {
+    let _env = env_shared();
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .env("DEVPLUG_LOG", "warn")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(output.status.success(), "the child failed:\n{err}");
+    err
+}
 
 /// A platform with its own allocator whose `allocator_stats` fails: the memory statistics are
 /// the host's exact figures (nothing lost, no error), the device goes on working, and the
@@ -422,23 +441,10 @@ fn failing_allocator_stats_leave_the_hosts_figures() {
     drop((a, b));
     assert_eq!(zoo.memory_stats().bytes_in_use, 0);
     assert_zoo_device_works(&rt, "ZOO:0");
-    if std::env::var_os(CHILD_STATS).is_some() {
+    if is_child() {
         return;
     }
-    let _env = env_shared();
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "failing_allocator_stats_leave_the_hosts_figures",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_STATS, "1")
-        .env("DEVPLUG_LOG", "warn")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&output.stderr).to_string();
-    assert!(output.status.success(), "the child failed:\n{err}");
+    let err = warnings_of_child("failing_allocator_stats_leave_the_hosts_figures");
     let lines: Vec<&str> = err
         .lines()
         .filter(|l| l.contains("allocator_stats failed"))
@@ -448,36 +454,19 @@ fn failing_allocator_stats_leave_the_hosts_figures() {
     assert!(lines[0].contains("the firmware is busy"), "{}", lines[0]);
 }
 
-/// The environment variable that makes [`a_refused_registration_is_logged_once`] the child
-/// that loads the plugins.
-const CHILD_LOG: &str = "DEVPLUG_ZOO_CHILD_LOG";
-
 #[test]
 fn a_refused_registration_is_logged_once() {
     // Whether init then fails (the refusal is the load's error) or goes on (the refusal is all
     // there is to say), the log holds it once. The loads run in a child process, whose
     // standard error this test reads.
-    if std::env::var_os(CHILD_LOG).is_some() {
+    if is_child() {
         let rt = runtime();
         rt.load_plugin(zoo_path("register_twice"), &[]).unwrap_err();
         rt.load_plugin(zoo_path("register_twice_ignored"), &[])
             .unwrap();
         return;
     }
-    let _env = env_shared();
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "a_refused_registration_is_logged_once",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_LOG, "1")
-        .env("DEVPLUG_LOG", "warn")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&output.stderr).to_string();
-    assert!(output.status.success(), "the child failed:\n{err}");
+    let err = warnings_of_child("a_refused_registration_is_logged_once");
     for plugin in ["'zoo_register_twice'", "'zoo_register_twice_ignored'"] {
         let lines: Vec<&str> = err
             .lines()
