@@ -13,6 +13,7 @@
 //! # Ok::<(), devplug_core::Error>(())
 //! ```
 
+pub mod check;
 pub mod device;
 pub mod dispatch;
 pub mod error;
