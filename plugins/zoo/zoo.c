@@ -53,6 +53,10 @@
  *   ZOO_CREATE_DEVICE_FAIL         create_device fails (DPP_UNAVAILABLE, with a message)
  *   ZOO_ALLOCATOR_STATS_FAIL       allocator_stats is set and always fails (DPP_UNAVAILABLE,
  *                                  with a message); with ZOO_FLAGS=2u (NO_SUBALLOCATOR)
+ *   ZOO_CRASH_IN_MEMSET            memset writes to an invalid address (SIGSEGV)
+ *   ZOO_HANG_IN_SYNCHRONIZE        synchronize_stream never returns
+ *   ZOO_KERNEL_ZEROS               registers a kernel for Add (ZOO, f32) that writes zeros:
+ *                                  wrong results for `devplug check` to find
  *   ZOO_LATE_REGISTER              create_device calls register_platform (after init) and
  *                                  writes the status it got to the marker
  */
@@ -68,6 +72,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------------------------ */
 /* Knobs and their defaults */
@@ -422,6 +427,14 @@ static dpp_status_t zoo_memcpy_dtod(void *device, dpp_addr_t dst, dpp_addr_t src
 
 static dpp_status_t zoo_memset(void *device, dpp_addr_t dst, uint8_t value, uint64_t size) {
   ZOO_DEVICE_OR_FAIL(d, device);
+#if defined(ZOO_CRASH_IN_MEMSET)
+  {
+    /* A real invalid write, as a buggy plugin makes (a raise() would be caught once by the
+     * Rust runtime's own SIGSEGV handler, which then returns). */
+    volatile int *nowhere = (volatile int *)(uintptr_t)16;
+    *nowhere = 1;
+  }
+#endif
   if (size == 0) {
     return DPP_OK;
   }
@@ -487,6 +500,11 @@ static void zoo_destroy_stream(void *device, void *stream) {
 
 static dpp_status_t zoo_synchronize_stream(void *device, void *stream) {
   ZOO_DEVICE_OR_FAIL(d, device);
+#if defined(ZOO_HANG_IN_SYNCHRONIZE)
+  for (;;) {
+    pause();
+  }
+#endif
   return zoo_check_stream(d, stream);
 }
 
@@ -761,6 +779,35 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_register(const dpp_host_api_t *host, co
   return DPP_OK;
 }
 
+#if defined(ZOO_KERNEL_ZEROS)
+/* A kernel with wrong results: every output is set to zero bytes. */
+static dpp_status_t zoo_kernel_zeros(const dpp_kernel_context_t *cx) {
+  zoo_device *d = cx ? zoo_dev(cx->device) : NULL;
+  if (d == NULL) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  for (size_t i = 0; i < cx->num_outputs; i++) {
+    ZOO_RANGE_OR_FAIL(p, d, cx->outputs[i].data, cx->outputs[i].byte_size, "kernel output");
+    memset(p, 0, (size_t)cx->outputs[i].byte_size);
+  }
+  return DPP_OK;
+}
+
+static dpp_status_t zoo_register_kernel(const dpp_host_api_t *host) {
+  static const int32_t f32[1] = {DPP_DTYPE_F32};
+  dpp_kernel_t k;
+  memset(&k, 0, sizeof k);
+  k.struct_size = DPP_KERNEL_STRUCT_SIZE;
+  k.op = "Add";
+  k.device_type = ZOO_DEVICE_TYPE;
+  k.platform = ZOO_PLATFORM_NAME;
+  k.dtypes = f32;
+  k.num_dtypes = 1;
+  k.compute = zoo_kernel_zeros;
+  return host->register_kernel(host->context, &k);
+}
+#endif
+
 ZOO_MAYBE_UNUSED static dpp_status_t zoo_init(const dpp_host_api_t *host, void **out_plugin_data) {
   if (host == NULL || host->struct_size < DPP_HOST_API_STRUCT_SIZE || out_plugin_data == NULL) {
     return DPP_INVALID_ARGUMENT;
@@ -786,6 +833,12 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_init(const dpp_host_api_t *host, void *
   if (st != DPP_OK) {
     return st; /* the host's own refusal says why */
   }
+#if defined(ZOO_KERNEL_ZEROS)
+  st = zoo_register_kernel(host);
+  if (st != DPP_OK) {
+    return st;
+  }
+#endif
 #ifdef ZOO_REGISTER_TWICE
   st = zoo_register(host, marker);
 #ifdef ZOO_IGNORE_REFUSAL

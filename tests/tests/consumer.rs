@@ -140,3 +140,40 @@ fn pkg_config_file_works() {
         .arg(format!("-Wl,-rpath,{}", prefix().join("lib").display())));
     run_example(&exe);
 }
+
+/// A vendor's project against the installed package: a plugin built with
+/// `devplug_add_plugin` (the zoo's source, which without fault macros is a small conforming
+/// plugin) and its conformance run as a ctest with `DevPlug_CHECK_TOOL` (`devplug check`).
+#[test]
+fn a_vendor_plugin_builds_and_passes_devplug_check_as_a_ctest() {
+    require_cmake_build();
+    let tmp = TempDir::new("vendor-plugin");
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(
+        src.join("CMakeLists.txt"),
+        format!(
+            "cmake_minimum_required(VERSION 3.16)\n\
+             project(vendor C)\n\
+             find_package(DevPlug 0.1 CONFIG REQUIRED)\n\
+             devplug_add_plugin(vendorzoo SOURCES \"{}\")\n\
+             enable_testing()\n\
+             add_test(NAME vendorzoo_conforms COMMAND \"${{DevPlug_CHECK_TOOL}}\" check $<TARGET_FILE:vendorzoo>)\n",
+            source_dir().join("plugins/zoo/zoo.c").display()
+        ),
+    )
+    .unwrap();
+    let build = tmp.path().join("build");
+    build_against_prefix(&src, &build);
+    let output = run(Command::new("ctest")
+        .arg("--test-dir")
+        .arg(&build)
+        .arg("--output-on-failure")
+        .arg("--verbose"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("ok      ZOO:0: streams, host callbacks and events"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("0 failed: conforms"), "{stdout}");
+}

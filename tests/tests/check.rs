@@ -1,0 +1,165 @@
+//! `devplug check`, as a vendor runs it: the tool installed with the SDK (`bin/devplug`), on
+//! the sample plugins (which conform) and on zoo plugins that do not — wrong kernel results, a
+//! crash, a hang, a failing init — and with bad arguments.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use devplug_tests::{build_dir, plugin_path, prefix, require_cmake_build};
+
+fn tool() -> PathBuf {
+    require_cmake_build();
+    let p = prefix().join("bin").join("devplug");
+    assert!(
+        p.is_file(),
+        "the devplug tool was not installed at {}",
+        p.display()
+    );
+    p
+}
+
+fn zoo(variant: &str) -> PathBuf {
+    let p = build_dir()
+        .join("plugins")
+        .join("zoo")
+        .join(format!("libzoo_{variant}.so"));
+    assert!(p.is_file(), "zoo variant {} was not built", p.display());
+    p
+}
+
+/// Runs `devplug ARGS`; its exit code and standard output (standard error appended).
+fn devplug(args: &[&str]) -> (i32, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(tool()).args(args).output().unwrap();
+    let mut out = String::from_utf8_lossy(&stdout).into_owned();
+    out.push_str(&String::from_utf8_lossy(&stderr));
+    (status.code().unwrap_or(-1), out)
+}
+
+fn check(plugin: &Path, extra: &[&str]) -> (i32, String) {
+    let mut args = vec!["check", plugin.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    devplug(&args)
+}
+
+#[test]
+fn the_sample_plugins_conform() {
+    let (code, out) = check(&plugin_path("devplug_sim"), &["-o", "devices=2"]);
+    assert_eq!(code, 0, "{out}");
+    for line in [
+        "ok      load",
+        "ok      SIM:0: synchronous copies and memset",
+        "ok      SIM:0: streams, host callbacks and events",
+        "ok      SIM:1: memory usage",
+        "ok      SIM:0: kernel Add agrees with the CPU",
+        "ok      SIM:1: kernel ReduceSum agrees with the CPU",
+        "ok      unload",
+        " 0 failed: conforms",
+    ] {
+        assert!(out.contains(line), "missing {line:?}:\n{out}");
+    }
+    let (code, out) = check(&plugin_path("devplug_rust_example"), &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("ok      NPU:0: kernel Add agrees with the CPU"),
+        "{out}"
+    );
+    let (code, out) = check(&plugin_path("devplug_simdml"), &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("ok      GPU:0: kernel Relu agrees with the CPU"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_kernel_with_wrong_results_fails_its_check() {
+    let (code, out) = check(&zoo("kernel_zeros"), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "FAILED  ZOO:0: kernel Add agrees with the CPU: INTERNAL: output 0[0] is 0, the CPU's"
+        ),
+        "{out}"
+    );
+    // The rest of the device conforms, and is said to.
+    assert!(
+        out.contains("ok      ZOO:0: synchronous copies and memset"),
+        "{out}"
+    );
+    assert!(out.contains("1 failed: does NOT conform"), "{out}");
+}
+
+#[test]
+fn a_crash_is_reported_with_the_check_it_happened_in() {
+    let (code, out) = check(&zoo("crash_in_memset"), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "CRASHED the plugin killed the check process during 'ZOO:0: synchronous copies and memset' (signal 11, SIGSEGV)"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("ok      ZOO:0: allocate and free"), "{out}");
+    assert!(out.contains("does NOT conform"), "{out}");
+}
+
+#[test]
+fn a_hang_is_reported_after_the_timeout() {
+    let (code, out) = check(&zoo("hang_in_synchronize"), &["--timeout", "3"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "HUNG    no answer within 3 s during 'ZOO:0: streams, host callbacks and events'"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_plugin_that_does_not_load_fails_the_load_check() {
+    let (code, out) = check(&zoo("init_error"), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("FAILED  load:"), "{out}");
+    assert!(
+        out.contains("the simulated firmware did not answer"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
+    for (args, says) in [
+        (vec![], "no command"),
+        (vec!["frobnicate"], "unknown command 'frobnicate'"),
+        (vec!["check"], "check needs the path of a plugin"),
+        (
+            vec!["check", "/nonexistent/libnothing.so"],
+            "/nonexistent/libnothing.so",
+        ),
+        (vec!["check", "/dev/null", "-o"], "-o needs KEY=VALUE"),
+        (
+            vec!["check", "/dev/null", "-o", "novalue"],
+            "expected KEY=VALUE",
+        ),
+        (
+            vec!["check", "/dev/null", "--timeout", "0"],
+            "positive number of seconds",
+        ),
+        (
+            vec!["check", "/dev/null", "--verbose"],
+            "unknown option '--verbose'",
+        ),
+    ] {
+        let (code, out) = devplug(&args);
+        assert_eq!(code, 2, "{args:?}: {out}");
+        assert!(out.contains(says), "{args:?}: {out}");
+        assert!(out.contains("usage: devplug check"), "{args:?}: {out}");
+    }
+    let (code, out) = devplug(&["--version"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("devplug 0."), "{out}");
+}
