@@ -5,7 +5,8 @@
 //! [`check_plugin`] loads the plugin into a fresh runtime and, on each device of the platforms
 //! it registered, exercises what every host relies on — properties, allocation, synchronous and
 //! stream-ordered copies, memset, host callbacks in order, events, memory usage — and runs each
-//! kernel the plugin registered for an op it has sample inputs for, comparing the result with the
+//! kernel the plugin registered, once per dtype it takes of f32, f64, i32 and i64, on sample
+//! inputs (there is one for every basis op and composite), comparing the result with the
 //! built-in CPU device's. Each check is announced before it runs ([`Step::Begin`]), so that a
 //! supervisor knows which one a crash interrupted.
 
@@ -188,25 +189,33 @@ impl Checker<'_> {
         }
     }
 
+    /// Runs kernel `k` on `dev` once per dtype it takes (of f32, f64, i32, i64) that its op
+    /// has sample inputs for.
     fn kernel(&mut self, rt: &Runtime, dev: &Arc<Device>, k: &KernelDef) {
-        let Some(sample) = sample(&k.op) else {
+        let dtypes: Vec<DType> = [DType::F32, DType::F64, DType::I32, DType::I64]
+            .into_iter()
+            .filter(|d| k.dtypes.is_empty() || k.dtypes.contains(d))
+            .filter(|&d| sample(&k.op, d).is_some())
+            .collect();
+        if dtypes.is_empty() {
             (self.report)(Step::Note(format!(
-                "{}: kernel {}: no sample inputs for this op, not run",
+                "{}: kernel {}: no sample inputs for this op and its dtypes, not run",
                 dev.name(),
                 k.op
             )));
-            return;
-        };
-        if !(k.dtypes.is_empty() || k.dtypes.contains(&DType::F32)) {
-            (self.report)(Step::Note(format!(
-                "{}: kernel {}: takes no f32, not run",
-                dev.name(),
-                k.op
-            )));
-            return;
         }
-        let name = format!("{}: kernel {} agrees with the CPU", dev.name(), k.op);
-        self.run(&name, || run_kernel_sample(rt, dev, k, &sample));
+        for dtype in dtypes {
+            let name = format!(
+                "{}: kernel {} ({}) agrees with the CPU",
+                dev.name(),
+                k.op,
+                dtype.name()
+            );
+            self.run(&name, || {
+                let sample = sample(&k.op, dtype).expect("filtered above");
+                run_kernel_sample(rt, dev, k, &sample)
+            });
+        }
     }
 }
 
@@ -231,43 +240,153 @@ fn read(b: &crate::memory::Buffer) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Inputs (f32, shape and values) and attributes to run an op with.
+/// One input of a sample: its shape and values, of the sample's dtype or Bool.
+struct Input {
+    shape: Vec<i64>,
+    values: Vec<f64>,
+    dtype: DType,
+}
+
+/// Inputs and attributes to run an op with.
 struct Sample {
-    inputs: Vec<(Vec<i64>, Vec<f32>)>,
+    inputs: Vec<Input>,
     attrs: Attrs,
 }
 
-/// Sample inputs for the basis ops a plugin is likely to implement; `None` for others.
-fn sample(op: &str) -> Option<Sample> {
-    // Positive values, so that Log, Sqrt, Rsqrt, Pow and Div are defined.
-    let values = |n: usize, seed: f32| -> Vec<f32> {
-        (0..n).map(|i| 0.25 + seed + 0.5 * i as f32).collect()
+/// Sample inputs of `dtype` (small positive integers, exact in every dtype and valid for Log,
+/// Sqrt, Div and Pow) for the basis ops and composites; `None` for other ops, and for float-only
+/// ops with an integer dtype.
+fn sample(op: &str, dtype: DType) -> Option<Sample> {
+    let float = matches!(dtype, DType::F32 | DType::F64);
+    let t = |shape: &[i64], first: f64| {
+        let n = shape.iter().product::<i64>() as usize;
+        Input {
+            shape: shape.to_vec(),
+            values: (0..n).map(|i| first + i as f64).collect(),
+            dtype,
+        }
     };
-    let none = Attrs::new();
-    let s = match op {
-        "Add" | "Sub" | "Mul" | "Div" | "Maximum" | "Minimum" | "Pow" => Sample {
-            inputs: vec![(vec![2, 3], values(6, 0.0)), (vec![3], values(3, 0.5))],
-            attrs: none,
-        },
-        "Neg" | "Abs" | "Exp" | "Log" | "Tanh" | "Sqrt" | "Rsqrt" | "Sigmoid" | "Relu" => Sample {
-            inputs: vec![(vec![5], values(5, 0.0))],
-            attrs: none,
-        },
-        "MatMul" => Sample {
-            inputs: vec![(vec![2, 3], values(6, 0.0)), (vec![3, 4], values(12, 0.1))],
-            attrs: none,
-        },
-        "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceMean" => Sample {
-            inputs: vec![(vec![2, 3], values(6, 0.0))],
-            attrs: Attrs::new().with("axes", AttrValue::Ints(vec![1])),
-        },
-        "Softmax" => Sample {
-            inputs: vec![(vec![2, 3], values(6, 0.0))],
-            attrs: Attrs::new().with("axis", AttrValue::Int(-1)),
-        },
+    let ints = |v: &[i64]| AttrValue::Ints(v.to_vec());
+    let (inputs, attrs) = match op {
+        "Add" | "Sub" | "Mul" | "Div" | "Maximum" | "Minimum" | "Pow" => {
+            (vec![t(&[2, 3], 1.0), t(&[3], 1.0)], Attrs::new())
+        }
+        "Equal" | "NotEqual" | "Less" | "LessEqual" | "Greater" | "GreaterEqual" => {
+            (vec![t(&[2, 3], 1.0), t(&[3], 2.0)], Attrs::new())
+        }
+        "Neg" | "Abs" | "Relu" => (vec![t(&[5], 1.0)], Attrs::new()),
+        "Exp" | "Log" | "Tanh" | "Sqrt" | "Rsqrt" | "Sigmoid" | "Gelu" if float => {
+            (vec![t(&[5], 1.0)], Attrs::new())
+        }
+        "Softmax" | "LogSoftmax" if float => (
+            vec![t(&[2, 3], 1.0)],
+            Attrs::new().with("axis", AttrValue::Int(-1)),
+        ),
+        "Select" => {
+            let condition = Input {
+                shape: vec![2, 3],
+                values: vec![1.0, 0.0, 1.0, 0.0, 0.0, 1.0],
+                dtype: DType::Bool,
+            };
+            (
+                vec![condition, t(&[2, 3], 1.0), t(&[3], 10.0)],
+                Attrs::new(),
+            )
+        }
+        "Cast" => (
+            vec![t(&[4], 1.0)],
+            Attrs::new().with("dtype", AttrValue::DType(DType::F64)),
+        ),
+        "MatMul" => (vec![t(&[2, 3], 1.0), t(&[3, 4], 1.0)], Attrs::new()),
+        "Gemm" if float => (
+            vec![t(&[2, 3], 1.0), t(&[3, 4], 1.0), t(&[4], 1.0)],
+            Attrs::new(),
+        ),
+        "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceMean" => {
+            (vec![t(&[2, 3], 1.0)], Attrs::new().with("axes", ints(&[1])))
+        }
+        "BroadcastTo" => (
+            vec![t(&[3], 1.0)],
+            Attrs::new().with("shape", ints(&[2, 3])),
+        ),
+        "Reshape" => (
+            vec![t(&[2, 3], 1.0)],
+            Attrs::new().with("shape", ints(&[3, 2])),
+        ),
+        "Transpose" => (
+            vec![t(&[2, 3], 1.0)],
+            Attrs::new().with("perm", ints(&[1, 0])),
+        ),
+        "Concat" => (
+            vec![t(&[2, 3], 1.0), t(&[1, 3], 7.0)],
+            Attrs::new().with("axis", AttrValue::Int(0)),
+        ),
+        "Slice" => (
+            vec![t(&[3, 4], 1.0)],
+            Attrs::new()
+                .with("begin", ints(&[1, 1]))
+                .with("size", ints(&[2, 2])),
+        ),
+        "AddN" => (
+            vec![t(&[2, 3], 1.0), t(&[2, 3], 2.0), t(&[2, 3], 3.0)],
+            Attrs::new(),
+        ),
+        "Fill" => (
+            vec![],
+            Attrs::new()
+                .with("shape", ints(&[2, 3]))
+                .with("value", AttrValue::Float(3.0))
+                .with("dtype", AttrValue::DType(dtype)),
+        ),
+        "Iota" => (
+            vec![],
+            Attrs::new()
+                .with("shape", ints(&[2, 3]))
+                .with("axis", AttrValue::Int(1))
+                .with("dtype", AttrValue::DType(dtype)),
+        ),
         _ => return None,
     };
-    Some(s)
+    Some(Sample { inputs, attrs })
+}
+
+/// A CPU tensor of `input` (built as f64, cast to its dtype by the CPU device).
+fn cpu_tensor(rt: &Runtime, cpu: &Arc<Device>, input: &Input) -> Result<Tensor> {
+    let t = Tensor::from_slice(cpu, &input.shape, &input.values)?;
+    if input.dtype == DType::F64 {
+        return Ok(t);
+    }
+    cast(rt, cpu, &t, input.dtype)
+}
+
+/// `t` cast to `dtype` on the CPU device.
+fn cast(rt: &Runtime, cpu: &Arc<Device>, t: &Tensor, dtype: DType) -> Result<Tensor> {
+    let mut out = rt.run(
+        &rt.op("Cast")?,
+        std::slice::from_ref(t),
+        &Attrs::new().with("dtype", AttrValue::DType(dtype)),
+        &RunOptions {
+            device: Some(cpu.clone()),
+            soft_placement: Some(false),
+        },
+    )?;
+    out.pop()
+        .ok_or_else(|| Error::internal("Cast gave no output"))
+}
+
+/// The dtype a sample runs its op with (that of its first non-Bool input, else its `dtype`
+/// attribute).
+fn sample_dtype(sample: &Sample) -> DType {
+    sample
+        .inputs
+        .iter()
+        .map(|i| i.dtype)
+        .find(|&d| d != DType::Bool)
+        .or_else(|| match sample.attrs.get("dtype") {
+            Some(AttrValue::DType(d)) => Some(*d),
+            _ => None,
+        })
+        .unwrap_or(DType::F32)
 }
 
 /// Runs `k`'s op on `dev` with `sample` (no soft placement), checks that the plugin's kernel ran
@@ -283,7 +402,7 @@ fn run_kernel_sample(
     let on_cpu: Vec<Tensor> = sample
         .inputs
         .iter()
-        .map(|(shape, v)| Tensor::from_slice(&cpu, shape, v))
+        .map(|input| cpu_tensor(rt, &cpu, input))
         .collect::<Result<_>>()?;
     let on_dev: Vec<Tensor> = on_cpu
         .iter()
@@ -325,21 +444,72 @@ fn run_kernel_sample(
     expect(got.len() == want.len(), "a different number of outputs")?;
     for (i, (g, w)) in got.iter().zip(want.iter()).enumerate() {
         expect(
-            g.shape() == w.shape(),
+            g.shape() == w.shape() && g.dtype() == w.dtype(),
             &format!(
-                "output {i} has shape {:?}, the CPU's {:?}",
+                "output {i} is {:?} {:?}, the CPU's {:?} {:?}",
+                g.dtype(),
                 g.shape(),
+                w.dtype(),
                 w.shape()
             ),
         )?;
-        let (g, w) = (g.copy_to(&cpu)?.to_vec::<f32>()?, w.to_vec::<f32>()?);
+        let g = cast(rt, &cpu, &g.copy_to(&cpu)?, DType::F64)?.to_vec::<f64>()?;
+        let w = cast(rt, &cpu, w, DType::F64)?.to_vec::<f64>()?;
+        let tolerance = if matches!(sample_dtype(sample), DType::F32) {
+            1e-5
+        } else {
+            1e-12
+        };
         for (j, (a, b)) in g.iter().zip(w.iter()).enumerate() {
-            let tolerance = 1e-4 * b.abs().max(1.0);
             expect(
-                (a - b).abs() <= tolerance,
+                (a - b).abs() <= tolerance * b.abs().max(1.0),
                 &format!("output {i}[{j}] is {a}, the CPU's {b}"),
             )?;
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every sample is a valid call of its op (attribute names, shapes, dtypes): it runs on the
+    /// CPU device; and every basis op but those a plugin can hardly offer has a sample.
+    #[test]
+    fn every_sample_runs_on_the_cpu() {
+        let rt = Runtime::new(RuntimeOptions {
+            discover_from_env: false,
+            ..Default::default()
+        })
+        .unwrap();
+        let cpu = rt.cpu_device().unwrap();
+        let mut sampled = Vec::new();
+        for name in rt.ops().names() {
+            for dtype in [DType::F32, DType::F64, DType::I32, DType::I64] {
+                let Some(sample) = sample(&name, dtype) else {
+                    continue;
+                };
+                let inputs: Vec<Tensor> = sample
+                    .inputs
+                    .iter()
+                    .map(|i| cpu_tensor(&rt, &cpu, i).unwrap())
+                    .collect();
+                let out = rt
+                    .run(
+                        &rt.op(&name).unwrap(),
+                        &inputs,
+                        &sample.attrs,
+                        &RunOptions::default(),
+                    )
+                    .unwrap_or_else(|e| panic!("{name} ({dtype:?}): {e}"));
+                assert!(!out.is_empty(), "{name}");
+                assert_eq!(sample_dtype(&sample), dtype, "{name}");
+                sampled.push(name.clone());
+            }
+        }
+        for name in rt.ops().names() {
+            assert!(sampled.contains(&name), "no sample for {name}");
+        }
+    }
 }

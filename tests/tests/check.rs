@@ -54,8 +54,8 @@ fn the_sample_plugins_conform() {
         "ok      SIM:0: synchronous copies and memset",
         "ok      SIM:0: streams, host callbacks and events",
         "ok      SIM:1: memory usage",
-        "ok      SIM:0: kernel Add agrees with the CPU",
-        "ok      SIM:1: kernel ReduceSum agrees with the CPU",
+        "ok      SIM:0: kernel Add (f32) agrees with the CPU",
+        "ok      SIM:1: kernel ReduceSum (i64) agrees with the CPU",
         "ok      unload",
         " 0 failed: conforms",
     ] {
@@ -64,13 +64,13 @@ fn the_sample_plugins_conform() {
     let (code, out) = check(&plugin_path("devplug_rust_example"), &[]);
     assert_eq!(code, 0, "{out}");
     assert!(
-        out.contains("ok      NPU:0: kernel Add agrees with the CPU"),
+        out.contains("ok      NPU:0: kernel Add (f32) agrees with the CPU"),
         "{out}"
     );
     let (code, out) = check(&plugin_path("devplug_simdml"), &[]);
     assert_eq!(code, 0, "{out}");
     assert!(
-        out.contains("ok      GPU:0: kernel Relu agrees with the CPU"),
+        out.contains("ok      GPU:0: kernel Relu (f64) agrees with the CPU"),
         "{out}"
     );
 }
@@ -81,7 +81,7 @@ fn a_kernel_with_wrong_results_fails_its_check() {
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains(
-            "FAILED  ZOO:0: kernel Add agrees with the CPU: INTERNAL: output 0[0] is 0, the CPU's"
+            "FAILED  ZOO:0: kernel Add (f32) agrees with the CPU: INTERNAL: output 0[0] is 0, the CPU's"
         ),
         "{out}"
     );
