@@ -76,6 +76,16 @@ fn the_sample_plugins_conform() {
 }
 
 #[test]
+fn an_optional_function_left_out_is_noted_not_failed() {
+    let (code, out) = check(&zoo("se_memory_usage_null"), &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("note    ZOO:0: memory_usage is not provided (optional)"),
+        "{out}"
+    );
+}
+
+#[test]
 fn a_kernel_with_wrong_results_fails_its_check() {
     let (code, out) = check(&zoo("kernel_zeros"), &[]);
     assert_eq!(code, 1, "{out}");
