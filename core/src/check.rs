@@ -362,16 +362,21 @@ fn cpu_tensor(rt: &Runtime, cpu: &Arc<Device>, input: &Input) -> Result<Tensor> 
     cast(rt, cpu, &t, input.dtype)
 }
 
+/// Run options for `dev` without soft placement: an op runs there or fails.
+fn strictly_on(dev: &Arc<Device>) -> RunOptions {
+    RunOptions {
+        device: Some(dev.clone()),
+        soft_placement: Some(false),
+    }
+}
+
 /// `t` cast to `dtype` on the CPU device.
 fn cast(rt: &Runtime, cpu: &Arc<Device>, t: &Tensor, dtype: DType) -> Result<Tensor> {
     let mut out = rt.run(
         &rt.op("Cast")?,
         std::slice::from_ref(t),
         &Attrs::new().with("dtype", AttrValue::DType(dtype)),
-        &RunOptions {
-            device: Some(cpu.clone()),
-            soft_placement: Some(false),
-        },
+        &strictly_on(cpu),
     )?;
     out.pop()
         .ok_or_else(|| Error::internal("Cast gave no output"))
@@ -416,15 +421,7 @@ fn run_kernel_sample(
     rt.set_placement_callback(Some(Arc::new(move |e| {
         seen.lock().unwrap().push(e.clone())
     })));
-    let got = rt.run(
-        &op,
-        &on_dev,
-        &sample.attrs,
-        &RunOptions {
-            device: Some(dev.clone()),
-            soft_placement: Some(false),
-        },
-    );
+    let got = rt.run(&op, &on_dev, &sample.attrs, &strictly_on(dev));
     rt.set_placement_callback(None);
     let got = got?;
     let ran_here =
@@ -435,15 +432,7 @@ fn run_kernel_sample(
         ran_here,
         &format!("the op did not run {}'s kernel (placement log)", k.source),
     )?;
-    let want = rt.run(
-        &op,
-        &on_cpu,
-        &sample.attrs,
-        &RunOptions {
-            device: Some(cpu.clone()),
-            soft_placement: Some(false),
-        },
-    )?;
+    let want = rt.run(&op, &on_cpu, &sample.attrs, &strictly_on(&cpu))?;
     expect(got.len() == want.len(), "a different number of outputs")?;
     for (i, (g, w)) in got.iter().zip(want.iter()).enumerate() {
         expect(
