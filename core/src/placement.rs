@@ -16,6 +16,10 @@ pub enum Reason {
     Explicit,
     /// No device was named: the runtime's default device.
     Default,
+    /// No device was named: the innermost device scope entered on the thread.
+    Scope,
+    /// No device was named: a device setter of a scope entered on the thread chose it.
+    Setter,
     /// The device has no kernel for the op; its decomposition ran there instead.
     Decomposed,
     /// Neither a kernel nor a decomposition on the device; the op ran on the CPU.
@@ -29,6 +33,8 @@ impl fmt::Display for Reason {
         f.write_str(match self {
             Reason::Explicit => "explicit",
             Reason::Default => "default",
+            Reason::Scope => "scope",
+            Reason::Setter => "setter",
             Reason::Decomposed => "decomposed",
             Reason::SoftPlaced => "soft-placed",
             Reason::InputCopied => "input copied",

@@ -16,6 +16,7 @@ use crate::op::{Attrs, OpDef, OpHandle, OpRegistry, Outputs};
 use crate::placement::{PlacementCallback, PlacementLog};
 use crate::platform::{validate_name, Platform};
 use crate::plugin::{self, ExistingPlatform, LoadedPlugin, PluginFailure, PluginInfo};
+use crate::scope::{DeviceScope, OpInfo};
 use crate::spec::DeviceSpec;
 use crate::tensor::Tensor;
 
@@ -72,7 +73,11 @@ pub struct Runtime {
     placement: PlacementLog,
     soft_placement: bool,
     cpu0: Arc<Device>,
+    /// Unique in the process: what the device scopes entered on a thread are keyed by.
+    id: u64,
 }
+
+static NEXT_RUNTIME_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Runtime {
     pub fn new(options: RuntimeOptions) -> Result<Runtime> {
@@ -109,6 +114,7 @@ impl Runtime {
             plans: Plans::default(),
             placement: PlacementLog::default(),
             soft_placement: options.soft_placement,
+            id: NEXT_RUNTIME_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         };
         crate::host::register_kernels(&rt, options.intra_op_threads)?;
         if let Some(path) = &options.plugin_path {
@@ -397,6 +403,47 @@ impl Runtime {
     /// The device ops run on when none is given: `CPU:0`, borrowed.
     pub fn default_device(&self) -> &Arc<Device> {
         &self.cpu0
+    }
+
+    /// A scope that places ops on `device` (see [`crate::scope`]); `INVALID_ARGUMENT` for a
+    /// device of another runtime.
+    pub fn device_scope(&self, device: &Arc<Device>) -> Result<DeviceScope> {
+        if !self.owns(device) {
+            return Err(Error::invalid_argument(format!(
+                "device scope: {} is a device of another runtime",
+                device.qualified_name()
+            )));
+        }
+        Ok(DeviceScope::device(self.id, device.clone()))
+    }
+
+    /// A scope whose `setter` places each op (see [`crate::scope`]): it returns a device of
+    /// this runtime, `Ok(None)` to leave the choice to the scopes around it, or an error that
+    /// fails the op.
+    pub fn setter_scope(
+        &self,
+        setter: impl Fn(&OpInfo) -> Result<Option<Arc<Device>>> + Send + Sync + 'static,
+    ) -> DeviceScope {
+        DeviceScope::setter(self.id, Arc::new(setter))
+    }
+
+    /// The placement context in force on this thread, captured as one scope: entered later
+    /// (on any thread) it places ops as they would have been placed here, whatever scopes are
+    /// entered around it then.
+    pub fn current_scope(&self) -> DeviceScope {
+        crate::scope::capture(self.id)
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether `device` is one of this runtime's.
+    pub fn owns(&self, device: &Arc<Device>) -> bool {
+        self.devices
+            .read()
+            .get(device.index())
+            .is_some_and(|d| Arc::ptr_eq(d, device))
     }
 
     /// Resolves an op name once; run it by handle afterwards.

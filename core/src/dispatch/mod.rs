@@ -28,7 +28,8 @@ const MAX_DEPTH: usize = 32;
 /// Options of one op run.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
-    /// The device to run on; `None`: the runtime's default device (`CPU:0`).
+    /// The device to run on; `None`: where the device scopes entered on this thread place the
+    /// op (see [`crate::scope`]), else the runtime's default device (`CPU:0`).
     pub device: Option<Arc<Device>>,
     /// Overrides the runtime's soft-placement setting for this run (`Some(false)`: strict).
     pub soft_placement: Option<bool>,
@@ -74,9 +75,16 @@ pub(crate) fn run(
     let soft = options
         .soft_placement
         .unwrap_or_else(|| rt.soft_placement());
+    let scoped;
     let (device, reason) = match &options.device {
         Some(d) => (d, Reason::Explicit),
-        None => (rt.default_device(), Reason::Default),
+        None => match crate::scope::place(rt, op.name())? {
+            Some((d, reason)) => {
+                scoped = d;
+                (&scoped, reason)
+            }
+            None => (rt.default_device(), Reason::Default),
+        },
     };
     let start = out.len();
     let r = execute(rt, op, device, inputs, attrs, soft, reason, 0, out);
