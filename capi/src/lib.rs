@@ -10,6 +10,7 @@ pub mod memory;
 pub mod op;
 pub mod plugin;
 pub mod runtime;
+pub mod scope;
 pub mod status;
 pub mod stream;
 pub mod tensor;

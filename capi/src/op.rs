@@ -432,7 +432,8 @@ pub struct dp_placement_event_t {
     pub op: *const c_char,
     /// The device it ran on (platform and ordinal, e.g. `"SIMCUDA:0"`).
     pub device: *const c_char,
-    /// `"explicit"`, `"default"`, `"decomposed"`, `"soft-placed"` or `"input copied"`.
+    /// `"explicit"`, `"scope"`, `"setter"`, `"default"`, `"decomposed"`, `"soft-placed"` or
+    /// `"input copied"`.
     pub reason: *const c_char,
     /// The kernel's source (`"built-in"`, `"plugin 'sim'"`) or a note.
     pub detail: *const c_char,

@@ -20,6 +20,7 @@ typedef struct dp_buffer_t dp_buffer_t;   /**< shared: dp_buffer_retain / dp_buf
 typedef struct dp_tensor_t dp_tensor_t;   /**< shared: dp_tensor_retain / dp_tensor_release */
 typedef struct dp_op_t dp_op_t;           /**< borrowed from its runtime: dp_runtime_find_op */
 typedef struct dp_attrs_t dp_attrs_t;     /**< owned: dp_attrs_create / dp_attrs_destroy */
+typedef struct dp_scope_t dp_scope_t;     /**< owned: dp_scope_create_* / dp_scope_destroy */
 
 
 /**
@@ -36,6 +37,17 @@ typedef struct dp_attrs_t dp_attrs_t;     /**< owned: dp_attrs_create / dp_attrs
  * An op its device cannot run falls back to the CPU.
  */
 #define DP_SOFT_PLACEMENT_ON 1
+
+/**
+ * An op computing outputs from inputs: every eager op.
+ */
+#define DP_OP_KIND_COMPUTE 0
+
+/**
+ * The creation of a variable. Nothing in devplug 0.1 places variables yet; setters should
+ * handle it.
+ */
+#define DP_OP_KIND_VARIABLE 1
 
 /**
  * The largest rank a tensor may have.
@@ -113,7 +125,8 @@ typedef struct dp_placement_event_t {
    */
   const char *device;
   /**
-   * `"explicit"`, `"default"`, `"decomposed"`, `"soft-placed"` or `"input copied"`.
+   * `"explicit"`, `"scope"`, `"setter"`, `"default"`, `"decomposed"`, `"soft-placed"` or
+   * `"input copied"`.
    */
   const char *reason;
   /**
@@ -304,6 +317,38 @@ typedef struct dp_memory_stats_t {
    */
   uint64_t largest_free_block;
 } dp_memory_stats_t;
+
+/**
+ * What a device setter is asked about. Strings are valid during the call only.
+ */
+typedef struct dp_placement_query_t {
+  /**
+   * `sizeof(dp_placement_query_t)` as the library was compiled.
+   */
+  size_t struct_size;
+  /**
+   * The op's name in the program; an eager op's is its type.
+   */
+  const char *name;
+  /**
+   * The op's type (`"MatMul"`, `"vendor.op"`).
+   */
+  const char *op;
+  /**
+   * `DP_OP_KIND_COMPUTE` or `DP_OP_KIND_VARIABLE`.
+   */
+  int32_t kind;
+} dp_placement_query_t;
+
+/**
+ * A device setter. Writes the device the op should run on into `*out_device` (a device of
+ * the scope's runtime), or leaves it NULL for no opinion (the scopes around decide), and
+ * returns `DP_OK`; any other status fails the op with it. Runs on the thread that runs the
+ * op, for every op the scope places.
+ */
+typedef dp_status_t (*dp_device_setter_fn)(const struct dp_placement_query_t *query,
+                                           void *user_data,
+                                           dp_device_t **out_device);
 
 /**
  * A host function run by a stream.
@@ -849,6 +894,72 @@ dp_status_t dp_device_host_free(dp_device_t *device, void *ptr);
  * `device` is a device handle.
  */
 dp_status_t dp_device_release_cached_memory(dp_device_t *device);
+
+/**
+ * Creates a scope that places ops on `device`, a device of `runtime`.
+ *
+ * # Safety
+ * `runtime` and `device` are handles; `out_scope` is writable.
+ */
+dp_status_t dp_scope_create_device(dp_runtime_t *runtime,
+                                   dp_device_t *device,
+                                   dp_scope_t **out_scope);
+
+/**
+ * Creates a scope whose `setter` places each op (see `dp_device_setter_fn`). `drop`, if not
+ * NULL, is called with `user_data` exactly once, when the scope is destroyed and no captured
+ * scope holds the setter any more (or at once when creating it fails).
+ *
+ * # Safety
+ * `runtime` is a handle; `setter` may be called from any thread that runs ops with
+ * `user_data` until `drop` is called; `out_scope` is writable.
+ */
+dp_status_t dp_scope_create_setter(dp_runtime_t *runtime,
+                                   dp_device_setter_fn setter,
+                                   void *user_data,
+                                   dp_drop_fn drop,
+                                   dp_scope_t **out_scope);
+
+/**
+ * Captures the placement context in force for `runtime` on the calling thread (every scope
+ * it entered, innermost last) as one scope. Entered later, on any thread, it places ops as
+ * they would have been placed here, whatever scopes are entered around it then. Captured with
+ * no scope entered, it places ops on the runtime's default device.
+ *
+ * # Safety
+ * `runtime` is a handle; `out_scope` is writable.
+ */
+dp_status_t dp_scope_capture(dp_runtime_t *runtime, dp_scope_t **out_scope);
+
+/**
+ * Enters `scope` on the calling thread: ops this thread runs on the scope's runtime without
+ * an explicit device are placed by it (and the scopes around it) until `dp_scope_exit`. A
+ * scope may be entered several times and on several threads at once.
+ *
+ * # Safety
+ * `scope` is a scope handle.
+ */
+dp_status_t dp_scope_enter(dp_scope_t *scope);
+
+/**
+ * Exits `scope`, which must be the innermost scope the calling thread entered through
+ * `dp_scope_enter` and has not exited (`DP_FAILED_PRECONDITION` otherwise, and nothing
+ * changes).
+ *
+ * # Safety
+ * `scope` is a scope handle.
+ */
+dp_status_t dp_scope_exit(dp_scope_t *scope);
+
+/**
+ * Destroys a scope. NULL is a no-op. A scope still entered on some thread is not destroyed:
+ * the call logs an error and leaves the handle valid (exit it, then destroy it). Scopes
+ * captured while it was entered keep what they need of it.
+ *
+ * # Safety
+ * `scope` is NULL or a scope handle no other thread is using.
+ */
+void dp_scope_destroy(dp_scope_t *scope);
 
 /**
  * The name of a status code, e.g. `"INVALID_ARGUMENT"`; `"UNKNOWN_STATUS"` for a value that
