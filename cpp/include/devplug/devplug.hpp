@@ -1233,6 +1233,123 @@ class Tensor {
 };
 
 // ------------------------------------------------------------------------------------------
+// Device scopes
+// ------------------------------------------------------------------------------------------
+
+/** @brief What an op is, for a setter that places variables and computation apart. */
+enum class OpKind : int32_t {
+  /** @brief An op computing outputs from inputs: every eager op. */
+  Compute = DP_OP_KIND_COMPUTE,
+  /** @brief The creation of a variable (nothing in devplug 0.1 places variables yet). */
+  Variable = DP_OP_KIND_VARIABLE,
+};
+
+/** @brief What a device setter is asked about (`dp_placement_query_t`). */
+struct PlacementQuery {
+  /** @brief The op's name in the program; an eager op's is its type. */
+  std::string name;
+  /** @brief The op's type (`"MatMul"`, `"vendor.op"`). */
+  std::string op;
+  OpKind kind = OpKind::Compute;
+};
+
+/**
+ * @brief A device setter: the device for an op, or an empty `Device` for no opinion (the
+ *        scopes around decide). A `devplug::Error` it throws fails the op with its code, any
+ *        other exception with `DP_UNKNOWN`.
+ */
+using DeviceSetter = std::function<Device(const PlacementQuery&)>;
+
+class ScopeGuard;
+
+/**
+ * @brief A device scope (`dp_scope_t`): a device, a device setter, or a captured placement
+ *        context. Made by `Runtime::device_scope()`, `Runtime::setter_scope()` and
+ *        `Runtime::current_scope()`; `enter()` it on a thread. Move-only; destroy it only
+ *        after every guard entering it is gone.
+ */
+class DeviceScope {
+ public:
+  /** @brief Empty. */
+  DeviceScope() noexcept = default;
+  /** @brief Takes ownership of a handle from `dp_scope_create_*()` or `dp_scope_capture()`. */
+  static DeviceScope adopt(dp_scope_t* handle) noexcept { return DeviceScope(handle); }
+
+  /** @brief Destroys the scope (`dp_scope_destroy()`). */
+  ~DeviceScope() { dp_scope_destroy(handle_); }
+  /** @brief Moves; @p other becomes empty. */
+  DeviceScope(DeviceScope&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  /** @brief Destroys the current scope, then moves; @p other becomes empty. */
+  DeviceScope& operator=(DeviceScope&& other) noexcept {
+    if (this != &other) {
+      dp_scope_destroy(handle_);
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+  /** @brief The C handle. */
+  dp_scope_t* get() const noexcept { return handle_; }
+  /** @brief Whether this holds a scope. */
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+  /** @brief Enters the scope on this thread until the returned guard is destroyed
+   *  (`dp_scope_enter()`). */
+  [[nodiscard]] ScopeGuard enter() const;
+
+ private:
+  explicit DeviceScope(dp_scope_t* handle) noexcept : handle_(handle) {}
+  dp_scope_t* handle_ = nullptr;
+};
+
+/**
+ * @brief Keeps a scope entered on the thread that made it; its destructor exits it
+ *        (`dp_scope_exit()`). Guards must be destroyed in reverse order of creation, on the
+ *        thread that created them, as block-scoped variables are.
+ */
+class ScopeGuard {
+ public:
+  /** @brief Enters @p scope (`dp_scope_enter()`). */
+  explicit ScopeGuard(const DeviceScope& scope) : handle_(scope.get()) { check(dp_scope_enter(handle_)); }
+  /** @brief Exits the scope. */
+  ~ScopeGuard() {
+    if (handle_ != nullptr) (void)dp_scope_exit(handle_);
+  }
+  /** @brief Moves; @p other exits nothing. */
+  ScopeGuard(ScopeGuard&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  ScopeGuard& operator=(ScopeGuard&&) = delete;
+  ScopeGuard(const ScopeGuard&) = delete;
+  ScopeGuard& operator=(const ScopeGuard&) = delete;
+
+ private:
+  dp_scope_t* handle_ = nullptr;
+};
+
+inline ScopeGuard DeviceScope::enter() const { return ScopeGuard(*this); }
+
+/** @cond detail */
+namespace detail {
+extern "C" {
+inline dp_status_t devplug_cxx_device_setter_trampoline(const dp_placement_query_t* q, void* user,
+                                                       dp_device_t** out) noexcept {
+  try {
+    PlacementQuery query{q->name, q->op, static_cast<OpKind>(q->kind)};
+    *out = (*static_cast<DeviceSetter*>(user))(query).get();
+    return DP_OK;
+  } catch (const Error& e) {
+    return e.code();
+  } catch (...) {
+    return DP_UNKNOWN;
+  }
+}
+inline void devplug_cxx_device_setter_drop(void* user) noexcept { delete static_cast<DeviceSetter*>(user); }
+}  // extern "C"
+}  // namespace detail
+/** @endcond */
+
+// ------------------------------------------------------------------------------------------
 // Runtime
 // ------------------------------------------------------------------------------------------
 
@@ -1378,7 +1495,8 @@ class Attrs {
 
 /** @brief Options of one op run. */
 struct RunOptions {
-  /** @brief The device; empty: the runtime's default device (`CPU:0`). */
+  /** @brief The device; empty: where the device scopes entered on this thread place the op
+   *  (see `DeviceScope`), else the runtime's default device (`CPU:0`). */
   Device device;
   /** @brief `DP_SOFT_PLACEMENT_DEFAULT`, `_OFF` (strict) or `_ON`. */
   int32_t soft_placement = DP_SOFT_PLACEMENT_DEFAULT;
@@ -1525,6 +1643,34 @@ class Runtime {
   std::vector<Tensor> run(const std::string& op_name, const std::vector<const Tensor*>& inputs,
                           const Attrs* attrs = nullptr, const RunOptions& options = {}) {
     return run(op(op_name), inputs, attrs, options);
+  }
+
+  /**
+   * @brief A scope that places ops on @p device (`dp_scope_create_device()`): enter it and
+   *        every op this thread runs without a device in its `RunOptions` runs there.
+   */
+  DeviceScope device_scope(const Device& device) const {
+    dp_scope_t* h = nullptr;
+    check(dp_scope_create_device(handle_, device.get(), &h));
+    return DeviceScope::adopt(h);
+  }
+  /** @brief A scope whose @p setter places each op (`dp_scope_create_setter()`); see
+   *  `DeviceSetter`. */
+  DeviceScope setter_scope(DeviceSetter setter) const {
+    if (!setter) throw Error(DP_INVALID_ARGUMENT, "setter_scope: empty std::function");
+    dp_scope_t* h = nullptr;
+    auto* boxed = new DeviceSetter(std::move(setter));
+    // On failure the runtime has already called the drop function (which deletes `boxed`).
+    check(dp_scope_create_setter(handle_, detail::devplug_cxx_device_setter_trampoline, boxed,
+                                 detail::devplug_cxx_device_setter_drop, &h));
+    return DeviceScope::adopt(h);
+  }
+  /** @brief The placement context in force on this thread, captured (`dp_scope_capture()`):
+   *  entered later, on any thread, it places ops as they would have been placed here. */
+  DeviceScope current_scope() const {
+    dp_scope_t* h = nullptr;
+    check(dp_scope_capture(handle_, &h));
+    return DeviceScope::adopt(h);
   }
 
   /**
