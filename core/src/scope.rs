@@ -199,11 +199,17 @@ pub(crate) fn capture(runtime: u64) -> DeviceScope {
 
 /// Where the scopes entered on this thread place `op` on `rt`, and why: `None` when no scope
 /// decides (the default device runs it).
+#[inline]
 pub(crate) fn place(rt: &Runtime, op: &str) -> Result<Option<(Arc<Device>, Reason)>> {
-    // The common case, no scope at all, is one thread-local load.
+    // The common case, no scope at all, is one thread-local load, inline in dispatch.
     if STACK.with(|s| s.borrow().is_empty()) {
         return Ok(None);
     }
+    place_scoped(rt, op)
+}
+
+#[inline(never)]
+fn place_scoped(rt: &Runtime, op: &str) -> Result<Option<(Arc<Device>, Reason)>> {
     let id = rt.id();
     let info = OpInfo {
         name: op,
