@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_void, CString};
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use devplug_core::{AttrValue, Attrs, Error, OpHandle, PlacementEvent, RunOptions, Tensor};
+use devplug_core::{AttrValue, Attrs, Device, Error, OpHandle, PlacementEvent, Tensor};
 
 use crate::handle::{self, check_out, get, handle, write_out};
 use crate::runtime::{device, dp_device_t, dp_runtime_t, runtime_obj, DevicePtr};
@@ -355,28 +355,27 @@ pub unsafe extern "C" fn dp_op_run(
                 )?
             }
         };
-        let run = RunOptions {
-            device: if o.device.is_null() {
-                None
-            } else {
-                // SAFETY: the caller's contract.
-                let d = unsafe { device(o.device, "options->device")? };
-                if rt.handle_of(d).is_none() {
-                    return Err(bad_arg("options->device", "belongs to another runtime"));
-                }
-                Some(d.clone())
-            },
-            soft_placement: match o.soft_placement {
-                DP_SOFT_PLACEMENT_DEFAULT => None,
-                DP_SOFT_PLACEMENT_OFF => Some(false),
-                DP_SOFT_PLACEMENT_ON => Some(true),
-                other => {
-                    return Err(bad_arg(
-                        "options->soft_placement",
-                        &format!("is {other}, not a DP_SOFT_PLACEMENT_* value"),
-                    ))
-                }
-            },
+        // The device is borrowed from its handle: no `Arc` clone per op.
+        let run_device: Option<&Arc<Device>> = if o.device.is_null() {
+            None
+        } else {
+            // SAFETY: the caller's contract.
+            let d = unsafe { device(o.device, "options->device")? };
+            if rt.handle_of(d).is_none() {
+                return Err(bad_arg("options->device", "belongs to another runtime"));
+            }
+            Some(d)
+        };
+        let soft_placement = match o.soft_placement {
+            DP_SOFT_PLACEMENT_DEFAULT => None,
+            DP_SOFT_PLACEMENT_OFF => Some(false),
+            DP_SOFT_PLACEMENT_ON => Some(true),
+            other => {
+                return Err(bad_arg(
+                    "options->soft_placement",
+                    &format!("is {other}, not a DP_SOFT_PLACEMENT_* value"),
+                ))
+            }
         };
         let n = op.op.def().outputs.len();
         if capacity < n {
@@ -390,13 +389,13 @@ pub unsafe extern "C" fn dp_op_run(
         }
         // The handle of the device the op was placed on, known without a lookup; outputs
         // elsewhere (soft placement) are looked up.
-        let placed = match &run.device {
+        let placed = match run_device {
             Some(d) => (d, o.device),
             None => (rt.runtime().default_device(), rt.default_device_handle()),
         };
         let mut results = devplug_core::Outputs::new();
         rt.runtime()
-            .run_into(&op.op, ins, attrs, &run, &mut results)?;
+            .run_into_on(&op.op, ins, attrs, run_device, soft_placement, &mut results)?;
         // Dispatch returns exactly the op's outputs; last to first, so that each tensor is
         // moved out of the list once, into its handle.
         debug_assert_eq!(results.len(), n, "{}: output count", op.op.name());

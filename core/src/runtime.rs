@@ -492,6 +492,21 @@ impl Runtime {
         crate::dispatch::run(self, op, inputs, attrs, options, out)
     }
 
+    /// [`Runtime::run_into`] with the options' fields given apart, the device borrowed: for
+    /// bindings that hold devices by reference (the C API), which then run on an explicit
+    /// device without cloning its `Arc` (two atomic read-modify-writes per op).
+    pub fn run_into_on(
+        &self,
+        op: &OpHandle,
+        inputs: &[Tensor],
+        attrs: &Attrs,
+        device: Option<&Arc<Device>>,
+        soft_placement: Option<bool>,
+        out: &mut Outputs,
+    ) -> Result<()> {
+        crate::dispatch::run_on(self, op, inputs, attrs, device, soft_placement, out)
+    }
+
     /// [`Runtime::run`] by op name (looks the name up; hold an [`OpHandle`] on hot paths).
     pub fn run_named(
         &self,

@@ -72,11 +72,31 @@ pub(crate) fn run(
     options: &RunOptions,
     out: &mut Outputs,
 ) -> Result<()> {
-    let soft = options
-        .soft_placement
-        .unwrap_or_else(|| rt.soft_placement());
+    run_on(
+        rt,
+        op,
+        inputs,
+        attrs,
+        options.device.as_ref(),
+        options.soft_placement,
+        out,
+    )
+}
+
+/// [`run`] with the run options' fields borrowed (a binding that holds the device by
+/// reference runs without cloning its `Arc`).
+pub(crate) fn run_on(
+    rt: &Runtime,
+    op: &OpHandle,
+    inputs: &[Tensor],
+    attrs: &Attrs,
+    device: Option<&Arc<Device>>,
+    soft_placement: Option<bool>,
+    out: &mut Outputs,
+) -> Result<()> {
+    let soft = soft_placement.unwrap_or_else(|| rt.soft_placement());
     let scoped;
-    let (device, reason) = match &options.device {
+    let (device, reason) = match device {
         Some(d) => (d, Reason::Explicit),
         None => match crate::scope::place(rt, op.name())? {
             Some((d, reason)) => {
