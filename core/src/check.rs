@@ -218,6 +218,24 @@ impl Checker<'_> {
                 let sample = sample(&k.op, dtype).expect("filtered above");
                 run_kernel_sample(rt, dev, k, &sample)
             });
+            let edges = edge_samples(&k.op, dtype);
+            if edges.is_empty() {
+                continue;
+            }
+            let labels: Vec<&str> = edges.iter().map(|(label, _)| *label).collect();
+            let name = format!(
+                "{}: kernel {} ({}) agrees with the CPU on edge shapes ({})",
+                dev.name(),
+                k.op,
+                dtype.name(),
+                labels.join(", ")
+            );
+            self.run(&name, || {
+                for (label, sample) in &edges {
+                    run_kernel_sample(rt, dev, k, sample).map_err(|e| e.context(label))?;
+                }
+                Ok(())
+            });
         }
     }
 }
@@ -261,14 +279,7 @@ struct Sample {
 /// ops with an integer dtype.
 fn sample(op: &str, dtype: DType) -> Option<Sample> {
     let float = matches!(dtype, DType::F32 | DType::F64);
-    let t = |shape: &[i64], first: f64| {
-        let n = shape.iter().product::<i64>() as usize;
-        Input {
-            shape: shape.to_vec(),
-            values: (0..n).map(|i| first + i as f64).collect(),
-            dtype,
-        }
-    };
+    let t = |shape: &[i64], first: f64| counting(shape, first, dtype);
     let ints = |v: &[i64]| AttrValue::Ints(v.to_vec());
     let (inputs, attrs) = match op {
         "Add" | "Sub" | "Mul" | "Div" | "Maximum" | "Minimum" | "Pow" => {
@@ -351,6 +362,105 @@ fn sample(op: &str, dtype: DType) -> Option<Sample> {
         _ => return None,
     };
     Some(Sample { inputs, attrs })
+}
+
+/// An input of `shape` holding `first`, `first + 1`, … (exact in every dtype).
+fn counting(shape: &[i64], first: f64, dtype: DType) -> Input {
+    let n = shape.iter().product::<i64>() as usize;
+    Input {
+        shape: shape.to_vec(),
+        values: (0..n).map(|i| first + i as f64).collect(),
+        dtype,
+    }
+}
+
+/// The shapes kernels most often get wrong, for the ops whose kernels plugins most often
+/// write (elementwise, MatMul, the reductions), each with a label: rank-0 operands, zero-sized
+/// dimensions (no bytes at all), broadcasting on both sides, batches, transposes, reducing
+/// everything and keeping dimensions. Empty for other ops and for dtypes the op's main sample
+/// does not take.
+fn edge_samples(op: &str, dtype: DType) -> Vec<(&'static str, Sample)> {
+    if sample(op, dtype).is_none() {
+        return Vec::new();
+    }
+    let t = |shape: &[i64], first: f64| counting(shape, first, dtype);
+    let ints = |v: &[i64]| AttrValue::Ints(v.to_vec());
+    let none = Attrs::new;
+    let two = |a: Input, b: Input| Sample {
+        inputs: vec![a, b],
+        attrs: none(),
+    };
+    match op {
+        "Add" | "Sub" | "Mul" | "Div" | "Maximum" | "Minimum" | "Pow" | "Equal" | "NotEqual"
+        | "Less" | "LessEqual" | "Greater" | "GreaterEqual" => vec![
+            ("rank 0 and [2, 3]", two(t(&[], 2.0), t(&[2, 3], 1.0))),
+            ("[2, 1] and [1, 3]", two(t(&[2, 1], 1.0), t(&[1, 3], 2.0))),
+            ("[0, 3] and [3]", two(t(&[0, 3], 1.0), t(&[3], 1.0))),
+        ],
+        "Neg" | "Abs" | "Relu" | "Exp" | "Log" | "Tanh" | "Sqrt" | "Rsqrt" | "Sigmoid" | "Gelu" => {
+            vec![
+                (
+                    "rank 0",
+                    Sample {
+                        inputs: vec![t(&[], 3.0)],
+                        attrs: none(),
+                    },
+                ),
+                (
+                    "[0]",
+                    Sample {
+                        inputs: vec![t(&[0], 1.0)],
+                        attrs: none(),
+                    },
+                ),
+            ]
+        }
+        "MatMul" => vec![
+            (
+                "batched [2, 2, 3] x [3, 4]",
+                two(t(&[2, 2, 3], 1.0), t(&[3, 4], 1.0)),
+            ),
+            (
+                "transpose_a and transpose_b",
+                Sample {
+                    inputs: vec![t(&[3, 2], 1.0), t(&[4, 3], 1.0)],
+                    attrs: Attrs::new()
+                        .with("transpose_a", AttrValue::Bool(true))
+                        .with("transpose_b", AttrValue::Bool(true)),
+                },
+            ),
+            (
+                "k = 0: [2, 0] x [0, 3]",
+                two(t(&[2, 0], 1.0), t(&[0, 3], 1.0)),
+            ),
+        ],
+        "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceMean" => vec![
+            (
+                "every axis",
+                Sample {
+                    inputs: vec![t(&[2, 3], 1.0)],
+                    attrs: Attrs::new().with("axes", ints(&[])),
+                },
+            ),
+            (
+                "axis 0 kept (keep_dims)",
+                Sample {
+                    inputs: vec![t(&[2, 3], 1.0)],
+                    attrs: Attrs::new()
+                        .with("axes", ints(&[0]))
+                        .with("keep_dims", AttrValue::Bool(true)),
+                },
+            ),
+            (
+                "a negative axis of a 3-D input",
+                Sample {
+                    inputs: vec![t(&[2, 3, 2], 1.0)],
+                    attrs: Attrs::new().with("axes", ints(&[-2])),
+                },
+            ),
+        ],
+        _ => Vec::new(),
+    }
 }
 
 /// A CPU tensor of `input` (built as f64, cast to its dtype by the CPU device).
@@ -498,6 +608,21 @@ mod tests {
                 assert!(!out.is_empty(), "{name}");
                 assert_eq!(sample_dtype(&sample), dtype, "{name}");
                 sampled.push(name.clone());
+                for (label, edge) in edge_samples(&name, dtype) {
+                    let inputs: Vec<Tensor> = edge
+                        .inputs
+                        .iter()
+                        .map(|i| cpu_tensor(&rt, &cpu, i).unwrap())
+                        .collect();
+                    rt.run(
+                        &rt.op(&name).unwrap(),
+                        &inputs,
+                        &edge.attrs,
+                        &RunOptions::default(),
+                    )
+                    .unwrap_or_else(|e| panic!("{name} ({dtype:?}, {label}): {e}"));
+                    assert_eq!(sample_dtype(&edge), dtype, "{name} {label}");
+                }
             }
         }
         for name in rt.ops().names() {

@@ -56,6 +56,9 @@ fn the_sample_plugins_conform() {
         "ok      SIM:1: memory usage",
         "ok      SIM:0: kernel Add (f32) agrees with the CPU",
         "ok      SIM:1: kernel ReduceSum (i64) agrees with the CPU",
+        "ok      SIM:0: kernel MatMul (f64) agrees with the CPU on edge shapes (batched [2, 2, 3] x [3, 4], \
+         transpose_a and transpose_b, k = 0: [2, 0] x [0, 3])",
+        "ok      SIM:0: kernel Add (i32) agrees with the CPU on edge shapes",
         "ok      unload",
         " 0 failed: conforms",
     ] {
@@ -97,12 +100,20 @@ fn a_kernel_with_wrong_results_fails_its_check() {
         ),
         "{out}"
     );
+    // So does its edge-shape check, naming the shapes that failed first.
+    assert!(
+        out.contains(
+            "FAILED  ZOO:0: kernel Add (f32) agrees with the CPU on edge shapes (rank 0 and [2, 3], \
+             [2, 1] and [1, 3], [0, 3] and [3]): INTERNAL: rank 0 and [2, 3]: output 0[0] is 0"
+        ),
+        "{out}"
+    );
     // The rest of the device conforms, and is said to.
     assert!(
         out.contains("ok      ZOO:0: synchronous copies and memset"),
         "{out}"
     );
-    assert!(out.contains("1 failed: does NOT conform"), "{out}");
+    assert!(out.contains("2 failed: does NOT conform"), "{out}");
 }
 
 #[test]
