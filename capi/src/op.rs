@@ -222,6 +222,26 @@ pub unsafe extern "C" fn dp_attrs_set_dtype(
     })
 }
 
+/// Sets a string attribute: `value` is a NUL-terminated UTF-8 string, copied
+/// (`DP_INVALID_ARGUMENT` when it is not UTF-8). No basis op takes one; ops that hosts or
+/// libraries register may.
+///
+/// # Safety
+/// As for [`dp_attrs_set_int`]; `value` is a C string.
+#[no_mangle]
+pub unsafe extern "C" fn dp_attrs_set_string(
+    attrs: *mut dp_attrs_t,
+    name: *const c_char,
+    value: *const c_char,
+) -> dp_status_t {
+    guard("dp_attrs_set_string", || {
+        // SAFETY: the caller's contract.
+        let v = unsafe { handle::c_str(value, "value")? };
+        // SAFETY: the caller's contract.
+        unsafe { set(attrs, name, AttrValue::Str(v.to_string())) }
+    })
+}
+
 /// Soft placement for one run: the runtime's setting.
 pub const DP_SOFT_PLACEMENT_DEFAULT: i32 = -1;
 /// Strict: an op its device cannot run fails.

@@ -263,6 +263,11 @@ static void test_null(fx_t *f) {
     CHECK_STATUS_MSG(dp_attrs_set_bool(f->attrs, "", 0), DP_INVALID_ARGUMENT, "name");
     CHECK_STATUS_MSG(dp_attrs_set_ints(f->attrs, "", axes, 2), DP_INVALID_ARGUMENT, "name");
     CHECK_STATUS_MSG(dp_attrs_set_dtype(f->attrs, "", DP_DTYPE_F32), DP_INVALID_ARGUMENT, "name");
+    CHECK_STATUS_MSG(dp_attrs_set_string(NULL, "mode", "fast"), DP_INVALID_ARGUMENT, "attrs");
+    CHECK_STATUS_MSG(dp_attrs_set_string(f->attrs, NULL, "fast"), DP_INVALID_ARGUMENT, "name");
+    CHECK_STATUS_MSG(dp_attrs_set_string(f->attrs, "", "fast"), DP_INVALID_ARGUMENT, "name");
+    CHECK_STATUS_MSG(dp_attrs_set_string(f->attrs, "mode", NULL), DP_INVALID_ARGUMENT, "value");
+    CHECK_STATUS_MSG(dp_attrs_set_string(f->attrs, "mode", "\xff\xfe"), DP_INVALID_ARGUMENT, "UTF-8");
     /* none of the failed calls added anything: Add with these attrs has no unknown attribute */
     {
         dp_tensor_t *out = NULL;
@@ -363,6 +368,7 @@ static void test_destroyed(fx_t *f) {
     CHECK_STATUS_MSG(dp_attrs_set_int(DEAD_ATTRS(), "axis", 0), DP_INVALID_ARGUMENT, "attrs");
     CHECK_STATUS_MSG(dp_attrs_set_float(DEAD_ATTRS(), "value", 0.5), DP_INVALID_ARGUMENT, "attrs");
     CHECK_STATUS_MSG(dp_attrs_set_bool(DEAD_ATTRS(), "keep_dims", 1), DP_INVALID_ARGUMENT, "attrs");
+    CHECK_STATUS_MSG(dp_attrs_set_string(DEAD_ATTRS(), "mode", "fast"), DP_INVALID_ARGUMENT, "attrs");
     CHECK_STATUS_MSG(dp_attrs_set_ints(DEAD_ATTRS(), "axes", axes, 1), DP_INVALID_ARGUMENT, "attrs");
     CHECK_STATUS_MSG(dp_attrs_set_dtype(DEAD_ATTRS(), "dtype", DP_DTYPE_I32), DP_INVALID_ARGUMENT, "attrs");
     RUN_FAILS(f->rt, f->add, ins, 2, DEAD_ATTRS(), NULL, DP_INVALID_ARGUMENT, "attrs");
@@ -427,6 +433,7 @@ static void test_wrong_kind(fx_t *f) {
     CHECK_STATUS_MSG(dp_attrs_set_int(AS(dp_attrs_t, f->x23), "axis", 0), DP_INVALID_ARGUMENT, "attrs");
     CHECK_STATUS_MSG(dp_attrs_set_float(AS(dp_attrs_t, f->x23), "value", 0), DP_INVALID_ARGUMENT, "attrs");
     CHECK_STATUS_MSG(dp_attrs_set_bool(AS(dp_attrs_t, f->x23), "keep_dims", 0), DP_INVALID_ARGUMENT, "attrs");
+    CHECK_STATUS_MSG(dp_attrs_set_string(AS(dp_attrs_t, f->x23), "mode", "fast"), DP_INVALID_ARGUMENT, "attrs");
     CHECK_STATUS_MSG(dp_attrs_set_ints(AS(dp_attrs_t, f->x23), "axes", axes, 1), DP_INVALID_ARGUMENT, "attrs");
     CHECK_STATUS_MSG(dp_attrs_set_dtype(AS(dp_attrs_t, f->x23), "dtype", DP_DTYPE_F32), DP_INVALID_ARGUMENT, "attrs");
     dp_attrs_destroy(AS(dp_attrs_t, f->x23)); /* refused: the tensor lives on */
@@ -822,6 +829,12 @@ static void test_op_errors(fx_t *f) {
     a = A();
     CHECK_OK(dp_attrs_set_float(a, "axis", 0.0));
     OP_ERROR(f, "Concat", ins, 1, a, "Concat;'axis'", "Concat axis as a float");
+    dp_attrs_destroy(a);
+    a = A();
+    CHECK_OK(dp_attrs_set_string(a, "axes", "0"));
+    OP_ERROR(f, "ReduceSum", ins, 1, a, "ReduceSum;'axes';a string", "ReduceSum axes as a string");
+    CHECK_OK(dp_attrs_set_string(a, "axes", "")); /* replaces; the empty string is a value */
+    OP_ERROR(f, "ReduceSum", ins, 1, a, "ReduceSum;'axes';a string", "ReduceSum axes as an empty string");
     dp_attrs_destroy(a);
     a = A();
     {

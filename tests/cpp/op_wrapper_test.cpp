@@ -23,15 +23,16 @@
 
 namespace {
 
-// Which values `Attrs::set` takes, checked at compile time: a string literal must not compile
-// (it would convert to bool), the supported kinds must.
+// Which values `Attrs::set` takes, checked at compile time: every kind of the C API, strings
+// included (a string literal sets a string, not the bool it would convert to: checked at run
+// time below).
 template <class T, class = void>
 struct can_set : std::false_type {};
 template <class T>
 struct can_set<T, std::void_t<decltype(std::declval<devplug::Attrs&>().set("a", std::declval<T>()))>>
     : std::true_type {};
-static_assert(!can_set<const char*>::value, "a string literal must not become a bool attribute");
-static_assert(!can_set<const char (&)[3]>::value, "a string literal must not become a bool attribute");
+static_assert(can_set<const char*>::value && can_set<const char (&)[3]>::value && can_set<std::string>::value,
+              "strings set string attributes");
 static_assert(can_set<bool>::value && can_set<int>::value && can_set<int64_t>::value &&
                   can_set<double>::value && can_set<std::vector<int64_t>>::value &&
                   can_set<devplug::DType>::value,
@@ -225,7 +226,17 @@ void test_errors() {
   auto axes_int = devplug::Attrs().set("axes", 1);
   CHECK_THROWS(rt.run1(rt.op("ReduceSum"), {&x}, &axes_int), DP_INVALID_ARGUMENT,
                std::vector<std::string>({"ReduceSum", "'axes'"}));
+  // A string literal is a string attribute (not a bool): ReduceSum says what it got.
+  auto axes_str = devplug::Attrs().set("axes", "1");
+  CHECK_THROWS(rt.run1(rt.op("ReduceSum"), {&x}, &axes_str), DP_INVALID_ARGUMENT,
+               std::vector<std::string>({"ReduceSum", "'axes'", "a string"}));
+  auto keep_str = devplug::Attrs().set("keep_dims", std::string("yes"));
+  CHECK_THROWS(rt.run1(rt.op("ReduceSum"), {&x}, &keep_str), DP_INVALID_ARGUMENT,
+               std::vector<std::string>({"'keep_dims'", "a string"}));
   devplug::Attrs bad;
+  CHECK_THROWS(bad.set("mode", static_cast<const char*>(nullptr)), DP_INVALID_ARGUMENT,
+               std::vector<std::string>({"NULL"}));
+  CHECK_THROWS(bad.set("mode", std::string("\xff")), DP_INVALID_ARGUMENT, std::vector<std::string>({"UTF-8"}));
   CHECK_THROWS(bad.set("dtype", static_cast<devplug::DType>(99)), DP_INVALID_ARGUMENT, std::vector<std::string>({"value"}));
   devplug::RunOptions wrong;
   wrong.soft_placement = 7;

@@ -637,6 +637,16 @@ dp_status_t dp_attrs_set_ints(dp_attrs_t *attrs,
 dp_status_t dp_attrs_set_dtype(dp_attrs_t *attrs, const char *name, dp_dtype_t value);
 
 /**
+ * Sets a string attribute: `value` is a NUL-terminated UTF-8 string, copied
+ * (`DP_INVALID_ARGUMENT` when it is not UTF-8). No basis op takes one; ops that hosts or
+ * libraries register may.
+ *
+ * # Safety
+ * As for [`dp_attrs_set_int`]; `value` is a C string.
+ */
+dp_status_t dp_attrs_set_string(dp_attrs_t *attrs, const char *name, const char *value);
+
+/**
  * Sets `*options` to the defaults, writing at most `struct_size` bytes (the caller's
  * `sizeof(dp_run_options_t)`). NULL or a too small size is a no-op.
  *

@@ -1476,9 +1476,17 @@ class Attrs {
     check(dp_attrs_set_dtype(handle_, name.c_str(), to_c(v)));
     return *this;
   }
-  /** @brief Deleted: the C API has no string attributes yet, and without this a string
-   * literal would silently convert to the `bool` overload (`set("relu", "no")` setting true). */
-  Attrs& set(const std::string& name, const char* v) & = delete;
+  /** @brief Sets a string attribute (UTF-8). */
+  Attrs& set(const std::string& name, const std::string& v) & {
+    check(dp_attrs_set_string(handle_, name.c_str(), v.c_str()));
+    return *this;
+  }
+  /** @brief Sets a string attribute from a C string: without this overload a string literal
+   *  would convert to the `bool` one (`set("mode", "fast")` setting true). */
+  Attrs& set(const std::string& name, const char* v) & {
+    if (v == nullptr) throw Error(DP_INVALID_ARGUMENT, "Attrs::set: the string is NULL");
+    return set(name, std::string(v));
+  }
   /** @brief Rvalue forms, for chaining on a temporary. */
   template <class V>
   Attrs&& set(const std::string& name, V&& v) && {
