@@ -1,5 +1,6 @@
-// hello_devices (C++17): lists devplug's devices and round-trips 1 MiB through device memory
-// on two streams ordered by an event, using the header-only wrapper devplug/devplug.hpp.
+// hello_devices (C++17): lists devplug's devices, round-trips 1 MiB through device memory on
+// two streams ordered by an event, and runs an op placed by a device scope, using the
+// header-only wrapper devplug/devplug.hpp.
 #include <devplug/devplug.hpp>
 
 #include <cstdint>
@@ -65,6 +66,21 @@ int main() {
       }
     }
     std::printf("round trip of %zu bytes through %s: verified\n", size, device.name().c_str());
+
+    // ---- an op placed by a device scope: no device named, the scope decides ----
+    {
+      const devplug::DeviceScope on_device = runtime.device_scope(device);
+      const devplug::ScopeGuard entered(on_device);  // until the end of this block
+      const devplug::Tensor a = devplug::Tensor::from_vector<float>(device, {4}, {1, 2, 3, 4});
+      const devplug::Tensor sum = runtime.run1(runtime.op("Add"), {&a, &a});
+      const std::vector<float> got = sum.to_vector<float>();
+      if (!(sum.device() == device) || got != std::vector<float>({2, 4, 6, 8})) {
+        std::fprintf(stderr, "hello_devices: Add under a device scope went wrong\n");
+        return 1;
+      }
+      std::printf("Add placed by a device scope on %s: [%g, %g, %g, %g]\n", sum.device().name().c_str(),
+                  got[0], got[1], got[2], got[3]);
+    }
 
     const devplug::MemoryStats s = device.memory_stats();
     std::printf("memory stats of %s: in use %llu B, peak %llu B, allocations %llu (active %llu), "
