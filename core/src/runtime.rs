@@ -242,14 +242,19 @@ impl Runtime {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let (loaded, platforms, kernels) = plugin::load(path, &options, existing)?;
+        let (loaded, platforms, kernels, op_texts) = plugin::load(path, &options, existing)?;
+        let ops = self
+            .plugin_ops(&op_texts)
+            .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
         for k in &kernels {
-            self.ops.find(&k.op).map_err(|e| {
-                e.context(format!(
-                    "plugin '{}' registered a kernel for an unknown op",
-                    loaded.name
-                ))
-            })?;
+            if !ops.iter().any(|d| d.name == k.op) {
+                self.ops.find(&k.op).map_err(|e| {
+                    e.context(format!(
+                        "plugin '{}' registered a kernel for an unknown op",
+                        loaded.name
+                    ))
+                })?;
+            }
         }
         self.kernels
             .check_all(&kernels)
@@ -262,6 +267,13 @@ impl Runtime {
             .collect();
         self.register_platforms(dyn_platforms, &owner, None)
             .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
+        for def in ops {
+            // Names were free a moment ago; only a host registering the same name at this
+            // very moment can take one (then the op is missing, and the host's error says so).
+            self.ops
+                .register(def)
+                .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
+        }
         self.kernels
             .register_all(kernels)
             .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
@@ -273,6 +285,29 @@ impl Runtime {
         let info = info_of(&record);
         plugins.push(record);
         Ok(info)
+    }
+
+    /// Parses the ops a plugin registered, in order (each may use the ones before it), and
+    /// checks that their names are free.
+    fn plugin_ops(&self, texts: &[crate::op::text::OpText]) -> Result<Vec<OpDef>> {
+        let mut defs: Vec<OpHandle> = Vec::new();
+        for t in texts {
+            let lookup = |name: &str| {
+                defs.iter()
+                    .find(|d| d.name() == name)
+                    .cloned()
+                    .or_else(|| self.ops.find(name).ok())
+            };
+            let def = crate::op::text::parse(t, &lookup)?;
+            if self.ops.find(&def.name).is_ok() {
+                return Err(Error::already_exists(format!(
+                    "op '{}' is already registered (by the runtime or another plugin)",
+                    def.name
+                )));
+            }
+            defs.push(OpHandle::provisional(def));
+        }
+        Ok(defs.into_iter().map(|h| h.def().clone()).collect())
     }
 
     /// Loads every plugin of a `:`-separated search path (files or folders, absolute).

@@ -3107,7 +3107,7 @@ static dpp_status_t sim_register_kernels(const dpp_host_api_t *host, sim_plugin 
   if (!p->opt.kernels) {
     return DPP_OK;
   }
-  if (host->struct_size < DPP_HOST_API_STRUCT_SIZE || !host->register_kernel) {
+  if (host->struct_size < DPP_HOST_API_STRUCT_SIZE_1_1 || !host->register_kernel) {
     sim_log(p, DPP_LOG_INFO, "SIM: the host (ABI %u.%u) cannot register kernels; SIM registers none",
             (unsigned)host->abi_major, (unsigned)host->abi_minor);
     return DPP_OK;

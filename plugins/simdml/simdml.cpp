@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -574,10 +575,10 @@ class DmlDevice : public dp::Device {
 };
 
 // ------------------------------------------------------------------------------------------
-// Kernels: Add, Sub (broadcasting) and Relu, f32 and f64
+// Kernels: Add, Sub (broadcasting), Relu and simdml.Swish, f32 and f64
 // ------------------------------------------------------------------------------------------
 
-enum class Op { Add, Sub, Relu };
+enum class Op { Add, Sub, Relu, Swish };
 
 /** How to walk a broadcast: the output's shape and each input's element strides over it. */
 struct Plan {
@@ -644,6 +645,7 @@ T apply(Op op, T a, T b) {
     case Op::Add: return a + b;
     case Op::Sub: return a - b;
     case Op::Relu: break;
+    case Op::Swish: return a / (T(1) + std::exp(-a));  // x * sigmoid(x)
   }
   // Relu: max(x, 0) with NaN propagated (like the runtime's Maximum, its decomposition).
   return a < T(0) ? T(0) : a;
@@ -700,7 +702,7 @@ void elementwise_kernel(dp::KernelContext& cx, Op op, bool throw_in_kernel) {
   DmlDevice& dev = cx.device<DmlDevice>();
   std::shared_ptr<Worker> worker = cx.stream<DmlStream>().worker;
   const std::string what = dev.label() + ": " + cx.op();
-  const bool binary = op != Op::Relu;
+  const bool binary = op != Op::Relu && op != Op::Swish;
   cx.check_arity(binary ? 2 : 1, 1);
   const dp::Tensor x = cx.input(0), y = binary ? cx.input(1) : cx.input(0), z = cx.output(0);
   const dp::DType dtype = x.dtype();
@@ -741,13 +743,15 @@ void elementwise_kernel(dp::KernelContext& cx, Op op, bool throw_in_kernel) {
 void register_kernels(dp::Host& host, const Config& c) {
   const std::vector<dp::DType> floats{dp::DType::F32, dp::DType::F64};
   const bool t = c.throw_in_kernel;
-  const std::pair<const char*, Op> ops[] = {{"Add", Op::Add}, {"Sub", Op::Sub}, {"Relu", Op::Relu}};
+  std::vector<std::pair<const char*, Op>> ops = {{"Add", Op::Add}, {"Sub", Op::Sub}, {"Relu", Op::Relu}};
+  if (host.supports_ops()) ops.push_back({"simdml.Swish", Op::Swish});
   for (const auto& o : ops) {
     const Op op = o.second;
     host.register_kernel(dp::KernelSpec{o.first, c.device_type, std::nullopt, floats, 0},
                          [op, t](dp::KernelContext& cx) { elementwise_kernel(cx, op, t); });
   }
-  host.info("registered kernels Add, Sub, Relu (f32, f64) for platform " + c.platform);
+  host.info(std::string("registered kernels Add, Sub, Relu") + (host.supports_ops() ? ", simdml.Swish" : "") +
+            " (f32, f64) for platform " + c.platform);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -794,6 +798,11 @@ void simdml_init(dp::Host& host) {
   host.info("registered platform " + p.name() + " (type " + c.device_type + ", priority " +
             std::to_string(c.priority) + ", " + std::to_string(c.devices) + " device(s) of " +
             std::to_string(c.memory) + " bytes)");
+  // An op of SIMDML's own (plugin ABI 1.2), x * sigmoid(x): its body runs on every device
+  // without a kernel for it (SIMDML's own kernel is registered with the others).
+  if (host.supports_ops()) {
+    host.register_op({"simdml.Swish", "x: T", "y: T", "T: {f32, f64}", "", "s = Sigmoid(x); y = Mul(x, s)"});
+  }
   if (c.kernels) register_kernels(host, c);
 }
 

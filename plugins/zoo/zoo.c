@@ -57,6 +57,8 @@
  *   ZOO_HANG_IN_SYNCHRONIZE        synchronize_stream never returns
  *   ZOO_KERNEL_ZEROS               registers a kernel for Add (ZOO, f32) that writes zeros:
  *                                  wrong results for `devplug check` to find
+ *   ZOO_OP_BODY="..."              registers op ZOO_OP_NAME (default "zoo.Op"; x: T -> y: T,
+ *                                  T: {f32, f64}) with that body (ABI 1.2), after its platform
  *   ZOO_LATE_REGISTER              create_device calls register_platform (after init) and
  *                                  writes the status it got to the marker
  */
@@ -808,6 +810,24 @@ static dpp_status_t zoo_register_kernel(const dpp_host_api_t *host) {
 }
 #endif
 
+#if defined(ZOO_OP_BODY)
+#ifndef ZOO_OP_NAME
+#define ZOO_OP_NAME "zoo.Op"
+#endif
+/* An op of the plugin's own: the host parses the text when it commits the load. */
+static dpp_status_t zoo_register_op(const dpp_host_api_t *host) {
+  dpp_op_def_t op;
+  memset(&op, 0, sizeof op);
+  op.struct_size = DPP_OP_DEF_STRUCT_SIZE;
+  op.name = ZOO_OP_NAME;
+  op.inputs = "x: T";
+  op.outputs = "y: T";
+  op.type_vars = "T: {f32, f64}";
+  op.body = ZOO_OP_BODY;
+  return host->register_op(host->context, &op);
+}
+#endif
+
 ZOO_MAYBE_UNUSED static dpp_status_t zoo_init(const dpp_host_api_t *host, void **out_plugin_data) {
   if (host == NULL || host->struct_size < DPP_HOST_API_STRUCT_SIZE || out_plugin_data == NULL) {
     return DPP_INVALID_ARGUMENT;
@@ -835,6 +855,12 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_init(const dpp_host_api_t *host, void *
   }
 #if defined(ZOO_KERNEL_ZEROS)
   st = zoo_register_kernel(host);
+  if (st != DPP_OK) {
+    return st;
+  }
+#endif
+#if defined(ZOO_OP_BODY)
+  st = zoo_register_op(host);
   if (st != DPP_OK) {
     return st;
   }

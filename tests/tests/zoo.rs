@@ -271,9 +271,9 @@ refused! {
 
     // dpp_plugin_api_t: versions
     abi_major_differs: "abi_major" => AbiMismatch
-        ["plugin ABI 2.0", "host implements ABI 1.1", "major"];
+        ["plugin ABI 2.0", "host implements ABI 1.2", "major"];
     abi_minor_newer_than_host: "abi_minor_newer" => AbiMismatch
-        ["plugin ABI 1.99", "host implements ABI 1.1", "minor"];
+        ["plugin ABI 1.99", "host implements ABI 1.2", "minor"];
 
     // dpp_plugin_api_t: struct_size and fields
     api_struct_size_zero: "api_size_0" => InvalidArgument
@@ -335,6 +335,63 @@ refused! {
         ["dpp_stream_executor_t.host_callback", "NULL"];
     executor_host_allocate_without_host_deallocate: "host_allocate_only" => InvalidArgument
         ["dpp_stream_executor_t.host_allocate", "host_deallocate"];
+
+    // ops of the plugin's own (ABI 1.2): the text is checked when the load commits, after a
+    // successful init, and a mistake undoes the whole load (its platform included)
+    op_body_calls_an_unknown_op: "op_unknown_op" => InvalidArgument
+        ["op 'zoo.Op'", "body", "Frobnicate"];
+    op_body_with_a_syntax_error: "op_syntax" => InvalidArgument
+        ["op 'zoo.Op'", "body", "Neg(x"];
+    op_body_leaves_an_output_unassigned: "op_output_unassigned" => InvalidArgument
+        ["op 'zoo.Op'", "'y'"];
+    op_name_without_a_namespace: "op_no_namespace" => InvalidArgument
+        ["op 'Swish'", "namespace"];
+    op_name_of_a_core_op: "op_core_name" => InvalidArgument ["op 'Add'", "namespace"];
+}
+
+#[test]
+fn a_plugins_op_runs_through_its_body_and_its_name_is_then_taken() {
+    let _env = env_shared();
+    let rt = runtime();
+    rt.load_plugin(zoo_path("op_good"), &[]).unwrap();
+    let op = rt.op("zoo.Op").expect("the plugin's op is registered");
+    assert!(op.def().decomposition.is_some());
+    // ZOO has no kernel for it and is not host-visible: the CPU runs the body (Mul(x, 3)).
+    let cpu = rt.find_device("CPU:0").unwrap();
+    let x = devplug_core::Tensor::from_slice(&cpu, &[3], &[1.0f32, -2.0, 0.5]).unwrap();
+    let none = devplug_core::Attrs::new();
+    let y = rt
+        .run(&op, std::slice::from_ref(&x), &none, &Default::default())
+        .unwrap();
+    assert_eq!(y[0].to_vec::<f32>().unwrap(), [3.0, -6.0, 1.5]);
+    // its dtype rule is the declared one, naming the op
+    let i = devplug_core::Tensor::from_slice(&cpu, &[1], &[1i32]).unwrap();
+    let e = rt
+        .run(&op, std::slice::from_ref(&i), &none, &Default::default())
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument, "{e}");
+    assert!(e.message.contains("zoo.Op"), "{e}");
+
+    // A second plugin defining the same op is refused, and nothing of it stays.
+    let path = zoo_path("op_same_name");
+    let marker = Marker::new("op_same_name");
+    let e = rt
+        .load_plugin(&path, &[("marker", marker.option())])
+        .unwrap_err();
+    assert_eq!(e.code, Code::AlreadyExists, "{e}");
+    assert!(
+        e.message.contains("'zoo.Op'") && e.message.contains("zoo_op_same_name"),
+        "{e}"
+    );
+    assert_nothing_left("op_same_name", &marker);
+    assert!(!platform_names(&rt).contains(&"ZOOOP".to_string()));
+    assert_eq!(plugin_names(&rt), ["zoo_op_good"]);
+    let y = rt.run(&op, &[x], &none, &Default::default()).unwrap();
+    assert_eq!(
+        y[0].to_vec::<f32>().unwrap(),
+        [3.0, -6.0, 1.5],
+        "the first op stays"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ typedef struct dp_scope_t dp_scope_t;     /**< owned: dp_scope_create_* / dp_sco
 /**
  * The plugin ABI's minor version: plugins built against a newer minor are refused.
  */
-#define DP_ABI_VERSION_MINOR 1
+#define DP_ABI_VERSION_MINOR 2
 
 /**
  * A status code: `DP_OK` (0) or one of the `DP_*` error codes.

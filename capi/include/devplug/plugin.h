@@ -18,9 +18,9 @@
 
 /**
  * The ABI minor version this header describes. A host refuses plugins with a newer minor.
- * 1.1 appended kernel registration (see docs/plugin-abi-changelog.md).
+ * 1.1 appended kernel registration, 1.2 op registration (see docs/plugin-abi-changelog.md).
  */
-#define DPP_ABI_MINOR 1
+#define DPP_ABI_MINOR 2
 
 /**
  * Log levels of `dpp_host_api_t::log`.
@@ -104,9 +104,19 @@
 #define DPP_HOST_API_STRUCT_SIZE_1_0 64
 
 /**
- * Size of `dpp_host_api_t` in ABI 1.1.
+ * Size of `dpp_host_api_t` in ABI 1.1 (what a 1.1 plugin may rely on).
  */
-#define DPP_HOST_API_STRUCT_SIZE 112
+#define DPP_HOST_API_STRUCT_SIZE_1_1 112
+
+/**
+ * Size of `dpp_host_api_t` in ABI 1.2.
+ */
+#define DPP_HOST_API_STRUCT_SIZE 120
+
+/**
+ * Size of `dpp_op_def_t` in ABI 1.2.
+ */
+#define DPP_OP_DEF_STRUCT_SIZE 64
 
 /**
  * Size of `dpp_tensor_t` in ABI 1.1.
@@ -597,6 +607,53 @@ typedef struct dpp_platform_t {
 } dpp_platform_t;
 
 /**
+ * (1.2) An op a plugin defines, in text (the notation of TensorFlow's `REGISTER_OP`), with a
+ * *body* that computes it from other ops: the decomposition that runs on every device with
+ * no kernel for it, so that a program using the op runs everywhere. Filled by the plugin;
+ * the strings are copied during `register_op`. See docs/plugin-guide.md ("Ops of your own").
+ */
+typedef struct dpp_op_def_t {
+  /**
+   * `DPP_OP_DEF_STRUCT_SIZE` or more.
+   */
+  size_t struct_size;
+  /**
+   * Reserved; NULL.
+   */
+  void *ext;
+  /**
+   * `namespace.Name`, e.g. `"mydev.Swish"`: a namespace is required.
+   */
+  const char *name;
+  /**
+   * The inputs, `"name: TYPE, ..."`; a TYPE is a type variable of `type_vars` or a dtype
+   * (`f32`, `f64`, `i32`, `i64`, `u8`, `bool`). NULL or `""`: none.
+   */
+  const char *inputs;
+  /**
+   * The outputs, as `inputs` (at least one).
+   */
+  const char *outputs;
+  /**
+   * The type variables, `"T: {f32, f64}; U: {i32, i64}"`. NULL or `""`: none.
+   */
+  const char *type_vars;
+  /**
+   * The attributes, `"alpha: float = 1.0; axes: ints = [1]; keep: bool = false; n: int;
+   * to: dtype = f32"` (no default: required). NULL or `""`: none.
+   */
+  const char *attrs;
+  /**
+   * The body: statements `name = Op(arg, ..., attr=value, ...)` separated by `;` or new
+   * lines, over the inputs and the names assigned before; it must assign every output. An
+   * argument is a name or a number (a scalar of the dtype of the statement's first tensor
+   * argument); an attribute value is a literal (`1`, `0.5`, `true`, `[0, 1]`, `f32`) or
+   * `@name`, the op's own attribute. `Op` is a basis op or an op registered before.
+   */
+  const char *body;
+} dpp_op_def_t;
+
+/**
  * Functions the host offers the plugin. Filled by the host; valid from `init` until after
  * `shutdown` returns (the plugin may keep the pointer).
  */
@@ -678,6 +735,15 @@ typedef struct dpp_host_api_t {
    * (1.1) Reads a dtype attribute (`DPP_DTYPE_*`).
    */
   dpp_status_t (*attr_dtype)(const void *attrs, const char *name, int32_t *out);
+  /**
+   * (1.2) Registers an op (see `dpp_op_def_t`): only during `init`, before the kernels
+   * for it. The host copies the strings at once (`DPP_INVALID_ARGUMENT` for a NULL
+   * required field, `DPP_ALREADY_EXISTS` for a name this plugin registered before) and
+   * checks the text when it commits the plugin's registrations after `init`: a mistake in
+   * it, or a name the runtime already has, fails the load with a message naming the op,
+   * the field and, in the body, the statement.
+   */
+  dpp_status_t (*register_op)(dpp_host_context_t context, const struct dpp_op_def_t *op);
 } dpp_host_api_t;
 
 /**

@@ -8,10 +8,11 @@
 
 use std::sync::Arc;
 
+use crate::error::Result;
 use crate::op::shape;
 use crate::op::{
-    ArgDef, ArgType, AttrDef, AttrType, AttrValue, Attrs, Decomposition, Emitter, OpDef, Outputs,
-    ShapeFn, TypeVar,
+    ArgDef, ArgType, AttrDef, AttrType, AttrValue, Attrs, Decomposition, Emitter, InferContext,
+    OpDef, Outputs, Specs, TypeVar,
 };
 use crate::tensor::{DType, Tensor};
 
@@ -62,7 +63,7 @@ fn def(
     outputs: Vec<ArgDef>,
     allowed: &[DType],
     attrs: Vec<AttrDef>,
-    shape_fn: ShapeFn,
+    shape_fn: fn(&InferContext) -> Result<Specs>,
 ) -> OpDef {
     OpDef {
         name: name.to_string(),
@@ -77,7 +78,7 @@ fn def(
             }]
         },
         attrs,
-        shape_fn,
+        shape_fn: Arc::new(shape_fn),
         decomposition: None,
     }
 }

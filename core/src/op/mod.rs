@@ -7,6 +7,7 @@
 mod attr;
 pub mod basis;
 mod shape;
+pub mod text;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -120,7 +121,7 @@ impl InferContext<'_> {
 }
 
 /// Computes the outputs' dtypes and shapes, or explains why the inputs do not fit.
-pub type ShapeFn = fn(&InferContext) -> Result<Specs>;
+pub type ShapeFn = Arc<dyn Fn(&InferContext) -> Result<Specs> + Send + Sync>;
 
 /// Runs other ops on the device an op was placed on: what a decomposition is written with.
 pub trait Emitter {
@@ -289,6 +290,16 @@ impl OpEntry {
 }
 
 impl OpHandle {
+    /// A handle of `def` outside any registry, for checking definitions that refer to ops
+    /// about to be registered together (its index is no cache key: never dispatch by it).
+    pub(crate) fn provisional(def: OpDef) -> OpHandle {
+        OpHandle(Arc::new(OpEntry {
+            index: usize::MAX,
+            sig: Signature::of(&def),
+            def,
+        }))
+    }
+
     pub fn name(&self) -> &str {
         &self.0.def.name
     }

@@ -63,6 +63,9 @@ pub(crate) struct HostContext {
     in_init: AtomicBool,
     pub(crate) pending: Mutex<Vec<PendingPlatform>>,
     pub(crate) pending_kernels: Mutex<Vec<PendingKernel>>,
+    /// Ops registered during init (ABI 1.2), as text: parsed when the load commits, against
+    /// the runtime's ops and the ones before them.
+    pub(crate) pending_ops: Mutex<Vec<crate::op::text::OpText>>,
     /// Registrations refused during init, in order: the first is the load's error if init
     /// then fails; if it succeeds, each is logged once (see `refuse`).
     pub(crate) refused: Mutex<Vec<Error>>,
@@ -125,6 +128,7 @@ impl HostContext {
             in_init: AtomicBool::new(false),
             pending: Mutex::new(Vec::new()),
             pending_kernels: Mutex::new(Vec::new()),
+            pending_ops: Mutex::new(Vec::new()),
             refused: Mutex::new(Vec::new()),
         })
     }
@@ -162,6 +166,7 @@ impl HostContext {
             attr_bool: Some(crate::plugin::kernel::attr_bool),
             attr_ints: Some(crate::plugin::kernel::attr_ints),
             attr_dtype: Some(crate::plugin::kernel::attr_dtype),
+            register_op: Some(host_register_op),
         }
     }
 
@@ -419,6 +424,94 @@ unsafe extern "C" fn host_register_kernel(
     let result =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.register_kernel(kernel)))
             .unwrap_or_else(|_| Err(Error::internal("register_kernel panicked")));
+    match result {
+        Ok(()) => abi::DPP_OK,
+        Err(e) => {
+            let code = e.code;
+            ctx.refuse(e);
+            code as abi::dpp_status_t
+        }
+    }
+}
+
+/// The longest text of one field of a `dpp_op_def_t` (a body of many statements).
+const OP_TEXT_MAX: usize = 64 * 1024;
+
+impl HostContext {
+    fn register_op(&self, d: *const abi::dpp_op_def_t) -> crate::Result<()> {
+        let plugin = &self.plugin;
+        let err = |field: &str, why: String| {
+            Error::invalid_argument(format!("plugin '{plugin}': dpp_op_def_t.{field} {why}"))
+        };
+        if !self.in_init.load(Ordering::Acquire) {
+            return Err(Error::failed_precondition(format!(
+                "plugin '{plugin}': register_op may only be called during init"
+            )));
+        }
+        if d.is_null() {
+            return Err(Error::invalid_argument(format!(
+                "plugin '{plugin}': register_op got a NULL dpp_op_def_t"
+            )));
+        }
+        // SAFETY: non-NULL; struct_size is the first field.
+        let size = unsafe { *(d as *const usize) };
+        if size < abi::DPP_OP_DEF_STRUCT_SIZE {
+            return Err(err(
+                "struct_size",
+                format!(
+                    "is {size}, smaller than the ABI 1.2 size {}",
+                    abi::DPP_OP_DEF_STRUCT_SIZE
+                ),
+            ));
+        }
+        // SAFETY: the plugin declared at least the 1.2 size.
+        let d = unsafe { &*d };
+        let text = |field: &str, ptr: *const c_char, required: bool| -> crate::Result<String> {
+            if ptr.is_null() {
+                return if required {
+                    Err(err(field, "is NULL".into()))
+                } else {
+                    Ok(String::new())
+                };
+            }
+            // SAFETY: a string from the plugin, read up to a bound.
+            unsafe { bounded_str(ptr, OP_TEXT_MAX) }.ok_or_else(|| {
+                err(
+                    field,
+                    format!("is not NUL-terminated within {OP_TEXT_MAX} bytes"),
+                )
+            })
+        };
+        let op = crate::op::text::OpText {
+            name: text("name", d.name, true)?,
+            inputs: text("inputs", d.inputs, false)?,
+            outputs: text("outputs", d.outputs, true)?,
+            type_vars: text("type_vars", d.type_vars, false)?,
+            attrs: text("attrs", d.attrs, false)?,
+            body: text("body", d.body, true)?,
+        };
+        let mut pending = self.pending_ops.lock();
+        if pending.iter().any(|p| p.name.trim() == op.name.trim()) {
+            return Err(Error::already_exists(format!(
+                "plugin '{plugin}': op '{}' is registered twice",
+                op.name.trim()
+            )));
+        }
+        pending.push(op);
+        Ok(())
+    }
+}
+
+unsafe extern "C" fn host_register_op(
+    context: *mut c_void,
+    op: *const abi::dpp_op_def_t,
+) -> abi::dpp_status_t {
+    // SAFETY: see `context`.
+    let Some(ctx) = (unsafe { self::context(context) }) else {
+        return abi::DPP_INVALID_ARGUMENT;
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.register_op(op)))
+        .unwrap_or_else(|_| Err(Error::internal("register_op panicked")));
     match result {
         Ok(()) => abi::DPP_OK,
         Err(e) => {

@@ -28,7 +28,14 @@ pub use host::{PluginFailure, PluginInfo};
 
 /// A plugin just loaded: the library with its init done, its platforms and its kernels (not yet
 /// added to any runtime).
-pub(crate) type Loaded = (Arc<LoadedPlugin>, Vec<Arc<PluginPlatform>>, Vec<KernelDef>);
+/// What a successful init registered: the plugin, its platforms, its kernels and its ops (as
+/// text, parsed when the runtime commits them).
+pub(crate) type Loaded = (
+    Arc<LoadedPlugin>,
+    Vec<Arc<PluginPlatform>>,
+    Vec<KernelDef>,
+    Vec<crate::op::text::OpText>,
+);
 
 /// Opens `path`, checks the plugin's version and description, runs its `init` with
 /// `options`, and returns its platforms (not yet added to any runtime). On any failure,
@@ -173,6 +180,7 @@ pub(crate) fn load(
     let message = take_plugin_error();
     let pending = std::mem::take(&mut *plugin.context.pending.lock());
     let pending_kernels = std::mem::take(&mut *plugin.context.pending_kernels.lock());
+    let pending_ops = std::mem::take(&mut *plugin.context.pending_ops.lock());
     if status != abi::DPP_OK {
         for p in &pending {
             if let Some(f) = p.table.destroy_platform {
@@ -240,7 +248,7 @@ pub(crate) fn load(
         .into_iter()
         .map(|k| kernel::kernel_def(&plugin, k))
         .collect();
-    Ok((plugin, platforms, kernels))
+    Ok((plugin, platforms, kernels, pending_ops))
 }
 
 /// The identity of a file (device and inode), so that one file reached through two paths is

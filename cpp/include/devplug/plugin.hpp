@@ -366,6 +366,30 @@ std::string shape_string(const Range& shape) {
  * host.register_kernel({"Add", "GPU", std::nullopt, {dp::DType::F32, dp::DType::F64}, 0}, add_fn);
  * @endcode
  */
+/**
+ * @brief An op the plugin defines (ABI 1.2, `dpp_op_def_t`), in the notation of TensorFlow's
+ *        `REGISTER_OP`, with a body over other ops: its decomposition, which runs on every
+ *        device without a kernel for it. See docs/plugin-guide.md ("Ops of your own").
+ *
+ * @code
+ * host.register_op({"mydev.Swish", "x: T", "y: T", "T: {f32, f64}", "", "s = Sigmoid(x); y = Mul(x, s)"});
+ * @endcode
+ */
+struct OpDef {
+  /** @brief `namespace.Name`. */
+  std::string name;
+  /** @brief `"x: T, bias: f32"`; empty: none. */
+  std::string inputs;
+  /** @brief As inputs; at least one. */
+  std::string outputs;
+  /** @brief `"T: {f32, f64}"`; empty: none. */
+  std::string type_vars;
+  /** @brief `"alpha: float = 1.0; axes: ints = [1]"`; empty: none. */
+  std::string attrs;
+  /** @brief Statements `name = Op(args, attr=value)`, separated by `;` or new lines. */
+  std::string body;
+};
+
 struct KernelSpec {
   /** @brief The op's name, e.g. `"Add"` (an op the runtime knows). */
   std::string op;
@@ -529,7 +553,8 @@ struct PluginState {
         attr_float(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_float)),
         attr_bool(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_bool)),
         attr_ints(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_ints)),
-        attr_dtype(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_dtype)) {}
+        attr_dtype(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_dtype)),
+        register_op(DEVPLUG_PLUGIN_HOST_FN_(host_api, register_op)) {}
   const dpp_host_api_t* api;
   std::atomic<bool> in_init{true};
   std::atomic<int> live_platforms{0};
@@ -540,6 +565,8 @@ struct PluginState {
   decltype(dpp_host_api_t::attr_bool) attr_bool;
   decltype(dpp_host_api_t::attr_ints) attr_ints;
   decltype(dpp_host_api_t::attr_dtype) attr_dtype;
+  // ABI 1.2; NULL for an older host.
+  decltype(dpp_host_api_t::register_op) register_op;
   std::mutex mu;  // guards the two lists below
   std::vector<PlatformRecord> platforms;
   /** Kernels the host holds until shutdown. They hold the state (through their Host): the
@@ -728,6 +755,37 @@ class Host {
 
   /** @brief register_kernel() with a Kernel object (owned by the plugin until shutdown). */
   void register_kernel(const KernelSpec& spec, std::unique_ptr<Kernel> kernel) const;
+
+  /** @brief Whether the host takes ops of the plugin's own: its table has `register_op` (ABI
+   *  1.2 or newer). */
+  bool supports_ops() const noexcept { return state_ && state_->register_op != nullptr; }
+
+  /**
+   * @brief Registers the op @p def (ABI 1.2). Only during init, before the kernels for it.
+   *        The host checks the text when it commits the plugin's registrations after init: a
+   *        mistake fails the load, naming the field and the statement.
+   * @throws Error `DPP_FAILED_PRECONDITION` outside init; `DPP_UNIMPLEMENTED` when the host is
+   *         older than ABI 1.2; with the host's status when it refuses (e.g. an empty name).
+   */
+  void register_op(const OpDef& def) const {
+    const dpp_host_api_t* api = init_api("register_op");
+    if (state_->register_op == nullptr) {
+      throw Error::unimplemented("op " + def.name + ": the host has plugin ABI " + std::to_string(api->abi_major) +
+                                 "." + std::to_string(api->abi_minor) + "; ops of a plugin's own need ABI 1.2");
+    }
+    dpp_op_def_t d{};
+    d.struct_size = DPP_OP_DEF_STRUCT_SIZE;
+    d.name = def.name.c_str();
+    d.inputs = def.inputs.c_str();
+    d.outputs = def.outputs.c_str();
+    d.type_vars = def.type_vars.c_str();
+    d.attrs = def.attrs.c_str();
+    d.body = def.body.c_str();
+    const dpp_status_t status = state_->register_op(api->context, &d);
+    if (status != DPP_OK) {
+      throw Error(status, "the host refused op " + def.name + " (" + status_name(status) + ")");
+    }
+  }
 
   // -- Raw access -----------------------------------------------------------------------
 
@@ -1909,6 +1967,7 @@ struct Trampolines {
 static_assert(sizeof(dpp_plugin_api_t) >= DPP_PLUGIN_API_STRUCT_SIZE, "plugin.h: dpp_plugin_api_t size");
 static_assert(sizeof(dpp_host_api_t) >= DPP_HOST_API_STRUCT_SIZE, "plugin.h: dpp_host_api_t size");
 static_assert(sizeof(dpp_kernel_t) >= DPP_KERNEL_STRUCT_SIZE, "plugin.h: dpp_kernel_t size");
+static_assert(sizeof(dpp_op_def_t) >= DPP_OP_DEF_STRUCT_SIZE, "plugin.h: dpp_op_def_t size");
 static_assert(sizeof(dpp_kernel_context_t) >= DPP_KERNEL_CONTEXT_STRUCT_SIZE, "plugin.h: dpp_kernel_context_t size");
 static_assert(sizeof(dpp_tensor_t) >= DPP_TENSOR_STRUCT_SIZE, "plugin.h: dpp_tensor_t size");
 static_assert(sizeof(dpp_platform_t) >= DPP_PLATFORM_STRUCT_SIZE, "plugin.h: dpp_platform_t size");

@@ -23,8 +23,8 @@ use std::ffi::{c_char, c_void};
 /// The ABI major version this header describes. Plugins of another major are refused.
 pub const DPP_ABI_MAJOR: u32 = 1;
 /// The ABI minor version this header describes. A host refuses plugins with a newer minor.
-/// 1.1 appended kernel registration (see docs/plugin-abi-changelog.md).
-pub const DPP_ABI_MINOR: u32 = 1;
+/// 1.1 appended kernel registration, 1.2 op registration (see docs/plugin-abi-changelog.md).
+pub const DPP_ABI_MINOR: u32 = 2;
 
 /// A status code. The values are the host API's `DP_*` codes.
 pub type dpp_status_t = i32;
@@ -190,6 +190,45 @@ pub struct dpp_host_api_t {
             out: *mut i32,
         ) -> dpp_status_t,
     >,
+    /// (1.2) Registers an op (see `dpp_op_def_t`): only during `init`, before the kernels
+    /// for it. The host copies the strings at once (`DPP_INVALID_ARGUMENT` for a NULL
+    /// required field, `DPP_ALREADY_EXISTS` for a name this plugin registered before) and
+    /// checks the text when it commits the plugin's registrations after `init`: a mistake in
+    /// it, or a name the runtime already has, fails the load with a message naming the op,
+    /// the field and, in the body, the statement.
+    pub register_op: Option<
+        unsafe extern "C" fn(context: dpp_host_context_t, op: *const dpp_op_def_t) -> dpp_status_t,
+    >,
+}
+
+/// (1.2) An op a plugin defines, in text (the notation of TensorFlow's `REGISTER_OP`), with a
+/// *body* that computes it from other ops: the decomposition that runs on every device with
+/// no kernel for it, so that a program using the op runs everywhere. Filled by the plugin;
+/// the strings are copied during `register_op`. See docs/plugin-guide.md ("Ops of your own").
+#[repr(C)]
+pub struct dpp_op_def_t {
+    /// `DPP_OP_DEF_STRUCT_SIZE` or more.
+    pub struct_size: usize,
+    /// Reserved; NULL.
+    pub ext: *mut c_void,
+    /// `namespace.Name`, e.g. `"mydev.Swish"`: a namespace is required.
+    pub name: *const c_char,
+    /// The inputs, `"name: TYPE, ..."`; a TYPE is a type variable of `type_vars` or a dtype
+    /// (`f32`, `f64`, `i32`, `i64`, `u8`, `bool`). NULL or `""`: none.
+    pub inputs: *const c_char,
+    /// The outputs, as `inputs` (at least one).
+    pub outputs: *const c_char,
+    /// The type variables, `"T: {f32, f64}; U: {i32, i64}"`. NULL or `""`: none.
+    pub type_vars: *const c_char,
+    /// The attributes, `"alpha: float = 1.0; axes: ints = [1]; keep: bool = false; n: int;
+    /// to: dtype = f32"` (no default: required). NULL or `""`: none.
+    pub attrs: *const c_char,
+    /// The body: statements `name = Op(arg, ..., attr=value, ...)` separated by `;` or new
+    /// lines, over the inputs and the names assigned before; it must assign every output. An
+    /// argument is a name or a number (a scalar of the dtype of the statement's first tensor
+    /// argument); an attribute value is a literal (`1`, `0.5`, `true`, `[0, 1]`, `f32`) or
+    /// `@name`, the op's own attribute. `Op` is a basis op or an op registered before.
+    pub body: *const c_char,
 }
 
 /// (1.1) A tensor a kernel reads or writes: device memory of the kernel's device. Filled by
@@ -602,8 +641,12 @@ pub struct dpp_stream_executor_t {
 
 /// Size of `dpp_host_api_t` in ABI 1.0 (what a 1.0 plugin may rely on).
 pub const DPP_HOST_API_STRUCT_SIZE_1_0: usize = 64;
-/// Size of `dpp_host_api_t` in ABI 1.1.
-pub const DPP_HOST_API_STRUCT_SIZE: usize = 112;
+/// Size of `dpp_host_api_t` in ABI 1.1 (what a 1.1 plugin may rely on).
+pub const DPP_HOST_API_STRUCT_SIZE_1_1: usize = 112;
+/// Size of `dpp_host_api_t` in ABI 1.2.
+pub const DPP_HOST_API_STRUCT_SIZE: usize = 120;
+/// Size of `dpp_op_def_t` in ABI 1.2.
+pub const DPP_OP_DEF_STRUCT_SIZE: usize = 64;
 /// Size of `dpp_tensor_t` in ABI 1.1.
 pub const DPP_TENSOR_STRUCT_SIZE: usize = 48;
 /// Size of `dpp_kernel_context_t` in ABI 1.1.
@@ -634,9 +677,14 @@ mod tests {
             offset_of!(dpp_host_api_t, register_platform) + 8
         );
         assert_eq!(
-            DPP_HOST_API_STRUCT_SIZE,
+            DPP_HOST_API_STRUCT_SIZE_1_1,
             offset_of!(dpp_host_api_t, attr_dtype) + 8
         );
+        assert_eq!(
+            DPP_HOST_API_STRUCT_SIZE,
+            offset_of!(dpp_host_api_t, register_op) + 8
+        );
+        assert_eq!(DPP_OP_DEF_STRUCT_SIZE, offset_of!(dpp_op_def_t, body) + 8);
         assert_eq!(
             DPP_TENSOR_STRUCT_SIZE,
             offset_of!(dpp_tensor_t, byte_size) + 8

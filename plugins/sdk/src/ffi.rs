@@ -115,7 +115,7 @@ pub(crate) struct HostShared {
     log: Option<LogFn>,
     get_option: Option<GetOptionFn>,
     register_platform: Option<RegisterPlatformFn>,
-    /// ABI 1.1 functions: `None` when the host's table is too small to hold them.
+    /// ABI 1.1 and 1.2 functions: `None` when the host's table is too small to hold them.
     kernel_fns: kernel::HostKernelFns,
     /// The platforms registered through this host (during init).
     platforms: Mutex<Vec<OwnPlatform>>,
@@ -219,6 +219,11 @@ impl HostShared {
     /// Whether the host's table has `register_kernel` (ABI 1.1).
     pub(crate) fn supports_kernels(&self) -> bool {
         self.kernel_fns.supports_kernels()
+    }
+
+    /// Whether the host's table has `register_op` (ABI 1.2).
+    pub(crate) fn supports_ops(&self) -> bool {
+        self.kernel_fns.register_op.is_some()
     }
 
     /// Frees what the host held until now (kernel data), then stops all calls into the host
@@ -676,6 +681,52 @@ pub(crate) fn register_platform<P: Platform>(shared: &Arc<HostShared>, platform:
         format!(
             "{}: the host refused platform {name_str} ({code}, status {status})",
             shared.plugin
+        ),
+    ))
+}
+
+/// Hands an op definition to the host (`register_op`, ABI 1.2).
+pub(crate) fn register_op(shared: &HostShared, def: &crate::op::OpDef<'_>) -> Result<()> {
+    let Some(register) = shared.kernel_fns.register_op else {
+        return Err(Error::unimplemented(format!(
+            "{}: cannot register op {}: the host's dpp_host_api_t is {} bytes, without \
+             register_op; ops need plugin ABI 1.2",
+            shared.plugin, def.name, shared.table_size
+        )));
+    };
+    let c = |field: &str, s: &str| {
+        CString::new(s).map_err(|_| {
+            Error::invalid_argument(format!("op {}: {field} contains a NUL", def.name))
+        })
+    };
+    let name = c("name", def.name)?;
+    let inputs = c("inputs", def.inputs)?;
+    let outputs = c("outputs", def.outputs)?;
+    let type_vars = c("type_vars", def.type_vars)?;
+    let attrs = c("attrs", def.attrs)?;
+    let body = c("body", def.body)?;
+    let desc = abi::dpp_op_def_t {
+        struct_size: size_of::<abi::dpp_op_def_t>(),
+        ext: ptr::null_mut(),
+        name: name.as_ptr(),
+        inputs: inputs.as_ptr(),
+        outputs: outputs.as_ptr(),
+        type_vars: type_vars.as_ptr(),
+        attrs: attrs.as_ptr(),
+        body: body.as_ptr(),
+    };
+    // SAFETY: during init (only `Host` reaches this); `desc` and its strings outlive the call
+    // (the host copies them).
+    let status = unsafe { register(shared.context, &desc) };
+    if status == abi::DPP_OK {
+        return Ok(());
+    }
+    let code = Status::from_code(status).unwrap_or(Status::Internal);
+    Err(Error::new(
+        code,
+        format!(
+            "{}: the host refused op {} ({code}, status {status})",
+            shared.plugin, def.name
         ),
     ))
 }

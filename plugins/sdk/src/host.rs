@@ -9,6 +9,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ffi::{self, HostShared};
 use crate::kernel::{KernelArgs, KernelContext, KernelSpec};
+use crate::op::OpDef;
 use crate::platform::Platform;
 
 /// Log levels (`DPP_LOG_*`).
@@ -143,6 +144,26 @@ impl Host {
         F: Fn(&KernelContext<'_, D>) -> Result<()> + Send + Sync + 'static,
     {
         crate::ffi::kernel::register_kernel::<D, F>(&self.shared, &spec, compute)
+    }
+
+    /// Whether the host can take ops of the plugin's own (plugin ABI 1.2 or newer: its table
+    /// has `register_op`).
+    pub fn supports_ops(&self) -> bool {
+        self.shared.supports_ops()
+    }
+
+    /// Defines an op of the plugin's own (ABI 1.2; see [`OpDef`]): its signature and a body
+    /// in other ops, which the runtime runs on every device with no kernel for it. Register
+    /// it before the kernels for it (a kernel for `def.name` is then registered as for any
+    /// op). The host copies the text now and checks it when it commits the plugin's
+    /// registrations after init: a mistake (a syntax error, an unknown op in the body, a name
+    /// taken) fails the load with a message naming the op and the statement.
+    ///
+    /// Errors: `Unimplemented` when the host is older than ABI 1.2 ([`Host::supports_ops`]);
+    /// `InvalidArgument` when a field contains a NUL; the host's code when it refuses (e.g.
+    /// `AlreadyExists` for a name this plugin registered twice).
+    pub fn register_op(&self, def: &OpDef<'_>) -> Result<()> {
+        ffi::register_op(&self.shared, def)
     }
 
     /// Registers a memory-agnostic kernel, bound to `ANY`: it runs on devices of type

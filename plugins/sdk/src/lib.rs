@@ -25,6 +25,10 @@
 //! typed attribute readers. An `Err` or a panic in a kernel reaches the host as a status and
 //! a message. See the [`kernel`] module.
 //!
+//! Ops of the plugin's own (plugin ABI 1.2): init may define ops with [`Host::register_op`]
+//! (an [`OpDef`]: a signature and a body in other ops, which runs wherever the op has no
+//! kernel), then register kernels for them.
+//!
 //! All `unsafe` code of the SDK lives in one module (`ffi`, private); the rest is safe Rust.
 //! With the `testing` feature, the `testing` module offers an in-process fake host that loads a
 //! plugin's table and drives it, for plugin unit tests without the runtime.
@@ -36,6 +40,7 @@ mod error;
 mod ffi;
 mod host;
 pub mod kernel;
+mod op;
 mod platform;
 
 pub use device::{
@@ -45,6 +50,7 @@ pub use device::{
 pub use error::{Error, Result, Status};
 pub use host::{Host, LogLevel, Logger};
 pub use kernel::{DType, KernelArgs, KernelContext, KernelSpec, Tensor, Tensors};
+pub use op::OpDef;
 pub use platform::{Platform, PlatformFlags};
 
 /// The raw ABI (`devplug-plugin-abi`), for what the SDK does not wrap.

@@ -11,8 +11,8 @@ use parking_lot::Mutex;
 use crate::testing::{AttrValue, KernelDesc, KernelTensor, TestAttrs, TestHost};
 use crate::{
     devplug_plugin, DType, Device, DeviceAddr, DeviceInfo, Error, EventStatus, Host, HostBuf,
-    HostBufMut, HostCallback, KernelArgs, KernelContext, KernelSpec, Logger, MemoryUsage, Platform,
-    PlatformFlags, Result, Status,
+    HostBufMut, HostCallback, KernelArgs, KernelContext, KernelSpec, Logger, MemoryUsage, OpDef,
+    Platform, PlatformFlags, Result, Status,
 };
 
 pub(crate) const TEST_PLATFORM: &str = "TESTP";
@@ -82,6 +82,19 @@ fn init(host: &Host) -> Result<()> {
     }
     if let Some(mode) = host.option("kernels") {
         register_test_kernels(host, &mode, &probe)?;
+    }
+    if let Some(mode) = host.option("ops") {
+        let swish = OpDef::new("sdk_test.Swish")
+            .inputs("x: T")
+            .outputs("y: T")
+            .type_vars("T: {f32, f64}")
+            .body("s = Sigmoid(x); y = Mul(x, s)");
+        host.register_op(&swish)?;
+        match mode.as_str() {
+            "twice" => host.register_op(&swish)?,
+            "nul" => host.register_op(&OpDef::new("sdk_test.Bad").outputs("y: f32").body("y\0"))?,
+            _ => {}
+        }
     }
     if let Some(msg) = host.option("fail_init") {
         return Err(Error::failed_precondition(msg));
@@ -1294,4 +1307,38 @@ fn refused_kernel_registrations_say_why() {
              the failed init was rolled back)"
         );
     }
+}
+
+#[test]
+fn ops_are_handed_to_the_host_with_their_text() {
+    let host = TestHost::new().with_option("ops", "1");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let ops = plugin.ops();
+    assert_eq!(ops.len(), 1);
+    assert_eq!(ops[0].name, "sdk_test.Swish");
+    assert_eq!(ops[0].inputs, "x: T");
+    assert_eq!(ops[0].outputs, "y: T");
+    assert_eq!(ops[0].type_vars, "T: {f32, f64}");
+    assert_eq!(ops[0].attrs, "");
+    assert_eq!(ops[0].body, "s = Sigmoid(x); y = Mul(x, s)");
+}
+
+#[test]
+fn refused_op_registrations_say_why() {
+    let err = TestHost::new()
+        .with_option("ops", "twice")
+        .load(devplug_plugin_entry)
+        .expect_err("twice");
+    assert_eq!(err.code(), Status::AlreadyExists);
+    assert_eq!(
+        err.message(),
+        "op sdk_test.Swish is registered twice (init then failed: sdk_test: the host refused op \
+         sdk_test.Swish (ALREADY_EXISTS, status 6))"
+    );
+    let err = TestHost::new()
+        .with_option("ops", "nul")
+        .load(devplug_plugin_entry)
+        .expect_err("nul");
+    assert_eq!(err.code(), Status::InvalidArgument);
+    assert_eq!(err.message(), "op sdk_test.Bad: body contains a NUL");
 }

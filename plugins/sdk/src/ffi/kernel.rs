@@ -46,7 +46,12 @@ pub(crate) struct HostKernelFns {
     attr_bool: Option<AttrI32Fn>,
     attr_ints: Option<AttrIntsFn>,
     attr_dtype: Option<AttrI32Fn>,
+    /// ABI 1.2.
+    pub(crate) register_op: Option<RegisterOpFn>,
 }
+
+type RegisterOpFn =
+    unsafe extern "C" fn(abi::dpp_host_context_t, *const abi::dpp_op_def_t) -> abi::dpp_status_t;
 
 impl HostKernelFns {
     /// Reads the functions that lie within the host's `size` bytes.
@@ -71,6 +76,7 @@ impl HostKernelFns {
             attr_bool: field!(attr_bool),
             attr_ints: field!(attr_ints),
             attr_dtype: field!(attr_dtype),
+            register_op: field!(register_op),
         }
     }
 

@@ -95,6 +95,25 @@ pub struct KernelDesc {
     pub priority: i32,
 }
 
+/// An op a plugin defined (ABI 1.2), as the host copied it. The fake host checks the fields
+/// are there and the name is free; it does not parse the text (the runtime does when it
+/// commits the load: test an op's definition with the runtime, e.g. `devplug check`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpDesc {
+    /// `namespace.Name`.
+    pub name: String,
+    /// The inputs, as given.
+    pub inputs: String,
+    /// The outputs, as given.
+    pub outputs: String,
+    /// The type variables, as given.
+    pub type_vars: String,
+    /// The attributes, as given.
+    pub attrs: String,
+    /// The body, as given.
+    pub body: String,
+}
+
 impl KernelDesc {
     /// Whether two kernels would be ambiguous (the runtime refuses the second).
     fn conflicts_with(&self, other: &KernelDesc) -> bool {
@@ -202,6 +221,8 @@ struct HostState {
     registering: Mutex<Option<Vec<RegisteredPlatform>>>,
     /// Some during an init call: the kernels it registered so far.
     registering_kernels: Mutex<Option<Vec<RegisteredKernel>>>,
+    /// Some during an init call: the ops it defined so far.
+    registering_ops: Mutex<Option<Vec<OpDesc>>>,
     /// The kernels of every loaded plugin (for conflict checks).
     kernels: Mutex<Vec<KernelDesc>>,
     /// The first refused registration of the current init (like the runtime, the host keeps
@@ -359,6 +380,74 @@ unsafe extern "C" fn th_register_platform(
             create_device,
             destroy_device,
             destroy_platform: p.destroy_platform,
+        });
+        abi::DPP_OK
+    })
+}
+
+unsafe extern "C" fn th_register_op(
+    context: abi::dpp_host_context_t,
+    def: *const abi::dpp_op_def_t,
+) -> abi::dpp_status_t {
+    boundary(abi::DPP_INTERNAL, || {
+        // SAFETY: the context of this host's table.
+        let state = unsafe { host_state(context) };
+        let fail = |code: Status, msg: String| {
+            state
+                .refused
+                .lock()
+                .get_or_insert_with(|| Error::new(code, msg));
+            code.code()
+        };
+        let mut registering = state.registering_ops.lock();
+        let Some(list) = registering.as_mut() else {
+            return fail(
+                Status::FailedPrecondition,
+                "register_op outside init".into(),
+            );
+        };
+        if def.is_null() {
+            return fail(Status::InvalidArgument, "register_op: def is NULL".into());
+        }
+        // SAFETY: non-NULL; `struct_size` first.
+        let size = unsafe { ptr::addr_of!((*def).struct_size).read() };
+        if size < abi::DPP_OP_DEF_STRUCT_SIZE {
+            return fail(
+                Status::InvalidArgument,
+                format!("dpp_op_def_t.struct_size is {size}"),
+            );
+        }
+        // SAFETY: the plugin's struct of at least the ABI 1.2 size, valid during the call.
+        let d = unsafe { &*def };
+        // SAFETY: C strings from the plugin (or NULL), valid during the call.
+        let field = |p: *const c_char| unsafe { string(p) };
+        let (Some(name), Some(outputs), Some(body)) =
+            (field(d.name), field(d.outputs), field(d.body))
+        else {
+            return fail(
+                Status::InvalidArgument,
+                "dpp_op_def_t.name, .outputs or .body is NULL".into(),
+            );
+        };
+        if !name.contains('.') {
+            return fail(
+                Status::InvalidArgument,
+                format!("op {name}: the name needs a namespace (`mydev.{name}`)"),
+            );
+        }
+        if list.iter().any(|o| o.name == name) {
+            return fail(
+                Status::AlreadyExists,
+                format!("op {name} is registered twice"),
+            );
+        }
+        list.push(OpDesc {
+            name,
+            inputs: field(d.inputs).unwrap_or_default(),
+            outputs,
+            type_vars: field(d.type_vars).unwrap_or_default(),
+            attrs: field(d.attrs).unwrap_or_default(),
+            body,
         });
         abi::DPP_OK
     })
@@ -624,6 +713,7 @@ impl TestHost {
             logs: Mutex::new(Vec::new()),
             registering: Mutex::new(None),
             registering_kernels: Mutex::new(None),
+            registering_ops: Mutex::new(None),
             kernels: Mutex::new(Vec::new()),
             refused: Mutex::new(None),
             names: Mutex::new(Vec::new()),
@@ -644,6 +734,7 @@ impl TestHost {
             attr_bool: Some(th_attr_bool),
             attr_ints: Some(th_attr_ints),
             attr_dtype: Some(th_attr_dtype),
+            register_op: Some(th_register_op),
         });
         TestHost { state, api }
     }
@@ -725,6 +816,7 @@ impl TestHost {
 
         *self.state.registering.lock() = Some(Vec::new());
         *self.state.registering_kernels.lock() = Some(Vec::new());
+        *self.state.registering_ops.lock() = Some(Vec::new());
         *self.state.refused.lock() = None;
         self.clear_error();
         let mut data: *mut c_void = ptr::null_mut();
@@ -737,6 +829,7 @@ impl TestHost {
             .lock()
             .take()
             .unwrap_or_default();
+        let ops = self.state.registering_ops.lock().take().unwrap_or_default();
         let plugin = TestPlugin {
             host: self,
             api,
@@ -744,6 +837,7 @@ impl TestHost {
             initialized: status == abi::DPP_OK,
             platforms,
             kernels,
+            ops,
             name: name.unwrap_or_default(),
             version: version.unwrap_or_default(),
         };
@@ -774,6 +868,7 @@ pub struct TestPlugin<'h> {
     initialized: bool,
     platforms: Vec<RegisteredPlatform>,
     kernels: Vec<RegisteredKernel>,
+    ops: Vec<OpDesc>,
     name: String,
     version: String,
 }
@@ -802,6 +897,11 @@ impl<'h> TestPlugin<'h> {
     /// The kernels it registered, in order.
     pub fn kernels(&self) -> Vec<KernelDesc> {
         self.kernels.iter().map(|k| k.desc.clone()).collect()
+    }
+
+    /// The ops it defined (ABI 1.2), in order.
+    pub fn ops(&self) -> &[OpDesc] {
+        &self.ops
     }
 
     /// The host.
@@ -1737,8 +1837,17 @@ mod abuse_tests {
         assert_eq!(err.code(), Status::Unimplemented);
         assert_eq!(
             err.message(),
-            "sdk_test: cannot register kernel Add for TPU: the host has plugin ABI 1.1 (a 64-byte \
+            "sdk_test: cannot register kernel Add for TPU: the host has plugin ABI 1.2 (a 64-byte \
              dpp_host_api_t without register_kernel); kernels need ABI 1.1"
+        );
+        let mut host = TestHost::new().with_option("ops", "1");
+        host.api.struct_size = abi::DPP_HOST_API_STRUCT_SIZE_1_1;
+        let err = host.load(test_entry).expect_err("no register_op");
+        assert_eq!(err.code(), Status::Unimplemented);
+        assert_eq!(
+            err.message(),
+            "sdk_test: cannot register op sdk_test.Swish: the host's dpp_host_api_t is 112 bytes, \
+             without register_op; ops need plugin ABI 1.2"
         );
         let mut host = TestHost::new();
         host.api.struct_size = abi::DPP_HOST_API_STRUCT_SIZE_1_0;

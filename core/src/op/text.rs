@@ -1,0 +1,697 @@
+//! Op definitions in text, as plugins register them (ABI 1.2, `dpp_op_def_t`): the signature
+//! in the notation of TensorFlow's `REGISTER_OP` and a *body*, statements over other ops that
+//! compute the op. The body is the op's decomposition (it runs on any device without a kernel
+//! for the op) and its shape function (the statements' own shape functions, in order), so an
+//! op defined this way runs everywhere by construction.
+//!
+//! ```text
+//! name       mydev.Swish
+//! inputs     x: T
+//! outputs    y: T
+//! type_vars  T: {f32, f64}
+//! attrs      beta: float = 1.0
+//! body       bx = Mul(x, @beta); s = Sigmoid(bx); y = Mul(x, s)
+//! ```
+//!
+//! A statement is `out[, out2...] = Op(arg, ..., attr=value, ...)`: each `arg` a name defined
+//! before (an input or an earlier statement's output), a number (a scalar of the dtype of the
+//! statement's first tensor argument) or `@attr` (the op's own float or int attribute, as such
+//! a scalar); each attribute value a literal (`1`, `0.5`, `true`, `[0, 1]`, `f32`) or `@attr`.
+//! Names declared for the op (the names of `@attr` and of the dtypes) are kept for the
+//! process's life (op definitions hold `'static` names).
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::op::{
+    ArgDef, ArgType, AttrDef, AttrType, AttrValue, Attrs, Emitter, InferContext, OpDef, OpHandle,
+    Outputs, SpecRef, Specs, TensorSpec, TypeVar,
+};
+use crate::tensor::{DType, Tensor};
+
+/// An op definition as text (the fields of `dpp_op_def_t`).
+#[derive(Clone, Debug, Default)]
+pub struct OpText {
+    pub name: String,
+    pub inputs: String,
+    pub outputs: String,
+    pub type_vars: String,
+    pub attrs: String,
+    pub body: String,
+}
+
+/// A value of the body: an input of the op, or an output of a statement.
+type Value = usize;
+
+#[derive(Clone, Debug)]
+enum Arg {
+    Value(Value),
+    /// A number, as a scalar of the dtype of the statement's first value argument.
+    Scalar(f64),
+    /// The op's attribute, as such a scalar.
+    AttrScalar(&'static str),
+}
+
+#[derive(Clone, Debug)]
+enum AttrSource {
+    Literal(AttrValue),
+    /// The op's attribute of that name.
+    Ref(&'static str),
+}
+
+#[derive(Clone, Debug)]
+struct Statement {
+    /// The statement as written, for messages.
+    text: String,
+    op: OpHandle,
+    args: Vec<Arg>,
+    attrs: Vec<(String, AttrSource)>,
+    /// The first value argument: the dtype of the statement's scalars.
+    like: Option<Value>,
+    outputs: usize,
+}
+
+/// The parsed body of an op.
+#[derive(Debug)]
+struct Body {
+    op: String,
+    inputs: usize,
+    statements: Vec<Statement>,
+    /// The value of each output of the op.
+    outputs: Vec<Value>,
+    /// The declared type of each output, checked against what the body gives.
+    output_types: Vec<ArgType>,
+    /// The declared type of each input (to bind the type variables for that check).
+    input_types: Vec<ArgType>,
+}
+
+fn leak(s: &str) -> &'static str {
+    Box::leak(s.to_string().into_boxed_str())
+}
+
+fn is_ident(s: &str) -> bool {
+    let mut c = s.chars();
+    c.next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && c.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn dtype_named(s: &str) -> Option<DType> {
+    DType::ALL.into_iter().find(|d| d.name() == s)
+}
+
+/// Splits `s` at top-level `sep` (outside brackets and parentheses); empty parts dropped.
+fn split_top(s: &str, seps: &[char]) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut depth = 0i32;
+    let mut cur = String::new();
+    for c in s.chars() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            _ => {}
+        }
+        if depth == 0 && seps.contains(&c) {
+            if !cur.trim().is_empty() {
+                parts.push(cur.trim().to_string());
+            }
+            cur.clear();
+        } else {
+            cur.push(c);
+        }
+    }
+    if !cur.trim().is_empty() {
+        parts.push(cur.trim().to_string());
+    }
+    parts
+}
+
+/// `name: rest`, with `name` an identifier.
+fn name_and<'a>(item: &'a str, what: &str) -> std::result::Result<(&'a str, &'a str), String> {
+    let (n, rest) = item
+        .split_once(':')
+        .ok_or_else(|| format!("{what} `{item}` is not `name: ...`"))?;
+    let n = n.trim();
+    if !is_ident(n) {
+        return Err(format!(
+            "{what} `{item}`: '{n}' is not a name ([A-Za-z_][A-Za-z0-9_]*)"
+        ));
+    }
+    Ok((n, rest.trim()))
+}
+
+/// A literal attribute value: `1`, `-2`, `0.5`, `true`, `[0, 1]`, `f32`.
+fn literal(s: &str) -> Option<AttrValue> {
+    let s = s.trim();
+    if s == "true" || s == "false" {
+        return Some(AttrValue::Bool(s == "true"));
+    }
+    if let Some(d) = dtype_named(s) {
+        return Some(AttrValue::DType(d));
+    }
+    if let Some(inner) = s.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+        let v: Option<Vec<i64>> = split_top(inner, &[','])
+            .iter()
+            .map(|x| x.parse::<i64>().ok())
+            .collect();
+        return v.map(AttrValue::Ints);
+    }
+    if let Ok(i) = s.parse::<i64>() {
+        return Some(AttrValue::Int(i));
+    }
+    s.parse::<f64>()
+        .ok()
+        .filter(|f| f.is_finite())
+        .map(AttrValue::Float)
+}
+
+fn attr_type(s: &str) -> Option<AttrType> {
+    Some(match s {
+        "int" => AttrType::Int,
+        "float" => AttrType::Float,
+        "bool" => AttrType::Bool,
+        "ints" => AttrType::Ints,
+        "dtype" => AttrType::DType,
+        _ => return None,
+    })
+}
+
+/// Whether a value of type `got` may stand where `want` is declared (an int for a float).
+fn fits(want: AttrType, got: AttrType) -> bool {
+    want == got || (want == AttrType::Float && got == AttrType::Int)
+}
+
+/// Parses `text` into an op definition whose statements call the ops `lookup` finds (by
+/// name: at run time the decomposition calls them by name). Errors are `INVALID_ARGUMENT`
+/// naming the op, the field and, in the body, the statement; the caller adds who defined it.
+pub fn parse(text: &OpText, lookup: &dyn Fn(&str) -> Option<OpHandle>) -> Result<OpDef> {
+    let name = text.name.trim();
+    let fail =
+        |field: &str, why: String| Error::invalid_argument(format!("op '{name}': {field}: {why}"));
+    let ns_ok = name.split('.').count() >= 2
+        && name.split('.').all(|p| {
+            let mut c = p.chars();
+            c.next().is_some_and(|c| c.is_ascii_alphabetic())
+                && c.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
+    if !ns_ok {
+        return Err(fail(
+            "name",
+            "must be `namespace.Name` (letters, digits, `_`; a namespace is required, e.g. `mydev.Swish`)"
+                .into(),
+        ));
+    }
+
+    // Type variables.
+    let mut type_vars: Vec<TypeVar> = Vec::new();
+    for item in split_top(&text.type_vars, &[';', '\n']) {
+        let (n, rest) = name_and(&item, "type variable").map_err(|w| fail("type_vars", w))?;
+        let set = rest
+            .strip_prefix('{')
+            .and_then(|r| r.strip_suffix('}'))
+            .ok_or_else(|| {
+                fail(
+                    "type_vars",
+                    format!("`{item}`: the dtypes go in braces, `{n}: {{f32, f64}}`"),
+                )
+            })?;
+        let mut allowed = Vec::new();
+        for d in split_top(set, &[',']) {
+            allowed.push(dtype_named(&d).ok_or_else(|| {
+                fail(
+                    "type_vars",
+                    format!("`{item}`: '{d}' is not a dtype (f32, f64, i32, i64, u8, bool)"),
+                )
+            })?);
+        }
+        if allowed.is_empty() {
+            return Err(fail("type_vars", format!("`{item}` allows no dtype")));
+        }
+        if type_vars.iter().any(|t| t.name == n) {
+            return Err(fail("type_vars", format!("'{n}' is declared twice")));
+        }
+        type_vars.push(TypeVar {
+            name: leak(n),
+            allowed,
+        });
+    }
+
+    // Inputs and outputs.
+    let args = |field: &str, list: &str| -> Result<Vec<ArgDef>> {
+        let mut out: Vec<ArgDef> = Vec::new();
+        for item in split_top(list, &[',']) {
+            let (n, ty) = name_and(&item, "argument").map_err(|w| fail(field, w))?;
+            let ty = if let Some(v) = type_vars.iter().find(|t| t.name == ty) {
+                ArgType::Var(v.name)
+            } else if let Some(d) = dtype_named(ty) {
+                ArgType::Fixed(d)
+            } else {
+                return Err(fail(
+                    field,
+                    format!("`{item}`: '{ty}' is neither a declared type variable nor a dtype"),
+                ));
+            };
+            if out.iter().any(|a| a.name == n) {
+                return Err(fail(field, format!("'{n}' is declared twice")));
+            }
+            out.push(ArgDef {
+                name: leak(n),
+                ty,
+                list: false,
+            });
+        }
+        Ok(out)
+    };
+    let inputs = args("inputs", &text.inputs)?;
+    let outputs = args("outputs", &text.outputs)?;
+    if outputs.is_empty() {
+        return Err(fail(
+            "outputs",
+            "the op must have at least one output".into(),
+        ));
+    }
+    if let Some(o) = outputs
+        .iter()
+        .find(|o| inputs.iter().any(|i| i.name == o.name))
+    {
+        return Err(fail("outputs", format!("'{}' is also an input", o.name)));
+    }
+
+    // Attributes.
+    let mut attrs: Vec<AttrDef> = Vec::new();
+    for item in split_top(&text.attrs, &[';', '\n']) {
+        let (n, rest) = name_and(&item, "attribute").map_err(|w| fail("attrs", w))?;
+        let (ty_s, default) = match rest.split_once('=') {
+            Some((t, d)) => (t.trim(), Some(d.trim())),
+            None => (rest, None),
+        };
+        let ty = attr_type(ty_s).ok_or_else(|| {
+            fail(
+                "attrs",
+                format!(
+                    "`{item}`: '{ty_s}' is not an attribute type (int, float, bool, ints, dtype)"
+                ),
+            )
+        })?;
+        let default = match default {
+            None => None,
+            Some(d) => {
+                let v = literal(d)
+                    .filter(|v| fits(ty, v.ty()))
+                    .ok_or_else(|| fail("attrs", format!("`{item}`: '{d}' is not a {ty_s}")))?;
+                Some(match (ty, v) {
+                    (AttrType::Float, AttrValue::Int(i)) => AttrValue::Float(i as f64),
+                    (_, v) => v,
+                })
+            }
+        };
+        if attrs.iter().any(|a| a.name == n) {
+            return Err(fail("attrs", format!("'{n}' is declared twice")));
+        }
+        attrs.push(AttrDef {
+            name: leak(n),
+            ty,
+            default,
+        });
+    }
+
+    let body = parse_body(text, &inputs, &outputs, &attrs, lookup, &fail)?;
+    let body = Arc::new(body);
+    let (infer_body, run_body) = (body.clone(), body);
+    Ok(OpDef {
+        name: name.to_string(),
+        inputs,
+        outputs,
+        type_vars,
+        attrs,
+        shape_fn: Arc::new(move |cx: &InferContext| infer_body.infer(cx)),
+        decomposition: Some(Arc::new(
+            move |em: &mut dyn Emitter, inputs: &[Tensor], attrs: &Attrs| {
+                run_body.run(em, inputs, attrs)
+            },
+        )),
+    })
+}
+
+fn parse_body(
+    text: &OpText,
+    inputs: &[ArgDef],
+    outputs: &[ArgDef],
+    attrs: &[AttrDef],
+    lookup: &dyn Fn(&str) -> Option<OpHandle>,
+    fail: &dyn Fn(&str, String) -> Error,
+) -> Result<Body> {
+    let mut names: Vec<String> = inputs.iter().map(|a| a.name.to_string()).collect();
+    let mut statements = Vec::new();
+    let own_attr = |r: &str| attrs.iter().find(|a| a.name == r);
+    for (k, st) in split_top(&text.body, &[';', '\n']).into_iter().enumerate() {
+        let at = |why: String| fail("body", format!("statement {} (`{st}`): {why}", k + 1));
+        let (lhs, rhs) = st
+            .split_once('=')
+            .ok_or_else(|| at("is not `name = Op(...)`".into()))?;
+        let outs: Vec<String> = split_top(lhs, &[',']);
+        for o in &outs {
+            if !is_ident(o) {
+                return Err(at(format!("'{o}' is not a name")));
+            }
+            if names.contains(o) {
+                return Err(at(format!("'{o}' is already defined")));
+            }
+        }
+        let rhs = rhs.trim();
+        let (op_name, rest) = rhs
+            .split_once('(')
+            .ok_or_else(|| at("the right side is not a call `Op(...)`".into()))?;
+        let args_s = rest
+            .trim_end()
+            .strip_suffix(')')
+            .ok_or_else(|| at("the call does not end with `)`".into()))?;
+        let op_name = op_name.trim();
+        let op = lookup(op_name).ok_or_else(|| {
+            at(format!(
+                "'{op_name}' is not an op the runtime knows (a basis op or one registered before)"
+            ))
+        })?;
+        let def = op.def();
+        let mut args = Vec::new();
+        let mut node_attrs: Vec<(String, AttrSource)> = Vec::new();
+        let mut like = None;
+        for a in split_top(args_s, &[',']) {
+            if let Some((key, value)) = a.split_once('=') {
+                let (key, value) = (key.trim(), value.trim());
+                let decl = def.attrs.iter().find(|d| d.name == key).ok_or_else(|| {
+                    let known: Vec<&str> = def.attrs.iter().map(|d| d.name).collect();
+                    at(format!(
+                        "{op_name} has no attribute '{key}' (it has: {})",
+                        if known.is_empty() {
+                            "none".into()
+                        } else {
+                            known.join(", ")
+                        }
+                    ))
+                })?;
+                let source = if let Some(r) = value.strip_prefix('@') {
+                    let own = own_attr(r)
+                        .ok_or_else(|| at(format!("'@{r}': the op has no attribute '{r}'")))?;
+                    if !fits(decl.ty, own.ty) {
+                        return Err(at(format!(
+                            "'{key}' of {op_name} is {}, but '@{r}' is {}",
+                            decl.ty, own.ty
+                        )));
+                    }
+                    AttrSource::Ref(own.name)
+                } else {
+                    let v = literal(value)
+                        .filter(|v| fits(decl.ty, v.ty()))
+                        .ok_or_else(|| {
+                            at(format!(
+                                "'{value}' is not {} (attribute '{key}' of {op_name})",
+                                decl.ty
+                            ))
+                        })?;
+                    AttrSource::Literal(v)
+                };
+                node_attrs.push((key.to_string(), source));
+            } else if let Some(r) = a.strip_prefix('@') {
+                let own = own_attr(r)
+                    .ok_or_else(|| at(format!("'@{r}': the op has no attribute '{r}'")))?;
+                if !matches!(own.ty, AttrType::Int | AttrType::Float) {
+                    return Err(at(format!(
+                        "'@{r}' is {}; only an int or float attribute can be an argument",
+                        own.ty
+                    )));
+                }
+                args.push(Arg::AttrScalar(own.name));
+            } else if let Some(i) = names.iter().position(|n| *n == a) {
+                like.get_or_insert(i);
+                args.push(Arg::Value(i));
+            } else if let Ok(f) = a.parse::<f64>() {
+                args.push(Arg::Scalar(f));
+            } else {
+                return Err(at(format!(
+                    "'{a}' is not defined before this statement (nor a number)"
+                )));
+            }
+        }
+        if like.is_none() && args.iter().any(|a| !matches!(a, Arg::Value(_))) {
+            return Err(at(
+                "a number needs a tensor argument in the same call to take its dtype from".into(),
+            ));
+        }
+        let variadic = def.inputs.last().is_some_and(|i| i.list);
+        let fixed = def.inputs.len() - usize::from(variadic);
+        let arity_ok = if variadic {
+            args.len() > fixed
+        } else {
+            args.len() == fixed
+        };
+        if !arity_ok {
+            return Err(at(format!(
+                "{op_name} takes {}{} input(s), got {}",
+                if variadic { "at least " } else { "" },
+                if variadic { fixed + 1 } else { fixed },
+                args.len()
+            )));
+        }
+        if outs.len() != def.outputs.len() {
+            return Err(at(format!(
+                "{op_name} has {} output(s), the statement names {}",
+                def.outputs.len(),
+                outs.len()
+            )));
+        }
+        names.extend(outs.iter().cloned());
+        statements.push(Statement {
+            text: st.clone(),
+            op,
+            args,
+            attrs: node_attrs,
+            like,
+            outputs: outs.len(),
+        });
+    }
+    let mut out_values = Vec::new();
+    for o in outputs {
+        let v = names
+            .iter()
+            .rposition(|n| n == o.name)
+            .filter(|&i| i >= inputs.len())
+            .ok_or_else(|| fail("body", format!("output '{}' is never assigned", o.name)))?;
+        out_values.push(v);
+    }
+    Ok(Body {
+        op: text.name.trim().to_string(),
+        inputs: inputs.len(),
+        statements,
+        outputs: out_values,
+        output_types: outputs.iter().map(|o| o.ty.clone()).collect(),
+        input_types: inputs.iter().map(|i| i.ty.clone()).collect(),
+    })
+}
+
+impl Statement {
+    /// The statement's attributes, the op's own (`@name`) filled in from `attrs`.
+    fn attrs(&self, attrs: &Attrs) -> Result<Attrs> {
+        let mut out = Attrs::new();
+        for (k, src) in &self.attrs {
+            let v = match src {
+                AttrSource::Literal(v) => v.clone(),
+                AttrSource::Ref(r) => attrs
+                    .get(r)
+                    .cloned()
+                    .ok_or_else(|| Error::internal(format!("attribute '{r}' was not completed")))?,
+            };
+            out.set(k, v);
+        }
+        Ok(out)
+    }
+
+    fn scalar(&self, arg: &Arg, attrs: &Attrs) -> Result<Option<f64>> {
+        Ok(match arg {
+            Arg::Value(_) => None,
+            Arg::Scalar(f) => Some(*f),
+            Arg::AttrScalar(r) => Some(match attrs.get(r) {
+                Some(AttrValue::Int(i)) => *i as f64,
+                Some(AttrValue::Float(f)) => *f,
+                _ => return Err(Error::internal(format!("attribute '{r}' is not a number"))),
+            }),
+        })
+    }
+}
+
+impl Body {
+    fn context(&self, st: &Statement) -> String {
+        format!("{} (its body: `{}`)", self.op, st.text)
+    }
+
+    /// The shape function: the statements' own, in order.
+    fn infer(&self, cx: &InferContext) -> Result<Specs> {
+        let mut values: Vec<TensorSpec> = cx
+            .inputs
+            .iter()
+            .map(|s| s.to_spec())
+            .collect::<Result<_>>()?;
+        for st in &self.statements {
+            let wrap = |e: Error| e.context(self.context(st));
+            let mut specs: Vec<TensorSpec> = Vec::with_capacity(st.args.len());
+            for a in &st.args {
+                specs.push(match a {
+                    Arg::Value(v) => values[*v],
+                    _ => TensorSpec::new(values[st.like.expect("checked at parse")].dtype, &[])?,
+                });
+            }
+            let refs: Vec<SpecRef> = specs.iter().map(SpecRef::from).collect();
+            let def = st.op.def();
+            st.op.0.check_inputs(&refs).map_err(wrap)?;
+            let attrs = st.attrs(cx.attrs)?;
+            let attrs = attrs.complete(&def.name, &def.attrs).map_err(wrap)?;
+            let outs = (def.shape_fn)(&InferContext {
+                op: &def.name,
+                inputs: &refs,
+                attrs: &attrs,
+            })
+            .map_err(wrap)?;
+            values.extend(outs);
+        }
+        // The outputs' dtypes as declared: a type variable takes the dtype its inputs bound.
+        let bound = |v: &str| {
+            self.input_types
+                .iter()
+                .zip(cx.inputs)
+                .find(|(t, _)| matches!(t, ArgType::Var(n) if *n == v))
+                .map(|(_, s)| s.dtype)
+        };
+        let mut out = Specs::new();
+        for (i, (&v, ty)) in self.outputs.iter().zip(&self.output_types).enumerate() {
+            let got = values[v];
+            let want = match ty {
+                ArgType::Fixed(d) => Some(*d),
+                ArgType::Var(n) => bound(n),
+                ArgType::Attr(_) => None,
+            };
+            if want.is_some_and(|w| w != got.dtype) {
+                return Err(Error::invalid_argument(format!(
+                    "{}: its body gives output {i} as {}, but the definition declares {}",
+                    self.op,
+                    got.dtype,
+                    want.expect("checked")
+                )));
+            }
+            out.push(got);
+        }
+        Ok(out)
+    }
+
+    /// The decomposition: the statements, run by `em` on the op's device.
+    fn run(&self, em: &mut dyn Emitter, inputs: &[Tensor], attrs: &Attrs) -> Result<Outputs> {
+        debug_assert_eq!(inputs.len(), self.inputs);
+        let mut values: Vec<Tensor> = inputs.to_vec();
+        for st in &self.statements {
+            let mut args = Vec::with_capacity(st.args.len());
+            for a in &st.args {
+                match (a, st.scalar(a, attrs)?) {
+                    (Arg::Value(v), _) => args.push(values[*v].clone()),
+                    (_, Some(x)) => {
+                        let dtype = values[st.like.expect("checked at parse")].dtype();
+                        args.push(em.scalar(dtype, x)?);
+                    }
+                    (_, None) => unreachable!("a non-value argument has a scalar"),
+                }
+            }
+            let node_attrs = st.attrs(attrs)?;
+            let outs = em.op(st.op.name(), &args, &node_attrs)?;
+            if outs.len() != st.outputs {
+                return Err(Error::internal(format!(
+                    "{}: {} gave {} outputs",
+                    self.context(st),
+                    st.op.name(),
+                    outs.len()
+                )));
+            }
+            values.extend(outs);
+        }
+        Ok(self.outputs.iter().map(|&v| values[v].clone()).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::OpRegistry;
+
+    fn text(body: &str) -> OpText {
+        OpText {
+            name: "t.Swish".into(),
+            inputs: "x: T".into(),
+            outputs: "y: T".into(),
+            type_vars: "T: {f32, f64}".into(),
+            attrs: "beta: float = 1.0".into(),
+            body: body.into(),
+        }
+    }
+
+    fn basis(name: &str) -> Option<OpHandle> {
+        thread_local!(static OPS: OpRegistry = OpRegistry::with_basis());
+        OPS.with(|o| o.find(name).ok())
+    }
+
+    fn err(t: &OpText) -> String {
+        parse(t, &basis).map(|_| ()).unwrap_err().message
+    }
+
+    #[test]
+    fn a_definition_parses() {
+        let d = parse(
+            &text("bx = Mul(x, @beta)\ns = Sigmoid(bx); y = Mul(x, s)"),
+            &basis,
+        )
+        .unwrap();
+        assert_eq!(d.inputs.len(), 1);
+        assert_eq!(d.attrs[0].default, Some(AttrValue::Float(1.0)));
+        assert!(d.decomposition.is_some());
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let mut t = text("y = Mul(x, x)");
+        t.name = "Swish".into();
+        assert!(err(&t).contains("namespace"), "{}", err(&t));
+        for (body, words) in [
+            ("y = Mul(x, z)", "'z' is not defined"),
+            ("y = Mull(x, x)", "'Mull' is not an op"),
+            ("y = Mul(x)", "takes 2 input(s), got 1"),
+            ("y = Neg(x, 1)", "takes 1 input(s), got 2"),
+            ("s = Neg(x)", "output 'y' is never assigned"),
+            ("y = ReduceSum(x, axis=1)", "has no attribute 'axis'"),
+            ("y = ReduceSum(x, axes=1.5)", "'1.5' is not"),
+            ("y = ReduceSum(x, axes=@gamma)", "no attribute 'gamma'"),
+            ("y = ReduceSum(x, axes=@beta)", "'@beta' is a float"),
+            ("y = Mul(2, 3)", "a number needs a tensor"),
+            ("x = Neg(x); y = Neg(x)", "'x' is already defined"),
+            ("y Neg(x)", "not `name = Op(...)`"),
+            ("y = Neg x", "not a call"),
+            (
+                "a, b = Neg(x); y = Neg(a)",
+                "Neg has 1 output(s), the statement names 2",
+            ),
+        ] {
+            let e = err(&text(body));
+            assert!(e.contains(words), "{body}: {e}");
+            assert!(e.starts_with("op 't.Swish': body: "), "{body}: {e}");
+        }
+        let mut t = text("y = Neg(x)");
+        t.type_vars = "T: {f32, f16}".into();
+        assert!(err(&t).contains("'f16' is not a dtype"), "{}", err(&t));
+        t.type_vars = "T: {f32}".into();
+        t.inputs = "x: U".into();
+        assert!(err(&t).contains("'U' is neither"), "{}", err(&t));
+        t.inputs = "x: T".into();
+        t.attrs = "beta: float = yes".into();
+        assert!(err(&t).contains("'yes' is not a float"), "{}", err(&t));
+        t.attrs = "beta: complex".into();
+        assert!(err(&t).contains("not an attribute type"), "{}", err(&t));
+        t.attrs = String::new();
+        t.outputs = String::new();
+        assert!(err(&t).contains("at least one output"), "{}", err(&t));
+    }
+}

@@ -1,0 +1,212 @@
+//! Ops a plugin defines (plugin ABI 1.2), as a Rust host sees them: SIMDML's `simdml.Swish`
+//! (x * sigmoid(x)) runs SIMDML's own kernel on its devices and the body it registered
+//! everywhere else (the CPU, SIM), with the same values; its dtype rule and its shape errors
+//! are the op's; a host cannot take its name. Malformed definitions are in the zoo
+//! (tests/tests/zoo.rs, `op_*`).
+
+use std::sync::{Arc, Mutex};
+
+use devplug_core::{
+    Attrs, Code, Device, OpDef, PlacementEvent, Reason, RunOptions, Runtime, Tensor,
+};
+use devplug_tests::{plugin_path, runtime};
+
+type Log = Arc<Mutex<Vec<PlacementEvent>>>;
+
+fn record(rt: &Runtime) -> Log {
+    let log: Log = Arc::default();
+    let l = log.clone();
+    rt.set_placement_callback(Some(Arc::new(move |e: &PlacementEvent| {
+        l.lock().unwrap().push(e.clone())
+    })));
+    log
+}
+
+fn on(device: &Arc<Device>, strict: bool) -> RunOptions {
+    RunOptions {
+        device: Some(device.clone()),
+        soft_placement: Some(!strict),
+    }
+}
+
+const X: [f32; 6] = [-3.0, -1.0, -0.25, 0.0, 0.5, 4.0];
+
+fn swish(x: f64) -> f64 {
+    x / (1.0 + (-x).exp())
+}
+
+fn assert_close(got: &[f32], what: &str) {
+    for (g, x) in got.iter().zip(X) {
+        let want = swish(f64::from(x)) as f32;
+        assert!(
+            (g - want).abs() <= 1e-6 * want.abs().max(1.0),
+            "{what}: swish({x}) = {g}, want {want}"
+        );
+    }
+}
+
+/// A runtime with SIMDML (GPU, with its kernels) and SIM.
+fn with_plugins() -> Runtime {
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_simdml"), &[]).unwrap();
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    rt
+}
+
+#[test]
+fn the_plugins_op_is_registered_with_its_signature() {
+    let rt = with_plugins();
+    let op = rt
+        .op("simdml.Swish")
+        .expect("SIMDML registered simdml.Swish");
+    let def = op.def();
+    assert_eq!(def.inputs.len(), 1);
+    assert_eq!(def.outputs.len(), 1);
+    assert!(def.decomposition.is_some(), "its body is its decomposition");
+    assert_eq!(
+        rt.kernels().locations("simdml.Swish"),
+        ["GPU bound to SIMDML (plugin 'simdml', f32/f64)"],
+        "SIMDML's kernel is the only one"
+    );
+    // Without the plugin the op does not exist, with a clear error.
+    let e = runtime().op("simdml.Swish").unwrap_err();
+    assert_eq!(e.code, Code::NotFound, "{e}");
+    assert!(e.message.contains("simdml.Swish"), "{e}");
+}
+
+#[test]
+fn the_native_kernel_runs_on_simdml_and_the_body_everywhere_else() {
+    let rt = with_plugins();
+    let log = record(&rt);
+    let none = Attrs::new();
+    let cpu = rt.find_device("CPU:0").unwrap();
+    let x = Tensor::from_slice(&cpu, &[2, 3], &X).unwrap();
+
+    // SIMDML: its own kernel, strictly (no decomposition, no fallback).
+    let gpu = rt.find_device("GPU:0").unwrap();
+    assert_eq!(gpu.platform().info.name, "SIMDML");
+    let y = rt
+        .run_named(
+            "simdml.Swish",
+            &[x.copy_to(&gpu).unwrap()],
+            &none,
+            &on(&gpu, true),
+        )
+        .unwrap();
+    assert!(Arc::ptr_eq(y[0].device(), &gpu));
+    assert_eq!(y[0].shape(), [2, 3]);
+    assert_close(&y[0].to_vec::<f32>().unwrap(), "SIMDML kernel");
+    {
+        let l = log.lock().unwrap();
+        assert!(
+            l.iter().any(|e| e.op == "simdml.Swish"
+                && e.device == "SIMDML:0"
+                && e.detail.contains("plugin 'simdml'")),
+            "{l:?}"
+        );
+        assert!(l.iter().all(|e| e.reason != Reason::Decomposed), "{l:?}");
+    }
+
+    // The CPU and SIM have no kernel for it: the body runs there (Sigmoid, then Mul), on
+    // that device, and the log says so. SIM has Mul but no Sigmoid, so with soft placement
+    // that one statement runs on the CPU (strictly, the error names the statement).
+    for (dev, strict) in [("CPU:0", true), ("SIM:0", false)] {
+        log.lock().unwrap().clear();
+        let d = rt.find_device(dev).unwrap();
+        let y = rt
+            .run_named(
+                "simdml.Swish",
+                &[x.copy_to(&d).unwrap()],
+                &none,
+                &on(&d, strict),
+            )
+            .unwrap();
+        assert!(Arc::ptr_eq(y[0].device(), &d), "{dev}");
+        assert_close(&y[0].to_vec::<f32>().unwrap(), dev);
+        let l = log.lock().unwrap();
+        assert!(
+            l.iter()
+                .any(|e| e.op == "simdml.Swish" && e.reason == Reason::Decomposed),
+            "{dev}: {l:?}"
+        );
+        let sigmoid = l.iter().find(|e| e.op == "Sigmoid").expect("Sigmoid ran");
+        let want = if strict {
+            Reason::Decomposed
+        } else {
+            Reason::SoftPlaced
+        };
+        assert_eq!(sigmoid.reason, want, "{dev}: {l:?}");
+    }
+    let sim = rt.find_device("SIM:0").unwrap();
+    let e = rt
+        .run_named(
+            "simdml.Swish",
+            &[x.copy_to(&sim).unwrap()],
+            &none,
+            &on(&sim, true),
+        )
+        .unwrap_err();
+    assert_eq!(e.code, Code::NotFound, "{e}");
+    assert!(
+        e.message
+            .starts_with("simdml.Swish (decomposed on SIM:0): Sigmoid: no kernel"),
+        "{e}"
+    );
+
+    // f64 too, on both paths.
+    let x64 = Tensor::from_slice(&cpu, &[2], &[-2.0f64, 3.0]).unwrap();
+    for d in [&cpu, &gpu] {
+        let y = rt
+            .run_named(
+                "simdml.Swish",
+                &[x64.copy_to(d).unwrap()],
+                &none,
+                &on(d, true),
+            )
+            .unwrap();
+        let v = y[0].to_vec::<f64>().unwrap();
+        assert!((v[0] - swish(-2.0)).abs() < 1e-12 && (v[1] - swish(3.0)).abs() < 1e-12);
+    }
+}
+
+#[test]
+fn its_dtype_rule_and_arity_are_the_ops_own() {
+    let rt = with_plugins();
+    let none = Attrs::new();
+    let cpu = rt.find_device("CPU:0").unwrap();
+    let i = Tensor::from_slice(&cpu, &[2], &[1i32, 2]).unwrap();
+    let e = rt
+        .run_named("simdml.Swish", &[i], &none, &on(&cpu, true))
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument, "{e}");
+    assert!(e.message.contains("simdml.Swish"), "{e}");
+    assert!(e.message.contains("i32"), "{e}");
+
+    let x = Tensor::from_slice(&cpu, &[2], &[1.0f32, 2.0]).unwrap();
+    let e = rt
+        .run_named("simdml.Swish", &[x.clone(), x], &none, &on(&cpu, true))
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument, "{e}");
+    assert!(e.message.contains("simdml.Swish"), "{e}");
+}
+
+#[test]
+fn a_host_cannot_take_a_plugins_op_name() {
+    let rt = with_plugins();
+    let relu = rt.op("Relu").unwrap().def().clone();
+    let e = rt
+        .register_op(OpDef {
+            name: "simdml.Swish".into(),
+            ..relu
+        })
+        .unwrap_err();
+    assert_eq!(e.code, Code::AlreadyExists, "{e}");
+    assert!(e.message.contains("simdml.Swish"), "{e}");
+    // and the plugin's op still works
+    let cpu = rt.find_device("CPU:0").unwrap();
+    let x = Tensor::from_slice(&cpu, &[6], &X).unwrap();
+    let y = rt
+        .run_named("simdml.Swish", &[x], &Attrs::new(), &on(&cpu, true))
+        .unwrap();
+    assert_close(&y[0].to_vec::<f32>().unwrap(), "after the refusal");
+}
