@@ -3,6 +3,8 @@
 // plugin SIMDML as type GPU (priority 100), loaded in either order.
 #include <devplug/devplug.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -138,6 +140,34 @@ void override_scenario(bool sim_first) {
   CHECK(rt.device("GPU:0").properties().platform == "SIMDML");
 }
 
+// SIMDML's own op simdml.Swish (plugin ABI 1.2): SIMDML's kernel on GPU:0, the body it
+// registered (Sigmoid, then Mul) on the CPU; the same values; its dtype rule names it.
+void a_plugins_own_op() {
+  devplug::Runtime rt = make_runtime();
+  CHECK_ERROR(rt.op("simdml.Swish"), DP_NOT_FOUND, "simdml.Swish");
+  rt.load_plugin(kSimdml);
+  const devplug::Op swish = rt.op("simdml.Swish");
+  CHECK(swish.name() == "simdml.Swish");
+  const std::vector<float> xs{-3.0f, -0.5f, 0.0f, 2.0f};
+  for (const char* where : {"GPU:0", "CPU:0"}) {
+    devplug::Device d = rt.device(where);
+    auto x = devplug::Tensor::from_vector<float>(d, {4}, xs);
+    devplug::RunOptions strict;
+    strict.device = d;
+    strict.soft_placement = DP_SOFT_PLACEMENT_OFF;
+    devplug::Tensor y = rt.run1(swish, {&x}, nullptr, strict);
+    CHECK(y.device().get() == d.get());
+    const std::vector<float> got = y.to_vector<float>();
+    CHECK(got.size() == xs.size());
+    for (size_t i = 0; i < got.size() && i < xs.size(); ++i) {
+      const double want = xs[i] / (1.0 + std::exp(-static_cast<double>(xs[i])));
+      CHECK(std::fabs(got[i] - want) <= 1e-6 * std::max(1.0, std::fabs(want)));
+    }
+  }
+  auto i32 = devplug::Tensor::from_vector<int32_t>(rt.device("CPU:0"), {2}, {1, 2});
+  CHECK_ERROR(rt.run1(swish, {&i32}), DP_INVALID_ARGUMENT, "simdml.Swish");
+}
+
 void cxx_plugin_exceptions_become_errors() {
   devplug::Runtime rt = make_runtime();
   CHECK_ERROR(rt.load_plugin(kSimdml, {"throw_in_init=1"}), DP_INTERNAL, "throw_in_init");
@@ -154,6 +184,7 @@ int main() {
     override_scenario(true);
     override_scenario(false);
     cxx_plugin_exceptions_become_errors();
+    a_plugins_own_op();
   } catch (const devplug::Error& e) {
     std::fprintf(stderr, "unexpected devplug::Error: %s\n", e.what());
     return 1;
