@@ -48,8 +48,11 @@ pub fn check_plugin(path: &Path, options: &[(&str, &str)], report: &mut dyn FnMu
         }
     };
     let mut plugin_name = String::new();
+    let mut plugin_ops = Vec::new();
     let loaded = checker.run("load", || {
-        plugin_name = rt.load_plugin(path, options)?.name;
+        let info = rt.load_plugin(path, options)?;
+        plugin_name = info.name;
+        plugin_ops = info.ops;
         Ok(())
     });
     if !loaded {
@@ -65,6 +68,9 @@ pub fn check_plugin(path: &Path, options: &[(&str, &str)], report: &mut dyn FnMu
         (checker.report)(Step::Note(format!(
             "{owner} registered no device (nothing more to check)"
         )));
+    }
+    for op in &plugin_ops {
+        checker.own_op(&rt, op);
     }
     let kernels: Vec<Arc<KernelDef>> = rt
         .kernels()
@@ -192,14 +198,58 @@ impl Checker<'_> {
         }
     }
 
+    /// An op the plugin defined: its body runs on the CPU, for each dtype it takes (of f32,
+    /// f64, i32 and i64) on generated inputs.
+    fn own_op(&mut self, rt: &Runtime, op: &str) {
+        let dtypes: Vec<DType> = [DType::F32, DType::F64, DType::I32, DType::I64]
+            .into_iter()
+            .filter(|&d| own_op_sample(rt, op, d).is_some())
+            .collect();
+        if dtypes.is_empty() {
+            (self.report)(Step::Note(format!(
+                "op {op}: no sample inputs can be made for it (a required attribute, a list \
+                 input or no dtype of f32, f64, i32, i64), its body is not run"
+            )));
+        }
+        for dtype in dtypes {
+            self.run(
+                &format!("op {op} ({}): its body runs on the CPU", dtype.name()),
+                || {
+                    let sample = own_op_sample(rt, op, dtype).expect("filtered above");
+                    let cpu = rt.cpu_device()?;
+                    let inputs: Vec<Tensor> = sample
+                        .inputs
+                        .iter()
+                        .map(|i| cpu_tensor(rt, &cpu, i))
+                        .collect::<Result<_>>()?;
+                    rt.run(&rt.op(op)?, &inputs, &sample.attrs, &strictly_on(&cpu))
+                        .map(drop)
+                },
+            );
+        }
+    }
+
     /// Runs kernel `k` on `dev` once per dtype it takes (of f32, f64, i32, i64) that its op
     /// has sample inputs for.
     fn kernel(&mut self, rt: &Runtime, dev: &Arc<Device>, k: &KernelDef) {
+        let sample = |d: DType| sample(&k.op, d).or_else(|| own_op_sample(rt, &k.op, d));
         let dtypes: Vec<DType> = [DType::F32, DType::F64, DType::I32, DType::I64]
             .into_iter()
             .filter(|d| k.dtypes.is_empty() || k.dtypes.contains(d))
-            .filter(|&d| sample(&k.op, d).is_some())
+            .filter(|&d| sample(d).is_some())
             .collect();
+        // An op without a CPU kernel (one a plugin defined) runs its body on the CPU: the
+        // kernel is compared with its decomposition.
+        let reference = if rt
+            .kernels()
+            .locations(&k.op)
+            .iter()
+            .any(|l| l.starts_with("CPU "))
+        {
+            "the CPU"
+        } else {
+            "its decomposition on the CPU"
+        };
         if dtypes.is_empty() {
             (self.report)(Step::Note(format!(
                 "{}: kernel {}: no sample inputs for this op and its dtypes, not run",
@@ -209,13 +259,13 @@ impl Checker<'_> {
         }
         for dtype in dtypes {
             let name = format!(
-                "{}: kernel {} ({}) agrees with the CPU",
+                "{}: kernel {} ({}) agrees with {reference}",
                 dev.name(),
                 k.op,
                 dtype.name()
             );
             self.run(&name, || {
-                let sample = sample(&k.op, dtype).expect("filtered above");
+                let sample = sample(dtype).expect("filtered above");
                 run_kernel_sample(rt, dev, k, &sample)
             });
             let edges = edge_samples(&k.op, dtype);
@@ -362,6 +412,61 @@ fn sample(op: &str, dtype: DType) -> Option<Sample> {
         _ => return None,
     };
     Some(Sample { inputs, attrs })
+}
+
+/// Inputs for an op a plugin defined (one with a decomposition and no sample of its own),
+/// from its signature: every input of shape `[2, 3]` holding 1, 2, … (positive, valid for
+/// Log, Sqrt, Div), the first type variable taking `dtype` and the others their first
+/// allowed dtype; the attributes' defaults. `None` when `dtype` is not allowed, an input is a
+/// list, an attribute has no default, or the op is not such an op.
+fn own_op_sample(rt: &Runtime, op: &str, dtype: DType) -> Option<Sample> {
+    use crate::op::ArgType;
+    if sample(op, dtype).is_some() {
+        return None;
+    }
+    let handle = rt.op(op).ok()?;
+    let def = handle.def();
+    def.decomposition.as_ref()?;
+    if def.attrs.iter().any(|a| a.default.is_none()) || def.inputs.iter().any(|i| i.list) {
+        return None;
+    }
+    let first_var = def.type_vars.first();
+    if first_var.is_some_and(|v| !v.allowed.contains(&dtype)) {
+        return None;
+    }
+    let mut inputs = Vec::new();
+    for input in &def.inputs {
+        let d = match &input.ty {
+            ArgType::Fixed(d) => *d,
+            ArgType::Var(v) if first_var.is_some_and(|f| f.name == *v) => dtype,
+            ArgType::Var(v) => *def
+                .type_vars
+                .iter()
+                .find(|t| t.name == *v)?
+                .allowed
+                .first()?,
+            ArgType::Attr(_) => return None,
+        };
+        let mut input = counting(&[2, 3], 1.0, d);
+        if d == DType::Bool {
+            input.values = vec![1.0, 0.0, 1.0, 0.0, 0.0, 1.0];
+        }
+        inputs.push(input);
+    }
+    // Sampled once per dtype it can take: the first type variable's on an input (an op whose
+    // type variable is on no input, like Fill's, is not sampled here); without type
+    // variables, its first input's (f32 without inputs).
+    let once = match first_var {
+        Some(_) => inputs.iter().any(|i| i.dtype == dtype),
+        None => inputs.first().map_or(DType::F32, |i| i.dtype) == dtype,
+    };
+    if !once {
+        return None;
+    }
+    Some(Sample {
+        inputs,
+        attrs: Attrs::new(),
+    })
 }
 
 /// An input of `shape` holding `first`, `first + 1`, … (exact in every dtype).
@@ -628,5 +733,61 @@ mod tests {
         for name in rt.ops().names() {
             assert!(sampled.contains(&name), "no sample for {name}");
         }
+    }
+
+    /// An op defined in text gets inputs from its signature, once per dtype of its first type
+    /// variable, and they run; one with an attribute without a default gets none.
+    #[test]
+    fn an_own_op_is_sampled_from_its_signature() {
+        use crate::op::text::{parse, OpText};
+        let rt = Runtime::new(RuntimeOptions {
+            discover_from_env: false,
+            ..Default::default()
+        })
+        .unwrap();
+        let define = |name: &str, inputs: &str, attrs: &str, body: &str| {
+            let text = OpText {
+                name: name.into(),
+                inputs: inputs.into(),
+                outputs: "y: T".into(),
+                type_vars: "T: {f32, f64}".into(),
+                attrs: attrs.into(),
+                body: body.into(),
+            };
+            let def = parse(&text, &|n| rt.op(n).ok()).unwrap();
+            rt.register_op(def).unwrap();
+        };
+        define("t.Scaled", "x: T", "beta: float = 2.0", "y = Mul(x, @beta)");
+        define("t.Pick", "c: bool, a: T, b: T", "", "y = Select(c, a, b)");
+        define("t.Needs", "x: T", "beta: float", "y = Mul(x, @beta)");
+        let cpu = rt.cpu_device().unwrap();
+        for op in ["t.Scaled", "t.Pick"] {
+            for dtype in [DType::F32, DType::F64] {
+                let sample = own_op_sample(&rt, op, dtype).unwrap_or_else(|| panic!("{op}"));
+                assert!(sample.inputs.iter().any(|i| i.dtype == dtype), "{op}");
+                let inputs: Vec<Tensor> = sample
+                    .inputs
+                    .iter()
+                    .map(|i| cpu_tensor(&rt, &cpu, i).unwrap())
+                    .collect();
+                let out = rt
+                    .run(
+                        &rt.op(op).unwrap(),
+                        &inputs,
+                        &sample.attrs,
+                        &strictly_on(&cpu),
+                    )
+                    .unwrap_or_else(|e| panic!("{op} ({dtype:?}): {e}"));
+                assert_eq!(out[0].dtype(), dtype, "{op}");
+            }
+            assert!(own_op_sample(&rt, op, DType::I32).is_none(), "{op}");
+        }
+        assert_eq!(
+            own_op_sample(&rt, "t.Pick", DType::F32).unwrap().inputs[0].dtype,
+            DType::Bool
+        );
+        assert!(own_op_sample(&rt, "t.Needs", DType::F32).is_none());
+        // A basis op has its own sample.
+        assert!(own_op_sample(&rt, "Add", DType::F32).is_none());
     }
 }

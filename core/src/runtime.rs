@@ -59,6 +59,7 @@ struct PluginRecord {
     plugin: Arc<LoadedPlugin>,
     identity: Option<(u64, u64)>,
     platforms: Vec<String>,
+    ops: Vec<String>,
 }
 
 /// The host object.
@@ -267,6 +268,7 @@ impl Runtime {
             .collect();
         self.register_platforms(dyn_platforms, &owner, None)
             .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
+        let op_names: Vec<String> = ops.iter().map(|d| d.name.clone()).collect();
         for def in ops {
             // Names were free a moment ago; only a host registering the same name at this
             // very moment can take one (then the op is missing, and the host's error says so).
@@ -281,6 +283,7 @@ impl Runtime {
             plugin: loaded,
             identity,
             platforms: names,
+            ops: op_names,
         };
         let info = info_of(&record);
         plugins.push(record);
@@ -581,6 +584,7 @@ fn info_of(r: &PluginRecord) -> PluginInfo {
         version: r.plugin.version.clone(),
         path: r.plugin.path.clone(),
         platforms: r.platforms.clone(),
+        ops: r.ops.clone(),
     }
 }
 

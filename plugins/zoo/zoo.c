@@ -55,8 +55,8 @@
  *                                  with a message); with ZOO_FLAGS=2u (NO_SUBALLOCATOR)
  *   ZOO_CRASH_IN_MEMSET            memset writes to an invalid address (SIGSEGV)
  *   ZOO_HANG_IN_SYNCHRONIZE        synchronize_stream never returns
- *   ZOO_KERNEL_ZEROS               registers a kernel for Add (ZOO, f32) that writes zeros:
- *                                  wrong results for `devplug check` to find
+ *   ZOO_KERNEL_ZEROS               registers a kernel for ZOO_KERNEL_OP (default "Add"; ZOO,
+ *                                  f32) that writes zeros: wrong results for `devplug check`
  *   ZOO_OP_BODY="..."              registers op ZOO_OP_NAME (default "zoo.Op"; x: T -> y: T,
  *                                  T: {f32, f64}) with that body (ABI 1.2), after its platform
  *   ZOO_LATE_REGISTER              create_device calls register_platform (after init) and
@@ -795,12 +795,15 @@ static dpp_status_t zoo_kernel_zeros(const dpp_kernel_context_t *cx) {
   return DPP_OK;
 }
 
+#ifndef ZOO_KERNEL_OP
+#define ZOO_KERNEL_OP "Add"
+#endif
 static dpp_status_t zoo_register_kernel(const dpp_host_api_t *host) {
   static const int32_t f32[1] = {DPP_DTYPE_F32};
   dpp_kernel_t k;
   memset(&k, 0, sizeof k);
   k.struct_size = DPP_KERNEL_STRUCT_SIZE;
-  k.op = "Add";
+  k.op = ZOO_KERNEL_OP;
   k.device_type = ZOO_DEVICE_TYPE;
   k.platform = ZOO_PLATFORM_NAME;
   k.dtypes = f32;

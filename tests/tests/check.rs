@@ -73,6 +73,15 @@ fn the_sample_plugins_conform() {
             "devplug_simdml",
             "ok      GPU:0: kernel Relu (f64) agrees with the CPU",
         ),
+        // SIMDML's own op: its body runs, and its kernel is compared with the body.
+        (
+            "devplug_simdml",
+            "ok      op simdml.Swish (f64): its body runs on the CPU",
+        ),
+        (
+            "devplug_simdml",
+            "ok      GPU:0: kernel simdml.Swish (f32) agrees with its decomposition on the CPU",
+        ),
     ] {
         let (code, out) = check(&plugin_path(plugin), &[]);
         assert_eq!(code, 0, "{plugin}: {out}");
@@ -114,6 +123,30 @@ fn a_kernel_with_wrong_results_fails_its_check() {
         "{out}"
     );
     assert!(out.contains("2 failed: does NOT conform"), "{out}");
+}
+
+#[test]
+fn a_plugins_own_op_is_run_and_its_kernel_compared_with_its_body() {
+    let (code, out) = check(&zoo("op_good"), &[]);
+    assert_eq!(code, 0, "{out}");
+    for dtype in ["f32", "f64"] {
+        let line = format!("ok      op zoo.Op ({dtype}): its body runs on the CPU");
+        assert!(out.contains(&line), "missing {line:?}:\n{out}");
+    }
+    // A kernel for it with wrong results fails, against the body (there is no CPU kernel).
+    let (code, out) = check(&zoo("op_kernel_zeros"), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "FAILED  ZOO:0: kernel zoo.Op (f32) agrees with its decomposition on the CPU: \
+             INTERNAL: output 0[0] is 0"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("ok      op zoo.Op (f32): its body runs on the CPU"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -604,6 +604,8 @@ pub struct PluginInfo {
     pub path: std::path::PathBuf,
     /// The platforms it registered.
     pub platforms: Vec<String>,
+    /// The ops it defined (plugin ABI 1.2), in order.
+    pub ops: Vec<String>,
 }
 
 /// A plugin that failed to load, and why.
