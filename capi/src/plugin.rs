@@ -22,6 +22,10 @@ pub struct dp_plugin_info_t {
     pub path: *const c_char,
     /// Number of platforms it registered.
     pub platform_count: usize,
+    /// Number of ops it defined (plugin ABI 1.2); their names: [`dp_runtime_plugin_op`].
+    /// Written only when `struct_size` covers it (callers built before it was added get the
+    /// fields above).
+    pub op_count: usize,
 }
 
 /// A failed plugin load, as [`dp_runtime_plugin_failure`] reports it. Set `struct_size`
@@ -166,9 +170,48 @@ pub unsafe extern "C" fn dp_runtime_plugin_info(
             version,
             path,
             platform_count: p.platforms.len(),
+            op_count: p.ops.len(),
         };
         // SAFETY: the caller's contract.
         unsafe { handle::write_sized(out_info, info, std::mem::size_of::<usize>(), "out_info") }
+    })
+}
+
+/// Writes the name of op `op_index` that loaded plugin `plugin_index` defined (in the order
+/// it registered them; see `dp_plugin_info_t.op_count`) into `*out_name`, a string valid
+/// until the runtime is destroyed. Run it by that name (`dp_runtime_find_op`).
+/// `DP_OUT_OF_RANGE` when either index is past the end; nothing is written on failure.
+///
+/// # Safety
+/// `runtime` is a runtime handle; `out_name` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_runtime_plugin_op(
+    runtime: *const dp_runtime_t,
+    plugin_index: usize,
+    op_index: usize,
+    out_name: *mut *const c_char,
+) -> dp_status_t {
+    guard("dp_runtime_plugin_op", || {
+        // SAFETY: the caller's contract.
+        let rt = unsafe { runtime_obj(runtime)? };
+        check_out(out_name, "out_name")?;
+        let plugins = rt.runtime().plugins();
+        let p = plugins.get(plugin_index).ok_or_else(|| {
+            devplug_core::Error::out_of_range(format!(
+                "plugin index {plugin_index} is past the end: {} loaded",
+                plugins.len()
+            ))
+        })?;
+        let op = p.ops.get(op_index).ok_or_else(|| {
+            devplug_core::Error::out_of_range(format!(
+                "op index {op_index} is past the end: plugin '{}' defined {} op(s)",
+                p.name,
+                p.ops.len()
+            ))
+        })?;
+        let [name] = rt.keep([cstring(op)]);
+        // SAFETY: the caller's contract.
+        unsafe { handle::write_out(out_name, "out_name", name) }
     })
 }
 

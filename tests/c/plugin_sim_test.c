@@ -1,15 +1,18 @@
 /* A C host with the SIM reference plugin: two SIM devices and the CPU, copies and
  * stream/event ordering across all three (every byte checked), device enumeration with type,
  * platform, priority and the active platform, load failures listed with their reasons, and
- * injected faults as errors (also one that happens on a stream, reported by its synchronize). */
+ * injected faults as errors (also one that happens on a stream, reported by its synchronize);
+ * the ops a plugin defined (SIMDML's simdml.Swish), listed and run by name. */
 #include "dp_test.h"
 
 #include <devplug/devplug.h>
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SIM DEVPLUG_TEST_PLUGIN_DIR "/libdevplug_sim.so"
+#define SIMDML DEVPLUG_TEST_PLUGIN_DIR "/libdevplug_simdml.so"
 
 static dp_runtime_t *make_runtime(void) {
   dp_runtime_options_t o;
@@ -36,6 +39,7 @@ static void enumeration_and_copies(void) {
   info.struct_size = sizeof info;
   CHECK_OK(dp_runtime_plugin_info(rt, 0, &info));
   CHECK(info.platform_count == 1);
+  CHECK(info.op_count == 0);
   CHECK(strstr(info.path, "libdevplug_sim.so") != NULL);
 
   dp_device_t *cpu = NULL, *s0 = NULL, *s1 = NULL;
@@ -177,8 +181,51 @@ static void async_copy_failure(void) {
   dp_runtime_destroy(rt);
 }
 
+static void plugin_ops(void) {
+  SECTION("the ops a plugin defined: counted, named, found by name; bad indices");
+  dp_runtime_t *rt = make_runtime();
+  CHECK_OK(dp_runtime_load_plugin(rt, SIM, NULL, 0));
+  CHECK_OK(dp_runtime_load_plugin(rt, SIMDML, NULL, 0));
+  dp_plugin_info_t info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  CHECK_OK(dp_runtime_plugin_info(rt, 1, &info));
+  CHECK_STR(info.name, "simdml");
+  CHECK(info.op_count == 1);
+  const char *name = NULL;
+  CHECK_OK(dp_runtime_plugin_op(rt, 1, 0, &name));
+  CHECK_STR(name, "simdml.Swish");
+  dp_op_t *op = NULL;
+  CHECK_OK(dp_runtime_find_op(rt, name, &op));
+  CHECK_STR(dp_op_name(op), "simdml.Swish");
+
+  /* A caller built before op_count existed: its struct ends at platform_count, and nothing
+   * past it is written. */
+  unsigned char old[sizeof(dp_plugin_info_t)];
+  memset(old, 0xA5, sizeof old);
+  dp_plugin_info_t *o = (dp_plugin_info_t *)(void *)old;
+  o->struct_size = offsetof(dp_plugin_info_t, op_count);
+  CHECK_OK(dp_runtime_plugin_info(rt, 1, o));
+  CHECK(o->platform_count == 1);
+  CHECKF(dp_test_bytes_are(old, offsetof(dp_plugin_info_t, op_count), sizeof old, 0xA5),
+         "op_count written past the caller's struct_size");
+
+  /* Out of range, NULL: an error naming what, and nothing written. */
+  name = "untouched";
+  CHECK_STATUS_MSG(dp_runtime_plugin_op(rt, 1, 1, &name), DP_OUT_OF_RANGE,
+                   "plugin 'simdml' defined 1 op(s)");
+  CHECK_STATUS_MSG(dp_runtime_plugin_op(rt, 0, 0, &name), DP_OUT_OF_RANGE, "defined 0 op(s)");
+  CHECK_STATUS_MSG(dp_runtime_plugin_op(rt, 2, 0, &name), DP_OUT_OF_RANGE, "plugin index 2");
+  CHECK_STR(name, "untouched");
+  CHECK_STATUS_MSG(dp_runtime_plugin_op(rt, 1, 0, NULL), DP_INVALID_ARGUMENT, "out_name");
+  CHECK_STATUS_MSG(dp_runtime_plugin_op(NULL, 1, 0, &name), DP_INVALID_ARGUMENT, "runtime");
+  CHECK_STR(name, "untouched");
+  dp_runtime_destroy(rt);
+}
+
 int main(void) {
   enumeration_and_copies();
+  plugin_ops();
   failures_are_listed();
   injected_faults();
   async_copy_failure();

@@ -146,6 +146,7 @@ void a_plugins_own_op() {
   devplug::Runtime rt = make_runtime();
   CHECK_ERROR(rt.op("simdml.Swish"), DP_NOT_FOUND, "simdml.Swish");
   rt.load_plugin(kSimdml);
+  CHECK(rt.plugins().at(0).ops == std::vector<std::string>{"simdml.Swish"});
   const devplug::Op swish = rt.op("simdml.Swish");
   CHECK(swish.name() == "simdml.Swish");
   const std::vector<float> xs{-3.0f, -0.5f, 0.0f, 2.0f};

@@ -170,6 +170,12 @@ typedef struct dp_plugin_info_t {
    * Number of platforms it registered.
    */
   size_t platform_count;
+  /**
+   * Number of ops it defined (plugin ABI 1.2); their names: [`dp_runtime_plugin_op`].
+   * Written only when `struct_size` covers it (callers built before it was added get the
+   * fields above).
+   */
+  size_t op_count;
 } dp_plugin_info_t;
 
 /**
@@ -736,6 +742,20 @@ dp_status_t dp_runtime_plugin_count(const dp_runtime_t *runtime, size_t *out_cou
 dp_status_t dp_runtime_plugin_info(const dp_runtime_t *runtime,
                                    size_t index,
                                    struct dp_plugin_info_t *out_info);
+
+/**
+ * Writes the name of op `op_index` that loaded plugin `plugin_index` defined (in the order
+ * it registered them; see `dp_plugin_info_t.op_count`) into `*out_name`, a string valid
+ * until the runtime is destroyed. Run it by that name (`dp_runtime_find_op`).
+ * `DP_OUT_OF_RANGE` when either index is past the end; nothing is written on failure.
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `out_name` is writable.
+ */
+dp_status_t dp_runtime_plugin_op(const dp_runtime_t *runtime,
+                                 size_t plugin_index,
+                                 size_t op_index,
+                                 const char **out_name);
 
 /**
  * Writes the number of failed plugin loads into `*out_count`.

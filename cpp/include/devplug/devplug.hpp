@@ -1419,6 +1419,8 @@ struct PluginInfo {
   std::string version;
   std::string path;
   size_t platform_count = 0;
+  /** The ops it defined (plugin ABI 1.2), in order: run them by name (`Runtime::op`). */
+  std::vector<std::string> ops;
 };
 
 /** @brief A plugin that failed to load, and why (`dp_plugin_failure_t`). */
@@ -1730,7 +1732,13 @@ class Runtime {
       dp_plugin_info_t p{};
       p.struct_size = sizeof p;
       check(dp_runtime_plugin_info(handle_, i, &p));
-      out.push_back(PluginInfo{p.name, p.version, p.path, p.platform_count});
+      PluginInfo info{p.name, p.version, p.path, p.platform_count, {}};
+      for (size_t k = 0; k < p.op_count; ++k) {
+        const char* op = nullptr;
+        check(dp_runtime_plugin_op(handle_, i, k, &op));
+        info.ops.emplace_back(op);
+      }
+      out.push_back(std::move(info));
     }
     return out;
   }
