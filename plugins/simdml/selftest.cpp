@@ -99,13 +99,14 @@ struct RegisteredKernel {
 /** The attributes the fake host's attr_* functions read (the runtime's rules: NOT_FOUND,
  *  INVALID_ARGUMENT for another type, an int reads as a float). */
 struct FakeAttrs {
-  enum Kind { Int, Float, Bool, Ints, DType };
+  enum Kind { Int, Float, Bool, Ints, DType, Str };
   struct Value {
     std::string name;
     Kind kind;
     int64_t i;
     double f;
     std::vector<int64_t> v;
+    std::string s;
   };
   std::vector<Value> values;
   const Value* find(const char* name) const {
@@ -218,6 +219,14 @@ struct FakeHost {
       if (v == nullptr) return DPP_NOT_FOUND;
       if (v->kind != FakeAttrs::DType || out == nullptr) return DPP_INVALID_ARGUMENT;
       *out = static_cast<int32_t>(v->i);
+      return DPP_OK;
+    };
+    api.attr_string = [](const void* attrs, const char* name, const char** out, size_t* len) -> dpp_status_t {
+      const FakeAttrs::Value* v = attrs ? static_cast<const FakeAttrs*>(attrs)->find(name) : nullptr;
+      if (v == nullptr) return DPP_NOT_FOUND;
+      if (v->kind != FakeAttrs::Str || out == nullptr || len == nullptr) return DPP_INVALID_ARGUMENT;
+      *out = v->s.data();
+      *len = v->s.size();
       return DPP_OK;
     };
   }
@@ -979,6 +988,8 @@ class Probe : public dp::Kernel {
     record("b", [&] { return std::string(cx.attr_bool("b") ? "true" : "false"); });
     record("v", [&] { return dp::shape_string(cx.attr_ints("v")); });
     record("d", [&] { return std::string(dp::dtype_name(cx.attr_dtype("d"))); });
+    record("s", [&] { return "'" + std::string(cx.attr_string("s")) + "'"; });
+    record("i as string", [&] { return std::string(cx.attr_string("i")); });
     record("missing", [&] { return std::to_string(cx.attr_int("missing")); });
     record("f as int", [&] { return std::to_string(cx.attr_int("f")); });
     record("device", [&] { return std::to_string(cx.device().ordinal()); });
@@ -1046,7 +1057,8 @@ void test_header_kernels() {
                       {"f", FakeAttrs::Float, 0, 2.5, {}},
                       {"b", FakeAttrs::Bool, 1, 0, {}},
                       {"v", FakeAttrs::Ints, 0, 0, {1, -2, 3}},
-                      {"d", FakeAttrs::DType, DPP_DTYPE_F64, 0, {}}};
+                      {"d", FakeAttrs::DType, DPP_DTYPE_F64, 0, {}},
+                      {"s", FakeAttrs::Str, 0, 0, {}, "SAME"}};
       // A newer host's larger dpp_tensor_t: elements are struct_size bytes apart.
       struct BigTensor {
         dpp_tensor_t t;
@@ -1070,6 +1082,8 @@ void test_header_kernels() {
           "b=true",
           "v=[1, -2, 3]",
           "d=f64",
+          "s='SAME'",
+          "i as string: INVALID_ARGUMENT: kernel Probe: attribute 'i' is not of type string",
           "missing: NOT_FOUND: kernel Probe: the op has no attribute 'missing'",
           "f as int: INVALID_ARGUMENT: kernel Probe: attribute 'f' is not of type int",
           "device: FAILED_PRECONDITION: kernel Probe is bound to ANY: it may run on other plugins' devices, so it "
@@ -1114,6 +1128,37 @@ void test_header_kernels() {
       CHECK_STATUS(run_kernel(*k, nullptr, nullptr, {}, {}), c.status);
       CHECK(take_error() == c.message);
     }
+    api->shutdown(data);
+  }
+  {
+    // A host table that ends before attr_string (ABI 1.2): reading a string attribute is
+    // UNIMPLEMENTED, the rest reads as before.
+    hdr::g_seen = {};
+    FakeHost host;
+    host.api.struct_size = offsetof(dpp_host_api_t, attr_string);
+    host.options = {{"mode", "probe"}};
+    void* data = nullptr;
+    CHECK_OK(host.init(api, &data));
+    const RegisteredKernel* k = host.kernel("Probe");
+    CHECK(k != nullptr);
+    if (k != nullptr) {
+      FakeAttrs attrs;
+      attrs.values = {{"i", FakeAttrs::Int, 3, 0, {}}, {"s", FakeAttrs::Str, 0, 0, {}, "SAME"}};
+      const int64_t shape[] = {2};
+      const dpp_tensor_t in[2] = {{DPP_TENSOR_STRUCT_SIZE, nullptr, DPP_DTYPE_F32, 1, shape, 0x100, 8},
+                                  {DPP_TENSOR_STRUCT_SIZE, nullptr, DPP_DTYPE_F32, 1, shape, 0x200, 8}};
+      dpp_kernel_context_t c = make_context(nullptr, nullptr, {}, {}, &attrs, k->kernel_data);
+      c.num_inputs = 2;
+      c.inputs = in;
+      CHECK_OK(k->compute(&c));
+      bool seen = false;
+      for (const std::string& l : hdr::g_seen.lines) {
+        if (l == "s: UNIMPLEMENTED: kernel Probe: the host has no attr_string function") seen = true;
+      }
+      CHECK(seen);
+      CHECK(hdr::g_seen.lines.size() > 1 && hdr::g_seen.lines[1] == "i=3");
+    }
+    hdr::g_saved = devplug::plugin::Host();
     api->shutdown(data);
   }
   {

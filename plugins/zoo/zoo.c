@@ -59,6 +59,10 @@
  *                                  f32) that writes zeros: wrong results for `devplug check`
  *   ZOO_OP_BODY="..."              registers op ZOO_OP_NAME (default "zoo.Op"; x: T -> y: T,
  *                                  T: {f32, f64}) with that body (ABI 1.2), after its platform
+ *   ZOO_KERNEL_LABEL               with ZOO_OP_BODY: the op gets attribute `label: string =
+ *                                  "zoo"`, and a kernel for it (ZOO, f32) writes the label's
+ *                                  bytes (attr_string, ABI 1.2) into its output as floats,
+ *                                  then zeros
  *   ZOO_LATE_REGISTER              create_device calls register_platform (after init) and
  *                                  writes the status it got to the marker
  */
@@ -817,6 +821,46 @@ static dpp_status_t zoo_register_kernel(const dpp_host_api_t *host) {
 #ifndef ZOO_OP_NAME
 #define ZOO_OP_NAME "zoo.Op"
 #endif
+#if defined(ZOO_KERNEL_LABEL)
+/* Writes the bytes of string attribute `label` into output 0 (f32), then zeros. */
+static dpp_status_t zoo_kernel_label(const dpp_kernel_context_t *cx) {
+  zoo_device *d = cx ? zoo_dev(cx->device) : NULL;
+  if (d == NULL || cx->num_outputs != 1 || cx->outputs[0].dtype != DPP_DTYPE_F32) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  const dpp_host_api_t *host = d->platform->host;
+  if (host->struct_size < DPP_HOST_API_STRUCT_SIZE || host->attr_string == NULL) {
+    return zoo_fail(d, DPP_UNIMPLEMENTED, "zoo: the host has no attr_string");
+  }
+  const char *label = NULL;
+  size_t len = 0;
+  dpp_status_t st = host->attr_string(cx->attrs, "label", &label, &len);
+  if (st != DPP_OK) {
+    return zoo_fail(d, st, "zoo: attr_string(label) failed with status %d", (int)st);
+  }
+  ZOO_RANGE_OR_FAIL(p, d, cx->outputs[0].data, cx->outputs[0].byte_size, "kernel output");
+  const size_t n = (size_t)cx->outputs[0].byte_size / sizeof(float);
+  for (size_t i = 0; i < n; i++) {
+    const float v = i < len ? (float)(unsigned char)label[i] : 0.0f;
+    memcpy(p + i * sizeof v, &v, sizeof v);
+  }
+  return DPP_OK;
+}
+
+static dpp_status_t zoo_register_label_kernel(const dpp_host_api_t *host) {
+  static const int32_t f32[1] = {DPP_DTYPE_F32};
+  dpp_kernel_t k;
+  memset(&k, 0, sizeof k);
+  k.struct_size = DPP_KERNEL_STRUCT_SIZE;
+  k.op = ZOO_OP_NAME;
+  k.device_type = ZOO_DEVICE_TYPE;
+  k.platform = ZOO_PLATFORM_NAME;
+  k.dtypes = f32;
+  k.num_dtypes = 1;
+  k.compute = zoo_kernel_label;
+  return host->register_kernel(host->context, &k);
+}
+#endif
 /* An op of the plugin's own: the host parses the text when it commits the load. */
 static dpp_status_t zoo_register_op(const dpp_host_api_t *host) {
   dpp_op_def_t op;
@@ -827,7 +871,13 @@ static dpp_status_t zoo_register_op(const dpp_host_api_t *host) {
   op.outputs = "y: T";
   op.type_vars = "T: {f32, f64}";
   op.body = ZOO_OP_BODY;
+#if defined(ZOO_KERNEL_LABEL)
+  op.attrs = "label: string = \"zoo\"";
+  dpp_status_t st = host->register_op(host->context, &op);
+  return st != DPP_OK ? st : zoo_register_label_kernel(host);
+#else
   return host->register_op(host->context, &op);
+#endif
 }
 #endif
 

@@ -394,6 +394,53 @@ fn a_plugins_op_runs_through_its_body_and_its_name_is_then_taken() {
     );
 }
 
+/// A string attribute of a plugin's op reaches the plugin's kernel (attr_string, ABI 1.2):
+/// its default, a value the host set, and the host's type check before the kernel runs.
+#[test]
+fn a_plugins_kernel_reads_a_string_attribute() {
+    use devplug_core::{AttrValue, Attrs, RunOptions, Tensor};
+    let _env = env_shared();
+    let rt = runtime();
+    rt.load_plugin(zoo_path("op_string_attr"), &[]).unwrap();
+    let op = rt.op("zoo.Op").unwrap();
+    let label = op.def().attrs.iter().find(|a| a.name == "label").unwrap();
+    assert_eq!(label.default, Some(AttrValue::Str("zoo".into())));
+    let zoo = rt.find_device("ZOO:0").unwrap();
+    let strictly = RunOptions {
+        device: Some(zoo.clone()),
+        soft_placement: Some(false),
+    };
+    let x = Tensor::from_slice(&zoo, &[5], &[1.0f32; 5]).unwrap();
+    let run = |attrs: &Attrs| rt.run(&op, std::slice::from_ref(&x), attrs, &strictly);
+    let y = run(&Attrs::new()).unwrap();
+    assert_eq!(
+        y[0].to_vec::<f32>().unwrap(),
+        [122.0, 111.0, 111.0, 0.0, 0.0]
+    );
+    let y = run(&Attrs::new().with("label", AttrValue::Str("h\u{e9}".into()))).unwrap();
+    assert_eq!(
+        y[0].to_vec::<f32>().unwrap(),
+        [104.0, 195.0, 169.0, 0.0, 0.0],
+        "UTF-8 bytes"
+    );
+    let y = run(&Attrs::new().with("label", AttrValue::Str(String::new()))).unwrap();
+    assert_eq!(y[0].to_vec::<f32>().unwrap(), [0.0; 5]);
+    // Another type is refused by the host, naming the op and the attribute.
+    let e = run(&Attrs::new().with("label", AttrValue::Int(3))).unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument, "{e}");
+    assert!(
+        e.message.contains("zoo.Op") && e.message.contains("label"),
+        "{e}"
+    );
+    // The CPU runs the body (Neg), which has no use for the label.
+    let cpu = rt.find_device("CPU:0").unwrap();
+    let x = Tensor::from_slice(&cpu, &[2], &[1.0f32, -2.0]).unwrap();
+    let y = rt
+        .run(&op, &[x], &Attrs::new(), &RunOptions::default())
+        .unwrap();
+    assert_eq!(y[0].to_vec::<f32>().unwrap(), [-1.0, 2.0]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Refused variants with more to check
 

@@ -111,7 +111,7 @@
 /**
  * Size of `dpp_host_api_t` in ABI 1.2.
  */
-#define DPP_HOST_API_STRUCT_SIZE 120
+#define DPP_HOST_API_STRUCT_SIZE 128
 
 /**
  * Size of `dpp_op_def_t` in ABI 1.2.
@@ -744,6 +744,15 @@ typedef struct dpp_host_api_t {
    * the field and, in the body, the statement.
    */
   dpp_status_t (*register_op)(dpp_host_context_t context, const struct dpp_op_def_t *op);
+  /**
+   * (1.2) Reads a string attribute: `*out_data` points to `*out_len` bytes of UTF-8,
+   * valid during `compute` and **not** NUL-terminated (use the length). Errors as
+   * `attr_int`.
+   */
+  dpp_status_t (*attr_string)(const void *attrs,
+                              const char *name,
+                              const char **out_data,
+                              size_t *out_len);
 } dpp_host_api_t;
 
 /**

@@ -16,7 +16,9 @@
 //! A statement is `out[, out2...] = Op(arg, ..., attr=value, ...)`: each `arg` a name defined
 //! before (an input or an earlier statement's output), a number (a scalar of the dtype of the
 //! statement's first tensor argument) or `@attr` (the op's own float or int attribute, as such
-//! a scalar); each attribute value a literal (`1`, `0.5`, `true`, `[0, 1]`, `f32`) or `@attr`.
+//! a scalar); each attribute value a literal (`1`, `0.5`, `true`, `[0, 1]`, `f32`, `"text"`)
+//! or `@attr`. Attribute types: `int`, `float`, `bool`, `ints`, `dtype` and `string` (for
+//! the op's kernels to read; a string has no `"` in it and no escapes).
 //! Names declared for the op (the names of `@attr` and of the dtypes) are kept for the
 //! process's life (op definitions hold `'static` names).
 
@@ -100,18 +102,22 @@ fn dtype_named(s: &str) -> Option<DType> {
     DType::ALL.into_iter().find(|d| d.name() == s)
 }
 
-/// Splits `s` at top-level `sep` (outside brackets and parentheses); empty parts dropped.
+/// Splits `s` at top-level `sep` (outside brackets, parentheses and `"` quotes); empty parts
+/// dropped.
 fn split_top(s: &str, seps: &[char]) -> Vec<String> {
     let mut parts = Vec::new();
     let mut depth = 0i32;
+    let mut quoted = false;
     let mut cur = String::new();
     for c in s.chars() {
         match c {
+            '"' => quoted = !quoted,
+            _ if quoted => {}
             '(' | '[' | '{' => depth += 1,
             ')' | ']' | '}' => depth -= 1,
             _ => {}
         }
-        if depth == 0 && seps.contains(&c) {
+        if depth == 0 && !quoted && seps.contains(&c) {
             if !cur.trim().is_empty() {
                 parts.push(cur.trim().to_string());
             }
@@ -140,9 +146,13 @@ fn name_and<'a>(item: &'a str, what: &str) -> std::result::Result<(&'a str, &'a 
     Ok((n, rest.trim()))
 }
 
-/// A literal attribute value: `1`, `-2`, `0.5`, `true`, `[0, 1]`, `f32`.
+/// A literal attribute value: `1`, `-2`, `0.5`, `true`, `[0, 1]`, `f32`, `"text"` (a string
+/// without `"` in it; no escapes).
 fn literal(s: &str) -> Option<AttrValue> {
     let s = s.trim();
+    if let Some(inner) = s.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        return (!inner.contains('"')).then(|| AttrValue::Str(inner.to_string()));
+    }
     if s == "true" || s == "false" {
         return Some(AttrValue::Bool(s == "true"));
     }
@@ -172,6 +182,7 @@ fn attr_type(s: &str) -> Option<AttrType> {
         "bool" => AttrType::Bool,
         "ints" => AttrType::Ints,
         "dtype" => AttrType::DType,
+        "string" => AttrType::Str,
         _ => return None,
     })
 }
@@ -289,7 +300,7 @@ pub fn parse(text: &OpText, lookup: &dyn Fn(&str) -> Option<OpHandle>) -> Result
             fail(
                 "attrs",
                 format!(
-                    "`{item}`: '{ty_s}' is not an attribute type (int, float, bool, ints, dtype)"
+                    "`{item}`: '{ty_s}' is not an attribute type (int, float, bool, ints, dtype, string)"
                 ),
             )
         })?;
@@ -298,7 +309,7 @@ pub fn parse(text: &OpText, lookup: &dyn Fn(&str) -> Option<OpHandle>) -> Result
             Some(d) => {
                 let v = literal(d)
                     .filter(|v| fits(ty, v.ty()))
-                    .ok_or_else(|| fail("attrs", format!("`{item}`: '{d}' is not a {ty_s}")))?;
+                    .ok_or_else(|| fail("attrs", format!("`{item}`: '{d}' is not {ty}")))?;
                 Some(match (ty, v) {
                     (AttrType::Float, AttrValue::Int(i)) => AttrValue::Float(i as f64),
                     (_, v) => v,
@@ -649,6 +660,34 @@ mod tests {
         assert_eq!(d.inputs.len(), 1);
         assert_eq!(d.attrs[0].default, Some(AttrValue::Float(1.0)));
         assert!(d.decomposition.is_some());
+    }
+
+    #[test]
+    fn a_string_attribute_has_a_quoted_default() {
+        let mut t = text("y = Mul(x, @beta)");
+        t.attrs = "beta: float = 1.0; mode: string = \"a; b, c=d\"; tag: string".into();
+        let d = parse(&t, &basis).unwrap();
+        assert_eq!(d.attrs.len(), 3);
+        assert_eq!(d.attrs[1].ty, AttrType::Str);
+        assert_eq!(d.attrs[1].default, Some(AttrValue::Str("a; b, c=d".into())));
+        assert_eq!(d.attrs[2].default, None);
+        for (attrs, words) in [
+            ("mode: string = 3", "'3' is not a string"),
+            ("mode: string = \"a\"b\"", "is not a string"),
+            ("mode: int = \"a\"", "is not an int"),
+        ] {
+            let mut t = text("y = Neg(x)");
+            t.attrs = attrs.into();
+            let e = err(&t);
+            assert!(e.contains(words), "{attrs}: {e}");
+        }
+        let mut t = text("y = Mul(x, @mode)");
+        t.attrs = "mode: string = \"fast\"".into();
+        assert!(
+            err(&t).contains("only an int or float attribute"),
+            "{}",
+            err(&t)
+        );
     }
 
     #[test]

@@ -167,6 +167,7 @@ impl HostContext {
             attr_ints: Some(crate::plugin::kernel::attr_ints),
             attr_dtype: Some(crate::plugin::kernel::attr_dtype),
             register_op: Some(host_register_op),
+            attr_string: Some(crate::plugin::kernel::attr_string),
         }
     }
 

@@ -228,6 +228,31 @@ pub(crate) unsafe extern "C" fn attr_ints(
     }
 }
 
+pub(crate) unsafe extern "C" fn attr_string(
+    attrs: *const c_void,
+    name: *const c_char,
+    out_data: *mut *const c_char,
+    out_len: *mut usize,
+) -> abi::dpp_status_t {
+    if out_data.is_null() || out_len.is_null() {
+        return abi::DPP_INVALID_ARGUMENT;
+    }
+    // SAFETY: the ABI's contract for attr functions.
+    match unsafe { lookup(attrs, name) } {
+        Ok(AttrValue::Str(v)) => {
+            // SAFETY: both out-pointers are non-NULL and writable (the ABI's contract); the
+            // bytes live in the kernel's Attrs for the duration of compute.
+            unsafe {
+                out_data.write(v.as_ptr().cast());
+                out_len.write(v.len());
+            }
+            abi::DPP_OK
+        }
+        Ok(_) => abi::DPP_INVALID_ARGUMENT,
+        Err(s) => s,
+    }
+}
+
 pub(crate) unsafe extern "C" fn attr_dtype(
     attrs: *const c_void,
     name: *const c_char,

@@ -554,7 +554,8 @@ struct PluginState {
         attr_bool(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_bool)),
         attr_ints(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_ints)),
         attr_dtype(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_dtype)),
-        register_op(DEVPLUG_PLUGIN_HOST_FN_(host_api, register_op)) {}
+        register_op(DEVPLUG_PLUGIN_HOST_FN_(host_api, register_op)),
+        attr_string(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_string)) {}
   const dpp_host_api_t* api;
   std::atomic<bool> in_init{true};
   std::atomic<int> live_platforms{0};
@@ -567,6 +568,7 @@ struct PluginState {
   decltype(dpp_host_api_t::attr_dtype) attr_dtype;
   // ABI 1.2; NULL for an older host.
   decltype(dpp_host_api_t::register_op) register_op;
+  decltype(dpp_host_api_t::attr_string) attr_string;
   std::mutex mu;  // guards the two lists below
   std::vector<PlatformRecord> platforms;
   /** Kernels the host holds until shutdown. They hold the state (through their Host): the
@@ -1242,6 +1244,19 @@ class KernelContext {
       throw Error::internal("kernel " + op() + ": the host's attr_ints gave " + std::to_string(len) + " values at NULL");
     }
     return Span<int64_t>(len != 0 ? data : nullptr, len);
+  }
+  /** @brief A string attribute (UTF-8), a view valid during the kernel call (ABI 1.2:
+   *  `DPP_UNIMPLEMENTED` from an older host). Throws as attr_int(). */
+  std::string_view attr_string(const std::string& name) const {
+    const char* data = nullptr;
+    size_t len = 0;
+    read_attr(name, "string", [&](const dpp_host_api_t*, const detail::PluginState& st, const char* n) {
+      return st.attr_string ? st.attr_string(raw_->attrs, n, &data, &len) : kNoFunction;
+    });
+    if (len != 0 && data == nullptr) {
+      throw Error::internal("kernel " + op() + ": the host's attr_string gave " + std::to_string(len) + " bytes at NULL");
+    }
+    return len != 0 ? std::string_view(data, len) : std::string_view();
   }
   /** @brief A dtype attribute. Throws as attr_int(). */
   DType attr_dtype(const std::string& name) const {

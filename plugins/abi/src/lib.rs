@@ -199,6 +199,17 @@ pub struct dpp_host_api_t {
     pub register_op: Option<
         unsafe extern "C" fn(context: dpp_host_context_t, op: *const dpp_op_def_t) -> dpp_status_t,
     >,
+    /// (1.2) Reads a string attribute: `*out_data` points to `*out_len` bytes of UTF-8,
+    /// valid during `compute` and **not** NUL-terminated (use the length). Errors as
+    /// `attr_int`.
+    pub attr_string: Option<
+        unsafe extern "C" fn(
+            attrs: *const c_void,
+            name: *const c_char,
+            out_data: *mut *const c_char,
+            out_len: *mut usize,
+        ) -> dpp_status_t,
+    >,
 }
 
 /// (1.2) An op a plugin defines, in text (the notation of TensorFlow's `REGISTER_OP`), with a
@@ -644,7 +655,7 @@ pub const DPP_HOST_API_STRUCT_SIZE_1_0: usize = 64;
 /// Size of `dpp_host_api_t` in ABI 1.1 (what a 1.1 plugin may rely on).
 pub const DPP_HOST_API_STRUCT_SIZE_1_1: usize = 112;
 /// Size of `dpp_host_api_t` in ABI 1.2.
-pub const DPP_HOST_API_STRUCT_SIZE: usize = 120;
+pub const DPP_HOST_API_STRUCT_SIZE: usize = 128;
 /// Size of `dpp_op_def_t` in ABI 1.2.
 pub const DPP_OP_DEF_STRUCT_SIZE: usize = 64;
 /// Size of `dpp_tensor_t` in ABI 1.1.
@@ -682,7 +693,7 @@ mod tests {
         );
         assert_eq!(
             DPP_HOST_API_STRUCT_SIZE,
-            offset_of!(dpp_host_api_t, register_op) + 8
+            offset_of!(dpp_host_api_t, attr_string) + 8
         );
         assert_eq!(DPP_OP_DEF_STRUCT_SIZE, offset_of!(dpp_op_def_t, body) + 8);
         assert_eq!(

@@ -21,14 +21,14 @@ const MEMORY: u64 = 1 << 20;
 // ---- per-test observation, keyed by the load option `tag` ----------------------------------
 
 #[derive(Default)]
-struct Probe {
+pub(crate) struct Probe {
     platform_drops: AtomicUsize,
     device_drops: AtomicUsize,
     logger: Mutex<Option<Logger>>,
     /// Kernel closures dropped (at shutdown, or at once when the host refused them).
     kernel_drops: AtomicUsize,
     /// What the `Attrs` kernel read.
-    attr_reads: Mutex<Vec<String>>,
+    pub(crate) attr_reads: Mutex<Vec<String>>,
     /// Calls of the `Count` kernel (bound to ANY), with its number of inputs.
     any_calls: Mutex<Vec<usize>>,
 }
@@ -42,7 +42,7 @@ impl Drop for KernelGuard {
     }
 }
 
-fn probe(tag: &str) -> Arc<Probe> {
+pub(crate) fn probe(tag: &str) -> Arc<Probe> {
     static PROBES: OnceLock<Mutex<HashMap<String, Arc<Probe>>>> = OnceLock::new();
     let map = PROBES.get_or_init(Default::default);
     Arc::clone(map.lock().entry(tag.to_owned()).or_default())
@@ -157,6 +157,14 @@ fn attrs_kernel(cx: &KernelContext<'_, TDevice>, probe: &Probe) -> Result<()> {
     r.push(format!("b={:?}", cx.attr_bool("b")));
     r.push(format!("v={:?}", cx.attr_ints("v")));
     r.push(format!("d={:?}", cx.attr_dtype("d")));
+    r.push(format!("s={:?}", cx.attr_string("s")));
+    r.push(format!("empty={:?}", cx.attr_string("empty")));
+    let not_a_string = cx.attr_string("i").expect_err("an int");
+    r.push(format!(
+        "i as string={:?}: {}",
+        not_a_string.code(),
+        not_a_string.message()
+    ));
     let missing = cx.attr_int("missing").expect_err("no such attribute");
     r.push(format!(
         "missing={:?}: {}",
@@ -1183,7 +1191,9 @@ fn kernels_read_attributes_with_typed_errors() {
         .with("f", AttrValue::Float(2.5))
         .with("b", AttrValue::Bool(true))
         .with("v", AttrValue::Ints(vec![1, -2, 3]))
-        .with("d", AttrValue::DType(DType::F64));
+        .with("d", AttrValue::DType(DType::F64))
+        .with("s", AttrValue::Str("SAME \u{e9}".into()))
+        .with("empty", AttrValue::Str(String::new()));
     s.run_kernel("Attrs", &[], &[], &attrs).expect("Attrs");
     assert_eq!(
         *probe("kattrs").attr_reads.lock(),
@@ -1194,6 +1204,9 @@ fn kernels_read_attributes_with_typed_errors() {
             "b=Ok(true)",
             "v=Ok([1, -2, 3])",
             "d=Ok(f64)",
+            "s=Ok(\"SAME \u{e9}\")",
+            "empty=Ok(\"\")",
+            "i as string=InvalidArgument: kernel Attrs: attribute `i` is not of type string",
             "missing=NotFound: kernel Attrs: the op has no attribute `missing`",
             "i as bool=InvalidArgument: kernel Attrs: attribute `i` is not of type bool",
         ]

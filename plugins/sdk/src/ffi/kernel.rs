@@ -34,6 +34,12 @@ type AttrIntsFn = unsafe extern "C" fn(
     *mut *const i64,
     *mut usize,
 ) -> abi::dpp_status_t;
+type AttrStringFn = unsafe extern "C" fn(
+    *const c_void,
+    *const c_char,
+    *mut *const c_char,
+    *mut usize,
+) -> abi::dpp_status_t;
 type ComputeFn = unsafe extern "C" fn(*const abi::dpp_kernel_context_t) -> abi::dpp_status_t;
 
 /// The ABI 1.1 functions of the host table, each `None` when the host's table is too short to
@@ -48,6 +54,8 @@ pub(crate) struct HostKernelFns {
     attr_dtype: Option<AttrI32Fn>,
     /// ABI 1.2.
     pub(crate) register_op: Option<RegisterOpFn>,
+    /// ABI 1.2.
+    attr_string: Option<AttrStringFn>,
 }
 
 type RegisterOpFn =
@@ -77,6 +85,7 @@ impl HostKernelFns {
             attr_ints: field!(attr_ints),
             attr_dtype: field!(attr_dtype),
             register_op: field!(register_op),
+            attr_string: field!(attr_string),
         }
     }
 
@@ -440,6 +449,37 @@ impl<'a> KernelArgs<'a> {
         // SAFETY: the host's `len` values, valid during compute (the ABI's contract for
         // attr_ints); 'a is the kernel call.
         Ok(unsafe { std::slice::from_raw_parts(data, len) })
+    }
+
+    /// A string attribute, valid during the kernel call (ABI 1.2: `Unimplemented` from an
+    /// older host). Errors as [`Self::attr_int`]; `Internal` when the host's bytes are not
+    /// UTF-8.
+    pub fn attr_string(&self, name: &str) -> Result<&'a str> {
+        let mut data: *const c_char = ptr::null();
+        let mut len = 0usize;
+        self.read_attr(name, "string", |n| {
+            let f = self.host.kernel_fns.attr_string?;
+            // SAFETY: as in attr_int.
+            Some(unsafe { f(self.attrs, n, &mut data, &mut len) })
+        })?;
+        if len == 0 {
+            return Ok("");
+        }
+        if data.is_null() || len > isize::MAX as usize {
+            return Err(Error::internal(format!(
+                "kernel {}: the host's attr_string gave {len} bytes at NULL",
+                self.op
+            )));
+        }
+        // SAFETY: the host's `len` bytes, valid during compute (the ABI's contract for
+        // attr_string); 'a is the kernel call.
+        let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) };
+        std::str::from_utf8(bytes).map_err(|_| {
+            Error::internal(format!(
+                "kernel {}: the host's string attribute `{name}` is not UTF-8",
+                self.op
+            ))
+        })
     }
 
     /// A dtype attribute. Errors as [`Self::attr_int`].

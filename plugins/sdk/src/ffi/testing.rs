@@ -146,6 +146,8 @@ pub enum AttrValue {
     Ints(Vec<i64>),
     /// `attr_dtype`.
     DType(DType),
+    /// `attr_string` (ABI 1.2).
+    Str(String),
 }
 
 /// The attributes a kernel run by [`TestStream::run_kernel`] reads with the host's `attr_*`
@@ -684,6 +686,31 @@ unsafe extern "C" fn th_attr_ints(
     }
 }
 
+unsafe extern "C" fn th_attr_string(
+    attrs: *const c_void,
+    name: *const c_char,
+    out_data: *mut *const c_char,
+    out_len: *mut usize,
+) -> abi::dpp_status_t {
+    if out_data.is_null() || out_len.is_null() {
+        return abi::DPP_INVALID_ARGUMENT;
+    }
+    // SAFETY: as in th_attr_int.
+    match unsafe { attr_lookup(attrs, name) } {
+        Ok(AttrValue::Str(v)) => {
+            // SAFETY: non-NULL out-pointers of the plugin; the bytes live in the TestAttrs,
+            // which outlives the kernel call.
+            unsafe {
+                out_data.write(v.as_ptr().cast());
+                out_len.write(v.len());
+            }
+            abi::DPP_OK
+        }
+        Ok(_) => abi::DPP_INVALID_ARGUMENT,
+        Err(s) => s,
+    }
+}
+
 unsafe extern "C" fn th_attr_dtype(
     attrs: *const c_void,
     name: *const c_char,
@@ -735,6 +762,7 @@ impl TestHost {
             attr_ints: Some(th_attr_ints),
             attr_dtype: Some(th_attr_dtype),
             register_op: Some(th_register_op),
+            attr_string: Some(th_attr_string),
         });
         TestHost { state, api }
     }
@@ -1857,5 +1885,30 @@ mod abuse_tests {
         assert!(plugin.kernels().is_empty());
         let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
         dev.allocate(8).expect("works");
+    }
+
+    /// A table that ends before attr_string (1.2): reading a string attribute is
+    /// Unimplemented, the other attributes read as before.
+    #[test]
+    fn a_string_attribute_without_attr_string_is_unimplemented() {
+        let mut host = TestHost::new()
+            .with_option("tag", "kattrs11")
+            .with_option("kernels", "1");
+        host.api.struct_size = abi::DPP_HOST_API_STRUCT_SIZE - 8;
+        let plugin = host.load(test_entry).expect("load");
+        let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+        let s = dev.create_stream().expect("stream");
+        let attrs = TestAttrs::new()
+            .with("i", AttrValue::Int(3))
+            .with("s", AttrValue::Str("SAME".into()));
+        s.run_kernel("Attrs", &[], &[], &attrs).expect("Attrs");
+        let reads = crate::tests::probe("kattrs11").attr_reads.lock().clone();
+        assert_eq!(reads[0], "i=Ok(3)");
+        let line = reads.iter().find(|r| r.starts_with("s=")).expect("s read");
+        assert!(
+            line.contains("Unimplemented")
+                && line.contains("kernel Attrs: the host has no attr_string function"),
+            "{line}"
+        );
     }
 }
