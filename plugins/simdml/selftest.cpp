@@ -1214,7 +1214,9 @@ int main(int argc, char** argv) {
   if (api == nullptr) return 1;
   CHECK(api->struct_size == DPP_PLUGIN_API_STRUCT_SIZE);
   CHECK(api->ext == nullptr);
-  CHECK(api->abi_major == DPP_ABI_MAJOR && api->abi_minor == DPP_ABI_MINOR);
+  // DEVPLUG_PLUGIN_FOR_ABI(..., 1, ...): SIMDML declares 1.1, the oldest host it loads into.
+  CHECK(api->abi_major == DPP_ABI_MAJOR && api->abi_minor == 1);
+  CHECK(hdr::kApi.abi_minor == DPP_ABI_MINOR);  // make_plugin_api's default (DEVPLUG_PLUGIN's): the header's
   CHECK(api->name != nullptr && std::string(api->name) == "simdml");
   CHECK(api->version != nullptr && std::string(api->version) == "0.1.0");
   CHECK(api->init != nullptr && api->shutdown != nullptr);

@@ -808,4 +808,6 @@ void simdml_init(dp::Host& host) {
 
 }  // namespace
 
-DEVPLUG_PLUGIN("simdml", "0.1.0", simdml_init)
+// SIMDML needs kernels (ABI 1.1); its op simdml.Swish (1.2) is registered only where the host
+// supports ops, so it declares 1.1 and loads into 1.1 and 1.2 hosts.
+DEVPLUG_PLUGIN_FOR_ABI("simdml", "0.1.0", 1, simdml_init)

@@ -1992,11 +1992,12 @@ static_assert(sizeof(dpp_stream_executor_t) >= DPP_STREAM_EXECUTOR_STRUCT_SIZE,
 
 /** The plugin's static description (DEVPLUG_PLUGIN's body). */
 template <void (*Init)(Host&)>
-constexpr dpp_plugin_api_t make_plugin_api(const char* name, const char* version) noexcept {
+constexpr dpp_plugin_api_t make_plugin_api(const char* name, const char* version,
+                                           uint32_t abi_minor = DPP_ABI_MINOR) noexcept {
   return dpp_plugin_api_t{DPP_PLUGIN_API_STRUCT_SIZE,
                           nullptr,
                           DPP_ABI_MAJOR,
-                          DPP_ABI_MINOR,
+                          abi_minor,
                           name,
                           version,
                           &Trampolines::plugin_init<Init>,
@@ -2074,13 +2075,23 @@ void KernelContext::read_attr(const std::string& name, const char* kind, F&& cal
  *                An exception it throws fails `init` (see the file comment for the status);
  *                the host then rolls back the platforms registered so far.
  */
-#define DEVPLUG_PLUGIN(NAME, VERSION, ...)                                                          \
+#define DEVPLUG_PLUGIN(NAME, VERSION, ...) DEVPLUG_PLUGIN_FOR_ABI(NAME, VERSION, DPP_ABI_MINOR, __VA_ARGS__)
+
+/**
+ * @brief DEVPLUG_PLUGIN() for a plugin that declares plugin ABI `1.ABI_MINOR`, the **oldest**
+ *        host it loads into (a host refuses a plugin of a newer minor), instead of the
+ *        header's. The header reaches every function added after 1.0 by the host's
+ *        `struct_size`, so a plugin that needs kernels declares 1 and registers its ops only
+ *        when `Host::supports_ops()` says so. A minor newer than the header's does not compile.
+ */
+#define DEVPLUG_PLUGIN_FOR_ABI(NAME, VERSION, ABI_MINOR, ...)                                       \
+  static_assert((ABI_MINOR) <= DPP_ABI_MINOR, "DEVPLUG_PLUGIN_FOR_ABI: a minor newer than plugin.h's"); \
   static void devplug_plugin_init_fn_(::devplug::plugin::Host& devplug_host_) {                    \
     (__VA_ARGS__)(devplug_host_);                                                                   \
   }                                                                                                 \
   extern "C" DPP_EXPORT const dpp_plugin_api_t* devplug_plugin_entry(void) {                       \
     static const dpp_plugin_api_t devplug_plugin_api_ =                                             \
-        ::devplug::plugin::detail::make_plugin_api<&devplug_plugin_init_fn_>(NAME, VERSION);        \
+        ::devplug::plugin::detail::make_plugin_api<&devplug_plugin_init_fn_>(NAME, VERSION, (ABI_MINOR)); \
     return &devplug_plugin_api_;                                                                    \
   }
 

@@ -163,7 +163,13 @@ fn init(host: &Host) -> Result<()> {
     Ok(())
 }
 
-devplug_plugin!(name: "rust_example", version: env!("CARGO_PKG_VERSION"), init: init);
+// RSIM needs kernels (1.1) and nothing newer: it loads into 1.1 and 1.2 hosts.
+devplug_plugin!(
+    name: "rust_example",
+    version: env!("CARGO_PKG_VERSION"),
+    abi_minor: 1,
+    init: init
+);
 
 #[cfg(test)]
 mod tests {

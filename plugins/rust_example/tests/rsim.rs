@@ -32,6 +32,26 @@ fn defaults() {
     assert!(plugin.create_device("RSIM", 1).is_err(), "one device");
 }
 
+/// RSIM declares plugin ABI 1.1: a 1.1 host loads it and runs its kernels; a 1.0 host
+/// refuses it, quoting both versions.
+#[test]
+fn it_loads_into_an_abi_1_1_host() {
+    // SAFETY: the entry returns the plugin's static table.
+    let declared = unsafe { (*devplug_plugin_entry()).abi_minor };
+    assert_eq!(declared, 1);
+    let host = TestHost::new().with_abi_minor(1);
+    let plugin = host
+        .load(devplug_plugin_entry)
+        .expect("a 1.1 host loads it");
+    assert!(plugin.kernels().iter().any(|k| k.op == "Add"));
+    let old = TestHost::new().with_abi_minor(0);
+    let e = old
+        .load(devplug_plugin_entry)
+        .expect_err("a 1.0 host refuses it");
+    assert_eq!(e.code(), Status::AbiMismatch);
+    assert_eq!(e.message(), "plugin ABI 1.1, host ABI 1.0");
+}
+
 #[test]
 fn load_options() {
     let host = TestHost::new()

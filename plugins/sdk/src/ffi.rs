@@ -319,6 +319,8 @@ pub trait PluginDef: 'static {
     const NAME: &'static str;
     const C_NAME: &'static CStr;
     const C_VERSION: &'static CStr;
+    /// The ABI minor the plugin declares (at most `abi::DPP_ABI_MINOR`).
+    const ABI_MINOR: u32;
     fn init(host: &Host) -> Result<()>;
 }
 
@@ -356,11 +358,14 @@ unsafe impl Sync for PluginApi {}
 
 impl PluginApi {
     pub const fn new<P: PluginDef>() -> PluginApi {
+        if P::ABI_MINOR > abi::DPP_ABI_MINOR {
+            panic!("devplug_plugin!: abi_minor is newer than this SDK's plugin ABI");
+        }
         PluginApi(abi::dpp_plugin_api_t {
             struct_size: size_of::<abi::dpp_plugin_api_t>(),
             ext: ptr::null_mut(),
             abi_major: abi::DPP_ABI_MAJOR,
-            abi_minor: abi::DPP_ABI_MINOR,
+            abi_minor: P::ABI_MINOR,
             name: P::C_NAME.as_ptr(),
             version: P::C_VERSION.as_ptr(),
             init: Some(plugin_init::<P>),

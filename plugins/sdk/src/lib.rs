@@ -78,16 +78,34 @@ pub mod __private {
 /// - `name`: a string literal (or `env!`/`concat!`), `[A-Za-z0-9_.-]+`: checked at compile
 ///   time.
 /// - `version`: likewise, free-form.
+/// - `abi_minor` (optional): the plugin ABI minor the plugin declares, the **oldest** host it
+///   loads into (a host refuses a plugin of a newer minor). Default: this SDK's
+///   (`abi::DPP_ABI_MINOR`). The SDK reaches every function added after 1.0 by the host's
+///   `struct_size`, so a plugin may declare `abi_minor: 1` (it needs kernels) and use what 1.2
+///   added only when [`Host::supports_ops`] says so. A minor newer than the SDK's is a
+///   compile-time error.
 /// - `init`: a `fn(&Host) -> Result<()>` (a path or a closure). It reads load options and
 ///   registers the plugin's platforms. An `Err` reaches the host with its code and message, a
 ///   panic as `INTERNAL` with the panic message; either way the host rolls back what init
 ///   registered.
+///
+/// ```text
+/// devplug_plugin!(name: "mydev", version: "1.0", abi_minor: 1, init: my_init);
+/// ```
 ///
 /// Use it once per library, at any module level; the function it defines is `pub`, so tests
 /// can hand it to `testing::TestHost::load` (feature `testing`).
 #[macro_export]
 macro_rules! devplug_plugin {
     (name: $name:expr, version: $version:expr, init: $init:expr $(,)?) => {
+        $crate::devplug_plugin!(
+            name: $name,
+            version: $version,
+            abi_minor: $crate::abi::DPP_ABI_MINOR,
+            init: $init
+        );
+    };
+    (name: $name:expr, version: $version:expr, abi_minor: $minor:expr, init: $init:expr $(,)?) => {
         /// The devplug plugin entry point: returns this plugin's static description.
         #[no_mangle]
         pub extern "C" fn devplug_plugin_entry() -> *const $crate::abi::dpp_plugin_api_t {
@@ -98,6 +116,7 @@ macro_rules! devplug_plugin {
                     $crate::__private::plugin_c_str(::core::concat!($name, "\0"), true);
                 const C_VERSION: &'static ::core::ffi::CStr =
                     $crate::__private::plugin_c_str(::core::concat!($version, "\0"), false);
+                const ABI_MINOR: u32 = $minor;
                 fn init(host: &$crate::Host) -> $crate::Result<()> {
                     ($init)(host)
                 }

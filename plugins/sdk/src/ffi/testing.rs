@@ -774,6 +774,25 @@ impl TestHost {
         self
     }
 
+    /// Acts as a host of plugin ABI `1.minor` (0, 1 or 2), as the runtime of that version
+    /// would: its table declares that version and ends where that version's table ends (the
+    /// functions added later are out of the plugin's reach), and it refuses a plugin that
+    /// declares a newer minor. Tests that a plugin loads, and degrades as it documents, in
+    /// older hosts.
+    ///
+    /// # Panics
+    /// For a minor this SDK does not know.
+    pub fn with_abi_minor(mut self, minor: u32) -> TestHost {
+        self.api.struct_size = match minor {
+            0 => abi::DPP_HOST_API_STRUCT_SIZE_1_0,
+            1 => abi::DPP_HOST_API_STRUCT_SIZE_1_1,
+            2 => abi::DPP_HOST_API_STRUCT_SIZE,
+            _ => panic!("TestHost::with_abi_minor({minor}): this SDK knows plugin ABI 1.0 to 1.2"),
+        };
+        self.api.abi_minor = minor;
+        self
+    }
+
     /// Log lines the plugins wrote, `(DPP_LOG_* level, message)`.
     pub fn logs(&self) -> Vec<(i32, String)> {
         self.state.logs.lock().clone()
@@ -824,7 +843,7 @@ impl TestHost {
         }
         // SAFETY: a static table of at least the ABI 1.0 size.
         let a = unsafe { &*api };
-        if a.abi_major != abi::DPP_ABI_MAJOR || a.abi_minor > abi::DPP_ABI_MINOR {
+        if a.abi_major != abi::DPP_ABI_MAJOR || a.abi_minor > self.api.abi_minor {
             return Err(Error::new(
                 Status::AbiMismatch,
                 format!(
@@ -832,7 +851,7 @@ impl TestHost {
                     a.abi_major,
                     a.abi_minor,
                     abi::DPP_ABI_MAJOR,
-                    abi::DPP_ABI_MINOR
+                    self.api.abi_minor
                 ),
             ));
         }
