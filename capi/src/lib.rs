@@ -8,6 +8,7 @@
 pub mod handle;
 pub mod memory;
 pub mod op;
+pub mod op_def;
 pub mod plugin;
 pub mod runtime;
 pub mod scope;

@@ -17,6 +17,15 @@ pub struct OpObj {
     name: CString,
 }
 
+impl OpObj {
+    pub(crate) fn new(op: OpHandle) -> OpObj {
+        OpObj {
+            name: CString::new(op.name()).unwrap_or_default(),
+            op,
+        }
+    }
+}
+
 handle!(
     /// An op of a runtime (e.g. `Add`), resolved once by name with
     /// [`dp_runtime_find_op`]. Borrowed: valid until the runtime is destroyed.
@@ -50,12 +59,7 @@ pub unsafe extern "C" fn dp_runtime_find_op(
         // SAFETY: the caller's contract.
         let name = unsafe { handle::c_str(name, "name")? };
         check_out(out_op, "out_op")?;
-        let h = rt.op_handle(name, |op| {
-            handle::new::<dp_op_t>(OpObj {
-                name: CString::new(op.name()).unwrap_or_default(),
-                op,
-            })
-        })?;
+        let h = rt.op_handle(name, |op| handle::new::<dp_op_t>(OpObj::new(op)))?;
         // SAFETY: the caller's contract.
         unsafe { write_out(out_op, "out_op", h) }
     })

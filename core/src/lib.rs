@@ -36,6 +36,7 @@ pub use dispatch::RunOptions;
 pub use error::{Code, Error, Result};
 pub use kernel::{Binding, KernelContext, KernelDef};
 pub use memory::{Buffer, DevicePtr, MemoryStats};
+pub use op::text::OpText;
 pub use op::{AttrValue, Attrs, OpDef, OpHandle, Outputs};
 pub use placement::{PlacementEvent, Reason};
 pub use platform::{EventStatus, Platform, PlatformInfo, StreamExecutor};

@@ -494,6 +494,15 @@ impl Runtime {
         self.ops.register(def)
     }
 
+    /// Registers an op defined in text, the notation plugins use ([`crate::op::text`]): a
+    /// signature and a body in ops the runtime has, which is the op's shape function and its
+    /// decomposition, so it runs on every device. `INVALID_ARGUMENT` naming the op, the field
+    /// and the statement for a mistake; `ALREADY_EXISTS` for a name the runtime has.
+    pub fn register_op_text(&self, text: &crate::op::text::OpText) -> Result<OpHandle> {
+        let def = crate::op::text::parse(text, &|name| self.ops.find(name).ok())?;
+        self.ops.register(def)
+    }
+
     /// Registers a kernel for an existing op.
     pub fn register_kernel(&self, def: KernelDef) -> Result<()> {
         self.ops

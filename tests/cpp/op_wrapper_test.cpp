@@ -247,6 +247,25 @@ void test_errors() {
   CHECK_VALUES(rt.run1(add, {&x, &x}), devplug::Shape({2, 3}), std::vector<float>({2, 4, 6, 8, 10, 12}), 0);
 }
 
+void test_register_op() {
+  section("Runtime::register_op: a host's own op, run by handle and by name; mistakes");
+  devplug::Runtime rt = make_runtime();
+  devplug::Device cpu = rt.device("CPU:0");
+  const devplug::Op scale =
+      rt.register_op({"app.Scale", "x: T", "y: T", "T: {f32, f64}", "k: float = 2.0", "y = Mul(x, @k)"});
+  CHECK(scale.name() == "app.Scale");
+  CHECK(rt.op("app.Scale").get() == scale.get());
+  auto x = devplug::Tensor::from_vector<double>(cpu, {3}, {1, -2, 0.25});
+  CHECK_VALUES(rt.run1(scale, {&x}), devplug::Shape({3}), std::vector<double>({2, -4, 0.5}), 0);
+  auto k = devplug::Attrs().set("k", 10.0);
+  CHECK_VALUES(rt.run1(scale, {&x}, &k), devplug::Shape({3}), std::vector<double>({10, -20, 2.5}), 0);
+  CHECK_THROWS(rt.register_op({"app.Scale", "x: f32", "y: f32", "", "", "y = Neg(x)"}), DP_ALREADY_EXISTS,
+               std::vector<std::string>({"app.Scale"}));
+  CHECK_THROWS(rt.register_op({"app.Bad", "x: f32", "y: f32", "", "", "y = Neg(x); y = Frobnicate(y)"}),
+               DP_INVALID_ARGUMENT, std::vector<std::string>({"app.Bad", "body", "statement 2", "Frobnicate"}));
+  CHECK_THROWS(rt.op("app.Bad"), DP_NOT_FOUND, std::vector<std::string>({"app.Bad"}));
+}
+
 void test_placement_callback() {
   section("placement callback as std::function: events, replacement releases the old one");
   devplug::Runtime rt = make_runtime(2);
@@ -456,6 +475,7 @@ int main() {
   try {
     test_basics();
     test_errors();
+    test_register_op();
     test_placement_callback();
     test_sim_fallback();
     test_mlp();

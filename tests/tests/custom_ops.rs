@@ -210,3 +210,54 @@ fn a_host_cannot_take_a_plugins_op_name() {
         .unwrap();
     assert_close(&y[0].to_vec::<f32>().unwrap(), "after the refusal");
 }
+
+/// An op a Rust host defines in text (`Runtime::register_op_text`, what `dp_runtime_register_op`
+/// does for C): its body runs on SIM, which has no kernel for it, and the placement log says
+/// "decomposed"; the values equal the CPU's; a mistake names the statement and registers
+/// nothing.
+#[test]
+fn a_hosts_op_in_text_runs_through_its_body_on_a_plugin_device() {
+    use devplug_core::{AttrValue, OpText};
+    let rt = with_plugins();
+    let op = rt
+        .register_op_text(&OpText {
+            name: "app.Scale".into(),
+            inputs: "x: T".into(),
+            outputs: "y: T".into(),
+            type_vars: "T: {f32, f64}".into(),
+            attrs: "k: float = 2.0".into(),
+            body: "y = Mul(x, @k)".into(),
+        })
+        .unwrap();
+    assert_eq!(rt.op("app.Scale").unwrap().name(), "app.Scale");
+    let log = record(&rt);
+    let k = Attrs::new().with("k", AttrValue::Float(0.5));
+    let mut got = Vec::new();
+    for spec in ["SIM:0", "CPU:0"] {
+        let dev = rt.find_device(spec).unwrap();
+        let x = Tensor::from_slice(&dev, &[6], &X).unwrap();
+        let y = rt.run(&op, &[x], &k, &on(&dev, true)).unwrap();
+        got.push(y[0].to_vec::<f32>().unwrap());
+    }
+    assert_eq!(got[0], got[1]);
+    assert_eq!(got[0], X.map(|x| x * 0.5));
+    let l = log.lock().unwrap();
+    assert!(
+        l.iter()
+            .any(|e| e.op == "app.Scale" && e.device == "SIM:0" && e.reason == Reason::Decomposed),
+        "{l:?}"
+    );
+    drop(l);
+    let e = rt
+        .register_op_text(&OpText {
+            name: "app.Bad".into(),
+            inputs: "x: f32".into(),
+            outputs: "y: f32".into(),
+            body: "y = Neg(x); y = Frobnicate(y)".into(),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument, "{e}");
+    assert!(e.message.contains("statement 2"), "{e}");
+    assert_eq!(rt.op("app.Bad").unwrap_err().code, Code::NotFound);
+}

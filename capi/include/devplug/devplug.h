@@ -146,6 +146,44 @@ typedef void (*dp_placement_fn)(const struct dp_placement_event_t *event, void *
 typedef void (*dp_drop_fn)(void *user_data);
 
 /**
+ * An op a host defines: the fields of a plugin's `dpp_op_def_t`, in the same notation
+ * (TensorFlow's `REGISTER_OP` for the signature; a body of statements `out = Op(args,
+ * attr=value)` over ops the runtime has, which is the op's shape function and its
+ * decomposition). Set `struct_size` to `sizeof(dp_op_def_t)`; the strings are read during
+ * [`dp_runtime_register_op`] only. See docs/c-api.md ("Ops of your own").
+ */
+typedef struct dp_op_def_t {
+  /**
+   * `sizeof(dp_op_def_t)`.
+   */
+  size_t struct_size;
+  /**
+   * Required: `namespace.Name`, e.g. `"app.Scale"` (a namespace is required).
+   */
+  const char *name;
+  /**
+   * `"x: T, y: T"`: name and dtype (`f32`, …) or type variable; NULL or `""` for none.
+   */
+  const char *inputs;
+  /**
+   * Required: `"z: T"`.
+   */
+  const char *outputs;
+  /**
+   * `"T: {f32, f64}"`; NULL or `""` for none.
+   */
+  const char *type_vars;
+  /**
+   * `"k: float = 2.0; mode: string = \"fast\""`; NULL or `""` for none.
+   */
+  const char *attrs;
+  /**
+   * Required: `"z = Mul(x, @k)"`, statements separated by `;` or newlines.
+   */
+  const char *body;
+} dp_op_def_t;
+
+/**
  * A loaded plugin, as [`dp_runtime_plugin_info`] reports it. Set `struct_size` before the
  * call. Strings stay valid until the runtime is destroyed.
  */
@@ -698,6 +736,22 @@ dp_status_t dp_runtime_set_placement_callback(dp_runtime_t *runtime,
                                               dp_placement_fn fn,
                                               void *user_data,
                                               dp_drop_fn drop);
+
+/**
+ * Registers op `def` with the runtime; `*out_op` (when `out_op` is not NULL) gets its handle,
+ * as `dp_runtime_find_op` would. The op runs on every device: a kernel for it
+ * runs where one exists (a plugin's), its body everywhere else. `DP_INVALID_ARGUMENT` naming
+ * the op, the field and, in the body, the statement, for a mistake; `DP_ALREADY_EXISTS` for
+ * a name the runtime has (a basis op, a plugin's, one registered before). Nothing is
+ * registered on failure.
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `def` points to a `dp_op_def_t` with `struct_size` set and
+ * NUL-terminated strings (or NULL where allowed); `out_op` is NULL or writable.
+ */
+dp_status_t dp_runtime_register_op(dp_runtime_t *runtime,
+                                   const struct dp_op_def_t *def,
+                                   dp_op_t **out_op);
 
 /**
  * Loads a device plugin from an absolute `path`. `options` holds `option_count` strings of

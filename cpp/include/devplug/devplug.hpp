@@ -1531,6 +1531,25 @@ class Op {
 };
 
 /**
+ * @brief An op a host defines (`dp_op_def_t`), in the notation plugins use: the signature in
+ *        TensorFlow's `REGISTER_OP` terms and a body over ops the runtime has, which is the
+ *        op's shape function and its decomposition (docs/c-api.md, "Ops of your own").
+ *
+ * @code
+ * devplug::Op scale = rt.register_op({"app.Scale", "x: T", "y: T", "T: {f32, f64}",
+ *                                     "k: float = 2.0", "y = Mul(x, @k)"});
+ * @endcode
+ */
+struct OpDef {
+  std::string name;       ///< `namespace.Name`
+  std::string inputs;     ///< `"x: T, y: T"`; empty for none
+  std::string outputs;    ///< `"z: T"`
+  std::string type_vars;  ///< `"T: {f32, f64}"`; empty for none
+  std::string attrs;      ///< `"k: float = 2.0; mode: string = \"fast\""`; empty for none
+  std::string body;       ///< `"z = Mul(x, @k)"`, statements separated by `;` or newlines
+};
+
+/**
  * @brief The host object: owns the devices and their memory (`dp_runtime_t`).
  *
  * Move-only; a moved-from Runtime is empty. Destroying it waits for all its work and
@@ -1611,6 +1630,26 @@ class Runtime {
   Op op(const std::string& name) const {
     dp_op_t* h = nullptr;
     check(dp_runtime_find_op(handle_, name.c_str(), &h));
+    return Op(h);
+  }
+
+  /**
+   * @brief Registers an op of the host's own (`dp_runtime_register_op()`) and returns its
+   *        handle. It runs on every device: a plugin's kernel for it where one exists, its
+   *        body everywhere else. Throws `DP_INVALID_ARGUMENT` naming the op, the field and the
+   *        statement for a mistake, `DP_ALREADY_EXISTS` for a name the runtime has.
+   */
+  Op register_op(const OpDef& def) {
+    dp_op_def_t d{};
+    d.struct_size = sizeof d;
+    d.name = def.name.c_str();
+    d.inputs = def.inputs.c_str();
+    d.outputs = def.outputs.c_str();
+    d.type_vars = def.type_vars.c_str();
+    d.attrs = def.attrs.c_str();
+    d.body = def.body.c_str();
+    dp_op_t* h = nullptr;
+    check(dp_runtime_register_op(handle_, &d, &h));
     return Op(h);
   }
 
