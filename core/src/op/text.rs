@@ -19,10 +19,13 @@
 //! a scalar); each attribute value a literal (`1`, `0.5`, `true`, `[0, 1]`, `f32`, `"text"`)
 //! or `@attr`. Attribute types: `int`, `float`, `bool`, `ints`, `dtype` and `string` (for
 //! the op's kernels to read; a string has no `"` in it and no escapes).
-//! Names declared for the op (the names of `@attr` and of the dtypes) are kept for the
-//! process's life (op definitions hold `'static` names).
+//! Names declared for the op (inputs, outputs, type variables, attributes) are interned and
+//! kept for the process's life (op definitions hold `'static` names): each distinct name once.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::op::{
@@ -87,8 +90,18 @@ struct Body {
     input_types: Vec<ArgType>,
 }
 
+/// The `'static` copy of a name declared in op text. Names are interned: each distinct name is
+/// kept once for the process's life, so parsing the same definitions again (a plugin loaded
+/// and unloaded in a loop, a registration refused as a duplicate) keeps nothing more.
 fn leak(s: &str) -> &'static str {
-    Box::leak(s.to_string().into_boxed_str())
+    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut names = NAMES.lock();
+    if let Some(&n) = names.get(s) {
+        return n;
+    }
+    let n: &'static str = Box::leak(s.to_string().into_boxed_str());
+    names.insert(n);
+    n
 }
 
 fn is_ident(s: &str) -> bool {
@@ -648,6 +661,24 @@ mod tests {
 
     fn err(t: &OpText) -> String {
         parse(t, &basis).map(|_| ()).unwrap_err().message
+    }
+
+    #[test]
+    fn parsing_again_keeps_no_new_names() {
+        let t = text("bx = Mul(x, @beta); s = Sigmoid(bx); y = Mul(x, s)");
+        let (a, b) = (parse(&t, &basis).unwrap(), parse(&t, &basis).unwrap());
+        let names = |d: &OpDef| {
+            let mut v: Vec<&'static str> = d.inputs.iter().map(|a| a.name).collect();
+            v.extend(d.outputs.iter().map(|a| a.name));
+            v.extend(d.type_vars.iter().map(|t| t.name));
+            v.extend(d.attrs.iter().map(|a| a.name));
+            v
+        };
+        let (na, nb) = (names(&a), names(&b));
+        assert_eq!(na, ["x", "y", "T", "beta"]);
+        for (x, y) in na.iter().zip(&nb) {
+            assert!(std::ptr::eq(*x, *y), "'{x}' was copied again");
+        }
     }
 
     #[test]
