@@ -67,6 +67,11 @@ pub struct Runtime {
     platforms: RwLock<Vec<Arc<PlatformEntry>>>,
     devices: RwLock<Vec<Arc<Device>>>,
     plugins: Mutex<Vec<PluginRecord>>,
+    /// Held while ops, kernels or platforms are registered, and across a plugin load's commit
+    /// (its checks and registrations), so that a host registering at the same moment cannot
+    /// take a name between a plugin's checks and its registration. Not held while a plugin's
+    /// init runs.
+    registering: Mutex<()>,
     failures: Mutex<Vec<PluginFailure>>,
     ops: OpRegistry,
     kernels: KernelRegistry,
@@ -109,6 +114,7 @@ impl Runtime {
             platforms: RwLock::new(vec![host_entry]),
             devices: RwLock::new(devices),
             plugins: Mutex::new(Vec::new()),
+            registering: Mutex::new(()),
             failures: Mutex::new(Vec::new()),
             ops: OpRegistry::with_basis(),
             kernels: KernelRegistry::default(),
@@ -138,6 +144,7 @@ impl Runtime {
         platform: Arc<dyn Platform>,
         memory_limit: Option<u64>,
     ) -> Result<()> {
+        let _registering = self.registering.lock();
         self.register_platforms(vec![platform], "built-in", memory_limit)
     }
 
@@ -244,6 +251,7 @@ impl Runtime {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         let (loaded, platforms, kernels, op_texts) = plugin::load(path, &options, existing)?;
+        let _registering = self.registering.lock();
         let ops = self
             .plugin_ops(&op_texts)
             .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
@@ -270,8 +278,7 @@ impl Runtime {
             .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
         let op_names: Vec<String> = ops.iter().map(|d| d.name.clone()).collect();
         for def in ops {
-            // Names were free a moment ago; only a host registering the same name at this
-            // very moment can take one (then the op is missing, and the host's error says so).
+            // Names were checked free under `registering`, which every registration holds.
             self.ops
                 .register(def)
                 .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
@@ -491,6 +498,7 @@ impl Runtime {
 
     /// Registers an op (e.g. `vendor.op`).
     pub fn register_op(&self, def: OpDef) -> Result<OpHandle> {
+        let _registering = self.registering.lock();
         self.ops.register(def)
     }
 
@@ -500,11 +508,13 @@ impl Runtime {
     /// and the statement for a mistake; `ALREADY_EXISTS` for a name the runtime has.
     pub fn register_op_text(&self, text: &crate::op::text::OpText) -> Result<OpHandle> {
         let def = crate::op::text::parse(text, &|name| self.ops.find(name).ok())?;
+        let _registering = self.registering.lock();
         self.ops.register(def)
     }
 
     /// Registers a kernel for an existing op.
     pub fn register_kernel(&self, def: KernelDef) -> Result<()> {
+        let _registering = self.registering.lock();
         self.ops
             .find(&def.op)
             .map_err(|e| e.context(format!("registering a kernel from {}", def.source)))?;

@@ -261,3 +261,50 @@ fn a_hosts_op_in_text_runs_through_its_body_on_a_plugin_device() {
     assert!(e.message.contains("statement 2"), "{e}");
     assert_eq!(rt.op("app.Bad").unwrap_err().code, Code::NotFound);
 }
+
+/// A host registering the plugin's op name while the plugin loads: one of the two wins and
+/// the other is refused whole. A load that loses registers nothing (no platform, no device,
+/// no kernel); one that wins lists the op and its kernel runs. Before the runtime held one
+/// lock across a load's checks and registrations, a host could take the name between them,
+/// and the load failed after its platforms were registered.
+#[test]
+fn a_host_and_a_loading_plugin_racing_for_an_op_name_leave_one_whole_winner() {
+    let (mut plugin_won, mut host_won) = (0, 0);
+    for _ in 0..40 {
+        let rt = runtime();
+        let relu = rt.op("Relu").unwrap().def().clone();
+        let go = std::sync::Barrier::new(2);
+        let (load, host) = std::thread::scope(|s| {
+            let load = s.spawn(|| {
+                go.wait();
+                rt.load_plugin(plugin_path("devplug_simdml"), &[])
+            });
+            let host = s.spawn(|| {
+                go.wait();
+                rt.register_op(OpDef {
+                    name: "simdml.Swish".into(),
+                    ..relu.clone()
+                })
+            });
+            (load.join().unwrap(), host.join().unwrap())
+        });
+        match (load, host) {
+            (Ok(info), Err(e)) => {
+                plugin_won += 1;
+                assert_eq!(e.code, Code::AlreadyExists, "{e}");
+                assert_eq!(info.ops, ["simdml.Swish"]);
+                assert_eq!(rt.kernels().locations("simdml.Swish").len(), 1);
+            }
+            (Err(e), Ok(_)) => {
+                host_won += 1;
+                assert_eq!(e.code, Code::AlreadyExists, "{e}");
+                assert!(e.message.contains("simdml.Swish"), "{e}");
+                assert!(rt.plugins().is_empty());
+                assert!(rt.find_device("SIMDML:0").is_err(), "a platform was left");
+                assert!(rt.kernels().locations("simdml.Swish").is_empty());
+            }
+            (l, h) => panic!("load {l:?}, host {h:?}: exactly one must win"),
+        }
+    }
+    eprintln!("plugin won {plugin_won}, host won {host_won} of 40");
+}
