@@ -24,6 +24,11 @@ pub const DP_DTYPE_I64: dp_dtype_t = 4;
 pub const DP_DTYPE_U8: dp_dtype_t = 5;
 /// Boolean, one byte per element holding 0 or 1.
 pub const DP_DTYPE_BOOL: dp_dtype_t = 6;
+/// IEEE 754 half precision (binary16), two bytes per element. The CPU device computes it in
+/// f32, each result rounded once.
+pub const DP_DTYPE_F16: dp_dtype_t = 7;
+/// bfloat16 (the upper 16 bits of an f32), two bytes per element; computed as f16 is.
+pub const DP_DTYPE_BF16: dp_dtype_t = 8;
 /// The largest rank a tensor may have.
 pub const DP_MAX_RANK: usize = 8;
 
@@ -50,6 +55,8 @@ pub extern "C" fn dp_dtype_name(dtype: dp_dtype_t) -> *const c_char {
             DType::I64 => b"i64\0",
             DType::U8 => b"u8\0",
             DType::Bool => b"bool\0",
+            DType::F16 => b"f16\0",
+            DType::BF16 => b"bf16\0",
         };
         Ok(name.as_ptr().cast())
     })

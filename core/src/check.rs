@@ -5,7 +5,7 @@
 //! [`check_plugin`] loads the plugin into a fresh runtime and, on each device of the platforms
 //! it registered, exercises what every host relies on — properties, allocation, synchronous and
 //! stream-ordered copies, memset, host callbacks in order, events, memory usage — and runs each
-//! kernel the plugin registered, once per dtype it takes of f32, f64, i32 and i64, on sample
+//! kernel the plugin registered, once per dtype it takes of [`SAMPLED`], on sample
 //! inputs (there is one for every basis op and composite), comparing the result with the
 //! built-in CPU device's. Each check is announced before it runs ([`Step::Begin`]), so that a
 //! supervisor knows which one a crash interrupted.
@@ -20,6 +20,17 @@ use crate::op::{AttrValue, Attrs};
 use crate::runtime::{Runtime, RuntimeOptions};
 use crate::tensor::{DType, Tensor};
 use crate::RunOptions;
+
+/// The dtypes kernels and a plugin's own ops are run with, where they take them: u8 and bool
+/// are not (no sample of the basis set is made for them).
+pub const SAMPLED: [DType; 6] = [
+    DType::F32,
+    DType::F64,
+    DType::I32,
+    DType::I64,
+    DType::F16,
+    DType::BF16,
+];
 
 /// What [`check_plugin`] reports as it goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -198,17 +209,17 @@ impl Checker<'_> {
         }
     }
 
-    /// An op the plugin defined: its body runs on the CPU, for each dtype it takes (of f32,
-    /// f64, i32 and i64) on generated inputs.
+    /// An op the plugin defined: its body runs on the CPU, for each dtype it takes (of
+    /// [`SAMPLED`]) on generated inputs.
     fn own_op(&mut self, rt: &Runtime, op: &str) {
-        let dtypes: Vec<DType> = [DType::F32, DType::F64, DType::I32, DType::I64]
+        let dtypes: Vec<DType> = SAMPLED
             .into_iter()
             .filter(|&d| own_op_sample(rt, op, d).is_some())
             .collect();
         if dtypes.is_empty() {
             (self.report)(Step::Note(format!(
                 "op {op}: no sample inputs can be made for it (a required attribute, a list \
-                 input or no dtype of f32, f64, i32, i64), its body is not run"
+                 input or no dtype of f32, f64, i32, i64, f16, bf16), its body is not run"
             )));
         }
         for dtype in dtypes {
@@ -229,11 +240,11 @@ impl Checker<'_> {
         }
     }
 
-    /// Runs kernel `k` on `dev` once per dtype it takes (of f32, f64, i32, i64) that its op
+    /// Runs kernel `k` on `dev` once per dtype it takes (of [`SAMPLED`]) that its op
     /// has sample inputs for.
     fn kernel(&mut self, rt: &Runtime, dev: &Arc<Device>, k: &KernelDef) {
         let sample = |d: DType| sample(&k.op, d).or_else(|| own_op_sample(rt, &k.op, d));
-        let dtypes: Vec<DType> = [DType::F32, DType::F64, DType::I32, DType::I64]
+        let dtypes: Vec<DType> = SAMPLED
             .into_iter()
             .filter(|d| k.dtypes.is_empty() || k.dtypes.contains(d))
             .filter(|&d| sample(d).is_some())
@@ -328,7 +339,7 @@ struct Sample {
 /// Sqrt, Div and Pow) for the basis ops and composites; `None` for other ops, and for float-only
 /// ops with an integer dtype.
 fn sample(op: &str, dtype: DType) -> Option<Sample> {
-    let float = matches!(dtype, DType::F32 | DType::F64);
+    let float = dtype.is_float();
     let t = |shape: &[i64], first: f64| counting(shape, first, dtype);
     let ints = |v: &[i64]| AttrValue::Ints(v.to_vec());
     let (inputs, attrs) = match op {
@@ -662,10 +673,13 @@ fn run_kernel_sample(
         )?;
         let g = cast(rt, &cpu, &g.copy_to(&cpu)?, DType::F64)?.to_vec::<f64>()?;
         let w = cast(rt, &cpu, w, DType::F64)?.to_vec::<f64>()?;
-        let tolerance = if matches!(sample_dtype(sample), DType::F32) {
-            1e-5
-        } else {
-            1e-12
+        // A kernel may round differently from the CPU's (another order of a sum, a fused
+        // multiply-add): a few units in the last place of the dtype.
+        let tolerance = match sample_dtype(sample) {
+            DType::F32 => 1e-5,
+            DType::F16 => 4e-3,
+            DType::BF16 => 3e-2,
+            _ => 1e-12,
         };
         for (j, (a, b)) in g.iter().zip(w.iter()).enumerate() {
             expect(
@@ -693,7 +707,7 @@ mod tests {
         let cpu = rt.cpu_device().unwrap();
         let mut sampled = Vec::new();
         for name in rt.ops().names() {
-            for dtype in [DType::F32, DType::F64, DType::I32, DType::I64] {
+            for dtype in SAMPLED {
                 let Some(sample) = sample(&name, dtype) else {
                     continue;
                 };

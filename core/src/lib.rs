@@ -34,6 +34,9 @@ pub mod tensor;
 pub use device::{Device, DeviceProperties, MemoryUsage, PlatformEntry};
 pub use dispatch::RunOptions;
 pub use error::{Code, Error, Result};
+/// The `half` crate, whose `f16` and `bf16` are the element types of [`DType::F16`] and
+/// [`DType::BF16`] tensors.
+pub use half;
 pub use kernel::{Binding, KernelContext, KernelDef};
 pub use memory::{Buffer, DevicePtr, MemoryStats};
 pub use op::text::OpText;

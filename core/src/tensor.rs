@@ -19,16 +19,22 @@ pub enum DType {
     U8 = 5,
     /// One byte per element, 0 or 1.
     Bool = 6,
+    /// IEEE 754 binary16 (`half::f16`).
+    F16 = 7,
+    /// bfloat16: f32's exponent, 8 bits of precision (`half::bf16`).
+    BF16 = 8,
 }
 
 impl DType {
-    pub const ALL: [DType; 6] = [
+    pub const ALL: [DType; 8] = [
         DType::F32,
         DType::F64,
         DType::I32,
         DType::I64,
         DType::U8,
         DType::Bool,
+        DType::F16,
+        DType::BF16,
     ];
 
     pub fn from_i32(v: i32) -> Option<DType> {
@@ -40,6 +46,7 @@ impl DType {
         match self {
             DType::F32 | DType::I32 => 4,
             DType::F64 | DType::I64 => 8,
+            DType::F16 | DType::BF16 => 2,
             DType::U8 | DType::Bool => 1,
         }
     }
@@ -52,7 +59,35 @@ impl DType {
             DType::I64 => "i64",
             DType::U8 => "u8",
             DType::Bool => "bool",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
         }
+    }
+
+    /// The bytes of one element of this dtype holding `value`, converted as Rust's `as` does
+    /// (f16 and bf16 rounded to nearest; bool is `value != 0`).
+    pub fn scalar_bytes(self, value: f64) -> Vec<u8> {
+        match self {
+            DType::F32 => (value as f32).to_ne_bytes().to_vec(),
+            DType::F64 => value.to_ne_bytes().to_vec(),
+            DType::I32 => (value as i32).to_ne_bytes().to_vec(),
+            DType::I64 => (value as i64).to_ne_bytes().to_vec(),
+            DType::U8 => vec![value as u8],
+            DType::Bool => vec![u8::from(value != 0.0)],
+            DType::F16 => half::f16::from_f64(value).to_ne_bytes().to_vec(),
+            DType::BF16 => half::bf16::from_f64(value).to_ne_bytes().to_vec(),
+        }
+    }
+
+    /// True for f16 and bf16, the dtypes the CPU device computes in f32 (each result rounded
+    /// once to the dtype).
+    pub fn is_half(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16)
+    }
+
+    /// True for the floating-point dtypes.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
     }
 }
 
@@ -84,6 +119,12 @@ impl Element for u8 {
 }
 impl Element for bool {
     const DTYPE: DType = DType::Bool;
+}
+impl Element for half::f16 {
+    const DTYPE: DType = DType::F16;
+}
+impl Element for half::bf16 {
+    const DTYPE: DType = DType::BF16;
 }
 
 /// The largest rank a tensor may have.

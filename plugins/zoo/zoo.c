@@ -57,6 +57,8 @@
  *   ZOO_HANG_IN_SYNCHRONIZE        synchronize_stream never returns
  *   ZOO_KERNEL_ZEROS               registers a kernel for ZOO_KERNEL_OP (default "Add"; ZOO,
  *                                  f32) that writes zeros: wrong results for `devplug check`
+ *   ZOO_KERNEL_ALL_DTYPES          ... for every dtype (no dtype list)
+ *   ZOO_KERNEL_DTYPE=n             ... for dtype n instead of f32
  *   ZOO_OP_BODY="..."              registers op ZOO_OP_NAME (default "zoo.Op"; x: T -> y: T,
  *                                  T: {f32, f64}) with that body (ABI 1.2), after its platform
  *   ZOO_KERNEL_LABEL               with ZOO_OP_BODY: the op gets attribute `label: string =
@@ -802,16 +804,25 @@ static dpp_status_t zoo_kernel_zeros(const dpp_kernel_context_t *cx) {
 #ifndef ZOO_KERNEL_OP
 #define ZOO_KERNEL_OP "Add"
 #endif
+#ifndef ZOO_KERNEL_DTYPE
+#define ZOO_KERNEL_DTYPE DPP_DTYPE_F32
+#endif
 static dpp_status_t zoo_register_kernel(const dpp_host_api_t *host) {
-  static const int32_t f32[1] = {DPP_DTYPE_F32};
+  static const int32_t f32[1] = {ZOO_KERNEL_DTYPE};
   dpp_kernel_t k;
   memset(&k, 0, sizeof k);
   k.struct_size = DPP_KERNEL_STRUCT_SIZE;
   k.op = ZOO_KERNEL_OP;
   k.device_type = ZOO_DEVICE_TYPE;
   k.platform = ZOO_PLATFORM_NAME;
+#if defined(ZOO_KERNEL_ALL_DTYPES)
+  (void)f32;
+  k.dtypes = NULL; /* every dtype: for a plugin of ABI 1.2 or older, every dtype it knew of */
+  k.num_dtypes = 0;
+#else
   k.dtypes = f32;
   k.num_dtypes = 1;
+#endif
   k.compute = zoo_kernel_zeros;
   return host->register_kernel(host->context, &k);
 }

@@ -6,7 +6,7 @@
  * buffers, host memory and streams untouched. Ends with a good round trip. */
 #include "dp_test.h"
 
-static const dp_dtype_t bad_dtypes[] = {0, 7, -1, 1000, INT32_MIN, INT32_MAX};
+static const dp_dtype_t bad_dtypes[] = {0, 9, -1, 1000, INT32_MIN, INT32_MAX};
 #define NBAD_DTYPES 6
 
 static void test_enums(dp_test_fixture *fx) {

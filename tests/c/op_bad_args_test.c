@@ -480,7 +480,7 @@ static void test_wrong_kind(fx_t *f) {
  * ---------------------------------------------------------------------------------------- */
 
 static void test_values(fx_t *f) {
-    static const dp_dtype_t bad_dtypes[] = {0, 7, 99, -1, INT32_MIN, INT32_MAX};
+    static const dp_dtype_t bad_dtypes[] = {0, 9, 99, -1, INT32_MIN, INT32_MAX};
     static const int32_t bad_bools[] = {2, -1, 255};
     static const int32_t bad_soft[] = {7, 2, -2, INT32_MIN};
     dp_tensor_t *ins[2];

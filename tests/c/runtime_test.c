@@ -25,7 +25,7 @@ static void test_versions(void) {
     CHECK(s1 == s2); /* static */
     CHECK(dp_abi_version() ==
           (((uint32_t)DP_ABI_VERSION_MAJOR << 16) | (uint32_t)DP_ABI_VERSION_MINOR));
-    CHECK(DP_ABI_VERSION_MAJOR == 1 && DP_ABI_VERSION_MINOR == 2);
+    CHECK(DP_ABI_VERSION_MAJOR == 1 && DP_ABI_VERSION_MINOR == 3);
 }
 
 static void test_status_names(void) {
@@ -75,8 +75,9 @@ static void test_dtypes(void) {
     } dtypes[] = {
         {DP_DTYPE_F32, 4, "f32"}, {DP_DTYPE_F64, 8, "f64"}, {DP_DTYPE_I32, 4, "i32"},
         {DP_DTYPE_I64, 8, "i64"}, {DP_DTYPE_U8, 1, "u8"},   {DP_DTYPE_BOOL, 1, "bool"},
+        {DP_DTYPE_F16, 2, "f16"}, {DP_DTYPE_BF16, 2, "bf16"},
     };
-    static const dp_dtype_t invalid[] = {0, 7, 8, -1, 1000, INT32_MAX, INT32_MIN};
+    static const dp_dtype_t invalid[] = {0, 9, 10, -1, 1000, INT32_MAX, INT32_MIN};
     size_t i;
     SECTION("dtypes");
     for (i = 0; i < sizeof dtypes / sizeof dtypes[0]; ++i) {

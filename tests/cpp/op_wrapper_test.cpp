@@ -471,6 +471,87 @@ void test_mlp() {
 
 }  // namespace
 
+float float_of_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// devplug::f16 and devplug::bf16 convert exactly as the runtime's Cast does: every encoding
+// into float, and a sweep of float encodings (every 4093rd, all exponents, both signs, and the
+// rounding boundaries) into each; NaN only as NaN (payloads may differ). Then ops on them.
+void test_halves() {
+  section("f16 and bf16: conversions agree with Cast bit for bit; ops, errors");
+  devplug::Runtime rt = make_runtime();
+  devplug::Device cpu = rt.device("CPU:0");
+  const devplug::Op cast = rt.op("Cast");
+  auto to = [&](devplug::DType d) { return devplug::Attrs().set("dtype", d); };
+
+  std::vector<devplug::f16> every_f16(65536);
+  std::vector<devplug::bf16> every_bf16(65536);
+  for (uint32_t i = 0; i < 65536; ++i) {
+    every_f16[i] = devplug::f16::from_bits(static_cast<uint16_t>(i));
+    every_bf16[i] = devplug::bf16::from_bits(static_cast<uint16_t>(i));
+  }
+  auto h = devplug::Tensor::from_vector<devplug::f16>(cpu, {65536}, every_f16);
+  auto b = devplug::Tensor::from_vector<devplug::bf16>(cpu, {65536}, every_bf16);
+  auto f32 = to(devplug::DType::F32);
+  const std::vector<float> h_wide = rt.run1(cast, {&h}, &f32).to_vector<float>();
+  const std::vector<float> b_wide = rt.run1(cast, {&b}, &f32).to_vector<float>();
+  size_t bad_h = 0, bad_b = 0;
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const float mh = float(every_f16[i]), mb = float(every_bf16[i]);
+    bad_h += !(std::isnan(mh) ? std::isnan(h_wide[i]) : std::memcmp(&mh, &h_wide[i], 4) == 0);
+    bad_b += !(std::isnan(mb) ? std::isnan(b_wide[i]) : std::memcmp(&mb, &b_wide[i], 4) == 0);
+  }
+  CHECK_MSG(bad_h == 0, std::to_string(bad_h) + " f16 encodings widen differently");
+  CHECK_MSG(bad_b == 0, std::to_string(bad_b) + " bf16 encodings widen differently");
+
+  std::vector<float> xs;
+  for (uint64_t u = 0; u <= 0xFFFFFFFFull; u += 4093) xs.push_back(float_of_bits(static_cast<uint32_t>(u)));
+  for (float x : {65504.0f, 65519.996f, 65520.0f, 5.9604645e-8f, 2.9802322e-8f, 4.4703484e-8f, -0.0f,
+                  1.00048828125f, 1.00146484375f, 3.0e38f, 1.0f / 3.0f})
+    xs.push_back(x);
+  auto x = devplug::Tensor::from_vector<float>(cpu, {static_cast<int64_t>(xs.size())}, xs);
+  auto as_f16 = to(devplug::DType::F16);
+  auto as_bf16 = to(devplug::DType::BF16);
+  const std::vector<devplug::f16> hs = rt.run1(cast, {&x}, &as_f16).to_vector<devplug::f16>();
+  const std::vector<devplug::bf16> bs = rt.run1(cast, {&x}, &as_bf16).to_vector<devplug::bf16>();
+  bad_h = bad_b = 0;
+  std::string first;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const devplug::f16 mh(xs[i]);
+    const devplug::bf16 mb(xs[i]);
+    const bool nan = std::isnan(xs[i]);
+    const bool ok_h = nan ? std::isnan(float(hs[i])) && std::isnan(float(mh)) : mh.bits == hs[i].bits;
+    const bool ok_b = nan ? std::isnan(float(bs[i])) && std::isnan(float(mb)) : mb.bits == bs[i].bits;
+    if (!ok_h && first.empty())
+      first = "f16(" + std::to_string(xs[i]) + "): " + std::to_string(mh.bits) + " vs Cast's " + std::to_string(hs[i].bits);
+    bad_h += !ok_h;
+    bad_b += !ok_b;
+  }
+  CHECK_MSG(bad_h == 0, std::to_string(bad_h) + " floats round to f16 differently; first " + first);
+  CHECK_MSG(bad_b == 0, std::to_string(bad_b) + " floats round to bf16 differently");
+  CHECK(devplug::f16(65520.0f).bits == 0x7C00 && devplug::f16(65519.996f).bits == 0x7BFF);
+  CHECK(devplug::bf16(1.0f / 3.0f).bits == 0x3EAB);
+
+  // Ops: exact results, a product accumulated in f32, errors.
+  using devplug::f16;
+  auto a = devplug::Tensor::from_vector<f16>(cpu, {3}, {f16(1.5f), f16(-2.0f), f16(0.25f)});
+  CHECK_VALUES(rt.run1(rt.op("Add"), {&a, &a}), devplug::Shape({3}), std::vector<f16>({f16(3.0f), f16(-4.0f), f16(0.5f)}),
+               0);
+  std::vector<devplug::bf16> ones(600, devplug::bf16(1.0f));
+  auto row = devplug::Tensor::from_vector<devplug::bf16>(cpu, {1, 600}, ones);
+  auto col = devplug::Tensor::from_vector<devplug::bf16>(cpu, {600, 1}, ones);
+  CHECK_VALUES(rt.run1(rt.op("MatMul"), {&row, &col}), devplug::Shape({1, 1}),
+               std::vector<devplug::bf16>({devplug::bf16(600.0f)}), 0);
+  auto f = devplug::Tensor::from_vector<float>(cpu, {3}, {1, 2, 3});
+  CHECK_THROWS(rt.run1(rt.op("Add"), {&a, &f}), DP_INVALID_ARGUMENT, {"Add"});
+  CHECK_THROWS(a.to_vector<float>(), DP_INVALID_ARGUMENT, {"f16"});
+  CHECK(devplug::dtype_of<f16>() == devplug::DType::F16 && devplug::dtype_size(devplug::DType::BF16) == 2);
+  CHECK(std::string(devplug::dtype_name(devplug::DType::BF16)) == "bf16");
+}
+
 int main() {
   try {
     test_basics();
@@ -479,6 +560,7 @@ int main() {
     test_placement_callback();
     test_sim_fallback();
     test_mlp();
+    test_halves();
   } catch (const std::exception& e) {
     report(false, __FILE__, __LINE__, std::string("unexpected exception: ") + e.what());
   }

@@ -271,9 +271,9 @@ refused! {
 
     // dpp_plugin_api_t: versions
     abi_major_differs: "abi_major" => AbiMismatch
-        ["plugin ABI 2.0", "host implements ABI 1.2", "major"];
+        ["plugin ABI 2.0", "host implements ABI 1.3", "major"];
     abi_minor_newer_than_host: "abi_minor_newer" => AbiMismatch
-        ["plugin ABI 1.99", "host implements ABI 1.2", "minor"];
+        ["plugin ABI 1.99", "host implements ABI 1.3", "minor"];
 
     // dpp_plugin_api_t: struct_size and fields
     api_struct_size_zero: "api_size_0" => InvalidArgument
@@ -347,6 +347,10 @@ refused! {
     op_name_without_a_namespace: "op_no_namespace" => InvalidArgument
         ["op 'Swish'", "namespace"];
     op_name_of_a_core_op: "op_core_name" => InvalidArgument ["op 'Add'", "namespace"];
+
+    // kernels: a plugin of ABI 1.2 naming f16 (7), which came with 1.3
+    kernel_dtype_newer_than_the_plugins_abi: "kernel_f16_abi_1_2" => InvalidArgument
+        ["dpp_kernel_t.dtypes", "[0] is 7", "not a DPP_DTYPE_* value of ABI 1.2"];
 }
 
 #[test]
@@ -392,6 +396,58 @@ fn a_plugins_op_runs_through_its_body_and_its_name_is_then_taken() {
         [3.0, -6.0, 1.5],
         "the first op stays"
     );
+}
+
+/// A kernel for "every dtype" means every dtype the plugin knows of: from a plugin built
+/// against ABI 1.3 it takes f16 and bf16 too; from one of 1.2, which has no such values, only
+/// the six dtypes of its ABI, and an f16 op on its device runs elsewhere (the CPU, by soft
+/// placement), never through a kernel that would read two-byte elements it does not expect.
+#[test]
+fn a_kernel_for_every_dtype_takes_the_dtypes_its_abi_knows() {
+    use devplug_core::half::f16;
+    use devplug_core::{Attrs, DType, RunOptions, Tensor};
+    let _env = env_shared();
+    for (variant, takes_halves) in [
+        ("kernel_all_dtypes", true),
+        ("kernel_all_dtypes_abi_1_2", false),
+    ] {
+        let rt = runtime();
+        rt.load_plugin(zoo_path(variant), &[]).unwrap();
+        let k = rt
+            .kernels()
+            .all()
+            .into_iter()
+            .find(|k| k.source == format!("plugin 'zoo_{variant}'"))
+            .unwrap();
+        if takes_halves {
+            assert!(k.dtypes.is_empty(), "{variant}: {:?}", k.dtypes);
+        } else {
+            assert_eq!(k.dtypes, &DType::ALL[..6], "{variant}");
+            assert!(!k.dtypes.contains(&DType::F16) && !k.dtypes.contains(&DType::BF16));
+        }
+        let zoo = rt.find_device("ZOO:0").unwrap();
+        let x = Tensor::from_slice(&zoo, &[3], &[f16::from_f32(1.5); 3]).unwrap();
+        let y = rt
+            .run(
+                &rt.op("Add").unwrap(),
+                &[x.clone(), x],
+                &Attrs::new(),
+                &RunOptions {
+                    device: Some(zoo),
+                    soft_placement: Some(true),
+                },
+            )
+            .unwrap();
+        let got: Vec<f32> = y[0]
+            .to_vec::<f16>()
+            .unwrap()
+            .iter()
+            .map(|h| h.to_f32())
+            .collect();
+        // The zoo's kernel writes zeros; the CPU adds.
+        let want = if takes_halves { [0.0; 3] } else { [3.0; 3] };
+        assert_eq!(got, want, "{variant}");
+    }
 }
 
 /// A string attribute of a plugin's op reaches the plugin's kernel (attr_string, ABI 1.2):

@@ -77,7 +77,7 @@ typedef struct dp_scope_t dp_scope_t;     /**< owned: dp_scope_create_* / dp_sco
 /**
  * The plugin ABI's minor version: plugins built against a newer minor are refused.
  */
-#define DP_ABI_VERSION_MINOR 2
+#define DP_ABI_VERSION_MINOR 3
 
 /**
  * A status code: `DP_OK` (0) or one of the `DP_*` error codes.
@@ -518,6 +518,17 @@ typedef dp_status_t (*dp_host_status_fn)(void *user_data);
  * Boolean, one byte per element holding 0 or 1.
  */
 #define DP_DTYPE_BOOL 6
+
+/**
+ * IEEE 754 half precision (binary16), two bytes per element. The CPU device computes it in
+ * f32, each result rounded once.
+ */
+#define DP_DTYPE_F16 7
+
+/**
+ * bfloat16 (the upper 16 bits of an f32), two bytes per element; computed as f16 is.
+ */
+#define DP_DTYPE_BF16 8
 
 #ifdef __cplusplus
 extern "C" {

@@ -18,9 +18,10 @@
 
 /**
  * The ABI minor version this header describes. A host refuses plugins with a newer minor.
- * 1.1 appended kernel registration, 1.2 op registration (see docs/plugin-abi-changelog.md).
+ * 1.1 appended kernel registration, 1.2 op registration, 1.3 the f16 and bf16 dtypes (see
+ * docs/plugin-abi-changelog.md).
  */
-#define DPP_ABI_MINOR 2
+#define DPP_ABI_MINOR 3
 
 /**
  * Log levels of `dpp_host_api_t::log`.
@@ -74,6 +75,16 @@
 #define DPP_DTYPE_BOOL 6
 
 /**
+ * (1.3) IEEE 754 half precision (binary16), two bytes.
+ */
+#define DPP_DTYPE_F16 7
+
+/**
+ * (1.3) bfloat16 (the upper half of an f32), two bytes.
+ */
+#define DPP_DTYPE_BF16 8
+
+/**
  * Platform flag: device memory is host memory (the host may dereference device addresses).
  */
 #define DPP_PLATFORM_HOST_VISIBLE 1
@@ -109,12 +120,12 @@
 #define DPP_HOST_API_STRUCT_SIZE_1_1 112
 
 /**
- * Size of `dpp_host_api_t` in ABI 1.2.
+ * Size of `dpp_host_api_t` in ABI 1.2 and 1.3.
  */
 #define DPP_HOST_API_STRUCT_SIZE 128
 
 /**
- * Size of `dpp_op_def_t` in ABI 1.2.
+ * Size of `dpp_op_def_t` in ABI 1.2 and 1.3.
  */
 #define DPP_OP_DEF_STRUCT_SIZE 64
 
@@ -282,7 +293,8 @@ typedef struct dpp_kernel_t {
    */
   const char *platform;
   /**
-   * The dtypes of the op's first type variable it accepts (`DPP_DTYPE_*`); NULL/0: all.
+   * The dtypes of the op's first type variable it accepts (`DPP_DTYPE_*`); NULL/0: all (for
+   * a plugin built against ABI 1.0–1.2: all but f16 and bf16, which it does not know).
    */
   const int32_t *dtypes;
   /**

@@ -343,14 +343,6 @@ impl Emitter for DeviceEmitter<'_> {
     }
 
     fn scalar(&mut self, dtype: DType, value: f64) -> Result<Tensor> {
-        let bytes: Vec<u8> = match dtype {
-            DType::F32 => (value as f32).to_ne_bytes().to_vec(),
-            DType::F64 => value.to_ne_bytes().to_vec(),
-            DType::I32 => (value as i32).to_ne_bytes().to_vec(),
-            DType::I64 => (value as i64).to_ne_bytes().to_vec(),
-            DType::U8 => vec![value as u8],
-            DType::Bool => vec![u8::from(value != 0.0)],
-        };
-        Tensor::from_bytes(&self.device, dtype, &[], &bytes)
+        Tensor::from_bytes(&self.device, dtype, &[], &dtype.scalar_bytes(value))
     }
 }

@@ -114,17 +114,6 @@ fn norm_axis(a: i64, rank: usize) -> usize {
     }
 }
 
-fn scalar_bytes(dtype: DType, value: f64) -> Vec<u8> {
-    match dtype {
-        DType::F32 => (value as f32).to_ne_bytes().to_vec(),
-        DType::F64 => value.to_ne_bytes().to_vec(),
-        DType::I32 => (value as i32).to_ne_bytes().to_vec(),
-        DType::I64 => (value as i64).to_ne_bytes().to_vec(),
-        DType::U8 => vec![value as u8],
-        DType::Bool => vec![u8::from(value != 0.0)],
-    }
-}
-
 fn kernel_for(op: &str, ctx: CpuContext) -> Option<KernelFn> {
     let binary = |b: BinaryOp| -> KernelFn {
         Arc::new(move |cx: &KernelContext| {
@@ -248,7 +237,7 @@ fn kernel_for(op: &str, ctx: CpuContext) -> Option<KernelFn> {
                 .outputs
                 .first()
                 .ok_or_else(|| Error::internal("no output"))?;
-            let value = scalar_bytes(out.dtype(), cx.attrs.float("value")?);
+            let value = out.dtype().scalar_bytes(cx.attrs.float("value")?);
             with_views::<0>(cx, |[], o| {
                 let v = View {
                     data: &value,
@@ -267,7 +256,11 @@ fn kernel_for(op: &str, ctx: CpuContext) -> Option<KernelFn> {
             Arc::new(move |cx: &KernelContext| with_list(cx, |ins, o| k::add_n(&ctx, ins, o)))
         }
         "Relu" => Arc::new(move |cx: &KernelContext| {
-            let zero = scalar_bytes(cx.inputs.first().map_or(DType::F32, |t| t.dtype()), 0.0);
+            let zero = cx
+                .inputs
+                .first()
+                .map_or(DType::F32, |t| t.dtype())
+                .scalar_bytes(0.0);
             with_views::<1>(cx, |[a], o| {
                 let z = View {
                     data: &zero,

@@ -17,11 +17,26 @@ use crate::op::{
 use crate::tensor::{DType, Tensor};
 
 /// Numeric dtypes.
-pub const NUMERIC: [DType; 5] = [DType::F32, DType::F64, DType::I32, DType::I64, DType::U8];
+pub const NUMERIC: [DType; 7] = [
+    DType::F32,
+    DType::F64,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::F16,
+    DType::BF16,
+];
 /// Floating-point dtypes.
-pub const FLOAT: [DType; 2] = [DType::F32, DType::F64];
+pub const FLOAT: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
 /// Signed dtypes.
-pub const SIGNED: [DType; 4] = [DType::F32, DType::F64, DType::I32, DType::I64];
+pub const SIGNED: [DType; 6] = [
+    DType::F32,
+    DType::F64,
+    DType::I32,
+    DType::I64,
+    DType::F16,
+    DType::BF16,
+];
 
 /// Binary elementwise ops with broadcasting (`x`, `y` → `z`).
 pub const BINARY: [&str; 7] = ["Add", "Sub", "Mul", "Div", "Maximum", "Minimum", "Pow"];

@@ -188,7 +188,7 @@ struct Signature {
     rules: [InputRule; SIG_INPUTS],
     /// Declared inputs (`rules[..len]`).
     len: u8,
-    allowed: [u8; SIG_VARS],
+    allowed: [u16; SIG_VARS],
     /// The variable of `def.type_vars[0]`, whose dtype keys the kernel choice.
     first: Option<u8>,
     variadic: bool,
@@ -196,15 +196,15 @@ struct Signature {
     usable: bool,
 }
 
-/// One bit per dtype.
-fn dtype_bit(d: DType) -> u8 {
-    1 << (d as i32 as u32 & 7)
+/// One bit per dtype (their values are 1 to 8).
+fn dtype_bit(d: DType) -> u16 {
+    1 << (d as i32 as u32 & 15)
 }
 
 impl Signature {
     fn of(def: &OpDef) -> Signature {
         let mut names: SmallVec<[&'static str; 4]> = SmallVec::new();
-        let mut allowed: SmallVec<[u8; 4]> = SmallVec::new();
+        let mut allowed: SmallVec<[u16; 4]> = SmallVec::new();
         let mut var = |name: &'static str| -> u8 {
             if let Some(i) = names.iter().position(|n| same_name(n, name)) {
                 return i as u8;
@@ -213,7 +213,7 @@ impl Signature {
             allowed.push(
                 match def.type_vars.iter().find(|t| same_name(t.name, name)) {
                     Some(tv) => tv.allowed.iter().fold(0, |m, d| m | dtype_bit(*d)),
-                    None => u8::MAX,
+                    None => u16::MAX,
                 },
             );
             (names.len() - 1) as u8
@@ -228,7 +228,7 @@ impl Signature {
         }
         let first = def.type_vars.first().map(|tv| var(tv.name));
         let usable = def.inputs.len() <= SIG_INPUTS && allowed.len() <= SIG_VARS;
-        let mut masks = [0u8; SIG_VARS];
+        let mut masks = [0u16; SIG_VARS];
         for (m, a) in masks.iter_mut().zip(&allowed) {
             *m = *a;
         }

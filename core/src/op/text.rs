@@ -750,8 +750,8 @@ mod tests {
             assert!(e.starts_with("op 't.Swish': body: "), "{body}: {e}");
         }
         let mut t = text("y = Neg(x)");
-        t.type_vars = "T: {f32, f16}".into();
-        assert!(err(&t).contains("'f16' is not a dtype"), "{}", err(&t));
+        t.type_vars = "T: {f32, f15}".into();
+        assert!(err(&t).contains("'f15' is not a dtype"), "{}", err(&t));
         t.type_vars = "T: {f32}".into();
         t.inputs = "x: U".into();
         assert!(err(&t).contains("'U' is neither"), "{}", err(&t));

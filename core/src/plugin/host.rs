@@ -58,6 +58,8 @@ pub(crate) struct ExistingPlatform {
 /// What the host table's functions work on (`dpp_host_api_t::context`).
 pub(crate) struct HostContext {
     pub(crate) plugin: String,
+    /// The ABI minor the plugin was built against: which dtypes it knows of.
+    abi_minor: u32,
     options: Vec<(CString, CString)>,
     existing: Vec<ExistingPlatform>,
     in_init: AtomicBool,
@@ -110,6 +112,7 @@ impl Drop for LoadedPlugin {
 impl HostContext {
     pub(crate) fn new(
         plugin: String,
+        abi_minor: u32,
         options: &[(String, String)],
         existing: Vec<ExistingPlatform>,
     ) -> crate::Result<HostContext> {
@@ -123,6 +126,7 @@ impl HostContext {
         }
         Ok(HostContext {
             plugin,
+            abi_minor,
             options: opts,
             existing,
             in_init: AtomicBool::new(false),
@@ -391,15 +395,35 @@ impl HostContext {
                 format!("is {}, more than there are dtypes", k.num_dtypes),
             ));
         }
+        // f16 and bf16 came with ABI 1.3: an older plugin knows neither value, and a kernel of
+        // it that takes "every dtype" takes the six it knew of.
+        let known: &[crate::tensor::DType] = if self.abi_minor >= 3 {
+            &crate::tensor::DType::ALL
+        } else {
+            &crate::tensor::DType::ALL[..6]
+        };
         let mut dtypes = Vec::with_capacity(k.num_dtypes);
         for i in 0..k.num_dtypes {
             // SAFETY: `dtypes` holds `num_dtypes` values (checked non-NULL above).
             let d = unsafe { *k.dtypes.add(i) };
             dtypes.push(
-                crate::tensor::DType::from_i32(d).ok_or_else(|| {
-                    err("dtypes", format!("[{i}] is {d}, not a DPP_DTYPE_* value"))
-                })?,
+                known
+                    .iter()
+                    .copied()
+                    .find(|t| *t as i32 == d)
+                    .ok_or_else(|| {
+                        err(
+                            "dtypes",
+                            format!(
+                                "[{i}] is {d}, not a DPP_DTYPE_* value of ABI 1.{}",
+                                self.abi_minor
+                            ),
+                        )
+                    })?,
             );
+        }
+        if dtypes.is_empty() && self.abi_minor < 3 {
+            dtypes = known.to_vec();
         }
         self.pending_kernels.lock().push(PendingKernel {
             op,

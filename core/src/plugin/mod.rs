@@ -158,7 +158,7 @@ pub(crate) fn load(
         .init
         .ok_or_else(|| field_err("init", "is NULL (required)"))?;
 
-    let context = Box::new(HostContext::new(name.clone(), options, existing)?);
+    let context = Box::new(HostContext::new(name.clone(), minor, options, existing)?);
     let host_api = Box::new(context.host_api());
     let mut plugin = LoadedPlugin {
         name: name.clone(),

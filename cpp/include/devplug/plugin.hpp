@@ -286,6 +286,8 @@ enum class DType : int32_t {
   I64 = DPP_DTYPE_I64,    ///< 64-bit signed integer.
   U8 = DPP_DTYPE_U8,      ///< 8-bit unsigned integer.
   Bool = DPP_DTYPE_BOOL,  ///< Boolean, one byte holding 0 or 1.
+  F16 = DPP_DTYPE_F16,    ///< (ABI 1.3) IEEE 754 half precision, two bytes.
+  BF16 = DPP_DTYPE_BF16,  ///< (ABI 1.3) bfloat16, two bytes.
 };
 
 /** @brief Bytes per element of @p d; 0 for a dtype this header does not know. */
@@ -294,11 +296,13 @@ inline size_t dtype_size(DType d) noexcept {
     case DType::F32: case DType::I32: return 4;
     case DType::F64: case DType::I64: return 8;
     case DType::U8: case DType::Bool: return 1;
+    case DType::F16: case DType::BF16: return 2;
   }
   return 0;
 }
 
-/** @brief `"f32"`, `"f64"`, `"i32"`, `"i64"`, `"u8"`, `"bool"`; `"unknown"` otherwise. */
+/** @brief `"f32"`, `"f64"`, `"i32"`, `"i64"`, `"u8"`, `"bool"`, `"f16"`, `"bf16"`; `"unknown"`
+ *  otherwise. */
 inline const char* dtype_name(DType d) noexcept {
   switch (d) {
     case DType::F32: return "f32";
@@ -307,6 +311,8 @@ inline const char* dtype_name(DType d) noexcept {
     case DType::I64: return "i64";
     case DType::U8: return "u8";
     case DType::Bool: return "bool";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
   }
   return "unknown";
 }

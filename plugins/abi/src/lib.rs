@@ -23,8 +23,9 @@ use std::ffi::{c_char, c_void};
 /// The ABI major version this header describes. Plugins of another major are refused.
 pub const DPP_ABI_MAJOR: u32 = 1;
 /// The ABI minor version this header describes. A host refuses plugins with a newer minor.
-/// 1.1 appended kernel registration, 1.2 op registration (see docs/plugin-abi-changelog.md).
-pub const DPP_ABI_MINOR: u32 = 2;
+/// 1.1 appended kernel registration, 1.2 op registration, 1.3 the f16 and bf16 dtypes (see
+/// docs/plugin-abi-changelog.md).
+pub const DPP_ABI_MINOR: u32 = 3;
 
 /// A status code. The values are the host API's `DP_*` codes.
 pub type dpp_status_t = i32;
@@ -71,6 +72,10 @@ pub const DPP_DTYPE_I64: i32 = 4;
 pub const DPP_DTYPE_U8: i32 = 5;
 /// Boolean, one byte holding 0 or 1.
 pub const DPP_DTYPE_BOOL: i32 = 6;
+/// (1.3) IEEE 754 half precision (binary16), two bytes.
+pub const DPP_DTYPE_F16: i32 = 7;
+/// (1.3) bfloat16 (the upper half of an f32), two bytes.
+pub const DPP_DTYPE_BF16: i32 = 8;
 
 /// Platform flag: device memory is host memory (the host may dereference device addresses).
 pub const DPP_PLATFORM_HOST_VISIBLE: u32 = 1;
@@ -306,7 +311,8 @@ pub struct dpp_kernel_t {
     /// NULL: the plugin's own platform of `device_type` (there must be exactly one). `"ANY"` is
     /// refused in ABI 1.1: the host reserves it for its own memory-agnostic kernels.
     pub platform: *const c_char,
-    /// The dtypes of the op's first type variable it accepts (`DPP_DTYPE_*`); NULL/0: all.
+    /// The dtypes of the op's first type variable it accepts (`DPP_DTYPE_*`); NULL/0: all (for
+    /// a plugin built against ABI 1.0–1.2: all but f16 and bf16, which it does not know).
     pub dtypes: *const i32,
     /// Number of entries of `dtypes`.
     pub num_dtypes: usize,
@@ -654,9 +660,9 @@ pub struct dpp_stream_executor_t {
 pub const DPP_HOST_API_STRUCT_SIZE_1_0: usize = 64;
 /// Size of `dpp_host_api_t` in ABI 1.1 (what a 1.1 plugin may rely on).
 pub const DPP_HOST_API_STRUCT_SIZE_1_1: usize = 112;
-/// Size of `dpp_host_api_t` in ABI 1.2.
+/// Size of `dpp_host_api_t` in ABI 1.2 and 1.3.
 pub const DPP_HOST_API_STRUCT_SIZE: usize = 128;
-/// Size of `dpp_op_def_t` in ABI 1.2.
+/// Size of `dpp_op_def_t` in ABI 1.2 and 1.3.
 pub const DPP_OP_DEF_STRUCT_SIZE: usize = 64;
 /// Size of `dpp_tensor_t` in ABI 1.1.
 pub const DPP_TENSOR_STRUCT_SIZE: usize = 48;

@@ -59,15 +59,21 @@ impl DType {
     pub const U8: DType = DType(abi::DPP_DTYPE_U8);
     /// Boolean: one byte holding 0 or 1.
     pub const BOOL: DType = DType(abi::DPP_DTYPE_BOOL);
+    /// IEEE 754 half precision, two bytes (ABI 1.3: a host of 1.2 or older never sends it).
+    pub const F16: DType = DType(abi::DPP_DTYPE_F16);
+    /// bfloat16, two bytes (ABI 1.3, as `F16`).
+    pub const BF16: DType = DType(abi::DPP_DTYPE_BF16);
 
     /// Every dtype this SDK knows.
-    pub const ALL: [DType; 6] = [
+    pub const ALL: [DType; 8] = [
         DType::F32,
         DType::F64,
         DType::I32,
         DType::I64,
         DType::U8,
         DType::BOOL,
+        DType::F16,
+        DType::BF16,
     ];
 
     /// The dtype of an ABI code (any value: unknown codes are kept).
@@ -91,11 +97,12 @@ impl DType {
             abi::DPP_DTYPE_F32 | abi::DPP_DTYPE_I32 => Some(4),
             abi::DPP_DTYPE_F64 | abi::DPP_DTYPE_I64 => Some(8),
             abi::DPP_DTYPE_U8 | abi::DPP_DTYPE_BOOL => Some(1),
+            abi::DPP_DTYPE_F16 | abi::DPP_DTYPE_BF16 => Some(2),
             _ => None,
         }
     }
 
-    /// The name: `f32`, `f64`, `i32`, `i64`, `u8`, `bool`; `unknown` otherwise.
+    /// The name: `f32`, `f64`, `i32`, `i64`, `u8`, `bool`, `f16`, `bf16`; `unknown` otherwise.
     pub const fn name(self) -> &'static str {
         match self.0 {
             abi::DPP_DTYPE_F32 => "f32",
@@ -104,6 +111,8 @@ impl DType {
             abi::DPP_DTYPE_I64 => "i64",
             abi::DPP_DTYPE_U8 => "u8",
             abi::DPP_DTYPE_BOOL => "bool",
+            abi::DPP_DTYPE_F16 => "f16",
+            abi::DPP_DTYPE_BF16 => "bf16",
             _ => "unknown",
         }
     }

@@ -1,11 +1,17 @@
 //! Dtype conversion, every pair: Rust `as` between numbers (float → int truncates toward zero
 //! and saturates, NaN → 0; int → int wraps), `x != 0` into bool, 0/1 out of bool.
+//!
+//! f16 and bf16 are rounded to once, to nearest, ties to even: from f32 directly, from any other
+//! dtype through its f64 value (exact for every dtype but i64, whose values beyond 2^53 — far
+//! outside f16's range — round twice). Out of them, the value is widened to f32 (exact) and
+//! converted from there as an f32 would be.
 
 use crate::error::Result;
 use crate::tensor::DType;
 
 use super::common::{any_dispatch, check_len, invalid, Pod, B8, PAR_CHUNK};
 use super::elementwise::map;
+use super::half_float::{narrow, narrow_f64, widen};
 use super::{CpuContext, View, ViewMut};
 
 /// A conversion of one element.
@@ -61,7 +67,40 @@ pub(crate) fn cast(ctx: &CpuContext, a: View<'_>, out: ViewMut<'_>) -> Result<()
         out.data.copy_from_slice(a.data);
         return Ok(());
     }
+    if a.dtype.is_half() || out.dtype.is_half() {
+        return cast_half(ctx, a, out);
+    }
     any_dispatch!(a.dtype, S => any_dispatch!(out.dtype, D => cast_t::<S, D>(ctx, a, out, n)))
+}
+
+/// [`cast`] from or to f16 or bf16 (validated; the dtypes differ).
+fn cast_half(ctx: &CpuContext, a: View<'_>, mut out: ViewMut<'_>) -> Result<()> {
+    if a.dtype.is_half() {
+        let wide = widen(ctx, &a);
+        let wide = View {
+            data: &wide,
+            dtype: DType::F32,
+            shape: a.shape,
+        };
+        if out.dtype.is_half() {
+            narrow(ctx, wide.data, out);
+            return Ok(());
+        }
+        return cast(ctx, wide, out);
+    }
+    if a.dtype == DType::F32 {
+        narrow(ctx, a.data, out);
+        return Ok(());
+    }
+    let mut wide = vec![0u8; out.data.len() * 4];
+    let as_f64 = ViewMut {
+        data: &mut wide,
+        dtype: DType::F64,
+        shape: out.shape,
+    };
+    cast(ctx, a, as_f64)?;
+    narrow_f64(ctx, &wide, out.reborrow());
+    Ok(())
 }
 
 fn cast_t<S: Pod + CastTo<D>, D: Pod>(
@@ -105,6 +144,8 @@ mod tests {
             DType::I64 => (if int_src { xi as i64 } else { x as i64 }) as f64,
             DType::U8 => (if int_src { xi as u8 } else { x as u8 }) as f64,
             DType::Bool => (x != 0.0) as u8 as f64,
+            // Rounded once from the exact value (an i64 through f64, as the kernel does).
+            DType::F16 | DType::BF16 => round_to(to, if int_src { xi as f64 } else { x }),
         }
     }
 

@@ -516,8 +516,19 @@ macro_rules! impl_signed_int {
 impl_signed_int!(i32);
 impl_signed_int!(i64);
 
+/// The error of a typed loop reached with f16 or bf16, which every kernel computes through f32
+/// ([`half_float::via_f32`](super::half_float::via_f32)) before it gets there: a bug, reported
+/// as an internal error instead of a panic.
+#[cold]
+pub(crate) fn half_unrouted(dtype: DType) -> Error {
+    Error::internal(format!(
+        "a {dtype} tensor reached a typed CPU loop instead of its f32 path"
+    ))
+}
+
 /// Runs `$body` with `$T` the Rust type of the numeric dtype `$dt` (f32, f64, i32, i64, u8);
-/// evaluates `$bool` for bool.
+/// evaluates `$bool` for bool. f16 and bf16 return [`half_unrouted`]: kernels send them through
+/// f32 first.
 macro_rules! num_dispatch {
     ($dt:expr, $T:ident => $body:expr, bool => $bool:expr) => {
         match $dt {
@@ -542,6 +553,9 @@ macro_rules! num_dispatch {
                 $body
             }
             DType::Bool => $bool,
+            DType::F16 | DType::BF16 => {
+                return Err($crate::host::kernels::common::half_unrouted($dt))
+            }
         }
     };
 }
@@ -574,6 +588,9 @@ macro_rules! any_dispatch {
             DType::Bool => {
                 type $T = B8;
                 $body
+            }
+            DType::F16 | DType::BF16 => {
+                return Err($crate::host::kernels::common::half_unrouted($dt))
             }
         }
     };

@@ -13,6 +13,7 @@ use super::common::{
     check_dtype, check_len, invalid, num_dispatch, par_chunks, parts_for, same_shape, typed,
     with_mut, Float, Num, Pod, Signed, B8, PAR_CHUNK, PAR_CHUNK_HEAVY,
 };
+use super::half_float::via_f32;
 use super::isa::{self, Isa};
 use super::walk::Walk;
 use super::{BinaryOp, CompareOp, CpuContext, UnaryOp, View, ViewMut};
@@ -165,6 +166,9 @@ pub(crate) fn binary(
     out: ViewMut<'_>,
 ) -> Result<()> {
     let n = check_binary(&a, &b, &out, a.dtype)?;
+    if a.dtype.is_half() {
+        return via_f32(ctx, &[a, b], out, |v, o| binary(ctx, op, v[0], v[1], o));
+    }
     num_dispatch!(a.dtype, T => binary_num::<T>(ctx, op, a, b, out, n), bool => {
         let f = match op {
             BinaryOp::Maximum => |x: B8, y: B8| B8::new(x.get() | y.get()),
@@ -207,6 +211,9 @@ pub(crate) fn compare(
     out: ViewMut<'_>,
 ) -> Result<()> {
     let n = check_binary(&a, &b, &out, DType::Bool)?;
+    if a.dtype.is_half() {
+        return via_f32(ctx, &[a, b], out, |v, o| compare(ctx, op, v[0], v[1], o));
+    }
     num_dispatch!(a.dtype, T => compare_num::<T>(ctx, op, a, b, out, n), bool => {
         let f = match op {
             CompareOp::Equal => |x: B8, y: B8| B8::new(x.get() == y.get()),
@@ -257,6 +264,7 @@ pub(crate) fn unary(ctx: &CpuContext, op: UnaryOp, a: View<'_>, out: ViewMut<'_>
         )))
     };
     match (op, a.dtype) {
+        (_, DType::F16 | DType::BF16) => via_f32(ctx, &[a], out, |v, o| unary(ctx, op, v[0], o)),
         (_, DType::F32) => unary_float::<f32>(ctx, op, a, out, n),
         (_, DType::F64) => unary_float::<f64>(ctx, op, a, out, n),
         (UnaryOp::Neg, DType::I32) => map(ctx, a, out, n, PAR_CHUNK, <i32 as Signed>::neg),
@@ -363,6 +371,7 @@ pub(crate) fn select(
     check_dtype("cond's dtype", cond.dtype, DType::Bool)?;
     match a.dtype.size() {
         1 => select_t::<u8>(ctx, cond, a, b, out, n),
+        2 => select_t::<u16>(ctx, cond, a, b, out, n),
         4 => select_t::<u32>(ctx, cond, a, b, out, n),
         _ => select_t::<u64>(ctx, cond, a, b, out, n),
     }
@@ -449,6 +458,10 @@ pub(crate) fn add_n(ctx: &CpuContext, inputs: &[View<'_>], out: ViewMut<'_>) -> 
                 x.shape, out.shape
             )));
         }
+    }
+    if out.dtype.is_half() {
+        // One rounding at the end, as for every other half result.
+        return via_f32(ctx, inputs, out, |v, o| add_n(ctx, v, o));
     }
     num_dispatch!(out.dtype, T => {
         let ins: Vec<Cow<'_, [T]>> = inputs.iter().map(|x| typed::<T>(x.data)).collect();
@@ -896,7 +909,7 @@ mod tests {
         ];
         for dt in DType::ALL {
             for shape in [vec![], vec![5], vec![3, 7], vec![0, 3]] {
-                let a = if matches!(dt, DType::F32 | DType::F64) {
+                let a = if dt.is_float() {
                     Tensor::positive(dt, &shape, 4)
                 } else {
                     Tensor::sample(dt, &shape, 4)
@@ -905,7 +918,7 @@ mod tests {
                     let mut out = Tensor::zeros(dt, &shape);
                     let r = unary(&CpuContext::SINGLE, op, a.view(), out.view_mut());
                     let supported = match dt {
-                        DType::F32 | DType::F64 => true,
+                        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => true,
                         DType::I32 | DType::I64 => matches!(op, UnaryOp::Neg | UnaryOp::Abs),
                         DType::U8 => op == UnaryOp::Abs,
                         DType::Bool => false,

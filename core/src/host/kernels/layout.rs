@@ -10,6 +10,7 @@ use super::common::{
     check_dtype, check_len, invalid, num_dispatch, par_chunks, par_rows, parts_for, size_dispatch,
     typed, with_mut, Num, Pod, B8, MAX_RANK, PAR_CHUNK,
 };
+use super::half_float::via_f32;
 use super::walk::{contiguous_strides, Walk};
 use super::{CpuContext, View, ViewMut};
 
@@ -362,6 +363,9 @@ pub(crate) fn iota(ctx: &CpuContext, axis: usize, out: ViewMut<'_>) -> Result<()
     let len = out.shape[axis];
     let inner: usize = out.shape[axis + 1..].iter().product();
     let parts = parts_for(ctx, n, PAR_CHUNK);
+    if out.dtype.is_half() {
+        return via_f32(ctx, &[], out, |_, o| iota(ctx, axis, o));
+    }
     num_dispatch!(out.dtype, T => {
         with_mut::<T, _>(out.data, |o| {
             par_rows(o, inner, parts, |r0, chunk| {

@@ -12,6 +12,7 @@ use crate::error::Result;
 use crate::tensor::DType;
 
 use super::common::{check_dtype, check_len, invalid, par_rows, typed, with_mut, Num};
+use super::half_float::via_f32;
 use super::isa;
 use super::walk::Walk;
 use super::{CpuContext, View, ViewMut};
@@ -122,6 +123,9 @@ pub(crate) fn matmul(
     let b_batch: usize = b.shape[..rb - 2].iter().product();
     let fold = !ta && nb > 1 && a_batch == nb && b_batch == 1;
     match a.dtype {
+        DType::F16 | DType::BF16 => {
+            return via_f32(ctx, &[a, b], out, |v, o| matmul(ctx, v[0], v[1], ta, tb, o))
+        }
         DType::F32 => float_matmul::<f32>(ctx, a, b, out, g, &pairs, fold),
         DType::F64 => float_matmul::<f64>(ctx, a, b, out, g, &pairs, fold),
         DType::I32 => int_matmul::<i32>(ctx, a, b, out, g, &pairs),
@@ -200,6 +204,11 @@ pub(crate) fn gemm_fused(
     let (rs, cs) = (if cr == 1 { 0 } else { cc }, usize::from(cc != 1));
     let g = Geom { m, n, k, ta, tb };
     match a.dtype {
+        DType::F16 | DType::BF16 => {
+            return via_f32(ctx, &[a, b, c], out, |v, o| {
+                gemm_fused(ctx, v[0], v[1], v[2], ta, tb, alpha, beta, relu, o)
+            })
+        }
         DType::F32 => fused::<f32>(
             ctx,
             a,
@@ -213,7 +222,11 @@ pub(crate) fn gemm_fused(
             out,
         ),
         DType::F64 => fused::<f64>(ctx, a, b, c, g, (rs, cs), alpha, beta, relu, out),
-        d => return Err(invalid(format!("gemm is defined for f32 and f64, not {d}"))),
+        d => {
+            return Err(invalid(format!(
+                "gemm is defined for f32, f64, f16 and bf16, not {d}"
+            )))
+        }
     }
     Ok(())
 }

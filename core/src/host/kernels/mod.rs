@@ -31,6 +31,10 @@
 //! | `iota` | f32 f64 i32 i64 u8 | u8 wraps past 255 |
 //! | `add_n` | f32 f64 i32 i64 u8 | wrapping for integers; at least one input |
 //!
+//! f16 and bf16 are taken wherever f32 is (and by the byte-copying kernels): they are computed
+//! in f32 and each result is rounded once to the dtype (module `half_float`), so sums and
+//! products accumulate in f32. Casts to them round once from the source's exact value.
+//!
 //! # Shapes
 //!
 //! Ranks up to [`MAX_RANK`] (8). Broadcasting follows NumPy: shapes are aligned on the right
@@ -62,6 +66,7 @@
 mod cast;
 mod common;
 mod elementwise;
+mod half_float;
 mod isa;
 #[allow(clippy::needless_range_loop)]
 mod layout;

@@ -15,6 +15,7 @@ use super::common::{
     check_dtype, check_len, invalid, num_dispatch, par_chunks, par_rows, parts_for, typed,
     with_mut, Num, Pod, MAX_RANK, PAR_CHUNK,
 };
+use super::half_float::via_f32;
 use super::{CpuContext, ReduceOp, View, ViewMut};
 
 pub(crate) fn reduce(
@@ -61,6 +62,9 @@ pub(crate) fn reduce(
     let mut groups = Groups::default();
     for d in 0..r {
         groups.push(a.shape[d], reduced[d]);
+    }
+    if a.dtype.is_half() {
+        return via_f32(ctx, &[a], out, |v, o| reduce(ctx, op, v[0], axes, o));
     }
     num_dispatch!(a.dtype, T => {
         let av = typed::<T>(a.data);

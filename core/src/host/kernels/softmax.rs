@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::tensor::DType;
 
 use super::common::{check_dtype, check_len, invalid, par_rows, parts_for, typed, with_mut, Float};
+use super::half_float::via_f32;
 use super::isa;
 use super::{CpuContext, View, ViewMut};
 
@@ -37,11 +38,14 @@ pub(crate) fn softmax(
     let len = a.shape[axis];
     let inner: usize = a.shape[axis + 1..].iter().product();
     match a.dtype {
+        DType::F16 | DType::BF16 => {
+            return via_f32(ctx, &[a], out, |v, o| softmax(ctx, v[0], axis, log, o))
+        }
         DType::F32 => run::<f32>(ctx, a, len, inner, log, out),
         DType::F64 => run::<f64>(ctx, a, len, inner, log, out),
         d => {
             return Err(invalid(format!(
-                "softmax is defined for f32 and f64, not {d}"
+                "softmax is defined for f32, f64, f16 and bf16, not {d}"
             )))
         }
     }

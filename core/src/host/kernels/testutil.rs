@@ -51,16 +51,6 @@ impl DerefMut for Bytes {
     }
 }
 
-pub trait DTypeExt {
-    fn is_float(self) -> bool;
-}
-
-impl DTypeExt for DType {
-    fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64)
-    }
-}
-
 /// An owned test tensor.
 #[derive(Clone, Debug)]
 pub struct Tensor {
@@ -102,6 +92,8 @@ impl Tensor {
             DType::I64 => b.copy_from_slice(&(v as i64).to_ne_bytes()),
             DType::U8 => b[0] = v as u8,
             DType::Bool => b[0] = (v != 0.0) as u8,
+            DType::F16 => b.copy_from_slice(&half::f16::from_f64(v).to_ne_bytes()),
+            DType::BF16 => b.copy_from_slice(&half::bf16::from_f64(v).to_ne_bytes()),
         }
     }
 
@@ -158,7 +150,9 @@ impl Tensor {
     /// large ones (so that products wrap), u8 over its whole range, bools 0/1.
     pub fn sample(dtype: DType, shape: &[usize], seed: u64) -> Tensor {
         Tensor::generate(dtype, shape, seed, |r| match dtype {
-            DType::F32 | DType::F64 => ((r % 8000) as f64 - 4000.0) / 1000.0 + 0.000_25,
+            DType::F32 | DType::F64 | DType::F16 | DType::BF16 => {
+                ((r % 8000) as f64 - 4000.0) / 1000.0 + 0.000_25
+            }
             DType::I32 => {
                 if r % 7 == 0 {
                     (r >> 8) as i32 as f64
@@ -194,7 +188,7 @@ impl Tensor {
     /// Pow bases: positive floats; small integers (with signs where they exist).
     pub fn pow_base(dtype: DType, shape: &[usize], seed: u64) -> Tensor {
         Tensor::generate(dtype, shape, seed, |r| match dtype {
-            DType::F32 | DType::F64 => (r % 2500) as f64 / 1000.0 + 0.5,
+            d if d.is_float() => (r % 2500) as f64 / 1000.0 + 0.5,
             DType::U8 => (r % 6) as f64,
             _ => (r % 9) as f64 - 4.0,
         })
@@ -203,7 +197,7 @@ impl Tensor {
     /// Pow exponents: floats in [-2, 2); ints in [-3, 9) (u8 [0, 9)).
     pub fn pow_exponent(dtype: DType, shape: &[usize], seed: u64) -> Tensor {
         Tensor::generate(dtype, shape, seed, |r| match dtype {
-            DType::F32 | DType::F64 => (r % 4000) as f64 / 1000.0 - 2.0,
+            d if d.is_float() => (r % 4000) as f64 / 1000.0 - 2.0,
             DType::U8 => (r % 9) as f64,
             _ => (r % 12) as f64 - 3.0,
         })
@@ -236,6 +230,8 @@ impl Tensor {
             DType::I32 => i32::from_ne_bytes([w[0], w[1], w[2], w[3]]) as f64,
             DType::I64 => i64::from_ne_bytes(w) as f64,
             DType::U8 | DType::Bool => w[0] as f64,
+            DType::F16 => half::f16::from_ne_bytes([w[0], w[1]]).to_f64(),
+            DType::BF16 => half::bf16::from_ne_bytes([w[0], w[1]]).to_f64(),
         }
     }
 
@@ -269,6 +265,8 @@ impl Tensor {
 pub fn round_to(dt: DType, x: f64) -> f64 {
     match dt {
         DType::F32 => x as f32 as f64,
+        DType::F16 => half::f16::from_f64(x).to_f64(),
+        DType::BF16 => half::bf16::from_f64(x).to_f64(),
         _ => x,
     }
 }
@@ -379,6 +377,10 @@ pub fn assert_close_tol(out: &Tensor, want: &[f64], what: &str, scale: f64) {
     let tol = match out.dtype {
         DType::F32 => 2e-6 * scale,
         DType::F64 => 1e-13 * scale,
+        // One unit in the last place (2^-10 and 2^-7 of the value): a result computed in f32
+        // and rounded once may round the other way than the f64 reference rounded.
+        DType::F16 => 1e-3 * scale,
+        DType::BF16 => 8e-3 * scale,
         _ => 0.0,
     };
     for (i, (&g, &w)) in out.to_f64().iter().zip(want).enumerate() {

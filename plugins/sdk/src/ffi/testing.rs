@@ -1884,7 +1884,7 @@ mod abuse_tests {
         assert_eq!(err.code(), Status::Unimplemented);
         assert_eq!(
             err.message(),
-            "sdk_test: cannot register kernel Add for TPU: the host has plugin ABI 1.2 (a 64-byte \
+            "sdk_test: cannot register kernel Add for TPU: the host has plugin ABI 1.3 (a 64-byte \
              dpp_host_api_t without register_kernel); kernels need ABI 1.1"
         );
         let mut host = TestHost::new().with_option("ops", "1");
