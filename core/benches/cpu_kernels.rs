@@ -9,7 +9,9 @@
 //!   thread, vs OpenBLAS;
 //! - a few more for orientation: Sum of 1 M f32, Exp of 1 M f32, transpose of 1024 x 1024 f32;
 //!   Exp, Tanh and Sigmoid of 16 K f32 in cache vs loops over the standard library's scalar
-//!   functions.
+//!   functions;
+//! - f16 and bf16 (computed in f32): Add of 1 M elements vs memcpy of the same bytes and vs the
+//!   f32 Add, MatMul 1024^3 vs the f32 MatMul, one thread.
 //!
 //! `cargo bench -p devplug-core --bench cpu_kernels`
 
@@ -438,6 +440,144 @@ fn main() {
         t_exp / N as f64 * 1e9
     );
     in_cache_math();
+    halves();
+}
+
+/// `b`'s f32 values rounded to `dtype` (f16 or bf16), as 2-byte-aligned bytes.
+fn to_half(b: &Buf, dtype: DType) -> Vec<u16> {
+    // SAFETY: `b` holds `f32s_len()` initialized f32s, aligned (a u64 vector).
+    let v = unsafe { std::slice::from_raw_parts(b.f32s(), b.f32s_len()) };
+    v.iter()
+        .map(|&x| match dtype {
+            DType::BF16 => devplug_core::half::bf16::from_f32(x).to_bits(),
+            _ => devplug_core::half::f16::from_f32(x).to_bits(),
+        })
+        .collect()
+}
+
+fn u16_bytes(v: &[u16]) -> &[u8] {
+    // SAFETY: u16s have no padding; the bytes are initialized.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), v.len() * 2) }
+}
+
+fn u16_bytes_mut(v: &mut [u16]) -> &mut [u8] {
+    // SAFETY: as above; any bytes are a valid u16.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 2) }
+}
+
+/// f16 and bf16 next to f32 in the same run, one thread: the half kernels widen their inputs
+/// to f32, run the f32 kernel and round the result, so they move more bytes than they store.
+fn halves() {
+    let one = CpuContext::SINGLE;
+    const N: usize = 1 << 20;
+    let shape = [N];
+    let (a, b, mut c) = (Buf::new(N, 1), Buf::new(N, 2), Buf::new(N, 3));
+    let t_f32 = time(100, || {
+        binary(
+            &one,
+            BinaryOp::Add,
+            view(&a, &shape),
+            view(&b, &shape),
+            view_mut(&mut c, &shape),
+        )
+        .expect("add");
+        black_box(c.bytes());
+    });
+    // memcpy moving the bytes of a half Add: 2 MB read + 2 MB read + 2 MB written.
+    let (src, mut dst) = (vec![1u16; N * 3 / 2], vec![0u16; N * 3 / 2]);
+    let t_copy = time(100, || {
+        dst.copy_from_slice(black_box(&src));
+        black_box(&dst);
+    });
+    const M: usize = 1024;
+    let ms = [M, M];
+    let (ma, mb, mut mc) = (Buf::new(M * M, 6), Buf::new(M * M, 7), Buf::new(M * M, 8));
+    let t_mm32 = time(3, || {
+        matmul(
+            &one,
+            view(&ma, &ms),
+            view(&mb, &ms),
+            false,
+            false,
+            view_mut(&mut mc, &ms),
+        )
+        .expect("matmul");
+        black_box(mc.bytes());
+    });
+    let flop = 2.0 * (M * M * M) as f64;
+    println!();
+    println!("f16 and bf16 (computed in f32), 1 thread");
+    println!(
+        "  Add of 1 M f32 (baseline)  {:8.3} ms;  MatMul 1024^3 f32 {:7.1} GFLOP/s",
+        t_f32 * 1e3,
+        flop / t_mm32 / 1e9
+    );
+    for dtype in [DType::F16, DType::BF16] {
+        let (ha, hb) = (to_half(&a, dtype), to_half(&b, dtype));
+        let mut hc = vec![0u16; N];
+        let t_add = time(100, || {
+            binary(
+                &one,
+                BinaryOp::Add,
+                View {
+                    data: u16_bytes(&ha),
+                    dtype,
+                    shape: &shape,
+                },
+                View {
+                    data: u16_bytes(&hb),
+                    dtype,
+                    shape: &shape,
+                },
+                ViewMut {
+                    data: u16_bytes_mut(&mut hc),
+                    dtype,
+                    shape: &shape,
+                },
+            )
+            .expect("half add");
+            black_box(&hc);
+        });
+        let (xa, xb) = (to_half(&ma, dtype), to_half(&mb, dtype));
+        let mut xc = vec![0u16; M * M];
+        let t_mm = time(3, || {
+            matmul(
+                &one,
+                View {
+                    data: u16_bytes(&xa),
+                    dtype,
+                    shape: &ms,
+                },
+                View {
+                    data: u16_bytes(&xb),
+                    dtype,
+                    shape: &ms,
+                },
+                false,
+                false,
+                ViewMut {
+                    data: u16_bytes_mut(&mut xc),
+                    dtype,
+                    shape: &ms,
+                },
+            )
+            .expect("half matmul");
+            black_box(&xc);
+        });
+        println!(
+            "  Add of 1 M {:<4}            {:8.3} ms  {:.2}x memcpy of its 6 MB, {:.2}x the f32 Add's time",
+            dtype.name(),
+            t_add * 1e3,
+            t_copy / t_add,
+            t_add / t_f32
+        );
+        println!(
+            "  MatMul 1024^3 {:<4}       {:7.1} GFLOP/s  {:.2}x the f32 MatMul",
+            dtype.name(),
+            flop / t_mm / 1e9,
+            t_mm32 / t_mm
+        );
+    }
 }
 
 /// Exp, Tanh and Sigmoid of 16 K f32 (64 KB each way, in cache: bound by the arithmetic) vs a

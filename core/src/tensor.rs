@@ -65,7 +65,7 @@ impl DType {
     }
 
     /// The bytes of one element of this dtype holding `value`, converted as Rust's `as` does
-    /// (f16 and bf16 rounded to nearest; bool is `value != 0`).
+    /// (f16 and bf16 rounded to nearest once, ties to even; bool is `value != 0`).
     pub fn scalar_bytes(self, value: f64) -> Vec<u8> {
         match self {
             DType::F32 => (value as f32).to_ne_bytes().to_vec(),
@@ -74,8 +74,14 @@ impl DType {
             DType::I64 => (value as i64).to_ne_bytes().to_vec(),
             DType::U8 => vec![value as u8],
             DType::Bool => vec![u8::from(value != 0.0)],
-            DType::F16 => half::f16::from_f64(value).to_ne_bytes().to_vec(),
-            DType::BF16 => half::bf16::from_f64(value).to_ne_bytes().to_vec(),
+            DType::F16 => {
+                let v = crate::host::kernels::round_to_odd(value);
+                half::f16::from_f32(v).to_ne_bytes().to_vec()
+            }
+            DType::BF16 => {
+                let v = crate::host::kernels::round_to_odd(value);
+                half::bf16::from_f32(v).to_ne_bytes().to_vec()
+            }
         }
     }
 

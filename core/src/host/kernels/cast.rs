@@ -11,7 +11,7 @@ use crate::tensor::DType;
 
 use super::common::{any_dispatch, check_len, invalid, Pod, B8, PAR_CHUNK};
 use super::elementwise::map;
-use super::half_float::{narrow, narrow_f64, widen};
+use super::half_float::{blockwise, narrow_f64, Scratch};
 use super::{CpuContext, View, ViewMut};
 
 /// A conversion of one element.
@@ -73,33 +73,21 @@ pub(crate) fn cast(ctx: &CpuContext, a: View<'_>, out: ViewMut<'_>) -> Result<()
     any_dispatch!(a.dtype, S => any_dispatch!(out.dtype, D => cast_t::<S, D>(ctx, a, out, n)))
 }
 
-/// [`cast`] from or to f16 or bf16 (validated; the dtypes differ).
-fn cast_half(ctx: &CpuContext, a: View<'_>, mut out: ViewMut<'_>) -> Result<()> {
-    if a.dtype.is_half() {
-        let wide = widen(ctx, &a);
-        let wide = View {
-            data: &wide,
-            dtype: DType::F32,
-            shape: a.shape,
-        };
-        if out.dtype.is_half() {
-            narrow(ctx, wide.data, out);
-            return Ok(());
-        }
-        return cast(ctx, wide, out);
+/// [`cast`] from or to f16 or bf16 (validated; the dtypes differ). From a half dtype, and from
+/// f32, block by block through f32 (exact, so the one rounding is f32's to the target);
+/// from anything else into a half, through the f64 value, rounded once.
+fn cast_half(ctx: &CpuContext, a: View<'_>, out: ViewMut<'_>) -> Result<()> {
+    if a.dtype.is_half() || a.dtype == DType::F32 {
+        return blockwise(ctx, &[a], out, |v, o| cast(&CpuContext::SINGLE, v[0], o));
     }
-    if a.dtype == DType::F32 {
-        narrow(ctx, a.data, out);
-        return Ok(());
-    }
-    let mut wide = vec![0u8; out.data.len() * 4];
+    let mut wide = Scratch::take(out.data.len() * 4);
     let as_f64 = ViewMut {
-        data: &mut wide,
+        data: wide.bytes_mut(),
         dtype: DType::F64,
         shape: out.shape,
     };
     cast(ctx, a, as_f64)?;
-    narrow_f64(ctx, &wide, out.reborrow());
+    narrow_f64(wide.bytes(), out);
     Ok(())
 }
 

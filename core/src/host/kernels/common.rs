@@ -66,12 +66,12 @@ impl B8 {
     }
 }
 
-fn as_bytes<T: Pod>(v: &[T]) -> &[u8] {
+pub(crate) fn as_bytes<T: Pod>(v: &[T]) -> &[u8] {
     // SAFETY: `T: Pod` has no padding, so all of its bytes are initialized.
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }
 
-fn as_bytes_mut<T: Pod>(v: &mut [T]) -> &mut [u8] {
+pub(crate) fn as_bytes_mut<T: Pod>(v: &mut [T]) -> &mut [u8] {
     // SAFETY: as in `as_bytes`; any bytes written are a valid `T` (`Pod`).
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }

@@ -13,7 +13,7 @@ use super::common::{
     check_dtype, check_len, invalid, num_dispatch, par_chunks, parts_for, same_shape, typed,
     with_mut, Float, Num, Pod, Signed, B8, PAR_CHUNK, PAR_CHUNK_HEAVY,
 };
-use super::half_float::via_f32;
+use super::half_float::{blockwise, elementwise};
 use super::isa::{self, Isa};
 use super::walk::Walk;
 use super::{BinaryOp, CompareOp, CpuContext, UnaryOp, View, ViewMut};
@@ -167,7 +167,7 @@ pub(crate) fn binary(
 ) -> Result<()> {
     let n = check_binary(&a, &b, &out, a.dtype)?;
     if a.dtype.is_half() {
-        return via_f32(ctx, &[a, b], out, |v, o| binary(ctx, op, v[0], v[1], o));
+        return elementwise(ctx, &[a, b], out, |v, o| binary(ctx, op, v[0], v[1], o));
     }
     num_dispatch!(a.dtype, T => binary_num::<T>(ctx, op, a, b, out, n), bool => {
         let f = match op {
@@ -212,7 +212,7 @@ pub(crate) fn compare(
 ) -> Result<()> {
     let n = check_binary(&a, &b, &out, DType::Bool)?;
     if a.dtype.is_half() {
-        return via_f32(ctx, &[a, b], out, |v, o| compare(ctx, op, v[0], v[1], o));
+        return elementwise(ctx, &[a, b], out, |v, o| compare(ctx, op, v[0], v[1], o));
     }
     num_dispatch!(a.dtype, T => compare_num::<T>(ctx, op, a, b, out, n), bool => {
         let f = match op {
@@ -264,7 +264,7 @@ pub(crate) fn unary(ctx: &CpuContext, op: UnaryOp, a: View<'_>, out: ViewMut<'_>
         )))
     };
     match (op, a.dtype) {
-        (_, DType::F16 | DType::BF16) => via_f32(ctx, &[a], out, |v, o| unary(ctx, op, v[0], o)),
+        (_, DType::F16 | DType::BF16) => blockwise(ctx, &[a], out, |v, o| unary(ctx, op, v[0], o)),
         (_, DType::F32) => unary_float::<f32>(ctx, op, a, out, n),
         (_, DType::F64) => unary_float::<f64>(ctx, op, a, out, n),
         (UnaryOp::Neg, DType::I32) => map(ctx, a, out, n, PAR_CHUNK, <i32 as Signed>::neg),
@@ -461,7 +461,7 @@ pub(crate) fn add_n(ctx: &CpuContext, inputs: &[View<'_>], out: ViewMut<'_>) -> 
     }
     if out.dtype.is_half() {
         // One rounding at the end, as for every other half result.
-        return via_f32(ctx, inputs, out, |v, o| add_n(ctx, v, o));
+        return blockwise(ctx, inputs, out, |v, o| add_n(ctx, v, o));
     }
     num_dispatch!(out.dtype, T => {
         let ins: Vec<Cow<'_, [T]>> = inputs.iter().map(|x| typed::<T>(x.data)).collect();

@@ -1,23 +1,143 @@
 //! f16 and bf16: computed in f32, each result rounded once to the dtype.
 //!
 //! A kernel given a tensor of a half dtype validates it as it does any other (byte lengths,
-//! dtype agreement, shapes), then hands it here: [`via_f32`] widens the half inputs to f32
-//! (exactly: f32 holds every f16 and bf16 value), runs the kernel's f32 path, and rounds the
-//! f32 result to the output's dtype (to nearest, ties to even). For Add, Sub, Mul, Div and Sqrt
-//! this is the correctly rounded result (f32 has more than twice the precision of either
-//! format, plus two bits), as with native half arithmetic; sums, products and means accumulate
-//! in f32, as BLAS libraries and PyTorch's CPU kernels do. The widening and rounding loops are
-//! the `half` crate's slice conversions, which use the CPU's conversion instructions (F16C)
-//! where it has them.
+//! dtype agreement, shapes), then hands it here, with the f32 computation to run:
+//!
+//! - [`blockwise`], for elementwise ops whose operands all have the output's shape (the common
+//!   case), widens blocks of [`BLOCK`] elements of each half input to f32 (exactly: f32 holds
+//!   every f16 and bf16 value), runs the f32 kernel on the block and rounds the block's result
+//!   into the output, so the f32 copies stay in the L1 cache and the op moves the bytes of its
+//!   half tensors only;
+//! - [`via_f32`], for everything else (broadcasting, products, reductions, softmax), widens
+//!   whole tensors into scratch buffers the thread keeps between calls (fresh pages cost a
+//!   fault each), runs the f32 kernel and rounds its result.
+//!
+//! Rounding is to nearest, ties to even. For Add, Sub, Mul, Div and Sqrt the result is the
+//! correctly rounded one (f32 has more than twice the precision of either format, plus two
+//! bits), as with native half arithmetic; sums, products and means accumulate in f32, as BLAS
+//! libraries and PyTorch's CPU kernels do. The conversions are the `half` crate's slice
+//! conversions, which use the CPU's F16C instructions for f16 where it has them.
 
-use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
-use half::{bf16, f16};
+use std::cell::RefCell;
+
+use smallvec::SmallVec;
 
 use crate::error::Result;
 use crate::tensor::DType;
 
-use super::common::{par_chunks, parts_for, typed, with_mut, PAR_CHUNK};
+use super::common::{as_bytes, as_bytes_mut, parts_for, same_shape, typed, with_mut, PAR_CHUNK};
+use super::isa;
 use super::{CpuContext, View, ViewMut};
+
+/// Elements per block of [`blockwise`]: four f32 blocks (three inputs and a result) take 32 KB.
+pub(crate) const BLOCK: usize = 2048;
+
+/// Runs the elementwise f32 computation `f` over `inputs` and `out`, which all hold the same
+/// number of elements in the same order (equal shapes), block by block: half inputs are widened
+/// to f32 per block, other inputs (a bool condition) are passed as they are, and a half `out`
+/// gets each block's f32 result rounded into it. `f` sees 1-D views of one block. The caller
+/// has validated the views.
+pub(crate) fn blockwise(
+    ctx: &CpuContext,
+    inputs: &[View<'_>],
+    out: ViewMut<'_>,
+    f: impl Fn(&[View<'_>], ViewMut<'_>) -> Result<()> + Sync,
+) -> Result<()> {
+    let osz = out.dtype.size();
+    let n = out.data.len() / osz;
+    let parts = parts_for(ctx, n, PAR_CHUNK);
+    let out_dtype = out.dtype;
+    let run_part = |start: usize, part: &mut [u8]| -> Result<()> {
+        let mut wide: Vec<Vec<f32>> = inputs
+            .iter()
+            .map(|v| {
+                if v.dtype.is_half() {
+                    vec![0.0; BLOCK]
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        let mut result = if out_dtype.is_half() {
+            vec![0f32; BLOCK]
+        } else {
+            Vec::new()
+        };
+        let len = part.len() / osz;
+        let mut b = 0;
+        while b < len {
+            let m = BLOCK.min(len - b);
+            let (g, shape) = (start + b, [m]);
+            let mut views: SmallVec<[View<'_>; 4]> = SmallVec::new();
+            for (v, w) in inputs.iter().zip(wide.iter_mut()) {
+                let isz = v.dtype.size();
+                let bytes = &v.data[g * isz..(g + m) * isz];
+                views.push(if v.dtype.is_half() {
+                    widen_into(v.dtype, bytes, &mut w[..m]);
+                    View {
+                        data: as_bytes(&w[..m]),
+                        dtype: DType::F32,
+                        shape: &shape,
+                    }
+                } else {
+                    View {
+                        data: bytes,
+                        dtype: v.dtype,
+                        shape: &shape,
+                    }
+                });
+            }
+            let out_block = &mut part[b * osz..(b + m) * osz];
+            if out_dtype.is_half() {
+                f(
+                    &views,
+                    ViewMut {
+                        data: as_bytes_mut(&mut result[..m]),
+                        dtype: DType::F32,
+                        shape: &shape,
+                    },
+                )?;
+                narrow_into(out_dtype, &result[..m], out_block);
+            } else {
+                f(
+                    &views,
+                    ViewMut {
+                        data: out_block,
+                        dtype: out_dtype,
+                        shape: &shape,
+                    },
+                )?;
+            }
+            b += m;
+        }
+        Ok(())
+    };
+    if parts <= 1 {
+        return run_part(0, out.data);
+    }
+    // Pieces of whole cache lines of the output, one per thread.
+    let per = n.div_ceil(parts).next_multiple_of(64);
+    use rayon::prelude::*;
+    out.data
+        .par_chunks_mut(per * osz)
+        .enumerate()
+        .try_for_each(|(i, part)| run_part(i * per, part))
+}
+
+/// An elementwise op in a half dtype: [`blockwise`] when every input has `out`'s shape,
+/// otherwise (broadcasting) [`via_f32`].
+pub(crate) fn elementwise(
+    ctx: &CpuContext,
+    inputs: &[View<'_>],
+    out: ViewMut<'_>,
+    f: impl Fn(&[View<'_>], ViewMut<'_>) -> Result<()> + Sync,
+) -> Result<()> {
+    if inputs.iter().all(|v| same_shape(v.shape, out.shape)) {
+        blockwise(ctx, inputs, out, f)
+    } else {
+        via_f32(ctx, inputs, out, f)
+    }
+}
 
 /// Runs `f` on f32 copies of `inputs` (those of a half dtype; the others as they are) and,
 /// when `out` is of a half dtype, an f32 output that is then rounded into `out`. The caller has
@@ -28,7 +148,7 @@ pub(crate) fn via_f32(
     out: ViewMut<'_>,
     f: impl FnOnce(&[View<'_>], ViewMut<'_>) -> Result<()>,
 ) -> Result<()> {
-    let wide: Vec<Option<Vec<u8>>> = inputs
+    let wide: Vec<Option<Scratch>> = inputs
         .iter()
         .map(|v| v.dtype.is_half().then(|| widen(ctx, v)))
         .collect();
@@ -37,7 +157,7 @@ pub(crate) fn via_f32(
         .zip(&wide)
         .map(|(v, w)| match w {
             Some(bytes) => View {
-                data: bytes,
+                data: bytes.bytes(),
                 dtype: DType::F32,
                 shape: v.shape,
             },
@@ -47,32 +167,31 @@ pub(crate) fn via_f32(
     if !out.dtype.is_half() {
         return f(&views, out);
     }
-    let mut result = vec![0u8; out.data.len() * 2];
+    let mut result = Scratch::take(out.data.len() * 2);
     f(
         &views,
         ViewMut {
-            data: &mut result,
+            data: result.bytes_mut(),
             dtype: DType::F32,
             shape: out.shape,
         },
     )?;
-    narrow(ctx, &result, out);
+    narrow(ctx, result.bytes(), out);
     Ok(())
 }
 
-/// The f32 values of `v` (a half dtype), as bytes.
-pub(crate) fn widen(ctx: &CpuContext, v: &View<'_>) -> Vec<u8> {
+/// The f32 values of `v` (a half dtype), as bytes in a scratch buffer.
+pub(crate) fn widen(ctx: &CpuContext, v: &View<'_>) -> Scratch {
     let n = v.data.len() / 2;
-    let mut wide = vec![0u8; n * 4];
+    let mut wide = Scratch::take(n * 4);
     let parts = parts_for(ctx, n, PAR_CHUNK);
-    let bits = typed::<u16>(v.data);
-    with_mut::<f32, _>(&mut wide, |w| {
-        par_chunks(w, parts, |start, chunk| {
-            let src = &bits[start..start + chunk.len()];
-            match v.dtype {
-                DType::BF16 => src.reinterpret_cast::<bf16>().convert_to_f32_slice(chunk),
-                _ => src.reinterpret_cast::<f16>().convert_to_f32_slice(chunk),
-            }
+    with_mut::<f32, _>(wide.bytes_mut(), |w| {
+        super::common::par_chunks(w, parts, |start, chunk| {
+            widen_into(
+                v.dtype,
+                &v.data[start * 2..(start + chunk.len()) * 2],
+                chunk,
+            )
         })
     });
     wide
@@ -82,41 +201,278 @@ pub(crate) fn widen(ctx: &CpuContext, v: &View<'_>) -> Vec<u8> {
 pub(crate) fn narrow(ctx: &CpuContext, wide: &[u8], out: ViewMut<'_>) {
     let src = typed::<f32>(wide);
     let parts = parts_for(ctx, src.len(), PAR_CHUNK);
+    let per = src.len().div_ceil(parts.max(1)).next_multiple_of(64).max(1);
     let dtype = out.dtype;
-    with_mut::<u16, _>(out.data, |o| {
-        par_chunks(o, parts, |start, chunk| {
-            let src = &src[start..start + chunk.len()];
-            match dtype {
-                DType::BF16 => chunk
-                    .reinterpret_cast_mut::<bf16>()
-                    .convert_from_f32_slice(src),
-                _ => chunk
-                    .reinterpret_cast_mut::<f16>()
-                    .convert_from_f32_slice(src),
+    if parts <= 1 {
+        narrow_into(dtype, &src, out.data);
+        return;
+    }
+    use rayon::prelude::*;
+    out.data
+        .par_chunks_mut(per * 2)
+        .zip(src.par_chunks(per))
+        .for_each(|(o, s)| narrow_into(dtype, s, o));
+}
+
+/// Rounds the f64 values in `wide` (as bytes) into `out` (a half dtype), once: through f32
+/// rounded to odd ([`round_to_odd`]), never through f32 rounded to nearest, which would round
+/// twice. (The `half` crate's f64 conversions are not used: they round through f32 to nearest
+/// where the CPU has F16C, and otherwise drop the f64's last 32 bits before rounding; either
+/// can turn a value just off a tie into the tie.)
+pub(crate) fn narrow_f64(wide: &[u8], out: ViewMut<'_>) {
+    let src = typed::<f64>(wide);
+    let mut odd = [0f32; BLOCK];
+    for (s, o) in src.chunks(BLOCK).zip(out.data.chunks_mut(BLOCK * 2)) {
+        for (d, &x) in odd.iter_mut().zip(s) {
+            *d = round_to_odd(x);
+        }
+        narrow_into(out.dtype, &odd[..s.len()], o);
+    }
+}
+
+/// `x` rounded to f32 toward zero, with the last bit set when that was inexact ("round to
+/// odd"). Rounding the result to f16 or bf16 to nearest, ties to even, gives the correctly
+/// rounded `x`: f32 keeps at least two more bits than either format, down to their smallest
+/// subnormals, and an odd last bit stands for "something below was not zero".
+#[inline]
+pub(crate) fn round_to_odd(x: f64) -> f32 {
+    let t = x as f32;
+    if x.is_nan() || f64::from(t) == x {
+        return t;
+    }
+    let mut bits = t.to_bits();
+    if f64::from(t).abs() > x.abs() {
+        // Rounded away from zero (to infinity, too): one step back toward it.
+        bits -= 1;
+    }
+    f32::from_bits(bits | 1)
+}
+
+/// `bits` (the bytes of `dtype` values, f16 or bf16) widened into `dst`.
+fn widen_into(dtype: DType, bits: &[u8], dst: &mut [f32]) {
+    let src = typed::<u16>(bits);
+    if dtype == DType::BF16 {
+        convert_all(&src, dst, bf16_to_f32)
+    } else {
+        #[cfg(target_arch = "x86_64")]
+        if isa::level() >= isa::Isa::V3 {
+            // SAFETY: the CPU has F16C and AVX (level V3 or above).
+            return unsafe { f16c::widen(&src, dst) };
+        }
+        convert_all(&src, dst, f16_to_f32)
+    }
+}
+
+/// `src` rounded into `dst` (the bytes of `dtype` values, f16 or bf16).
+fn narrow_into(dtype: DType, src: &[f32], dst: &mut [u8]) {
+    with_mut::<u16, _>(dst, |o| {
+        if dtype == DType::BF16 {
+            convert_all(src, o, f32_to_bf16)
+        } else {
+            #[cfg(target_arch = "x86_64")]
+            if isa::level() >= isa::Isa::V3 {
+                // SAFETY: the CPU has F16C and AVX (level V3 or above).
+                return unsafe { f16c::narrow(src, o) };
             }
-        })
+            convert_all(src, o, f32_to_f16)
+        }
     });
 }
 
-/// Rounds the f64 values in `wide` (as bytes) into `out` (a half dtype), once (not through
-/// f32, which would round twice).
-pub(crate) fn narrow_f64(ctx: &CpuContext, wide: &[u8], out: ViewMut<'_>) {
-    let src = typed::<f64>(wide);
-    let parts = parts_for(ctx, src.len(), PAR_CHUNK);
-    let dtype = out.dtype;
-    with_mut::<u16, _>(out.data, |o| {
-        par_chunks(o, parts, |start, chunk| {
-            let src = &src[start..start + chunk.len()];
-            match dtype {
-                DType::BF16 => chunk
-                    .reinterpret_cast_mut::<bf16>()
-                    .convert_from_f64_slice(src),
-                _ => chunk
-                    .reinterpret_cast_mut::<f16>()
-                    .convert_from_f64_slice(src),
+/// f16 conversions with the CPU's F16C instructions, eight elements each (the rest, and CPUs
+/// without F16C, use the portable conversions, which give the same bits: tests).
+#[cfg(target_arch = "x86_64")]
+mod f16c {
+    use std::arch::x86_64::{
+        __m128i, _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_loadu_ps, _mm256_storeu_ps,
+        _mm_loadu_si128, _mm_storeu_si128, _MM_FROUND_TO_NEAREST_INT,
+    };
+
+    /// `dst[i]` = the f16 `src[i]` as f32, for `min(len)` elements.
+    ///
+    /// # Safety
+    /// The CPU has F16C and AVX.
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) unsafe fn widen(src: &[u16], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: elements i..i + 8 are in bounds of both slices; unaligned loads/stores.
+            unsafe {
+                let h = _mm_loadu_si128(src.as_ptr().add(i).cast::<__m128i>());
+                _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
             }
-        })
-    });
+            i += 8;
+        }
+        for j in i..n {
+            dst[j] = super::f16_to_f32(src[j]);
+        }
+    }
+
+    /// `dst[i]` = `src[i]` rounded to the nearest f16 (ties to even), for `min(len)` elements.
+    ///
+    /// # Safety
+    /// The CPU has F16C and AVX.
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) unsafe fn narrow(src: &[f32], dst: &mut [u16]) {
+        let n = src.len().min(dst.len());
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: as in `widen`.
+            unsafe {
+                let x = _mm256_loadu_ps(src.as_ptr().add(i));
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+                _mm_storeu_si128(dst.as_mut_ptr().add(i).cast::<__m128i>(), h);
+            }
+            i += 8;
+        }
+        for j in i..n {
+            dst[j] = super::f32_to_f16(src[j]);
+        }
+    }
+}
+
+/// `dst[i] = f(src[i])`, the loop compiled for the widest vectors the CPU has (`f` is one of
+/// the conversions below, inlined).
+#[inline(always)]
+fn convert_all<S: Copy, D>(src: &[S], dst: &mut [D], f: impl Fn(S) -> D + Copy) {
+    isa::dispatch(
+        #[inline(always)]
+        || {
+            for (d, &s) in dst.iter_mut().zip(src) {
+                *d = f(s);
+            }
+        },
+    )
+}
+
+// The conversions, one element each, without branches so that the loops above vectorize
+// (compiled for the widest vectors the CPU has, `isa`). They equal the `half` crate's `to_f32`
+// and `from_f32` bit for bit on numbers (tests), and NaN stays NaN, quiet.
+
+/// An f16 encoding as the f32 of the same value (exact).
+#[inline(always)]
+pub(crate) fn f16_to_f32(h: u16) -> f32 {
+    let h = u32::from(h);
+    let sign = (h & 0x8000) << 16;
+    let em = h & 0x7fff;
+    // Normal numbers: the fields moved into place and the exponent rebiased (15 -> 127);
+    // infinity and NaN get the exponent 255.
+    let normal = (em << 13) + ((127 - 15) << 23);
+    let normal = if em >= 0x7c00 {
+        normal + ((128 - 16) << 23)
+    } else {
+        normal
+    };
+    // Zero and subnormals: em units of 2^-24, exact in f32.
+    let small = (em as f32 * f32::from_bits(0x3380_0000)).to_bits();
+    f32::from_bits(if em < 0x400 { small } else { normal } | sign)
+}
+
+/// `x` rounded to the nearest f16 (ties to even), as its encoding.
+#[inline(always)]
+pub(crate) fn f32_to_f16(x: f32) -> u16 {
+    let u = x.to_bits();
+    let sign = (u >> 16) & 0x8000;
+    let a = u & 0x7fff_ffff;
+    // 65520 and above round to infinity; NaN stays NaN (quiet, the payload's top bits kept).
+    let big = if a > 0x7f80_0000 {
+        0x7e00 | ((a >> 13) & 0x3ff)
+    } else {
+        0x7c00
+    };
+    // Normal results: rebias the exponent (127 -> 15) and round the 13 bits dropped.
+    let n = a.wrapping_sub((127 - 15) << 23);
+    let normal = (n.wrapping_add(0xfff + ((n >> 13) & 1))) >> 13;
+    // Below 2^-14: adding 0.5 (whose unit in the last place is 2^-24, f16's smallest
+    // subnormal) makes the FPU round to the f16 subnormal; its bits are the encoding.
+    let small = (f32::from_bits(a) + 0.5)
+        .to_bits()
+        .wrapping_sub(0x3f00_0000);
+    let r = if a >= 0x477f_f000 {
+        big
+    } else if a >= 0x3880_0000 {
+        normal
+    } else {
+        small
+    };
+    (r | sign) as u16
+}
+
+/// A bf16 encoding as the f32 of the same value (its upper half).
+#[inline(always)]
+pub(crate) fn bf16_to_f32(b: u16) -> f32 {
+    f32::from_bits(u32::from(b) << 16)
+}
+
+/// `x` rounded to the nearest bf16 (ties to even), as its encoding; NaN stays NaN, quiet.
+#[inline(always)]
+pub(crate) fn f32_to_bf16(x: f32) -> u16 {
+    let u = x.to_bits();
+    let rounded = (u.wrapping_add(0x7fff + ((u >> 16) & 1)) >> 16) as u16;
+    if u & 0x7fff_ffff > 0x7f80_0000 {
+        ((u >> 16) | 0x40) as u16
+    } else {
+        rounded
+    }
+}
+
+/// The most bytes of scratch buffers a thread keeps between calls.
+const SCRATCH_KEPT: usize = 64 << 20;
+
+thread_local! {
+    /// Buffers given back by earlier calls on this thread, largest last.
+    static SCRATCH: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A scratch buffer of f32s (so 4-byte aligned), taken from the thread's kept buffers and
+/// given back when dropped; its bytes are whatever an earlier use left (every user overwrites
+/// all of them).
+pub(crate) struct Scratch {
+    buf: Vec<f32>,
+    bytes: usize,
+}
+
+impl Scratch {
+    pub(crate) fn take(bytes: usize) -> Scratch {
+        let n = bytes.div_ceil(4);
+        let mut buf = SCRATCH
+            .try_with(|s| {
+                let mut s = s.borrow_mut();
+                let i = s.iter().position(|b| b.len() >= n);
+                i.map(|i| s.remove(i)).or_else(|| s.pop())
+            })
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if buf.len() < n {
+            buf.resize(n, 0.0);
+        }
+        Scratch { buf, bytes }
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &as_bytes(&self.buf)[..self.bytes]
+    }
+
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut as_bytes_mut(&mut self.buf)[..self.bytes]
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        // During the thread's teardown the kept buffers may be gone: the buffer is then freed.
+        let _ = SCRATCH.try_with(|s| {
+            let mut s = s.borrow_mut();
+            let kept: usize = s.iter().map(|b| b.len() * 4).sum();
+            if kept + buf.len() * 4 <= SCRATCH_KEPT {
+                s.push(buf);
+                s.sort_by_key(|b| b.len());
+            }
+        });
+    }
 }
 
 #[cfg(test)]
@@ -151,6 +507,72 @@ mod tests {
     }
 
     const C: CpuContext = CpuContext::SINGLE;
+
+    /// The element conversions against the `half` crate's (an independent implementation):
+    /// every f16 and bf16 encoding into f32, and every 251st f32 encoding (all exponents, both
+    /// signs, subnormals) plus the rounding boundaries into each; NaN as NaN.
+    #[test]
+    fn conversions_equal_the_half_crates_bit_for_bit() {
+        use super::super::common::as_bytes;
+        use super::super::half_float::{
+            bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16, narrow_into, widen_into,
+        };
+        use half::{bf16, f16};
+        let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+        let every: Vec<u16> = (0..=u16::MAX).collect();
+        // The slice conversions (F16C's where the CPU has it) and the element ones.
+        let (mut wide_h, mut wide_b) = (vec![0f32; every.len()], vec![0f32; every.len()]);
+        widen_into(DType::F16, as_bytes(&every), &mut wide_h);
+        widen_into(DType::BF16, as_bytes(&every), &mut wide_b);
+        for &h in &every {
+            let want = f16::from_bits(h).to_f32();
+            assert!(same(f16_to_f32(h), want), "f16 {h:#06x}");
+            assert!(same(wide_h[h as usize], want), "f16 {h:#06x} (slice)");
+            let want = bf16::from_bits(h).to_f32();
+            assert!(same(bf16_to_f32(h), want), "bf16 {h:#06x}");
+            assert!(same(wide_b[h as usize], want), "bf16 {h:#06x} (slice)");
+        }
+        let boundaries = [
+            65504.0,
+            65519.996,
+            65520.0,
+            5.960_464_5e-8,
+            2.980_232_2e-8,
+            -0.0,
+        ];
+        let xs: Vec<f32> = (0..=u32::MAX)
+            .step_by(251)
+            .map(f32::from_bits)
+            .chain(boundaries)
+            .collect();
+        let (mut hs, mut bs) = (vec![0u8; xs.len() * 2], vec![0u8; xs.len() * 2]);
+        narrow_into(DType::F16, &xs, &mut hs);
+        narrow_into(DType::BF16, &xs, &mut bs);
+        for (i, &x) in xs.iter().enumerate() {
+            let (h, b) = (f32_to_f16(x), f32_to_bf16(x));
+            let slice_h = u16::from_ne_bytes([hs[2 * i], hs[2 * i + 1]]);
+            let slice_b = u16::from_ne_bytes([bs[2 * i], bs[2 * i + 1]]);
+            if x.is_nan() {
+                assert!(f16_to_f32(h).is_nan() && bf16_to_f32(b).is_nan(), "{x}");
+                assert!(
+                    f16_to_f32(slice_h).is_nan() && bf16_to_f32(slice_b).is_nan(),
+                    "{x}"
+                );
+                continue;
+            }
+            let want = f16::from_f32(x).to_bits();
+            assert_eq!(h, want, "f16 of {x:e} ({:#010x})", x.to_bits());
+            assert_eq!(slice_h, want, "f16 of {x:e} ({:#010x}), slice", x.to_bits());
+            let want = bf16::from_f32(x).to_bits();
+            assert_eq!(b, want, "bf16 of {x:e} ({:#010x})", x.to_bits());
+            assert_eq!(
+                slice_b,
+                want,
+                "bf16 of {x:e} ({:#010x}), slice",
+                x.to_bits()
+            );
+        }
+    }
 
     #[test]
     fn binary_ops_round_the_exact_result_once() {
@@ -336,6 +758,9 @@ mod tests {
 
     #[test]
     fn casts_round_once_and_specials_survive() {
+        // Just off a tie: 1 + 2^-11 (f16) and 1 + 2^-8 (bf16) are ties; the added 2^-40 lies
+        // in the f64's last 32 bits, and rounding to nearest f32 first lands on the tie.
+        let off_tie = 2f64.powi(-40);
         let values = [
             0.1,
             -2.5,
@@ -345,6 +770,8 @@ mod tests {
             f64::INFINITY,
             f64::NAN,
             3.0e38,
+            1.0 + 2f64.powi(-11) + off_tie,
+            -(1.0 + 2f64.powi(-8) + off_tie),
         ];
         let src = Tensor::from_f64(&[values.len()], &values);
         for dt in HALVES {
@@ -363,11 +790,15 @@ mod tests {
             let want: Vec<f64> = want.iter().map(|&x| x as i32 as f64).collect();
             assert_eq!(i.to_f64(), want, "{dt} -> i32");
         }
-        // f16 overflows past 65504 (70000 is infinite), bf16 keeps f32's range.
+        // Off the ties, away from the even neighbours: f16's 1 + 2^-10, bf16's -(1 + 2^-7).
         let mut h = Tensor::zeros(DType::F16, &[values.len()]);
         cast(&C, src.view(), h.view_mut()).unwrap();
-        assert_eq!(h.get(3), f64::INFINITY);
+        assert_eq!(h.get(8), 1.0 + 2f64.powi(-10));
         let mut b = Tensor::zeros(DType::BF16, &[values.len()]);
+        cast(&C, src.view(), b.view_mut()).unwrap();
+        assert_eq!(b.get(9), -(1.0 + 2f64.powi(-7)));
+        // f16 overflows past 65504 (70000 is infinite), bf16 keeps f32's range.
+        assert_eq!(h.get(3), f64::INFINITY);
         cast(&C, h.view(), b.view_mut()).unwrap();
         assert_eq!(b.get(2), 65536.0, "65504 rounds to bf16's 65536");
         assert!(b.get(7).is_infinite(), "f16's infinity stays infinite");

@@ -67,6 +67,7 @@ mod cast;
 mod common;
 mod elementwise;
 mod half_float;
+pub(crate) use half_float::round_to_odd;
 mod isa;
 #[allow(clippy::needless_range_loop)]
 mod layout;

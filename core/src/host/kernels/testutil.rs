@@ -265,10 +265,50 @@ impl Tensor {
 pub fn round_to(dt: DType, x: f64) -> f64 {
     match dt {
         DType::F32 => x as f32 as f64,
-        DType::F16 => half::f16::from_f64(x).to_f64(),
-        DType::BF16 => half::bf16::from_f64(x).to_f64(),
+        DType::F16 => nearest_half(
+            x,
+            65520.0,
+            |b| half::f16::from_bits(b).to_f64(),
+            |v| half::f16::from_f64(v).to_bits(),
+        ),
+        DType::BF16 => nearest_half(
+            x,
+            (2.0 - 2f64.powi(-8)) * 2f64.powi(127),
+            |b| half::bf16::from_bits(b).to_f64(),
+            |v| half::bf16::from_f64(v).to_bits(),
+        ),
         _ => x,
     }
+}
+
+/// The half-format value nearest `x` (ties to the even encoding), found by comparing exact
+/// distances to a first guess and its two neighbours: a reference that relies on no
+/// conversion's rounding. `overflow` is the magnitude from which `x` rounds to infinity.
+fn nearest_half(
+    x: f64,
+    overflow: f64,
+    value: impl Fn(u16) -> f64,
+    guess: impl Fn(f64) -> u16,
+) -> f64 {
+    if x.is_nan() || x.is_infinite() {
+        return x;
+    }
+    if x.abs() >= overflow {
+        return f64::INFINITY.copysign(x);
+    }
+    let g = guess(x) & 0x7fff;
+    let sign = if x.is_sign_negative() { 0x8000 } else { 0 };
+    let candidates = [g.saturating_sub(1), g, g + 1]
+        .map(|m| m | sign)
+        .into_iter()
+        .filter(|&b| value(b).is_finite());
+    let best = candidates
+        .min_by(|&a, &b| {
+            let (da, db) = ((value(a) - x).abs(), (value(b) - x).abs());
+            da.total_cmp(&db).then((a & 1).cmp(&(b & 1)))
+        })
+        .expect("a finite candidate");
+    value(best)
 }
 
 /// `x` wrapped to an integer dtype.
