@@ -9,14 +9,16 @@
 //!   into the output, so the f32 copies stay in the L1 cache and the op moves the bytes of its
 //!   half tensors only;
 //! - [`via_f32`], for everything else (broadcasting, products, reductions, softmax), widens
-//!   whole tensors into scratch buffers the thread keeps between calls (fresh pages cost a
-//!   fault each), runs the f32 kernel and rounds its result.
+//!   whole tensors into scratch buffers the thread keeps between calls (up to
+//!   [`SCRATCH_KEPT`] bytes; fresh pages cost a fault each), runs the f32 kernel and rounds its
+//!   result.
 //!
 //! Rounding is to nearest, ties to even. For Add, Sub, Mul, Div and Sqrt the result is the
 //! correctly rounded one (f32 has more than twice the precision of either format, plus two
 //! bits), as with native half arithmetic; sums, products and means accumulate in f32, as BLAS
-//! libraries and PyTorch's CPU kernels do. The conversions are the `half` crate's slice
-//! conversions, which use the CPU's F16C instructions for f16 where it has them.
+//! libraries and PyTorch's CPU kernels do. The conversions are branch-free loops compiled for
+//! the CPU's widest vectors (`isa`), and its F16C instructions for f16 where it has them; both
+//! give the `half` crate's bits (tests).
 
 use std::cell::RefCell;
 
@@ -48,22 +50,24 @@ pub(crate) fn blockwise(
     let parts = parts_for(ctx, n, PAR_CHUNK);
     let out_dtype = out.dtype;
     let run_part = |start: usize, part: &mut [u8]| -> Result<()> {
+        let len = part.len() / osz;
+        // A small op gets small buffers.
+        let cap = BLOCK.min(len);
         let mut wide: Vec<Vec<f32>> = inputs
             .iter()
             .map(|v| {
                 if v.dtype.is_half() {
-                    vec![0.0; BLOCK]
+                    vec![0.0; cap]
                 } else {
                     Vec::new()
                 }
             })
             .collect();
         let mut result = if out_dtype.is_half() {
-            vec![0f32; BLOCK]
+            vec![0f32; cap]
         } else {
             Vec::new()
         };
-        let len = part.len() / osz;
         let mut b = 0;
         while b < len {
             let m = BLOCK.min(len - b);
