@@ -69,6 +69,11 @@ fn the_sample_plugins_conform() {
             "devplug_rust_example",
             "ok      NPU:0: kernel Add (f32) agrees with the CPU",
         ),
+        // RSIM's f16 Add (it names f16 because this host has ABI 1.3), edge shapes included.
+        (
+            "devplug_rust_example",
+            "ok      NPU:0: kernel Add (f16) agrees with the CPU on edge shapes",
+        ),
         (
             "devplug_simdml",
             "ok      GPU:0: kernel Relu (f64) agrees with the CPU",

@@ -348,9 +348,9 @@ refused! {
         ["op 'Swish'", "namespace"];
     op_name_of_a_core_op: "op_core_name" => InvalidArgument ["op 'Add'", "namespace"];
 
-    // kernels: a plugin of ABI 1.2 naming f16 (7), which came with 1.3
-    kernel_dtype_newer_than_the_plugins_abi: "kernel_f16_abi_1_2" => InvalidArgument
-        ["dpp_kernel_t.dtypes", "[0] is 7", "not a DPP_DTYPE_* value of ABI 1.2"];
+    // kernels
+    kernel_dtype_unknown: "kernel_dtype_unknown" => InvalidArgument
+        ["dpp_kernel_t.dtypes", "[0] is 9", "not a DPP_DTYPE_* value"];
 }
 
 #[test]
@@ -402,6 +402,7 @@ fn a_plugins_op_runs_through_its_body_and_its_name_is_then_taken() {
 /// against ABI 1.3 it takes f16 and bf16 too; from one of 1.2, which has no such values, only
 /// the six dtypes of its ABI, and an f16 op on its device runs elsewhere (the CPU, by soft
 /// placement), never through a kernel that would read two-byte elements it does not expect.
+/// A plugin declaring 1.2 that names f16 (having read the host's version) gets it.
 #[test]
 fn a_kernel_for_every_dtype_takes_the_dtypes_its_abi_knows() {
     use devplug_core::half::f16;
@@ -410,6 +411,7 @@ fn a_kernel_for_every_dtype_takes_the_dtypes_its_abi_knows() {
     for (variant, takes_halves) in [
         ("kernel_all_dtypes", true),
         ("kernel_all_dtypes_abi_1_2", false),
+        ("kernel_f16_abi_1_2", true),
     ] {
         let rt = runtime();
         rt.load_plugin(zoo_path(variant), &[]).unwrap();
@@ -419,7 +421,10 @@ fn a_kernel_for_every_dtype_takes_the_dtypes_its_abi_knows() {
             .into_iter()
             .find(|k| k.source == format!("plugin 'zoo_{variant}'"))
             .unwrap();
-        if takes_halves {
+        if variant == "kernel_f16_abi_1_2" {
+            // Named explicitly: taken, whatever ABI the plugin declared.
+            assert_eq!(k.dtypes, [DType::F16], "{variant}");
+        } else if takes_halves {
             assert!(k.dtypes.is_empty(), "{variant}: {:?}", k.dtypes);
         } else {
             assert_eq!(k.dtypes, &DType::ALL[..6], "{variant}");

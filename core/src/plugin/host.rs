@@ -395,35 +395,21 @@ impl HostContext {
                 format!("is {}, more than there are dtypes", k.num_dtypes),
             ));
         }
-        // f16 and bf16 came with ABI 1.3: an older plugin knows neither value, and a kernel of
-        // it that takes "every dtype" takes the six it knew of.
-        let known: &[crate::tensor::DType] = if self.abi_minor >= 3 {
-            &crate::tensor::DType::ALL
-        } else {
-            &crate::tensor::DType::ALL[..6]
-        };
         let mut dtypes = Vec::with_capacity(k.num_dtypes);
         for i in 0..k.num_dtypes {
             // SAFETY: `dtypes` holds `num_dtypes` values (checked non-NULL above).
             let d = unsafe { *k.dtypes.add(i) };
             dtypes.push(
-                known
-                    .iter()
-                    .copied()
-                    .find(|t| *t as i32 == d)
-                    .ok_or_else(|| {
-                        err(
-                            "dtypes",
-                            format!(
-                                "[{i}] is {d}, not a DPP_DTYPE_* value of ABI 1.{}",
-                                self.abi_minor
-                            ),
-                        )
-                    })?,
+                crate::tensor::DType::from_i32(d).ok_or_else(|| {
+                    err("dtypes", format!("[{i}] is {d}, not a DPP_DTYPE_* value"))
+                })?,
             );
         }
+        // f16 and bf16 came with ABI 1.3. A kernel that takes "every dtype" promised the dtypes
+        // its plugin's header had: from an older plugin, the six of 1.0. (One that names them
+        // is taken at its word, whatever it declared: it read the host's version.)
         if dtypes.is_empty() && self.abi_minor < 3 {
-            dtypes = known.to_vec();
+            dtypes = crate::tensor::DType::ALL[..6].to_vec();
         }
         self.pending_kernels.lock().push(PendingKernel {
             op,

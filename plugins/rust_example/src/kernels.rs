@@ -1,5 +1,6 @@
 //! RSIM's kernels (plugin ABI 1.1): `Add` for f32 and i64 with NumPy broadcasting, bound to
-//! RSIM's own platform and run on the device's stream worker.
+//! RSIM's own platform and run on the device's stream worker; and for f16 too where the host has
+//! ABI 1.3 (RSIM declares 1.1, so it reads the host's version before naming the dtype).
 //!
 //! A kernel checks its arguments at once (a synchronous error with a message), then enqueues
 //! the arithmetic on the stream the host gave it: the result is there once the stream is
@@ -9,12 +10,23 @@ use devplug_plugin_sdk::{DType, Error, Host, KernelContext, KernelSpec, Result, 
 
 use crate::device::RsimDevice;
 
-/// The dtypes RSIM's `Add` accepts.
-pub const ADD_DTYPES: [DType; 2] = [DType::F32, DType::I64];
+/// The dtypes RSIM's `Add` accepts: f16 only from a host of ABI 1.3 or newer (the first to
+/// have it).
+pub const ADD_DTYPES: [DType; 3] = [DType::F32, DType::I64, DType::F16];
+
+/// The dtypes `Add` is registered for with a host of ABI `(major, minor)`.
+pub fn add_dtypes((_, minor): (u32, u32)) -> &'static [DType] {
+    if minor >= 3 {
+        &ADD_DTYPES
+    } else {
+        &ADD_DTYPES[..2]
+    }
+}
 
 /// Registers RSIM's kernels for its platform (device type `device_type`).
 pub fn register(host: &Host, device_type: &str) -> Result<()> {
-    host.register_kernel(KernelSpec::new("Add", device_type).dtypes(&ADD_DTYPES), add)
+    let dtypes = add_dtypes(host.abi_version());
+    host.register_kernel(KernelSpec::new("Add", device_type).dtypes(dtypes), add)
 }
 
 /// The broadcast shape of `a` and `b` (NumPy rules), or `None` when they do not broadcast.
@@ -129,6 +141,20 @@ impl Elem for i64 {
     }
 }
 
+impl Elem for half::f16 {
+    const SIZE: usize = 2;
+    fn load(b: &[u8]) -> half::f16 {
+        half::f16::from_ne_bytes([b[0], b[1]])
+    }
+    fn store(self, b: &mut [u8]) {
+        b[..2].copy_from_slice(&self.to_ne_bytes());
+    }
+    fn add(self, other: half::f16) -> half::f16 {
+        // In f32, rounded once: the correctly rounded sum, as the runtime's CPU computes it.
+        half::f16::from_f32(self.to_f32() + other.to_f32())
+    }
+}
+
 fn binary<T: Elem>(plan: &Plan, x: &[u8], y: &[u8], z: &mut [u8]) {
     let s = T::SIZE;
     plan.for_each(|i, xi, yi| {
@@ -147,7 +173,7 @@ fn add(cx: &KernelContext<'_, RsimDevice>) -> Result<()> {
     let dtype = x.dtype();
     if !ADD_DTYPES.contains(&dtype) || y.dtype() != dtype || z.dtype() != dtype {
         return Err(bad(format!(
-            "dtypes {} + {} -> {}: RSIM adds f32 or i64 tensors of one dtype",
+            "dtypes {} + {} -> {}: RSIM adds f32, i64 or f16 tensors of one dtype",
             x.dtype(),
             y.dtype(),
             z.dtype()
@@ -189,6 +215,8 @@ fn add(cx: &KernelContext<'_, RsimDevice>) -> Result<()> {
         let out = m.bytes_mut(out);
         if dtype == DType::F32 {
             binary::<f32>(&plan, &xs, &ys, out);
+        } else if dtype == DType::F16 {
+            binary::<half::f16>(&plan, &xs, &ys, out);
         } else {
             binary::<i64>(&plan, &xs, &ys, out);
         }

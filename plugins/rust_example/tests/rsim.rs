@@ -43,7 +43,21 @@ fn it_loads_into_an_abi_1_1_host() {
     let plugin = host
         .load(devplug_plugin_entry)
         .expect("a 1.1 host loads it");
-    assert!(plugin.kernels().iter().any(|k| k.op == "Add"));
+    let add = plugin
+        .kernels()
+        .into_iter()
+        .find(|k| k.op == "Add")
+        .unwrap();
+    // A 1.1 host has no f16: RSIM does not name it.
+    assert_eq!(add.dtypes, [DType::F32, DType::I64]);
+    let new_host = TestHost::new();
+    let current = new_host.load(devplug_plugin_entry).expect("load");
+    let add = current
+        .kernels()
+        .into_iter()
+        .find(|k| k.op == "Add")
+        .unwrap();
+    assert_eq!(add.dtypes, [DType::F32, DType::I64, DType::F16]);
     let old = TestHost::new().with_abi_minor(0);
     let e = old
         .load(devplug_plugin_entry)
@@ -336,7 +350,7 @@ fn add_is_registered_for_rsim_and_kernels_0_registers_none() {
             op: "Add".into(),
             device_type: "NPU".into(),
             platform: "RSIM".into(),
-            dtypes: vec![DType::F32, DType::I64],
+            dtypes: vec![DType::F32, DType::I64, DType::F16],
             priority: 0,
         }]
     );
@@ -466,7 +480,7 @@ fn add_checks_its_arguments_with_messages() {
     );
     assert_eq!(
         err.message(),
-        "RSIM:0: Add: dtypes f32 + i64 -> f32: RSIM adds f32 or i64 tensors of one dtype"
+        "RSIM:0: Add: dtypes f32 + i64 -> f32: RSIM adds f32, i64 or f16 tensors of one dtype"
     );
     let err = run(std::slice::from_ref(&x), std::slice::from_ref(&z));
     assert_eq!(
