@@ -37,6 +37,16 @@ impl DType {
         DType::BF16,
     ];
 
+    /// The dtypes of plugin ABI 1.0–1.2 (f16 and bf16 came with 1.3).
+    pub const BEFORE_HALVES: [DType; 6] = [
+        DType::F32,
+        DType::F64,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::Bool,
+    ];
+
     pub fn from_i32(v: i32) -> Option<DType> {
         DType::ALL.iter().copied().find(|d| *d as i32 == v)
     }
@@ -75,11 +85,11 @@ impl DType {
             DType::U8 => vec![value as u8],
             DType::Bool => vec![u8::from(value != 0.0)],
             DType::F16 => {
-                let v = crate::host::kernels::round_to_odd(value);
+                let v = round_to_odd(value);
                 half::f16::from_f32(v).to_ne_bytes().to_vec()
             }
             DType::BF16 => {
-                let v = crate::host::kernels::round_to_odd(value);
+                let v = round_to_odd(value);
                 half::bf16::from_f32(v).to_ne_bytes().to_vec()
             }
         }
@@ -101,6 +111,24 @@ impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// `x` rounded to f32 toward zero, with the last bit set when that was inexact ("round to
+/// odd"). Rounding the result to f16 or bf16 to nearest, ties to even, gives the correctly
+/// rounded `x`: f32 keeps at least two more bits than either format, down to their smallest
+/// subnormals, and an odd last bit stands for "something below was not zero".
+#[inline]
+pub(crate) fn round_to_odd(x: f64) -> f32 {
+    let t = x as f32;
+    if x.is_nan() || f64::from(t) == x {
+        return t;
+    }
+    let mut bits = t.to_bits();
+    if f64::from(t).abs() > x.abs() {
+        // Rounded away from zero (to infinity, too): one step back toward it.
+        bits -= 1;
+    }
+    f32::from_bits(bits | 1)
 }
 
 /// Rust element types of tensors.

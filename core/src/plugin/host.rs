@@ -409,7 +409,7 @@ impl HostContext {
         // its plugin's header had: from an older plugin, the six of 1.0. (One that names them
         // is taken at its word, whatever it declared: it read the host's version.)
         if dtypes.is_empty() && self.abi_minor < 3 {
-            dtypes = crate::tensor::DType::ALL[..6].to_vec();
+            dtypes = crate::tensor::DType::BEFORE_HALVES.to_vec();
         }
         self.pending_kernels.lock().push(PendingKernel {
             op,

@@ -205,22 +205,15 @@ pub(crate) fn widen(ctx: &CpuContext, v: &View<'_>) -> Scratch {
 pub(crate) fn narrow(ctx: &CpuContext, wide: &[u8], out: ViewMut<'_>) {
     let src = typed::<f32>(wide);
     let parts = parts_for(ctx, src.len(), PAR_CHUNK);
-    let per = src.len().div_ceil(parts.max(1)).next_multiple_of(64).max(1);
-    let dtype = out.dtype;
-    if parts <= 1 {
-        narrow_into(dtype, &src, out.data);
-        return;
-    }
-    use rayon::prelude::*;
-    out.data
-        .par_chunks_mut(per * 2)
-        .zip(src.par_chunks(per))
-        .for_each(|(o, s)| narrow_into(dtype, s, o));
+    // Pieces of `out`'s bytes are multiples of 64 bytes: whole elements.
+    super::common::par_chunks(out.data, parts, |start, chunk| {
+        narrow_into(out.dtype, &src[start / 2..(start + chunk.len()) / 2], chunk)
+    });
 }
 
 /// Rounds the f64 values in `wide` (as bytes) into `out` (a half dtype), once: through f32
-/// rounded to odd ([`round_to_odd`]), never through f32 rounded to nearest, which would round
-/// twice. (The `half` crate's f64 conversions are not used: they round through f32 to nearest
+/// rounded to odd ([`round_to_odd`](crate::tensor::round_to_odd)), never through f32 rounded
+/// to nearest, which would round twice. (The `half` crate's f64 conversions are not used: they round through f32 to nearest
 /// where the CPU has F16C, and otherwise drop the f64's last 32 bits before rounding; either
 /// can turn a value just off a tie into the tie.)
 pub(crate) fn narrow_f64(wide: &[u8], out: ViewMut<'_>) {
@@ -228,28 +221,10 @@ pub(crate) fn narrow_f64(wide: &[u8], out: ViewMut<'_>) {
     let mut odd = [0f32; BLOCK];
     for (s, o) in src.chunks(BLOCK).zip(out.data.chunks_mut(BLOCK * 2)) {
         for (d, &x) in odd.iter_mut().zip(s) {
-            *d = round_to_odd(x);
+            *d = crate::tensor::round_to_odd(x);
         }
         narrow_into(out.dtype, &odd[..s.len()], o);
     }
-}
-
-/// `x` rounded to f32 toward zero, with the last bit set when that was inexact ("round to
-/// odd"). Rounding the result to f16 or bf16 to nearest, ties to even, gives the correctly
-/// rounded `x`: f32 keeps at least two more bits than either format, down to their smallest
-/// subnormals, and an odd last bit stands for "something below was not zero".
-#[inline]
-pub(crate) fn round_to_odd(x: f64) -> f32 {
-    let t = x as f32;
-    if x.is_nan() || f64::from(t) == x {
-        return t;
-    }
-    let mut bits = t.to_bits();
-    if f64::from(t).abs() > x.abs() {
-        // Rounded away from zero (to infinity, too): one step back toward it.
-        bits -= 1;
-    }
-    f32::from_bits(bits | 1)
 }
 
 /// `bits` (the bytes of `dtype` values, f16 or bf16) widened into `dst`.
@@ -617,16 +592,7 @@ mod tests {
 
     #[test]
     fn unary_compare_and_select_agree_with_f64() {
-        let ops = [
-            UnaryOp::Neg,
-            UnaryOp::Abs,
-            UnaryOp::Exp,
-            UnaryOp::Log,
-            UnaryOp::Tanh,
-            UnaryOp::Sqrt,
-            UnaryOp::Rsqrt,
-            UnaryOp::Sigmoid,
-        ];
+        let ops = UnaryOp::ALL;
         for dt in HALVES {
             let a = Tensor::positive(dt, &[2, 9], 5);
             for op in ops {
@@ -722,6 +688,29 @@ mod tests {
                 add_n(&C, &[v[0], v[1], v[0]], o).unwrap()
             });
             assert_close(&out, &want, &format!("AddN {dt}"));
+        }
+    }
+
+    /// Work split across threads (the widening, the rounding, the blocks) gives the bits of
+    /// one thread.
+    #[test]
+    fn threads_give_the_bits_of_one_thread() {
+        let many = CpuContext { threads: 4 };
+        for dt in HALVES {
+            let (a, b) = (
+                Tensor::sample(dt, &[300, 400], 20),
+                Tensor::sample(dt, &[400], 21),
+            );
+            let (mut one, mut four) = (
+                Tensor::zeros(dt, &[300, 400]),
+                Tensor::zeros(dt, &[300, 400]),
+            );
+            binary(&C, BinaryOp::Mul, a.view(), b.view(), one.view_mut()).unwrap();
+            binary(&many, BinaryOp::Mul, a.view(), b.view(), four.view_mut()).unwrap();
+            assert_eq!(one.bytes(), four.bytes(), "broadcast Mul {dt}");
+            unary(&C, UnaryOp::Tanh, a.view(), one.view_mut()).unwrap();
+            unary(&many, UnaryOp::Tanh, a.view(), four.view_mut()).unwrap();
+            assert_eq!(one.bytes(), four.bytes(), "Tanh {dt}");
         }
     }
 

@@ -67,7 +67,6 @@ mod cast;
 mod common;
 mod elementwise;
 mod half_float;
-pub(crate) use half_float::round_to_odd;
 mod isa;
 #[allow(clippy::needless_range_loop)]
 mod layout;
@@ -166,6 +165,19 @@ pub enum UnaryOp {
     Sqrt,
     Rsqrt,
     Sigmoid,
+}
+
+impl UnaryOp {
+    pub const ALL: [UnaryOp; 8] = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Tanh,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Sigmoid,
+    ];
 }
 
 /// Elementwise comparisons; their output is bool.
