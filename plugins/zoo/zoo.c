@@ -787,6 +787,9 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_register(const dpp_host_api_t *host, co
   return DPP_OK;
 }
 
+#if defined(ZOO_KERNEL_ZEROS) && defined(ZOO_KERNEL_COPY)
+#error "ZOO_KERNEL_ZEROS and ZOO_KERNEL_COPY are two kernels for one registration: define one"
+#endif
 #if defined(ZOO_KERNEL_ZEROS)
 /* A kernel with wrong results: every output is set to zero bytes. */
 static dpp_status_t zoo_kernel_zeros(const dpp_kernel_context_t *cx) {
@@ -800,7 +803,26 @@ static dpp_status_t zoo_kernel_zeros(const dpp_kernel_context_t *cx) {
   }
   return DPP_OK;
 }
+#define ZOO_KERNEL_COMPUTE zoo_kernel_zeros
+#endif
 
+#if defined(ZOO_KERNEL_COPY)
+/* A right kernel for an op that keeps its input's bytes (Reshape): output 0 is input 0. */
+static dpp_status_t zoo_kernel_copy(const dpp_kernel_context_t *cx) {
+  zoo_device *d = cx ? zoo_dev(cx->device) : NULL;
+  if (d == NULL || cx->num_inputs != 1 || cx->num_outputs != 1 ||
+      cx->inputs[0].byte_size != cx->outputs[0].byte_size) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  ZOO_RANGE_OR_FAIL(src, d, cx->inputs[0].data, cx->inputs[0].byte_size, "kernel input");
+  ZOO_RANGE_OR_FAIL(dst, d, cx->outputs[0].data, cx->outputs[0].byte_size, "kernel output");
+  memcpy(dst, src, (size_t)cx->outputs[0].byte_size);
+  return DPP_OK;
+}
+#define ZOO_KERNEL_COMPUTE zoo_kernel_copy
+#endif
+
+#if defined(ZOO_KERNEL_COMPUTE)
 #ifndef ZOO_KERNEL_OP
 #define ZOO_KERNEL_OP "Add"
 #endif
@@ -823,7 +845,7 @@ static dpp_status_t zoo_register_kernel(const dpp_host_api_t *host) {
   k.dtypes = f32;
   k.num_dtypes = 1;
 #endif
-  k.compute = zoo_kernel_zeros;
+  k.compute = ZOO_KERNEL_COMPUTE;
   return host->register_kernel(host->context, &k);
 }
 #endif
@@ -917,7 +939,7 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_init(const dpp_host_api_t *host, void *
   if (st != DPP_OK) {
     return st; /* the host's own refusal says why */
   }
-#if defined(ZOO_KERNEL_ZEROS)
+#if defined(ZOO_KERNEL_COMPUTE)
   st = zoo_register_kernel(host);
   if (st != DPP_OK) {
     return st;

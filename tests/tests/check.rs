@@ -130,23 +130,32 @@ fn a_kernel_with_wrong_results_fails_its_check() {
     assert!(out.contains("2 failed: does NOT conform"), "{out}");
 }
 
-/// A kernel for every dtype (ABI 1.3) is run with f16 and bf16 too, besides f32, f64, i32 and
-/// i64; one from a plugin of ABI 1.2 takes no half dtype, so none is run.
+/// A kernel for every dtype (ABI 1.3) is run in each dtype its op takes: Add's seven (every
+/// dtype but bool), Reshape's eight; one from a plugin of ABI 1.2 takes no half dtype, so none
+/// is run.
 #[test]
 fn a_kernel_for_every_dtype_is_checked_in_each_sampled_dtype() {
     let (code, out) = check(&zoo("kernel_all_dtypes"), &[]);
     assert_eq!(code, 1, "{out}");
-    for dtype in ["f32", "f64", "i32", "i64", "f16", "bf16"] {
+    for dtype in ["f32", "f64", "i32", "i64", "u8", "f16", "bf16"] {
         let line = format!(
             "FAILED  ZOO:0: kernel Add ({dtype}) agrees with the CPU: INTERNAL: output 0[0] is 0"
         );
         assert!(out.contains(&line), "missing {line:?}:\n{out}");
     }
-    assert!(out.contains("12 failed: does NOT conform"), "{out}");
+    assert!(!out.contains("(bool)"), "{out}");
+    assert!(out.contains("14 failed: does NOT conform"), "{out}");
     let (code, out) = check(&zoo("kernel_all_dtypes_abi_1_2"), &[]);
     assert_eq!(code, 1, "{out}");
     assert!(!out.contains("(f16)") && !out.contains("(bf16)"), "{out}");
-    assert!(out.contains("8 failed: does NOT conform"), "{out}");
+    assert!(out.contains("10 failed: does NOT conform"), "{out}");
+    // A right kernel passes in every dtype, bool (values true, false, …) and u8 included.
+    let (code, out) = check(&zoo("kernel_copy_all_dtypes"), &[]);
+    assert_eq!(code, 0, "{out}");
+    for dtype in ["f32", "f64", "i32", "i64", "u8", "bool", "f16", "bf16"] {
+        let line = format!("ok      ZOO:0: kernel Reshape ({dtype}) agrees with the CPU");
+        assert!(out.contains(&line), "missing {line:?}:\n{out}");
+    }
 }
 
 #[test]
