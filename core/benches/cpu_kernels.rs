@@ -413,21 +413,36 @@ fn main() {
         )
         .expect("transpose");
     });
-    // The same at a size whose rows are not 4 KiB apart (1040 = 65 x 16), and in cache.
-    let transpose_time = |side: usize| {
-        let src = Buf::new(side * side, 5);
-        let mut dst = Buf::new(side * side, 0);
+    // The same at a size whose rows are not 4 KiB apart (1040 = 65 x 16), and in cache; f64 too.
+    let transpose_time = |side: usize, dtype: DType| {
+        let words = side * side * dtype.size() / 4;
+        let src = Buf::new(words, 5);
+        let mut dst = Buf::new(words, 0);
         let sq = [side, side];
         let t = time(20, || {
-            transpose(&one, view(&src, &sq), &[1, 0], view_mut(&mut dst, &sq)).expect("transpose");
+            let a = View {
+                data: src.bytes(),
+                dtype,
+                shape: &sq,
+            };
+            let out = ViewMut {
+                data: dst.bytes_mut(),
+                dtype,
+                shape: &sq,
+            };
+            transpose(&one, a, &[1, 0], out).expect("transpose");
         });
         let t_copy = time(20, || {
             dst.bytes_mut().copy_from_slice(black_box(src.bytes()));
             black_box(dst.bytes());
         });
-        (side, (side * side) as f64 * 4.0 / t / 1e9, t_copy / t)
+        (side, dtype, (words * 4) as f64 / t / 1e9, t_copy / t)
     };
-    let transposes = [transpose_time(1040), transpose_time(256)];
+    let transposes = [
+        transpose_time(1040, DType::F32),
+        transpose_time(256, DType::F32),
+        transpose_time(1040, DType::F64),
+    ];
     let t_copy4 = time(50, || {
         c.bytes_mut().copy_from_slice(black_box(a.bytes()));
         black_box(c.bytes());
@@ -448,8 +463,9 @@ fn main() {
         N as f64 * 4.0 / t_tr / 1e9,
         t_copy4 / t_tr
     );
-    for (side, gbs, ratio) in transposes {
-        println!("  transpose {side}^2 f32       {gbs:8.2}    {ratio:.2}x (memcpy of its bytes)");
+    for (side, dtype, gbs, ratio) in transposes {
+        let what = format!("transpose {side}^2 {}", dtype.name());
+        println!("  {what:<26} {gbs:8.2}    {ratio:.2}x (memcpy of its bytes)");
     }
     println!(
         "  exp of 1 M f32             {:8.2}    {:.2}x   ({:.2} ns/element)",

@@ -6,9 +6,10 @@
 //! closure compiled a second and a third time, for x86-64-v3 (AVX2, FMA) and x86-64-v4
 //! (AVX-512 F/BW/CD/DQ/VL), and picks the widest the CPU has, found once per process. The gemm
 //! crate picks its micro-kernels the same way. Loops that only move memory gain little and are
-//! left alone, which keeps the code (and the build) from tripling; the one exception is the
-//! transpose block ([`transpose_block_4byte`]), written with AVX2 intrinsics because the
-//! compiler does not vectorize the portable one (256 scalar moves a block).
+//! left alone, which keeps the code (and the build) from tripling; the one exception are the
+//! transpose blocks ([`transpose_block_4byte`], [`transpose_block_8byte`]), written with AVX2
+//! intrinsics because the compiler does not vectorize the portable one (256 scalar moves a
+//! block).
 //!
 //! Results are the same bit for bit at every level: Rust never contracts `a * b + c` into a
 //! fused multiply-add, so the wider code does the same IEEE operations on more lanes (the
@@ -117,8 +118,11 @@ pub(crate) fn dispatch_at<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Side of the blocks [`transpose_block_4byte`] transposes.
+/// Side of the blocks [`transpose_block_4byte`] and [`transpose_block_8byte`] transpose.
 pub(crate) const BLOCK: usize = 16;
+
+/// A transpose block: `(src, s0, ss, dst, d0, ds)` to done (false: not at this level).
+pub(crate) type TransposeBlock = fn(&[u8], usize, usize, &mut [u8], usize, usize) -> bool;
 
 /// One [`BLOCK`] x [`BLOCK`] block of a transpose of 4-byte elements, `dst[d0 + i * ds + j] =
 /// src[s0 + i + j * ss]` for `i, j < 16` (offsets and strides in elements of bytes `src` and
@@ -162,8 +166,72 @@ pub(crate) fn transpose_block_4byte(
     false
 }
 
+/// [`transpose_block_4byte`] for 8-byte elements (f64, i64): sixteen 4 x 4 transposes in AVX2
+/// registers, the four source rows of each group of four read whole before the next group.
+///
+/// # Panics
+/// When the block does not lie inside `src` or `dst`.
+#[inline]
+pub(crate) fn transpose_block_8byte(
+    src: &[u8],
+    s0: usize,
+    ss: usize,
+    dst: &mut [u8],
+    d0: usize,
+    ds: usize,
+) -> bool {
+    let last = |o: usize, stride: usize| (o + (BLOCK - 1) * stride + BLOCK) * 8;
+    assert!(
+        last(s0, ss) <= src.len() && last(d0, ds) <= dst.len(),
+        "a transpose block outside its tensors"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if level() >= Isa::V3 {
+        for dj in (0..BLOCK).step_by(4) {
+            for di in (0..BLOCK).step_by(4) {
+                // SAFETY: AVX2 is there (level); the 4 rows read, from s0 + di + (dj + k) * ss,
+                // and the 4 written, from d0 + (di + k) * ds + dj, 4 elements each, lie inside
+                // the block asserted above.
+                unsafe {
+                    x86::transpose_4x4_8byte(
+                        src.as_ptr().add((s0 + di + dj * ss) * 8),
+                        ss,
+                        dst.as_mut_ptr().add((d0 + di * ds + dj) * 8),
+                        ds,
+                    );
+                }
+            }
+        }
+        return true;
+    }
+    false
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    /// `dst[k * ds + c] = src[c * ss + k]` for 4 x 4 elements of 8 bytes (strides in elements).
+    ///
+    /// # Safety
+    /// AVX2 is available; the 4 rows of 4 elements at `src` (stride `ss`) are readable and
+    /// those at `dst` (stride `ds`) writable.
+    #[target_feature(enable = "avx,avx2")]
+    pub(super) unsafe fn transpose_4x4_8byte(src: *const u8, ss: usize, dst: *mut u8, ds: usize) {
+        use std::arch::x86_64::*;
+        let (s, d) = (src.cast::<f64>(), dst.cast::<f64>());
+        // SAFETY (all loads and stores): inside the rows the caller vouches for.
+        let r = |k: usize| unsafe { _mm256_loadu_pd(s.add(k * ss)) };
+        let (r0, r1, r2, r3) = (r(0), r(1), r(2), r(3));
+        // Rows interleaved in pairs (each 128-bit lane then holds two elements of a column),
+        // then the lanes put together.
+        let (t0, t1) = (_mm256_unpacklo_pd(r0, r1), _mm256_unpackhi_pd(r0, r1));
+        let (t2, t3) = (_mm256_unpacklo_pd(r2, r3), _mm256_unpackhi_pd(r2, r3));
+        let w = |k: usize, v: __m256d| unsafe { _mm256_storeu_pd(d.add(k * ds), v) };
+        w(0, _mm256_permute2f128_pd::<0x20>(t0, t2));
+        w(1, _mm256_permute2f128_pd::<0x20>(t1, t3));
+        w(2, _mm256_permute2f128_pd::<0x31>(t0, t2));
+        w(3, _mm256_permute2f128_pd::<0x31>(t1, t3));
+    }
+
     /// `dst[k * ds + c] = src[c * ss + k]` for 8 x 8 elements of 4 bytes (strides in elements).
     ///
     /// # Safety
@@ -228,43 +296,50 @@ mod tests {
         assert_eq!(dispatch_at(Isa::Base, || 8), 8);
     }
 
-    /// The AVX2 block moves every element to its place, bit patterns kept (NaN payloads,
+    /// The AVX2 blocks move every element to its place, bit patterns kept (NaN payloads,
     /// signaling NaNs, negative zero), at offsets and strides that are not multiples of 8, and
-    /// touches nothing outside the block; out-of-bounds blocks panic.
+    /// touch nothing outside the block; out-of-bounds blocks panic.
     #[test]
     fn a_transpose_block_moves_every_element_and_nothing_else() {
-        let (ss, ds) = (37usize, 21usize);
-        let (s0, d0) = (5usize, 3usize);
-        let words: Vec<u32> = (0..s0 + 15 * ss + 16 + 7)
-            .map(|i| match i % 5 {
-                0 => 0x7f80_0001 + i as u32, // signaling NaNs with payloads
-                1 => 0x8000_0000,            // -0.0
-                _ => (i as u32).wrapping_mul(0x9e37_79b9),
-            })
-            .collect();
-        let src: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        let mut dst = vec![0xAAu8; (d0 + 15 * ds + 16 + 9) * 4];
-        let done = transpose_block_4byte(&src, s0, ss, &mut dst, d0, ds);
-        assert_eq!(done, level() >= Isa::V3);
-        if done {
-            let got = |k: usize| u32::from_ne_bytes(dst[k * 4..k * 4 + 4].try_into().unwrap());
-            for k in 0..dst.len() / 4 {
-                let (i, j) = ((k.wrapping_sub(d0)) / ds, (k.wrapping_sub(d0)) % ds);
-                if k >= d0 && i < BLOCK && j < BLOCK {
-                    assert_eq!(got(k), words[s0 + i + j * ss], "element ({i}, {j})");
-                } else {
-                    assert_eq!(
-                        got(k),
-                        0xAAAA_AAAA,
-                        "word {k}, outside the block, was written"
-                    );
+        let blocks: [(usize, TransposeBlock); 2] =
+            [(4, transpose_block_4byte), (8, transpose_block_8byte)];
+        for (size, block) in blocks {
+            let (ss, ds) = (37usize, 21usize);
+            let (s0, d0) = (5usize, 3usize);
+            let words: Vec<u64> = (0..s0 + 15 * ss + 16 + 7)
+                .map(|i| match (size, i % 5) {
+                    (4, 0) => 0x7f80_0001 + i as u64, // f32 signaling NaNs with payloads
+                    (8, 0) => 0x7ff0_0000_0000_0001 + i as u64, // and f64's
+                    (4, 1) => 0x8000_0000,            // -0.0
+                    (8, 1) => 0x8000_0000_0000_0000,
+                    _ => (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                })
+                .collect();
+            let bytes = |w: u64| w.to_ne_bytes()[..size].to_vec();
+            let src: Vec<u8> = words.iter().flat_map(|&w| bytes(w)).collect();
+            let mut dst = vec![0xAAu8; (d0 + 15 * ds + 16 + 9) * size];
+            let done = block(&src, s0, ss, &mut dst, d0, ds);
+            assert_eq!(done, level() >= Isa::V3);
+            if done {
+                for k in 0..dst.len() / size {
+                    let got = &dst[k * size..(k + 1) * size];
+                    let (i, j) = ((k.wrapping_sub(d0)) / ds, (k.wrapping_sub(d0)) % ds);
+                    if k >= d0 && i < BLOCK && j < BLOCK {
+                        let want = bytes(words[s0 + i + j * ss]);
+                        assert_eq!(got, &want[..], "{size}-byte element ({i}, {j})");
+                    } else {
+                        assert!(
+                            got.iter().all(|&b| b == 0xAA),
+                            "{size}: element {k} written"
+                        );
+                    }
                 }
             }
+            let short = std::panic::catch_unwind(|| {
+                let mut d = vec![0u8; (15 * ds + 15) * size];
+                block(&src, 0, ss, &mut d, 0, ds)
+            });
+            assert!(short.is_err(), "a block past the end of dst must panic");
         }
-        let short = std::panic::catch_unwind(|| {
-            let mut d = vec![0u8; (15 * ds + 15) * 4];
-            transpose_block_4byte(&src, 0, ss, &mut d, 0, ds)
-        });
-        assert!(short.is_err(), "a block past the end of dst must panic");
     }
 }
