@@ -179,7 +179,7 @@ const SUB: usize = isa::BLOCK;
 /// `dst[d0 + i * ds + j] = src[s0 + i + j * ss]` for `i < ni`, `j < nj`: one tile of a
 /// transpose, in SUB x SUB blocks (every line is read and written in full while it is in
 /// cache), the edges element by element. Blocks of 4- and 8-byte elements are transposed in
-/// AVX2 registers where the CPU has it ([`isa::transpose_block_4byte`], `_8byte`: about twice
+/// AVX2 registers where the CPU has it ([`isa::transpose_block`]: about twice
 /// the portable block's speed, which the compiler does not vectorize); the portable block reads
 /// SUB whole rows into a local block and writes SUB whole rows.
 #[allow(clippy::too_many_arguments)]
@@ -197,21 +197,16 @@ fn tile<T: Pod>(
     let (fi, fj) = (ni / SUB * SUB, nj / SUB * SUB);
     for i in (0..fi).step_by(SUB) {
         for j in (0..fj).step_by(SUB) {
-            let vector_block = match std::mem::size_of::<T>() {
-                4 => Some(isa::transpose_block_4byte as isa::TransposeBlock),
-                8 => Some(isa::transpose_block_8byte as isa::TransposeBlock),
-                _ => None,
-            };
-            if vector_block.is_some_and(|block| {
-                block(
-                    as_bytes(src),
-                    s0 + i + j * ss,
-                    ss,
-                    as_bytes_mut(dst),
-                    d0 + i * ds + j,
-                    ds,
-                )
-            }) {
+            let (s, d) = (s0 + i + j * ss, d0 + i * ds + j);
+            if isa::transpose_block(
+                size_of::<T>(),
+                as_bytes(src),
+                s,
+                ss,
+                as_bytes_mut(dst),
+                d,
+                ds,
+            ) {
                 continue;
             }
             let mut t = [[T::default(); SUB]; SUB];
