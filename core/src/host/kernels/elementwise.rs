@@ -586,15 +586,7 @@ mod tests {
 
     #[test]
     fn binary_all_ops_dtypes_and_broadcasts() {
-        let ops = [
-            BinaryOp::Add,
-            BinaryOp::Sub,
-            BinaryOp::Mul,
-            BinaryOp::Div,
-            BinaryOp::Maximum,
-            BinaryOp::Minimum,
-            BinaryOp::Pow,
-        ];
+        let ops = BinaryOp::ALL;
         for dt in NUMERIC {
             for (sa, sb) in shape_cases() {
                 let so = broadcast_shape(&sa, &sb);
@@ -841,18 +833,15 @@ mod tests {
             f64::MAX,
             f64::MIN_POSITIVE,
         ]);
-        let ops = [
-            UnaryOp::Exp,
-            UnaryOp::Log,
-            UnaryOp::Tanh,
-            UnaryOp::Sqrt,
-            UnaryOp::Rsqrt,
-            UnaryOp::Sigmoid,
-        ];
+        // The ops compiled per level (Neg and Abs are not).
+        let ops: Vec<UnaryOp> = UnaryOp::ALL
+            .into_iter()
+            .filter(|op| !matches!(op, UnaryOp::Neg | UnaryOp::Abs))
+            .collect();
         let mut wider = 0;
         for dt in [DType::F32, DType::F64] {
             let a = Tensor::from_values(dt, &[xs.len()], &xs);
-            for op in ops {
+            for &op in &ops {
                 let run = |level: Isa| {
                     let mut out = Tensor::zeros(dt, &[xs.len()]);
                     let (ctx, n) = (&CpuContext::SINGLE, xs.len());

@@ -555,20 +555,17 @@ mod tests {
 
     #[test]
     fn binary_ops_round_the_exact_result_once() {
-        let ops = [
-            BinaryOp::Add,
-            BinaryOp::Sub,
-            BinaryOp::Mul,
-            BinaryOp::Div,
-            BinaryOp::Maximum,
-            BinaryOp::Minimum,
-        ];
+        // Pow is not correctly rounded: it is checked within a tolerance, below.
+        let ops: Vec<BinaryOp> = BinaryOp::ALL
+            .into_iter()
+            .filter(|&op| op != BinaryOp::Pow)
+            .collect();
         for dt in HALVES {
             let (a, b) = (
                 Tensor::sample(dt, &[3, 5], 1),
                 Tensor::positive(dt, &[5], 2),
             );
-            for op in ops {
+            for &op in &ops {
                 let mut out = Tensor::zeros(dt, &[3, 5]);
                 binary(&C, op, a.view(), b.view(), out.view_mut()).unwrap();
                 let want = reference(dt, &[&a, &b], &[3, 5], |v, o| {

@@ -129,7 +129,7 @@ pub(crate) const BLOCK: usize = 16;
 /// speed. False, having done nothing, for other sizes and where [`level`] is below AVX2.
 ///
 /// # Panics
-/// When the block does not lie inside `src` or `dst`.
+/// When a block of 4- or 8-byte elements does not lie inside `src` or `dst`.
 #[inline]
 pub(crate) fn transpose_block(
     size: usize,
@@ -140,13 +140,16 @@ pub(crate) fn transpose_block(
     d0: usize,
     ds: usize,
 ) -> bool {
+    if size != 4 && size != 8 {
+        return false;
+    }
     let last = |o: usize, stride: usize| (o + (BLOCK - 1) * stride + BLOCK) * size;
     assert!(
         last(s0, ss) <= src.len() && last(d0, ds) <= dst.len(),
         "a transpose block outside its tensors"
     );
     #[cfg(target_arch = "x86_64")]
-    if level() >= Isa::V3 && (size == 4 || size == 8) {
+    if level() >= Isa::V3 {
         let sub = 32 / size; // a 256-bit register holds one row of a sub-block
         for dj in (0..BLOCK).step_by(sub) {
             for di in (0..BLOCK).step_by(sub) {

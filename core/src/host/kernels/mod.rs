@@ -167,6 +167,18 @@ pub enum UnaryOp {
     Sigmoid,
 }
 
+impl BinaryOp {
+    pub const ALL: [BinaryOp; 7] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Maximum,
+        BinaryOp::Minimum,
+        BinaryOp::Pow,
+    ];
+}
+
 impl UnaryOp {
     pub const ALL: [UnaryOp; 8] = [
         UnaryOp::Neg,
