@@ -54,6 +54,10 @@
  *   ZOO_ALLOCATOR_STATS_FAIL       allocator_stats is set and always fails (DPP_UNAVAILABLE,
  *                                  with a message); with ZOO_FLAGS=2u (NO_SUBALLOCATOR)
  *   ZOO_CRASH_IN_MEMSET            memset writes to an invalid address (SIGSEGV)
+ *   ZOO_MEMSET_ARENA_ONLY          memset checks its range against the arena only, not against
+ *                                  the live allocations (no lock, no table): a plugin call doing
+ *                                  what the CPU device's does, the plugin benchmark's measure
+ *                                  of the ABI boundary alone (not a fault)
  *   ZOO_HANG_IN_SYNCHRONIZE        synchronize_stream never returns
  *   ZOO_KERNEL_ZEROS               registers a kernel for ZOO_KERNEL_OP (default "Add"; ZOO,
  *                                  f32) that writes zeros: wrong results for `devplug check`
@@ -446,7 +450,17 @@ static dpp_status_t zoo_memset(void *device, dpp_addr_t dst, uint8_t value, uint
   if (size == 0) {
     return DPP_OK;
   }
+#if defined(ZOO_MEMSET_ARENA_ONLY)
+  /* As a driver's memset of a device pointer: the address is checked against the memory there
+   * is, not against what the plugin handed out. */
+  if (dst < ZOO_ADDR_BASE || dst - ZOO_ADDR_BASE > ZOO_ARENA_SIZE ||
+      size > ZOO_ARENA_SIZE - (dst - ZOO_ADDR_BASE)) {
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: memset destination outside the arena");
+  }
+  unsigned char *p = d->arena + (dst - ZOO_ADDR_BASE);
+#else
   ZOO_RANGE_OR_FAIL(p, d, dst, size, "memset destination");
+#endif
   memset(p, value, (size_t)size);
   return DPP_OK;
 }

@@ -133,3 +133,15 @@ pub fn plugin_path(name: &str) -> PathBuf {
     assert!(p.is_file(), "plugin {} was not built", p.display());
     p
 }
+
+/// The path of a variant of the malformed-plugin zoo (plugins/zoo):
+/// `<build>/plugins/zoo/libzoo_<variant>.so`.
+pub fn zoo_path(variant: &str) -> PathBuf {
+    require_cmake_build();
+    let p = build_dir()
+        .join("plugins")
+        .join("zoo")
+        .join(format!("libzoo_{variant}.so"));
+    assert!(p.is_file(), "zoo variant {} was not built", p.display());
+    p
+}

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use devplug_tests::{build_dir, plugin_path, prefix, require_cmake_build};
+use devplug_tests::{plugin_path, prefix, require_cmake_build, zoo_path};
 
 fn tool() -> PathBuf {
     require_cmake_build();
@@ -15,15 +15,6 @@ fn tool() -> PathBuf {
         "the devplug tool was not installed at {}",
         p.display()
     );
-    p
-}
-
-fn zoo(variant: &str) -> PathBuf {
-    let p = build_dir()
-        .join("plugins")
-        .join("zoo")
-        .join(format!("libzoo_{variant}.so"));
-    assert!(p.is_file(), "zoo variant {} was not built", p.display());
     p
 }
 
@@ -96,7 +87,7 @@ fn the_sample_plugins_conform() {
 
 #[test]
 fn an_optional_function_left_out_is_noted_not_failed() {
-    let (code, out) = check(&zoo("se_memory_usage_null"), &[]);
+    let (code, out) = check(&zoo_path("se_memory_usage_null"), &[]);
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("note    ZOO:0: memory_usage is not provided (optional)"),
@@ -106,7 +97,7 @@ fn an_optional_function_left_out_is_noted_not_failed() {
 
 #[test]
 fn a_kernel_with_wrong_results_fails_its_check() {
-    let (code, out) = check(&zoo("kernel_zeros"), &[]);
+    let (code, out) = check(&zoo_path("kernel_zeros"), &[]);
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains(
@@ -135,7 +126,7 @@ fn a_kernel_with_wrong_results_fails_its_check() {
 /// is run.
 #[test]
 fn a_kernel_for_every_dtype_is_checked_in_each_sampled_dtype() {
-    let (code, out) = check(&zoo("kernel_all_dtypes"), &[]);
+    let (code, out) = check(&zoo_path("kernel_all_dtypes"), &[]);
     assert_eq!(code, 1, "{out}");
     for dtype in ["f32", "f64", "i32", "i64", "u8", "f16", "bf16"] {
         let line = format!(
@@ -145,12 +136,12 @@ fn a_kernel_for_every_dtype_is_checked_in_each_sampled_dtype() {
     }
     assert!(!out.contains("(bool)"), "{out}");
     assert!(out.contains("14 failed: does NOT conform"), "{out}");
-    let (code, out) = check(&zoo("kernel_all_dtypes_abi_1_2"), &[]);
+    let (code, out) = check(&zoo_path("kernel_all_dtypes_abi_1_2"), &[]);
     assert_eq!(code, 1, "{out}");
     assert!(!out.contains("(f16)") && !out.contains("(bf16)"), "{out}");
     assert!(out.contains("10 failed: does NOT conform"), "{out}");
     // A right kernel passes in every dtype, bool (values true, false, …) and u8 included.
-    let (code, out) = check(&zoo("kernel_copy_all_dtypes"), &[]);
+    let (code, out) = check(&zoo_path("kernel_copy_all_dtypes"), &[]);
     assert_eq!(code, 0, "{out}");
     for dtype in ["f32", "f64", "i32", "i64", "u8", "bool", "f16", "bf16"] {
         let line = format!("ok      ZOO:0: kernel Reshape ({dtype}) agrees with the CPU");
@@ -160,14 +151,14 @@ fn a_kernel_for_every_dtype_is_checked_in_each_sampled_dtype() {
 
 #[test]
 fn a_plugins_own_op_is_run_and_its_kernel_compared_with_its_body() {
-    let (code, out) = check(&zoo("op_good"), &[]);
+    let (code, out) = check(&zoo_path("op_good"), &[]);
     assert_eq!(code, 0, "{out}");
     for dtype in ["f32", "f64"] {
         let line = format!("ok      op zoo.Op ({dtype}): its body runs on the CPU");
         assert!(out.contains(&line), "missing {line:?}:\n{out}");
     }
     // A kernel for it with wrong results fails, against the body (there is no CPU kernel).
-    let (code, out) = check(&zoo("op_kernel_zeros"), &[]);
+    let (code, out) = check(&zoo_path("op_kernel_zeros"), &[]);
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains(
@@ -184,7 +175,7 @@ fn a_plugins_own_op_is_run_and_its_kernel_compared_with_its_body() {
 
 #[test]
 fn a_crash_is_reported_with_the_check_it_happened_in() {
-    let (code, out) = check(&zoo("crash_in_memset"), &[]);
+    let (code, out) = check(&zoo_path("crash_in_memset"), &[]);
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains(
@@ -198,7 +189,7 @@ fn a_crash_is_reported_with_the_check_it_happened_in() {
 
 #[test]
 fn a_hang_is_reported_after_the_timeout() {
-    let (code, out) = check(&zoo("hang_in_synchronize"), &["--timeout", "3"]);
+    let (code, out) = check(&zoo_path("hang_in_synchronize"), &["--timeout", "3"]);
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains(
@@ -210,7 +201,7 @@ fn a_hang_is_reported_after_the_timeout() {
 
 #[test]
 fn a_plugin_that_does_not_load_fails_the_load_check() {
-    let (code, out) = check(&zoo("init_error"), &[]);
+    let (code, out) = check(&zoo_path("init_error"), &[]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("FAILED  load:"), "{out}");
     assert!(

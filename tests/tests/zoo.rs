@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use devplug_core::{Code, DevicePtr, Error, EventStatus, PluginFailure, Runtime, RuntimeOptions};
-use devplug_tests::{build_dir, require_cmake_build, runtime, TempDir};
+use devplug_tests::{runtime, zoo_path, TempDir};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -26,17 +26,6 @@ static ENV: RwLock<()> = RwLock::new(());
 /// Taken once at the start of every test but the one that sets the environment.
 fn env_shared() -> RwLockReadGuard<'static, ()> {
     ENV.read().unwrap_or_else(|e| e.into_inner())
-}
-
-/// `<build>/plugins/zoo/libzoo_<variant>.so`.
-fn zoo_path(variant: &str) -> PathBuf {
-    require_cmake_build();
-    let p = build_dir()
-        .join("plugins")
-        .join("zoo")
-        .join(format!("libzoo_{variant}.so"));
-    assert!(p.is_file(), "zoo variant {} was not built", p.display());
-    p
 }
 
 fn platform_names(rt: &Runtime) -> Vec<String> {
@@ -560,6 +549,26 @@ fn memory_usage_of_a_plugin_that_does_not_report_it_is_unimplemented() {
     assert!(e.message.contains("ZOO:0"), "{e}");
     let b = zoo.allocate(64).unwrap();
     b.write(0, &[1u8; 64]).unwrap();
+}
+
+/// The plugin benchmark's baseline (`memset_arena_only`): its memset checks the arena's bounds
+/// only, and still writes what it is asked and refuses what lies outside its memory.
+#[test]
+fn a_memset_checked_against_the_arena_only_writes_and_refuses_outside_it() {
+    let rt = runtime();
+    rt.load_plugin(zoo_path("memset_arena_only"), &[]).unwrap();
+    let zoo = rt.find_device("ZOO:0").unwrap();
+    let b = zoo.allocate(64).unwrap();
+    b.write(0, &[1u8; 64]).unwrap();
+    b.memset(16, 0xCD, 32).unwrap();
+    let mut want = vec![1u8; 64];
+    want[16..48].fill(0xCD);
+    assert_eq!(read_all(&b), want);
+    for far in [0x2000_0000_0000_0000 + (16 << 20) - 8, 0x1000, u64::MAX - 4] {
+        let e = zoo.executor().memset(DevicePtr(far), 0, 16).unwrap_err();
+        assert_eq!(e.code, Code::InvalidArgument, "{e}");
+        assert!(e.message.contains("outside the arena"), "{e}");
+    }
 }
 
 /// The environment variable that marks a test's child process (see [`warnings_of_child`]).
