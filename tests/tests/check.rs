@@ -78,6 +78,9 @@ fn the_sample_plugins_conform() {
             "devplug_simdml",
             "ok      GPU:0: kernel simdml.Swish (f32) agrees with its decomposition on the CPU",
         ),
+        // The CUDA plugin conforms with a GPU (every device function and kernel) and without
+        // one (it loads with no devices and unloads).
+        ("devplug_cuda", " 0 failed: conforms"),
     ] {
         let (code, out) = check(&plugin_path(plugin), &[]);
         assert_eq!(code, 0, "{plugin}: {out}");
