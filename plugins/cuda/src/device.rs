@@ -120,6 +120,14 @@ impl CudaDevice {
         e.into().context(&self.name)
     }
 
+    /// Runs a free, which has no status to return: a failure is logged.
+    fn free_logged(&self, what: &str, free: impl FnOnce(&Bound<'_>) -> driver::CuResult<()>) {
+        let r = self.bind().and_then(|b| free(&b).map_err(Error::from));
+        if let Err(e) = r {
+            self.logger.error(format!("{}: {what}: {e}", self.name));
+        }
+    }
+
     /// Runs `f` on the synchronous-copy stream and waits for it.
     fn sync_op(&self, f: impl FnOnce(&Bound<'_>, &Stream) -> driver::CuResult<()>) -> Result<()> {
         let b = self.bind()?;
@@ -183,13 +191,7 @@ impl Device for CudaDevice {
     }
 
     fn deallocate(&self, addr: DeviceAddr, _size: u64) {
-        let r = self
-            .bind()
-            .and_then(|b| driver::free(&b, addr.0).map_err(Error::from));
-        if let Err(e) = r {
-            self.logger
-                .error(format!("{}: deallocate({addr}): {e}", self.name));
-        }
+        self.free_logged("deallocate", |b| driver::free(b, addr.0));
     }
 
     fn provides_host_memory(&self) -> bool {
@@ -202,13 +204,7 @@ impl Device for CudaDevice {
     }
 
     fn host_deallocate(&self, ptr: NonNull<u8>, _size: u64) {
-        let r = self
-            .bind()
-            .and_then(|b| driver::host_free(&b, ptr).map_err(Error::from));
-        if let Err(e) = r {
-            self.logger
-                .error(format!("{}: host_deallocate: {e}", self.name));
-        }
+        self.free_logged("host_deallocate", |b| driver::host_free(b, ptr));
     }
 
     fn provides_unified_memory(&self) -> bool {
@@ -221,13 +217,7 @@ impl Device for CudaDevice {
     }
 
     fn unified_deallocate(&self, ptr: NonNull<u8>, _size: u64) {
-        let r = self
-            .bind()
-            .and_then(|b| driver::managed_free(&b, ptr).map_err(Error::from));
-        if let Err(e) = r {
-            self.logger
-                .error(format!("{}: unified_deallocate: {e}", self.name));
-        }
+        self.free_logged("unified_deallocate", |b| driver::managed_free(b, ptr));
     }
 
     fn provides_memory_usage(&self) -> bool {

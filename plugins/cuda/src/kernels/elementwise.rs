@@ -5,8 +5,8 @@ use devplug_plugin_sdk::{DType, Error, Result};
 
 use super::plan::Geo;
 use super::{
-    cast_name, check_rank, dtype_size, elements, elementwise_name, iota_name, select_name,
-    sized_name, Cx, Family, Launcher,
+    axis_index, cast_name, check_rank, dtype_size, elements, elementwise_name, iota_name,
+    select_name, sized_name, Cx, Family, Launcher,
 };
 use crate::driver::Param;
 
@@ -152,17 +152,7 @@ pub(crate) fn iota(cx: &Cx<'_>) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
-    let rank = y.rank() as i64;
-    let mut axis = cx.attr_int("axis")?;
-    if axis < 0 {
-        axis += rank;
-    }
-    if !(0..rank).contains(&axis) {
-        return Err(Error::invalid_argument(format!(
-            "Iota: axis {axis} is out of range for rank {rank}"
-        )));
-    }
-    let axis = axis as usize;
+    let axis = axis_index("Iota", cx.attr_int("axis")?, y.rank())?;
     let inner: i64 = y.shape()[axis + 1..].iter().product();
     let dim = y.shape()[axis];
     let name = iota_name(y.dtype())?;

@@ -4,7 +4,7 @@
 use devplug_plugin_sdk::{Error, Result};
 
 use super::plan::Walk;
-use super::{check_rank, dtype_size, sized_name, Cx, Family, Launcher};
+use super::{axis_index, check_rank, dtype_size, sized_name, Cx, Family, Launcher};
 
 /// Enqueues the strided copy `walk` of elements of `size` bytes from `src` to `dst`.
 fn copy_walk(l: &Launcher<'_>, walk: &Walk, size: u64, src: u64, dst: u64) -> Result<()> {
@@ -87,17 +87,7 @@ pub(crate) fn slice(cx: &Cx<'_>) -> Result<()> {
 pub(crate) fn concat(cx: &Cx<'_>) -> Result<()> {
     let y = cx.output(0)?;
     check_rank(y.shape())?;
-    let rank = y.rank() as i64;
-    let mut axis = cx.attr_int("axis")?;
-    if axis < 0 {
-        axis += rank;
-    }
-    if !(0..rank).contains(&axis) {
-        return Err(Error::invalid_argument(format!(
-            "Concat: axis {axis} is out of range for rank {rank}"
-        )));
-    }
-    let axis = axis as usize;
+    let axis = axis_index("Concat", cx.attr_int("axis")?, y.rank())?;
     let l = Launcher::new(cx)?;
     let mut offset = 0i64;
     for x in cx.inputs().iter() {

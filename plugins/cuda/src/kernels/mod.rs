@@ -348,6 +348,18 @@ pub(crate) fn elements(shape: &[i64]) -> i64 {
     plan::num_elements(shape)
 }
 
+/// An `axis` attribute of `op` (negative counts from the end) as an index below `rank`.
+pub(crate) fn axis_index(op: &str, axis: i64, rank: usize) -> Result<usize> {
+    let a = if axis < 0 { axis + rank as i64 } else { axis };
+    if (0..rank as i64).contains(&a) {
+        Ok(a as usize)
+    } else {
+        Err(Error::invalid_argument(format!(
+            "{op}: axis {axis} is out of range for rank {rank}"
+        )))
+    }
+}
+
 /// Refuses ranks the kernels' parameter blocks cannot hold.
 pub(crate) fn check_rank(shape: &[i64]) -> Result<()> {
     if shape.len() > plan::MAX_RANK {
