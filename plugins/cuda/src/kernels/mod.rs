@@ -316,12 +316,14 @@ impl<'a> Launcher<'a> {
         &self,
         f: impl FnOnce(&mut Blas, &Bound<'_>, &CudaStream, bool) -> Result<()>,
     ) -> Result<()> {
-        let mut guard: MutexGuard<'_, Option<Blas>> = self.dev.kernels.blas.lock();
-        if guard.is_none() {
-            *guard = Some(Blas::new(&self.b).map_err(|e| self.dev.err(e))?);
-        }
-        let blas = guard.as_mut().expect("created above");
-        f(blas, &self.b, self.stream, self.dev.kernels.tf32).map_err(|e| self.dev.err(e))
+        let mut slot: MutexGuard<'_, Option<Blas>> = self.dev.kernels.blas.lock();
+        let mut blas = match slot.take() {
+            Some(blas) => blas,
+            None => Blas::new(&self.b).map_err(|e| self.dev.err(e))?,
+        };
+        let r = f(&mut blas, &self.b, self.stream, self.dev.kernels.tf32);
+        *slot = Some(blas);
+        r.map_err(|e| self.dev.err(e))
     }
 }
 
