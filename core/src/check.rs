@@ -1,6 +1,6 @@
 //! Plugin conformance checks: what `devplug check PLUGIN` runs (in a child process of its own,
 //! so that a plugin that crashes or hangs is reported, not suffered: see the `devplug` tool in
-//! `capi/src/bin/devplug.rs`).
+//! `capi/src/bin/devplug/check.rs`).
 //!
 //! [`check_plugin`] loads the plugin into a fresh runtime and, on each device of the platforms
 //! it registered, exercises what every host relies on — properties, allocation, synchronous and

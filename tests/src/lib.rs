@@ -48,6 +48,36 @@ pub fn require_cmake_build() {
     );
 }
 
+/// The `devplug` tool installed with the SDK (`<prefix>/bin/devplug`).
+pub fn tool() -> PathBuf {
+    require_cmake_build();
+    let p = prefix().join("bin").join("devplug");
+    assert!(
+        p.is_file(),
+        "the devplug tool was not installed at {}",
+        p.display()
+    );
+    p
+}
+
+/// Runs the installed `devplug ARGS`: its exit code and standard output (standard error
+/// appended).
+pub fn devplug_tool(args: &[&str]) -> (i32, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = Command::new(tool())
+        .args(args)
+        .env_remove("DEVPLUG_PLUGIN_PATH")
+        .env_remove("DEVPLUG_LOG")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", tool().display()));
+    let mut out = String::from_utf8_lossy(&stdout).into_owned();
+    out.push_str(&String::from_utf8_lossy(&stderr));
+    (status.code().unwrap_or(-1), out)
+}
+
 /// Renders a command line for messages.
 pub fn display_command(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();

@@ -2,33 +2,9 @@
 //! the sample plugins (which conform) and on zoo plugins that do not — wrong kernel results, a
 //! crash, a hang, a failing init — and with bad arguments.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
-use devplug_tests::{plugin_path, prefix, require_cmake_build, zoo_path};
-
-fn tool() -> PathBuf {
-    require_cmake_build();
-    let p = prefix().join("bin").join("devplug");
-    assert!(
-        p.is_file(),
-        "the devplug tool was not installed at {}",
-        p.display()
-    );
-    p
-}
-
-/// Runs `devplug ARGS`; its exit code and standard output (standard error appended).
-fn devplug(args: &[&str]) -> (i32, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = Command::new(tool()).args(args).output().unwrap();
-    let mut out = String::from_utf8_lossy(&stdout).into_owned();
-    out.push_str(&String::from_utf8_lossy(&stderr));
-    (status.code().unwrap_or(-1), out)
-}
+use devplug_tests::{devplug_tool as devplug, plugin_path, zoo_path};
 
 fn check(plugin: &Path, extra: &[&str]) -> (i32, String) {
     let mut args = vec!["check", plugin.to_str().unwrap()];

@@ -1,10 +1,8 @@
-//! `devplug`, the SDK's command-line tool.
-//!
-//! `devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS]` proves a device plugin's
-//! conformance (`devplug_core::check`): it runs the checks in a child process of its own and
-//! reads their progress line by line, so that a plugin that crashes or hangs is reported — with
-//! the check it was in — instead of taking the tool down. Exit status: 0 when every check
-//! passed, 1 when one failed (or the plugin crashed or hung), 2 for a usage error.
+//! `devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS]`: a device plugin's conformance
+//! (`devplug_core::check`), run in a child process of its own whose progress is read line by
+//! line, so that a plugin that crashes or hangs is reported — with the check it was in — instead
+//! of taking the tool down. Exit status: 0 when every check passed, 1 when one failed (or the
+//! plugin crashed or hung).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -15,49 +13,11 @@ use std::time::{Duration, Instant};
 
 use devplug_core::check::{check_plugin, Step};
 
-const USAGE: &str = "usage: devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS]
-       devplug --version
-
-  check    load the device plugin PLUGIN (a path to its shared library) with the given load
-           options and check what hosts rely on: its devices' memory, copies, streams, host
-           callbacks, events and memory usage, and its kernels against the CPU device's
-           results. Runs in a child process: a crash or a hang (no answer within SECONDS,
-           default 60) is reported with the check it happened in.";
-
 /// The hidden subcommand the child process runs.
-const CHILD: &str = "__check-child";
-
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("check") => match parse(&args[1..]) {
-            Ok(cmd) => supervise(&cmd),
-            Err(e) => usage_error(&e),
-        },
-        Some(CHILD) => match parse(&args[1..]) {
-            Ok(cmd) => run_child(&cmd),
-            Err(e) => usage_error(&e),
-        },
-        Some("--version") => {
-            println!("devplug {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
-        Some("--help" | "-h") => {
-            println!("{USAGE}");
-            ExitCode::SUCCESS
-        }
-        Some(other) => usage_error(&format!("unknown command '{other}'")),
-        None => usage_error("no command"),
-    }
-}
-
-fn usage_error(message: &str) -> ExitCode {
-    eprintln!("devplug: {message}\n{USAGE}");
-    ExitCode::from(2)
-}
+pub const CHILD: &str = "__check-child";
 
 /// `check`'s arguments.
-struct CheckCommand {
+pub struct CheckCommand {
     plugin: PathBuf,
     options: Vec<(String, String)>,
     timeout: Duration,
@@ -75,20 +35,14 @@ impl CheckCommand {
     }
 }
 
-fn parse(args: &[String]) -> Result<CheckCommand, String> {
+pub fn parse(args: &[String]) -> Result<CheckCommand, String> {
     let mut plugin = None;
     let mut options = Vec::new();
     let mut timeout = Duration::from_secs(60);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
-            "-o" | "--option" => {
-                let kv = it.next().ok_or(format!("{a} needs KEY=VALUE"))?;
-                let (k, v) = kv
-                    .split_once('=')
-                    .ok_or(format!("{a} {kv}: expected KEY=VALUE"))?;
-                options.push((k.to_string(), v.to_string()));
-            }
+            "-o" | "--option" => options.push(crate::key_value(a, it.next())?),
             "--timeout" => {
                 let s = it.next().ok_or("--timeout needs a number of seconds")?;
                 let secs: u64 = s.parse().ok().filter(|&n| n > 0).ok_or(format!(
@@ -97,15 +51,12 @@ fn parse(args: &[String]) -> Result<CheckCommand, String> {
                 timeout = Duration::from_secs(secs);
             }
             flag if flag.starts_with('-') => return Err(format!("unknown option '{flag}'")),
-            path if plugin.is_none() => plugin = Some(PathBuf::from(path)),
+            path if plugin.is_none() => plugin = Some(path.to_string()),
             extra => return Err(format!("unexpected argument '{extra}'")),
         }
     }
-    let plugin: PathBuf = plugin.ok_or("check needs the path of a plugin")?;
-    // The command line names the file explicitly, so a relative path means the working
-    // directory (the runtime itself never resolves relative plugin paths).
-    let plugin =
-        std::fs::canonicalize(&plugin).map_err(|e| format!("{}: {e}", plugin.display()))?;
+    let plugin: String = plugin.ok_or("check needs the path of a plugin")?;
+    let plugin = crate::plugin_path(&plugin)?;
     Ok(CheckCommand {
         plugin,
         options,
@@ -116,7 +67,7 @@ fn parse(args: &[String]) -> Result<CheckCommand, String> {
 /// The child: runs the checks, one line per step on standard output (flushed at once, so
 /// that the supervisor has every line written before a crash): `begin NAME`, `ok NAME`,
 /// `failed NAME\tWHY`, `note TEXT` (newlines escaped as `\n`).
-fn run_child(cmd: &CheckCommand) -> ExitCode {
+pub fn run_child(cmd: &CheckCommand) -> ExitCode {
     let options: Vec<(&str, &str)> = cmd
         .options
         .iter()
@@ -151,7 +102,7 @@ struct Progress {
 }
 
 /// Runs the child, prints its findings as they come, and reports a crash or a hang.
-fn supervise(cmd: &CheckCommand) -> ExitCode {
+pub fn supervise(cmd: &CheckCommand) -> ExitCode {
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {

@@ -1,0 +1,77 @@
+//! `devplug`, the SDK's command-line tool.
+//!
+//! - `devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS]` proves a device plugin's
+//!   conformance ([`check`]).
+//! - `devplug info [PLUGIN [-o KEY=VALUE]...]... [--no-env]` shows what a runtime sees: its
+//!   platforms, devices, loaded plugins and the plugins that failed to load, with why ([`info`]).
+//!
+//! Exit status 2 is a usage error.
+
+mod check;
+mod info;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS]
+       devplug info [PLUGIN [-o KEY=VALUE]...]... [--no-env]
+       devplug --version
+
+  check    load the device plugin PLUGIN (a path to its shared library) with the given load
+           options and check what hosts rely on: its devices' memory, copies, streams, host
+           callbacks, events and memory usage, and its kernels against the CPU device's
+           results. Runs in a child process: a crash or a hang (no answer within SECONDS,
+           default 60) is reported with the check it happened in.
+  info     create a runtime, load the plugins of DEVPLUG_PLUGIN_PATH (unless --no-env) and
+           each PLUGIN with the options that follow it, and list the platforms, devices and
+           plugins it has, and the plugins that failed to load with the reason. The plugins'
+           own log lines are shown (DEVPLUG_LOG=info unless set): a plugin that found no
+           device says why there. Exit status 1 when a PLUGIN named here failed to load.";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("check") => match check::parse(&args[1..]) {
+            Ok(cmd) => check::supervise(&cmd),
+            Err(e) => usage_error(&e),
+        },
+        Some(check::CHILD) => match check::parse(&args[1..]) {
+            Ok(cmd) => check::run_child(&cmd),
+            Err(e) => usage_error(&e),
+        },
+        Some("info") => match info::parse(&args[1..]) {
+            Ok(cmd) => info::run(&cmd),
+            Err(e) => usage_error(&e),
+        },
+        Some("--version") => {
+            println!("devplug {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Some("--help" | "-h") => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        Some(other) => usage_error(&format!("unknown command '{other}'")),
+        None => usage_error("no command"),
+    }
+}
+
+fn usage_error(message: &str) -> ExitCode {
+    eprintln!("devplug: {message}\n{USAGE}");
+    ExitCode::from(2)
+}
+
+/// `KEY=VALUE` after `flag` (`-o`), as a pair.
+fn key_value(flag: &str, kv: Option<&String>) -> Result<(String, String), String> {
+    let kv = kv.ok_or(format!("{flag} needs KEY=VALUE"))?;
+    let (k, v) = kv
+        .split_once('=')
+        .ok_or(format!("{flag} {kv}: expected KEY=VALUE"))?;
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// A plugin path named on the command line, made absolute: the command line names the file
+/// explicitly, so a relative path means the working directory (the runtime itself never
+/// resolves relative plugin paths).
+fn plugin_path(path: &str) -> Result<std::path::PathBuf, String> {
+    std::fs::canonicalize(path).map_err(|e| format!("{path}: {e}"))
+}
