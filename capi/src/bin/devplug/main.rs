@@ -4,9 +4,12 @@
 //!   conformance ([`check`]).
 //! - `devplug info [PLUGIN [-o KEY=VALUE]...]... [--no-env]` shows what a runtime sees: its
 //!   platforms, devices, loaded plugins and the plugins that failed to load, with why ([`info`]).
+//! - `devplug bench PLUGIN [-o KEY=VALUE]...` measures a plugin's copies, eager dispatch and
+//!   MatMul next to the CPU device's ([`bench`]).
 //!
 //! Exit status 2 is a usage error.
 
+mod bench;
 mod check;
 mod info;
 
@@ -14,6 +17,7 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage: devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS]
        devplug info [PLUGIN [-o KEY=VALUE]...]... [--no-env]
+       devplug bench PLUGIN [-o KEY=VALUE]...
        devplug --version
 
   check    load the device plugin PLUGIN (a path to its shared library) with the given load
@@ -25,7 +29,10 @@ const USAGE: &str = "usage: devplug check PLUGIN [-o KEY=VALUE]... [--timeout SE
            each PLUGIN with the options that follow it, and list the platforms, devices and
            plugins it has, and the plugins that failed to load with the reason. The plugins'
            own log lines are shown (DEVPLUG_LOG=info unless set): a plugin that found no
-           device says why there. Exit status 1 when a PLUGIN named here failed to load.";
+           device says why there. Exit status 1 when a PLUGIN named here failed to load.
+  bench    load PLUGIN and measure, on the first device of each of its platforms, copies of
+           64 MiB (against memcpy), an eager Add of 16 f32 per op and MatMul 256^3 f32
+           (against the CPU device), medians of several rounds in this process.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -40,6 +47,10 @@ fn main() -> ExitCode {
         },
         Some("info") => match info::parse(&args[1..]) {
             Ok(cmd) => info::run(&cmd),
+            Err(e) => usage_error(&e),
+        },
+        Some("bench") => match bench::parse(&args[1..]) {
+            Ok(cmd) => bench::run(&cmd),
             Err(e) => usage_error(&e),
         },
         Some("--version") => {

@@ -1,6 +1,7 @@
-//! `devplug info`, the installed tool: what a runtime sees with the plugins named on the command
-//! line (and DEVPLUG_PLUGIN_PATH's), the plugins that failed with why, and the plugins' own
-//! account of what they found (the CUDA plugin says why it has no device).
+//! The installed tool's `info` and `bench` (`check` has tests/tests/check.rs): what a runtime
+//! sees with the plugins named on the command line (and DEVPLUG_PLUGIN_PATH's), the plugins that
+//! failed with why, the plugins' own account of what they found (the CUDA plugin says why it has
+//! no device); a plugin's costs next to the CPU device's.
 
 use devplug_tests::{devplug_tool as devplug, plugin_path, zoo_path};
 
@@ -63,4 +64,57 @@ fn info_usage_errors() {
         assert_eq!(code, 2, "{args:?}: {out}");
         assert!(out.contains(why), "{args:?}: {out}");
     }
+}
+
+#[test]
+fn bench_measures_a_plugin_next_to_the_cpu() {
+    let sim = plugin_path("devplug_sim");
+    let (code, out) = devplug(&["bench", sim.to_str().unwrap(), "-o", "devices=2"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("SIM:0 (devplug SIM simulated accelerator"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("SIM:1"),
+        "the first device of each platform only:\n{out}"
+    );
+    for row in [
+        "copy host -> device, 64 MiB",
+        "copy device -> host, 64 MiB",
+        "eager Add, 16 f32, per op",
+        "MatMul 256^3 f32",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(row))
+            .unwrap_or_else(|| panic!("no row {row:?}:\n{out}"));
+        assert!(line.contains(" ratio "), "{line}");
+    }
+    // A device without a kernel for an op says so (SIM with kernels=0 runs nothing natively).
+    let (code, out) = devplug(&["bench", sim.to_str().unwrap(), "-o", "kernels=0"]);
+    assert_eq!(code, 0, "{out}");
+    let add = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("eager Add"))
+        .unwrap_or_else(|| panic!("no Add row:\n{out}"));
+    assert!(add.ends_with("no kernel on this device"), "{out}");
+}
+
+#[test]
+fn bench_without_devices_or_with_a_bad_plugin() {
+    let cuda = plugin_path("devplug_cuda");
+    let (code, out) = devplug(&["bench", cuda.to_str().unwrap(), "-o", "devices=0"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("registered no device: nothing to measure"),
+        "{out}"
+    );
+    let zoo = zoo_path("init_error");
+    let (code, out) = devplug(&["bench", zoo.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("devplug bench: "), "{out}");
+    let (code, out) = devplug(&["bench"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("needs the path of a plugin"), "{out}");
 }

@@ -1,0 +1,232 @@
+//! `devplug bench PLUGIN [-o KEY=VALUE]...`: a device plugin's costs next to the built-in CPU
+//! device's, measured in the same run, for the first device of each platform the plugin
+//! registers:
+//! - synchronous copies of 64 MiB host → device and device → host, in GB/s, against `memcpy` of
+//!   the same bytes on the host;
+//! - an eager Add of two 16-element f32 tensors (N enqueued, one synchronize, per op), against
+//!   the same op on the CPU device: the dispatch overhead small models pay on the device;
+//! - MatMul 256³ f32, GFLOP/s, against the CPU device.
+//!
+//! Ops run strictly on the device (no soft placement): an op without a kernel there is listed as
+//! such. Figures are medians of several rounds; a ratio > 1 means the plugin's device is slower
+//! (times) or faster (rates) as the column says. Runs in this process: use `devplug check` first
+//! for a plugin that may crash.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use devplug_core::{Attrs, Code, Device, Outputs, Result, Runtime, RuntimeOptions, Tensor};
+
+/// `bench`'s arguments.
+#[derive(Debug)]
+pub struct BenchCommand {
+    plugin: PathBuf,
+    options: Vec<(String, String)>,
+}
+
+pub fn parse(args: &[String]) -> std::result::Result<BenchCommand, String> {
+    let mut plugin = None;
+    let mut options = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-o" | "--option" => options.push(crate::key_value(a, it.next())?),
+            flag if flag.starts_with('-') => return Err(format!("unknown option '{flag}'")),
+            path if plugin.is_none() => plugin = Some(crate::plugin_path(path)?),
+            extra => return Err(format!("unexpected argument '{extra}'")),
+        }
+    }
+    Ok(BenchCommand {
+        plugin: plugin.ok_or("bench needs the path of a plugin")?,
+        options,
+    })
+}
+
+/// Median seconds of `f` over 7 timed rounds after one warm-up round.
+fn median_secs(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    let mut v = Vec::with_capacity(7);
+    for _ in 0..7 {
+        let t = Instant::now();
+        f()?;
+        v.push(t.elapsed().as_secs_f64());
+    }
+    v.sort_by(f64::total_cmp);
+    Ok(v[v.len() / 2])
+}
+
+/// A row: the device's figure, the baseline's, and their ratio.
+fn row(what: &str, ours: Result<f64>, base: Result<f64>, unit: &str, base_name: &str) {
+    match (ours, base) {
+        (Ok(o), Ok(b)) => println!(
+            "  {what:<34} {o:>10.2} {unit:<7} {base_name:<12} {b:>10.2} {unit:<7} ratio {:.2}",
+            o / b
+        ),
+        (Err(e), _) if e.code == Code::NotFound => {
+            println!("  {what:<34} no kernel on this device")
+        }
+        (Err(e), _) | (_, Err(e)) => println!("  {what:<34} failed: {e}"),
+    }
+}
+
+const COPY_BYTES: usize = 64 << 20;
+
+fn copy_rates(dev: &Arc<Device>) -> (Result<f64>, Result<f64>, f64) {
+    let src = vec![0x5au8; COPY_BYTES];
+    let mut dst = vec![0u8; COPY_BYTES];
+    let gbs = |secs: f64| COPY_BYTES as f64 / secs / 1e9;
+    let buf = dev.allocate(COPY_BYTES as u64);
+    let (htod, dtoh) = match &buf {
+        Ok(b) => (
+            median_secs(|| b.write(0, &src)).map(gbs),
+            median_secs(|| b.read(0, &mut dst)).map(gbs),
+        ),
+        Err(e) => (Err(e.clone()), Err(e.clone())),
+    };
+    let mut host = vec![0u8; COPY_BYTES];
+    let memcpy = median_secs(|| {
+        std::hint::black_box(host.as_mut_slice()).copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&host);
+        Ok(())
+    })
+    .map(gbs)
+    .unwrap_or(f64::NAN);
+    (htod, dtoh, memcpy)
+}
+
+/// Per-op seconds of `n` strict runs of `op` on `dev` (then one synchronize).
+fn per_op(rt: &Runtime, dev: &Arc<Device>, op: &str, inputs: &[Tensor], n: usize) -> Result<f64> {
+    let h = rt.op(op)?;
+    let ins: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| t.copy_to(dev))
+        .collect::<Result<_>>()?;
+    let attrs = Attrs::new();
+    let mut out = Outputs::new();
+    let secs = median_secs(|| {
+        for _ in 0..n {
+            rt.run_into_on(&h, &ins, &attrs, Some(dev), Some(false), &mut out)?;
+            out.clear();
+        }
+        dev.synchronize()
+    })?;
+    Ok(secs / n as f64)
+}
+
+pub fn run(cmd: &BenchCommand) -> ExitCode {
+    let options = RuntimeOptions {
+        discover_from_env: false,
+        ..Default::default()
+    };
+    let rt = match Runtime::new(options) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("devplug: cannot create a runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let opts: Vec<(&str, &str)> = cmd
+        .options
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let info = match rt.load_plugin(&cmd.plugin, &opts) {
+        Ok(info) => info,
+        Err(e) => {
+            eprintln!("devplug bench: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let cpu = match rt.cpu_device() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("devplug bench: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    println!(
+        "devplug bench {} ({} {})",
+        cmd.plugin.display(),
+        info.name,
+        info.version
+    );
+    let owner = format!("plugin '{}'", info.name);
+    let devices: Vec<Arc<Device>> = rt
+        .devices()
+        .into_iter()
+        .filter(|d| d.platform().owner == owner && d.ordinal() == 0)
+        .collect();
+    if devices.is_empty() {
+        println!("  the plugin registered no device: nothing to measure");
+        return ExitCode::SUCCESS;
+    }
+    let tensor = |shape: &[i64]| {
+        let n = shape.iter().product::<i64>() as usize;
+        let v: Vec<f32> = (0..n).map(|i| (i % 17) as f32 * 0.25 - 2.0).collect();
+        Tensor::from_slice(&cpu, shape, &v)
+    };
+    let (small, square) = match (tensor(&[16]), tensor(&[256, 256])) {
+        (Ok(s), Ok(q)) => (s, q),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("devplug bench: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let gflops = |secs: f64| 2.0 * 256f64.powi(3) / secs / 1e9;
+    for dev in devices {
+        let p = dev.properties();
+        println!("{} ({}):", p.name, p.description.hardware_name);
+        let (htod, dtoh, memcpy) = copy_rates(&dev);
+        row(
+            "copy host -> device, 64 MiB",
+            htod,
+            Ok(memcpy),
+            "GB/s",
+            "memcpy",
+        );
+        row(
+            "copy device -> host, 64 MiB",
+            dtoh,
+            Ok(memcpy),
+            "GB/s",
+            "memcpy",
+        );
+        let adds = [small.clone(), small.clone()];
+        let add = |d: &Arc<Device>| per_op(&rt, d, "Add", &adds, 10_000).map(|s| s * 1e9);
+        row(
+            "eager Add, 16 f32, per op",
+            add(&dev),
+            add(&cpu),
+            "ns",
+            "CPU device",
+        );
+        let mats = [square.clone(), square.clone()];
+        let mm = |d: &Arc<Device>| per_op(&rt, d, "MatMul", &mats, 5).map(gflops);
+        row(
+            "MatMul 256^3 f32",
+            mm(&dev),
+            mm(&cpu),
+            "GFLOP/s",
+            "CPU device",
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let cmd = parse(&args(&["/", "-o", "devices=2"])).unwrap();
+        assert_eq!(cmd.options, [("devices".into(), "2".into())]);
+        assert!(parse(&args(&[])).unwrap_err().contains("needs the path"));
+        assert!(parse(&args(&["/", "/"]))
+            .unwrap_err()
+            .contains("unexpected"));
+    }
+}
