@@ -532,11 +532,11 @@ unsafe impl Send for Function {}
 unsafe impl Sync for Function {}
 
 impl Module {
-    /// Loads PTX (NUL-terminated) into the current context; the driver compiles it for the
-    /// device.
-    pub(crate) fn load_ptx(_: &Bound<'_>, ptx: &CStr) -> CuResult<Module> {
-        // SAFETY: a NUL-terminated PTX image that outlives the call.
-        unsafe { cu::module::load_data(ptx.as_ptr().cast()) }
+    /// Loads a compiled image (a CUBIN, or PTX that the driver compiles for the device) into the
+    /// current context.
+    pub(crate) fn load(_: &Bound<'_>, image: &crate::nvrtc::Image) -> CuResult<Module> {
+        // SAFETY: a complete CUBIN or NUL-terminated PTX image that outlives the call.
+        unsafe { cu::module::load_data(image.as_ptr()) }
             .map(Module)
             .call("cuModuleLoadData")
     }
@@ -556,7 +556,7 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
-        // SAFETY: loaded in `load_ptx`, unloaded once, after the owner's last launch finished
+        // SAFETY: loaded in `load`, unloaded once, after the owner's last launch finished
         // (the device synchronizes before it drops its modules).
         let _ = unsafe { cu::module::unload(self.0) };
     }

@@ -6,7 +6,7 @@
 //! with no devices and says why in the log. With a driver, each visible GPU is a device of
 //! platform `CUDA` (type `GPU`): memory, copies, streams, events and host callbacks in the
 //! StreamExecutor's terms ([`CudaDevice`]), and kernels for the basis ops ([`kernels::TABLE`]),
-//! compiled at run time by NVRTC, with MatMul on cuBLAS. Without NVRTC or cuBLAS the kernels
+//! compiled at run time by NVRTC for the GPU (and cached on disk), with MatMul on cuBLAS. Without NVRTC or cuBLAS the kernels
 //! that need it are not registered, and those ops follow the runtime's fallback order.
 //!
 //! Load options:
@@ -19,12 +19,16 @@
 //! | `devices` | all | expose at most this many GPUs (`0`: none) |
 //! | `kernels` | `1` | `0`: register no kernels (every op falls back) |
 //! | `tf32` | `0` | `1`: f32 MatMul on the tensor cores in TF32 (faster, about 3 decimal digits per product) |
+//!
+//! Compiled kernels are cached on disk (`DEVPLUG_CUDA_CACHE`, default `~/.cache/devplug/cuda`;
+//! `off`: no cache; see `kernels::cache`).
 
 mod blas;
 mod callbacks;
 mod device;
 mod driver;
 pub mod kernels;
+mod nvrtc;
 mod staging;
 
 use devplug_plugin_sdk::{devplug_plugin, Error, Host, LogLevel, Logger, Platform, Result};

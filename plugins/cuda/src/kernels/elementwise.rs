@@ -6,7 +6,7 @@ use devplug_plugin_sdk::{DType, Error, Result};
 use super::plan::Geo;
 use super::{
     axis_index, cast_name, check_rank, dtype_size, elements, elementwise_name, iota_name,
-    select_name, sized_name, Cx, Family, Launcher,
+    select_name, sized_name, Cx, Family, Launcher, Unit,
 };
 use crate::driver::Param;
 
@@ -25,9 +25,19 @@ pub(crate) fn binary(cx: &Cx<'_>, stem: &'static str) -> Result<()> {
     let contiguous = geo.is_contiguous(2);
     let name = elementwise_name(stem, x.dtype(), contiguous)?;
     if contiguous {
-        l.run(Family::Binary, &name, n, &[&n, &xa, &ya, &za])
+        l.run(
+            Unit::of(Family::Binary, x.dtype()),
+            &name,
+            n,
+            &[&n, &xa, &ya, &za],
+        )
     } else {
-        l.run(Family::Binary, &name, n, &[&geo, &xa, &ya, &za])
+        l.run(
+            Unit::of(Family::Binary, x.dtype()),
+            &name,
+            n,
+            &[&geo, &xa, &ya, &za],
+        )
     }
 }
 
@@ -40,7 +50,12 @@ pub(crate) fn unary(cx: &Cx<'_>, stem: &'static str) -> Result<()> {
         return Ok(());
     }
     let name = elementwise_name(stem, x.dtype(), true)?;
-    Launcher::new(cx)?.run(Family::Unary, &name, n, &[&n, &x.addr().0, &y.addr().0])
+    Launcher::new(cx)?.run(
+        Unit::of(Family::Unary, x.dtype()),
+        &name,
+        n,
+        &[&n, &x.addr().0, &y.addr().0],
+    )
 }
 
 /// `z = condition ? x : y`, broadcasting all three.
@@ -59,9 +74,9 @@ pub(crate) fn select(cx: &Cx<'_>) -> Result<()> {
     let contiguous = geo.is_contiguous(3);
     let name = select_name(size, contiguous);
     if contiguous {
-        l.run(Family::Copy, &name, n, &[&n, &ca, &xa, &ya, &za])
+        l.run(Unit::COPY, &name, n, &[&n, &ca, &xa, &ya, &za])
     } else {
-        l.run(Family::Copy, &name, n, &[&geo, &ca, &xa, &ya, &za])
+        l.run(Unit::COPY, &name, n, &[&geo, &ca, &xa, &ya, &za])
     }
 }
 
@@ -78,7 +93,12 @@ pub(crate) fn cast(cx: &Cx<'_>) -> Result<()> {
         return l.copy(y.addr().0, x.addr().0, y.byte_size());
     }
     let name = cast_name(x.dtype(), y.dtype())?;
-    l.run(Family::Cast, &name, n, &[&n, &x.addr().0, &y.addr().0])
+    l.run(
+        Unit::of(Family::Cast, x.dtype()),
+        &name,
+        n,
+        &[&n, &x.addr().0, &y.addr().0],
+    )
 }
 
 /// f64 → f32 rounded to odd: the f32 rounds once more to a half exactly as the f64 would have
@@ -128,7 +148,7 @@ pub(crate) fn fill_bits(l: &Launcher<'_>, addr: u64, n: i64, size: u64, bits: u6
         4 => &v32,
         _ => &bits,
     };
-    l.run(Family::Copy, &name, n, &[&n, value, &addr])
+    l.run(Unit::COPY, &name, n, &[&n, value, &addr])
 }
 
 /// `y = value` everywhere.
@@ -156,7 +176,7 @@ pub(crate) fn iota(cx: &Cx<'_>) -> Result<()> {
     let inner: i64 = y.shape()[axis + 1..].iter().product();
     let dim = y.shape()[axis];
     let name = iota_name(y.dtype())?;
-    Launcher::new(cx)?.run(Family::Copy, &name, n, &[&n, &inner, &dim, &y.addr().0])
+    Launcher::new(cx)?.run(Unit::COPY, &name, n, &[&n, &inner, &dim, &y.addr().0])
 }
 
 /// `sum = inputs[0] + inputs[1] + …`, added left to right as the CPU does.
@@ -180,7 +200,12 @@ pub(crate) fn add_n(cx: &Cx<'_>) -> Result<()> {
     let mut acc = first.addr().0;
     for t in inputs.iter().skip(1) {
         // An elementwise kernel may write the element it reads: `out` is both.
-        l.run(Family::Binary, &name, n, &[&n, &acc, &t.addr().0, &out])?;
+        l.run(
+            Unit::of(Family::Binary, first.dtype()),
+            &name,
+            n,
+            &[&n, &acc, &t.addr().0, &out],
+        )?;
         acc = out;
     }
     Ok(())

@@ -4,7 +4,7 @@
 use devplug_plugin_sdk::{Error, Result};
 
 use super::plan::Walk;
-use super::{axis_index, check_rank, dtype_size, sized_name, Cx, Family, Launcher};
+use super::{axis_index, check_rank, dtype_size, sized_name, Cx, Launcher, Unit};
 
 /// Enqueues the strided copy `walk` of elements of `size` bytes from `src` to `dst`.
 fn copy_walk(l: &Launcher<'_>, walk: &Walk, size: u64, src: u64, dst: u64) -> Result<()> {
@@ -16,7 +16,7 @@ fn copy_walk(l: &Launcher<'_>, walk: &Walk, size: u64, src: u64, dst: u64) -> Re
         return l.copy(dst, src, walk.n as u64 * size);
     }
     let name = sized_name("copy", size);
-    l.run(Family::Copy, &name, walk.n, &[walk, &src, &dst])
+    l.run(Unit::COPY, &name, walk.n, &[walk, &src, &dst])
 }
 
 /// A new shape over the same elements.

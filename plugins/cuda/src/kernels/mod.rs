@@ -5,9 +5,10 @@
 //! Each kernel checks nothing the runtime has checked already (dtypes, shapes from the op's
 //! shape function), works out how its kernel walks the tensors on the host ([`plan`]) and
 //! enqueues one launch (a few for Concat and AddN) on the stream it was given. The CUDA code is
-//! in `cuda/*.cu`, compiled by NVRTC when a family is first used ([`modules`]); MatMul calls
-//! cuBLAS.
+//! in `cuda/*.cu`, compiled by NVRTC for the GPU, one family and dtype at a time, when first used
+//! and cached on disk (`modules`, `cache`); MatMul calls cuBLAS.
 
+mod cache;
 mod elementwise;
 mod layout;
 mod matmul;
@@ -21,8 +22,8 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::blas::Blas;
 use crate::device::{CudaDevice, CudaStream};
 use crate::driver::{Bound, Param};
-pub(crate) use modules::Family;
 use modules::Modules;
+pub(crate) use modules::{Family, Unit};
 
 /// The context every kernel here receives.
 pub(crate) type Cx<'a> = KernelContext<'a, CudaDevice>;
@@ -261,28 +262,22 @@ impl<'a> Launcher<'a> {
         })
     }
 
-    /// Launches `name` of `family` with one thread per element of `n` (grid-stride beyond
+    /// Launches kernel `name` of `unit` with one thread per element of `n` (grid-stride beyond
     /// [`MAX_GRID`] blocks).
-    pub(crate) fn run(
-        &self,
-        family: Family,
-        name: &str,
-        n: i64,
-        args: &[&dyn Param],
-    ) -> Result<()> {
+    pub(crate) fn run(&self, unit: Unit, name: &str, n: i64, args: &[&dyn Param]) -> Result<()> {
         let grid = ((n + BLOCK as i64 - 1) / BLOCK as i64).clamp(1, MAX_GRID) as u32;
-        self.run_grid(family, name, grid, args)
+        self.run_grid(unit, name, grid, args)
     }
 
-    /// Launches `name` of `family` over `grid` blocks of [`BLOCK`] threads.
+    /// Launches kernel `name` of `unit` over `grid` blocks of [`BLOCK`] threads.
     pub(crate) fn run_grid(
         &self,
-        family: Family,
+        unit: Unit,
         name: &str,
         grid: u32,
         args: &[&dyn Param],
     ) -> Result<()> {
-        let f = self.dev.kernels.modules.function(&self.b, family, name)?;
+        let f = self.dev.kernels.modules.function(&self.b, unit, name)?;
         self.stream
             .raw
             .launch(&self.b, &f, grid, BLOCK, args)

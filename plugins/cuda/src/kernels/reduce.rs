@@ -4,7 +4,7 @@ use devplug_plugin_sdk::{DType, Error, Result};
 
 use super::elementwise::fill_bits;
 use super::plan::{reduced_axes, Red};
-use super::{check_rank, dtype_size, reduce_name, Cx, Family, Launcher};
+use super::{check_rank, dtype_size, reduce_name, Cx, Family, Launcher, Unit};
 
 /// Reductions of at most this many elements per output run one thread per output; longer ones
 /// a block per output.
@@ -54,11 +54,21 @@ pub(crate) fn reduce(cx: &Cx<'_>, stem: &'static str) -> Result<()> {
     let (xa, ya) = (x.addr().0, y.addr().0);
     if plan.count <= SHORT {
         let name = reduce_name(stem, dtype, false)?;
-        l.run(Family::Reduce, &name, plan.n_out, &[&plan, &xa, &ya])
+        l.run(
+            Unit::of(Family::Reduce, dtype),
+            &name,
+            plan.n_out,
+            &[&plan, &xa, &ya],
+        )
     } else {
         let name = reduce_name(stem, dtype, true)?;
         let grid = plan.n_out.min(1 << 20) as u32;
-        l.run_grid(Family::Reduce, &name, grid, &[&plan, &xa, &ya])
+        l.run_grid(
+            Unit::of(Family::Reduce, dtype),
+            &name,
+            grid,
+            &[&plan, &xa, &ya],
+        )
     }
 }
 

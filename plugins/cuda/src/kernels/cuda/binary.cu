@@ -82,7 +82,8 @@ __device__ __forceinline__ void bin_s(const Geo& g, const T* a, const T* b, R* z
   }
 }
 
-#define BIN(op, F, T, R, tn)                                                              \
+#define BIN(op, F, T, R, tn) DP_ON_##tn(BIN_(op, F, T, R, tn))
+#define BIN_(op, F, T, R, tn)                                                             \
   extern "C" __global__ void dp_##op##_##tn##_c(i64 n, const T* a, const T* b, R* z) {   \
     bin_c<T, R, F>(n, a, b, z);                                                           \
   }                                                                                       \

@@ -57,7 +57,8 @@ template <class S, class D> __device__ __forceinline__ D conv(S x) {
   extern "C" __global__ void dp_cast_##sn##_##dn(i64 n, const S* x, D* y) {           \
     GRID_STRIDE(i, n) y[i] = conv<S, D>(x[i]);                                         \
   }
-#define CAST_FROM(S, sn)                                                               \
+#define CAST_FROM(S, sn) DP_ON_##sn(CAST_ALL(S, sn))
+#define CAST_ALL(S, sn)                                                                \
   CAST(S, sn, float, f32) CAST(S, sn, double, f64) CAST(S, sn, i32, i32)               \
   CAST(S, sn, i64, i64) CAST(S, sn, u8, u8) CAST(S, sn, b8, bool) CAST(S, sn, f16, f16) \
   CAST(S, sn, bf16, bf16)

@@ -20,6 +20,34 @@ struct b8 { u8 v; };
 
 #define DP_MAX_RANK 8
 
+// Which dtypes' kernels a compile unit instantiates: the plugin compiles one dtype of a family at
+// a time (src/kernels/modules.rs) by defining the others' gates empty in front of this file;
+// what is not defined instantiates everything.
+#ifndef DP_ON_f32
+#define DP_ON_f32(...) __VA_ARGS__
+#endif
+#ifndef DP_ON_f64
+#define DP_ON_f64(...) __VA_ARGS__
+#endif
+#ifndef DP_ON_i32
+#define DP_ON_i32(...) __VA_ARGS__
+#endif
+#ifndef DP_ON_i64
+#define DP_ON_i64(...) __VA_ARGS__
+#endif
+#ifndef DP_ON_u8
+#define DP_ON_u8(...) __VA_ARGS__
+#endif
+#ifndef DP_ON_bool
+#define DP_ON_bool(...) __VA_ARGS__
+#endif
+#ifndef DP_ON_f16
+#define DP_ON_f16(...) __VA_ARGS__
+#endif
+#ifndef DP_ON_bf16
+#define DP_ON_bf16(...) __VA_ARGS__
+#endif
+
 // An elementwise walk: output element i (row-major over `shape`) reads input k at element
 // offset sum(coord[d] * st[k][d]); broadcast dimensions have stride 0. Dimensions that are
 // contiguous in every operand are merged by the host first (src/kernels/plan.rs).

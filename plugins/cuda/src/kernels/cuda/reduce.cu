@@ -123,7 +123,8 @@ template <class T, class R> __device__ __forceinline__ void red_thread(const Red
   }
 }
 
-#define RED(op, R, T, tn)                                                                 \
+#define RED(op, R, T, tn) DP_ON_##tn(RED_(op, R, T, tn))
+#define RED_(op, R, T, tn)                                                                \
   extern "C" __global__ void dp_reduce_##op##_##tn##_b(Red p, const T* x, T* y) {         \
     red_block<T, R<T> >(p, x, y);                                                         \
   }                                                                                       \

@@ -24,7 +24,8 @@ __device__ __forceinline__ double w_rsqrt(double a) { return 1.0 / sqrt(a); }
 __device__ __forceinline__ float w_sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
 __device__ __forceinline__ double w_sigmoid(double a) { return 1.0 / (1.0 + exp(-a)); }
 
-#define UN(op, T, tn)                                                              \
+#define UN(op, T, tn) DP_ON_##tn(UN_(op, T, tn))
+#define UN_(op, T, tn)                                                             \
   extern "C" __global__ void dp_##op##_##tn##_c(i64 n, const T* x, T* y) {       \
     GRID_STRIDE(i, n) y[i] = Tr<T>::st(w_##op(Tr<T>::ld(x[i])));                  \
   }
