@@ -25,77 +25,7 @@
 #include <thread>
 #include <vector>
 
-// ---- the shim ---------------------------------------------------------------------------------
-
-#define DP_HOST_EMULATION 1
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __shared__ static
-#define __align__(n) alignas(n)
-
-struct DpDim3 {
-  unsigned x = 0, y = 0, z = 0;
-};
-static thread_local DpDim3 threadIdx, blockIdx;
-static DpDim3 blockDim{1, 1, 1}, gridDim{1, 1, 1};
-
-// One emulated block's barrier.
-struct DpBarrier {
-  std::mutex m;
-  std::condition_variable cv;
-  unsigned count = 0, waiting = 0, generation = 0;
-  void wait() {
-    std::unique_lock<std::mutex> lock(m);
-    unsigned gen = generation;
-    if (++waiting == count) {
-      waiting = 0;
-      ++generation;
-      cv.notify_all();
-    } else {
-      cv.wait(lock, [&] { return gen != generation; });
-    }
-  }
-};
-static DpBarrier g_barrier;
-static inline void __syncthreads() { g_barrier.wait(); }
-
-template <class To, class From>
-static inline To dp_bits(From f) {
-  static_assert(sizeof(To) == sizeof(From), "same size");
-  To t;
-  std::memcpy(&t, &f, sizeof t);
-  return t;
-}
-static inline float __int_as_float(int x) { return dp_bits<float>(x); }
-static inline float __uint_as_float(unsigned x) { return dp_bits<float>(x); }
-static inline unsigned __float_as_uint(float x) { return dp_bits<unsigned>(x); }
-static inline double __longlong_as_double(long long x) { return dp_bits<double>(x); }
-// Rounded toward zero, as the CUDA intrinsic (finite values beyond the range give ±FLT_MAX).
-static inline float __double2float_rz(double d) {
-  float f = static_cast<float>(d);
-  if (std::isnan(d)) return f;
-  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
-  return f;
-}
-static inline float dp_host_h2f(unsigned short bits) { return static_cast<float>(dp_bits<_Float16>(bits)); }
-static inline unsigned short dp_host_f2h(float f) {
-  return dp_bits<unsigned short>(static_cast<_Float16>(f));
-}
-
-using std::exp;
-using std::fabs;
-using std::log;
-using std::pow;
-using std::sqrt;
-using std::tanh;
-
-#include "../../plugins/cuda/src/kernels/cuda/prelude.cuh"
-#include "../../plugins/cuda/src/kernels/cuda/binary.cu"
-#include "../../plugins/cuda/src/kernels/cuda/unary.cu"
-#include "../../plugins/cuda/src/kernels/cuda/cast.cu"
-#include "../../plugins/cuda/src/kernels/cuda/reduce.cu"
-#include "../../plugins/cuda/src/kernels/cuda/copy.cu"
+#include "../../plugins/cuda/fake/host_shim.hpp"
 
 // Runs a grid-stride kernel as one thread that covers everything.
 template <class F>

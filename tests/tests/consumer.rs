@@ -74,6 +74,10 @@ fn examples_build_and_run_against_the_installed_package() {
         run_example(&exe);
         ran.push(name.clone());
 
+        if name == "hello_gpu_cpp" {
+            run_on_fake_gpu(&exe);
+        }
+
         let static_exe = tmp.path().join(format!("{name}_static"));
         if static_exe.is_file() {
             run_example(&static_exe);
@@ -86,12 +90,36 @@ fn examples_build_and_run_against_the_installed_package() {
         "hello_devices_c",
         "hello_devices_c_static",
         "hello_devices_cpp",
+        "hello_gpu_cpp",
     ] {
         assert!(
             ran.iter().any(|r| r == required),
             "{required} was not built and run (ran: {ran:?})"
         );
     }
+}
+
+/// Runs the GPU example on the fake CUDA driver (plugins/cuda/fake, built by the CMake build
+/// of the tests): the installed CUDA plugin finds a "GPU" and the network runs on it.
+fn run_on_fake_gpu(exe: &Path) {
+    let fake = devplug_tests::build_dir().join("fake_cuda");
+    let out = Command::new(exe)
+        .env("LD_LIBRARY_PATH", &fake)
+        .env("DEVPLUG_CUDA_CACHE", "off")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{} on the fake driver:\n{text}",
+        exe.display()
+    );
+    assert!(
+        text.contains("running on GPU:0 (CUDA, devplug fake GPU)")
+            && text.contains("hello_gpu_cpp: OK"),
+        "{text}"
+    );
 }
 
 /// pkg-config finds devplug.pc in the prefix, and a program built with its flags runs.
