@@ -294,6 +294,13 @@ bool ends_with(const std::string& s, const char* suffix) {
 }
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
+// The unary kernels (unary.cu) take (n, x, y); the binary ones (binary.cu) (n, a, b, z).
+bool is_unary(const std::string& n) {
+  for (const char* u : {"dp_neg_", "dp_abs_", "dp_exp_", "dp_log_", "dp_tanh_", "dp_sqrt_", "dp_rsqrt_", "dp_sigmoid_"})
+    if (starts_with(n, u)) return true;
+  return false;
+}
+
 // Calls kernel `k` with the parameter values in `p` (copied at launch), by its signature,
 // which its name tells (see src/kernels/cuda/*.cu).
 void call(const Kernel& k, const std::vector<std::vector<uint8_t>>& p) {
@@ -302,9 +309,6 @@ void call(const Kernel& k, const std::vector<std::vector<uint8_t>>& p) {
   auto ptr = [&](size_t i) { return *reinterpret_cast<void* const*>(arg(i)); };
   const std::string& n = k.name;
   using P = void*;
-  static const char* unary[] = {"dp_neg_", "dp_abs_", "dp_exp_", "dp_log_", "dp_tanh_", "dp_sqrt_", "dp_rsqrt_", "dp_sigmoid_"};
-  bool is_unary = false;
-  for (const char* u : unary) is_unary |= starts_with(n, u);
   if (starts_with(n, "dp_select_")) {
     if (ends_with(n, "_c"))
       reinterpret_cast<void (*)(long long, P, P, P, P)>(k.fn)(i64(0), ptr(1), ptr(2), ptr(3), ptr(4));
@@ -323,7 +327,7 @@ void call(const Kernel& k, const std::vector<std::vector<uint8_t>>& p) {
     reinterpret_cast<void (*)(long long, long long, long long, P)>(k.fn)(i64(0), i64(1), i64(2), ptr(3));
   } else if (starts_with(n, "dp_reduce_")) {
     reinterpret_cast<void (*)(Red, P, P)>(k.fn)(*reinterpret_cast<const Red*>(arg(0)), ptr(1), ptr(2));
-  } else if (starts_with(n, "dp_cast_") || is_unary) {
+  } else if (starts_with(n, "dp_cast_") || is_unary(n)) {
     reinterpret_cast<void (*)(long long, P, P)>(k.fn)(i64(0), ptr(1), ptr(2));
   } else if (ends_with(n, "_c")) {
     reinterpret_cast<void (*)(long long, P, P, P)>(k.fn)(i64(0), ptr(1), ptr(2), ptr(3));
@@ -334,15 +338,12 @@ void call(const Kernel& k, const std::vector<std::vector<uint8_t>>& p) {
 
 // The byte sizes of kernel `name`'s parameters, in order.
 std::vector<size_t> param_sizes(const std::string& n) {
-  static const char* unary[] = {"dp_neg_", "dp_abs_", "dp_exp_", "dp_log_", "dp_tanh_", "dp_sqrt_", "dp_rsqrt_", "dp_sigmoid_"};
-  bool is_unary = false;
-  for (const char* u : unary) is_unary |= starts_with(n, u);
   if (starts_with(n, "dp_select_")) return {ends_with(n, "_c") ? 8 : sizeof(Geo), 8, 8, 8, 8};
   if (starts_with(n, "dp_copy_")) return {sizeof(Walk), 8, 8};
   if (starts_with(n, "dp_fill_")) return {8, size_t(std::atoi(n.c_str() + 8)), 8};
   if (starts_with(n, "dp_iota_")) return {8, 8, 8, 8};
   if (starts_with(n, "dp_reduce_")) return {sizeof(Red), 8, 8};
-  if (starts_with(n, "dp_cast_") || is_unary) return {8, 8, 8};
+  if (starts_with(n, "dp_cast_") || is_unary(n)) return {8, 8, 8};
   return {ends_with(n, "_c") ? 8 : sizeof(Geo), 8, 8, 8};
 }
 
