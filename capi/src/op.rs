@@ -292,11 +292,12 @@ pub unsafe extern "C" fn dp_run_options_init(options: *mut dp_run_options_t, str
 /// On success the op's outputs (new references the caller releases) are written to
 /// `outputs[0..n]`, where `n` is the op's output count (at most `capacity`), and `n` to
 /// `*out_count` (may be NULL). Errors: `DP_INVALID_ARGUMENT` for wrong arity, dtypes, shapes,
-/// unknown attributes (naming the op and operand); `DP_NOT_FOUND` when no device can run it
-/// (listing where kernels exist).
+/// unknown attributes (naming the op and operand), and for an `op` or `options->device` of
+/// another runtime (resolve handles with the runtime that runs them); `DP_NOT_FOUND` when no
+/// device can run it (listing where kernels exist).
 ///
 /// # Safety
-/// `runtime` and `op` are handles of one runtime; `inputs` holds `num_inputs` tensor handles
+/// `runtime` is a runtime handle and `op` an op handle (of any runtime: another's is refused); `inputs` holds `num_inputs` tensor handles
 /// (may be NULL when 0); `attrs` NULL or an attrs handle; `options` NULL or initialized;
 /// `outputs` writable for `capacity` handles.
 #[no_mangle]
@@ -379,16 +380,13 @@ pub unsafe extern "C" fn dp_op_run(
                 )?
             }
         };
-        // The device is borrowed from its handle: no `Arc` clone per op.
+        // The device is borrowed from its handle: no `Arc` clone per op. Dispatch refuses a
+        // device of another runtime (a compare, no lock).
         let run_device: Option<&Arc<Device>> = if o.device.is_null() {
             None
         } else {
             // SAFETY: the caller's contract.
-            let d = unsafe { device(o.device, "options->device")? };
-            if rt.handle_of(d).is_none() {
-                return Err(bad_arg("options->device", "belongs to another runtime"));
-            }
-            Some(d)
+            Some(unsafe { device(o.device, "options->device")? })
         };
         let soft_placement = match o.soft_placement {
             DP_SOFT_PLACEMENT_DEFAULT => None,

@@ -76,6 +76,8 @@ unsafe impl Sync for KernelHandles {}
 pub struct Device {
     /// Position in the runtime's device list (a key of the dispatch cache).
     index: usize,
+    /// The id of the runtime the device belongs to (see [`Device::runtime_id`]).
+    runtime: u64,
     /// `TYPE:ordinal` (what addresses it while its platform is the active one of its type).
     name: String,
     /// `PLATFORM:ordinal` (always addresses it).
@@ -119,6 +121,7 @@ pub struct MemoryUsage {
 
 impl Device {
     pub(crate) fn new(
+        runtime: u64,
         index: usize,
         platform: Arc<PlatformEntry>,
         ordinal: usize,
@@ -154,6 +157,7 @@ impl Device {
         };
         Ok(Device {
             index,
+            runtime,
             qualified: format!("{}:{ordinal}", platform.info.name),
             name,
             platform,
@@ -177,6 +181,13 @@ impl Device {
     /// Position in the runtime's device list.
     pub fn index(&self) -> usize {
         self.index
+    }
+
+    /// The id of the runtime the device belongs to: unique in the process, so that dispatch
+    /// can refuse another runtime's device without a lock (its `index` means another device
+    /// there).
+    pub(crate) fn runtime_id(&self) -> u64 {
+        self.runtime
     }
 
     /// The name that addresses this device now: `TYPE:ordinal` (e.g. `GPU:0`) while its

@@ -100,9 +100,11 @@ impl Runtime {
             owner: "built-in".into(),
             active: AtomicBool::new(true),
         });
+        let id = NEXT_RUNTIME_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut devices = Vec::with_capacity(options.cpu_device_count);
         for ordinal in 0..options.cpu_device_count {
             devices.push(Arc::new(Device::new(
+                id,
                 ordinal,
                 host_entry.clone(),
                 ordinal,
@@ -121,7 +123,7 @@ impl Runtime {
             plans: Plans::default(),
             placement: PlacementLog::default(),
             soft_placement: options.soft_placement,
-            id: NEXT_RUNTIME_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            id,
         };
         crate::host::register_kernels(&rt, options.intra_op_threads)?;
         if let Some(path) = &options.plugin_path {
@@ -188,6 +190,7 @@ impl Runtime {
             for ordinal in 0..entry.platform.device_count() {
                 let index = first_index + new_devices.len();
                 new_devices.push(Arc::new(Device::new(
+                    self.id,
                     index,
                     entry.clone(),
                     ordinal,
@@ -483,12 +486,15 @@ impl Runtime {
         self.id
     }
 
-    /// Whether `device` is one of this runtime's.
-    pub fn owns(&self, device: &Arc<Device>) -> bool {
-        self.devices
-            .read()
-            .get(device.index())
-            .is_some_and(|d| Arc::ptr_eq(d, device))
+    /// Whether `device` is one of this runtime's (a compare: no lock).
+    pub fn owns(&self, device: &Device) -> bool {
+        device.runtime_id() == self.id
+    }
+
+    /// Whether `op` was resolved by this runtime (a compare: no lock). An op handle of another
+    /// runtime may name another op at the same position of its registry.
+    pub fn owns_op(&self, op: &OpHandle) -> bool {
+        self.ops.owns(op)
     }
 
     /// Resolves an op name once; run it by handle afterwards.
@@ -523,7 +529,9 @@ impl Runtime {
     }
 
     /// Runs an op: on `options.device` or the default device, with the fallback order
-    /// native kernel → decomposition → soft placement to the CPU → error.
+    /// native kernel → decomposition → soft placement to the CPU → error. `op` and
+    /// `options.device` must be this runtime's (`INVALID_ARGUMENT` otherwise); inputs may
+    /// live anywhere (those on other devices are copied).
     pub fn run(
         &self,
         op: &OpHandle,

@@ -328,3 +328,105 @@ fn native_composite_kernels_agree_with_their_decompositions() {
         "{e}"
     );
 }
+
+/// Plans are cached by the positions of op and device in their runtime, so another runtime's
+/// handles would find whatever sits at the same positions here (a SIM kernel for a CPU device,
+/// or another custom op): dispatch refuses them, naming op and device, and nothing is cached.
+#[test]
+fn another_runtimes_device_or_op_is_refused() {
+    let a = runtime();
+    a.load_plugin(plugin_path("devplug_sim"), &[]).expect("SIM");
+    let b = devplug_core::Runtime::new(devplug_core::RuntimeOptions {
+        discover_from_env: false,
+        cpu_device_count: 2,
+        ..Default::default()
+    })
+    .expect("second runtime");
+    let sim = a.find_device("SIM").expect("SIM");
+    let b_cpu1 = b.find_device("CPU:1").expect("CPU:1 of b");
+    assert_eq!(sim.index(), b_cpu1.index(), "the positions coincide");
+    let add = a.op("Add").expect("Add");
+    let none = Attrs::new();
+    let x = f32s(&sim, &[4], &[1.0, 2.0, 3.0, 4.0]);
+    // A's plan for SIM's position is cached first.
+    let r = a
+        .run(&add, &[x.clone(), x.clone()], &none, &on(&sim, true))
+        .expect("on SIM");
+    assert_eq!(r[0].to_vec::<f32>().unwrap(), [2.0, 4.0, 6.0, 8.0]);
+
+    let y = f32s(&b_cpu1, &[4], &[1.0, 2.0, 3.0, 4.0]);
+    for strict in [true, false] {
+        let e = a
+            .run(&add, &[y.clone(), y.clone()], &none, &on(&b_cpu1, strict))
+            .unwrap_err();
+        assert_eq!(e.code, Code::InvalidArgument, "{e}");
+        assert!(
+            e.message.contains("Add")
+                && e.message.contains("HOST:1")
+                && e.message.contains("another runtime"),
+            "{e}"
+        );
+    }
+    // A device scope of b's device is refused when entered on a as before.
+    assert_eq!(
+        a.device_scope(&b_cpu1).unwrap_err().code,
+        Code::InvalidArgument
+    );
+
+    // B's handle of a custom op sits where a has another one.
+    let mk = |name: &str| {
+        let mut def = a.op("Neg").unwrap().def().clone();
+        def.name = name.into();
+        def
+    };
+    a.register_op(mk("test.first")).expect("a's op");
+    let b_second = b.register_op(mk("test.second")).expect("b's op");
+    let e = a
+        .run(
+            &b_second,
+            std::slice::from_ref(&y),
+            &none,
+            &RunOptions::default(),
+        )
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument, "{e}");
+    assert!(
+        e.message.contains("test.second") && e.message.contains("another runtime"),
+        "{e}"
+    );
+    // Even the basis op of another runtime: resolve handles with the runtime that runs them.
+    let b_add = b.op("Add").unwrap();
+    assert_eq!(
+        a.run(
+            &b_add,
+            &[y.clone(), y.clone()],
+            &none,
+            &RunOptions::default()
+        )
+        .unwrap_err()
+        .code,
+        Code::InvalidArgument
+    );
+
+    // Another runtime's tensors are inputs like any on another device: copied.
+    let r = a
+        .run(&add, &[y.clone(), y.clone()], &none, &on(&sim, true))
+        .expect("b's tensors on a's SIM");
+    assert_eq!(r[0].to_vec::<f32>().unwrap(), [2.0, 4.0, 6.0, 8.0]);
+    assert!(Arc::ptr_eq(r[0].device(), &sim));
+
+    // Both runtimes still work with their own handles.
+    let r = a
+        .run(&add, &[x.clone(), x], &none, &on(&sim, true))
+        .expect("a on SIM");
+    assert_eq!(r[0].to_vec::<f32>().unwrap(), [2.0, 4.0, 6.0, 8.0]);
+    let r = b
+        .run(
+            &b.op("Add").unwrap(),
+            &[y.clone(), y],
+            &none,
+            &on(&b_cpu1, true),
+        )
+        .expect("b on CPU:1");
+    assert_eq!(r[0].to_vec::<f32>().unwrap(), [2.0, 4.0, 6.0, 8.0]);
+}

@@ -717,11 +717,12 @@ void dp_run_options_init(struct dp_run_options_t *options, size_t struct_size);
  * On success the op's outputs (new references the caller releases) are written to
  * `outputs[0..n]`, where `n` is the op's output count (at most `capacity`), and `n` to
  * `*out_count` (may be NULL). Errors: `DP_INVALID_ARGUMENT` for wrong arity, dtypes, shapes,
- * unknown attributes (naming the op and operand); `DP_NOT_FOUND` when no device can run it
- * (listing where kernels exist).
+ * unknown attributes (naming the op and operand), and for an `op` or `options->device` of
+ * another runtime (resolve handles with the runtime that runs them); `DP_NOT_FOUND` when no
+ * device can run it (listing where kernels exist).
  *
  * # Safety
- * `runtime` and `op` are handles of one runtime; `inputs` holds `num_inputs` tensor handles
+ * `runtime` is a runtime handle and `op` an op handle (of any runtime: another's is refused); `inputs` holds `num_inputs` tensor handles
  * (may be NULL when 0); `attrs` NULL or an attrs handle; `options` NULL or initialized;
  * `outputs` writable for `capacity` handles.
  */

@@ -94,6 +94,21 @@ pub(crate) fn run_on(
     soft_placement: Option<bool>,
     out: &mut Outputs,
 ) -> Result<()> {
+    // Plans are cached by the op's and the device's positions in this runtime: another
+    // runtime's handle would find the plan of whatever sits there here.
+    if !rt.owns_op(op) {
+        return Err(Error::invalid_argument(format!(
+            "op {}: the op handle was resolved by another runtime; resolve it with this one",
+            op.name()
+        )));
+    }
+    if let Some(d) = device.filter(|d| !rt.owns(d)) {
+        return Err(Error::invalid_argument(format!(
+            "{}: device {} is a device of another runtime",
+            op.name(),
+            d.qualified_name()
+        )));
+    }
     let soft = soft_placement.unwrap_or_else(|| rt.soft_placement());
     let scoped;
     let (device, reason) = match device {

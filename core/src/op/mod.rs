@@ -162,6 +162,8 @@ pub struct OpHandle(pub(crate) Arc<OpEntry>);
 pub(crate) struct OpEntry {
     /// Index in the registry, for the per-op kernel caches.
     pub(crate) index: usize,
+    /// The id of the registry (0 for a provisional handle, in none).
+    registry: u64,
     pub(crate) def: OpDef,
     sig: Signature,
 }
@@ -295,6 +297,7 @@ impl OpHandle {
     pub(crate) fn provisional(def: OpDef) -> OpHandle {
         OpHandle(Arc::new(OpEntry {
             index: usize::MAX,
+            registry: 0,
             sig: Signature::of(&def),
             def,
         }))
@@ -312,12 +315,28 @@ impl OpHandle {
 }
 
 /// All ops of a runtime.
-#[derive(Default)]
 pub struct OpRegistry {
     ops: RwLock<HashMap<String, OpHandle>>,
+    /// Unique in the process (never 0): the handles it made carry it.
+    id: u64,
+}
+
+impl Default for OpRegistry {
+    fn default() -> OpRegistry {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        OpRegistry {
+            ops: RwLock::default(),
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
+    }
 }
 
 impl OpRegistry {
+    /// Whether `op` is a handle this registry made.
+    pub fn owns(&self, op: &OpHandle) -> bool {
+        op.0.registry == self.id
+    }
+
     /// A registry holding the basis set.
     pub fn with_basis() -> OpRegistry {
         let r = OpRegistry::default();
@@ -342,6 +361,7 @@ impl OpRegistry {
         }
         let h = OpHandle(Arc::new(OpEntry {
             index: ops.len(),
+            registry: self.id,
             sig: Signature::of(&def),
             def,
         }));
