@@ -2,7 +2,7 @@
 //! allocator and its default stream.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -94,8 +94,12 @@ pub struct Device {
     default_stream_inline: bool,
     /// For a plugin's device: the handles its kernels receive.
     kernel_handles: Option<KernelHandles>,
-    /// Work may be pending on the default stream (set before anything is enqueued there).
+    /// Work may be pending on the default stream: set before and again after anything is
+    /// enqueued there, cleared by a synchronize of it before it waits.
     default_stream_dirty: AtomicBool,
+    /// Synchronizes of the default stream that cleared `default_stream_dirty` and are still
+    /// waiting: while one is, a clear flag does not yet mean that the work is done.
+    default_stream_syncs: AtomicUsize,
     /// Launches on the default stream and how far it got, for stream-ordered reuse of the
     /// memory they use (see `memory::stream_order`).
     order: StreamOrder,
@@ -170,6 +174,7 @@ impl Device {
             kernel_handles,
             default_stream,
             default_stream_dirty: AtomicBool::new(false),
+            default_stream_syncs: AtomicUsize::new(0),
             allocator_stats_failed: AtomicBool::new(false),
             order: StreamOrder::default(),
             default_stream_error: AsyncError::default(),
@@ -438,7 +443,6 @@ impl Device {
     /// Waits for all work on all streams of the device. Returns the first failure on any of
     /// them since it was last reported (see [`Stream::synchronize`]).
     pub fn synchronize(&self) -> Result<()> {
-        self.default_stream_dirty.store(false, Ordering::Release);
         self.synchronize_default_stream_now()?;
         self.executor.synchronize_all()?;
         // Failures of host work on the streams created here, reported by this call instead.
@@ -458,13 +462,12 @@ impl Device {
 
     /// Waits for the work on the default stream (what synchronous copies are ordered after).
     ///
-    /// Costs nothing when nothing was enqueued there since the last time.
+    /// Costs two loads when nothing was enqueued there since the last synchronize finished.
+    /// Both are needed: a synchronize clears the flag before it waits, so while another thread
+    /// is still waiting, a clear flag does not mean that this thread's work is done.
     pub(crate) fn synchronize_default_stream(&self) -> Result<()> {
-        // A load first: the common clean case costs no read-modify-write (a thread that
-        // enqueued sees its own store; other threads' enqueues are not ordered with this call
-        // either way).
         if !self.default_stream_dirty.load(Ordering::Acquire)
-            || !self.default_stream_dirty.swap(false, Ordering::AcqRel)
+            && self.default_stream_syncs.load(Ordering::Acquire) == 0
         {
             return Ok(());
         }
@@ -474,11 +477,24 @@ impl Device {
     /// Waits for the work on the default stream, whether or not any was noted, and frees what
     /// waited for it.
     pub(crate) fn synchronize_default_stream_now(&self) -> Result<()> {
+        /// Counts a synchronize in flight from before it clears the flag until its wait ended
+        /// (however it ends).
+        struct InFlight<'a>(&'a AtomicUsize);
+        impl Drop for InFlight<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        self.default_stream_syncs.fetch_add(1, Ordering::AcqRel);
+        let in_flight = InFlight(&self.default_stream_syncs);
+        // Cleared before the wait: what is enqueued from now on sets it again.
+        self.default_stream_dirty.store(false, Ordering::Release);
         let count = self.order.current();
         let result = self.executor.synchronize_stream(&self.default_stream);
         // The stream has run everything counted before the wait, error or not (an executor's
         // synchronize returns the stream's error after waiting).
         self.order.reach(count);
+        drop(in_flight);
         self.free_due();
         // Then a failure of host work the runtime enqueued there (kept for the next
         // synchronize if the executor had its own to report).

@@ -21,6 +21,27 @@ enum StreamKind {
     Owned(RawStream),
 }
 
+/// A stream being enqueued on. For the default stream, the device notes that work may be
+/// pending there before the enqueue and again when this is dropped after it: a synchronize of
+/// the default stream that ran in between cleared the note, maybe before the work was enqueued
+/// (see `Device::synchronize_default_stream`).
+struct Enqueue<'a>(&'a Stream);
+
+impl std::ops::Deref for Enqueue<'_> {
+    type Target = RawStream;
+    fn deref(&self) -> &RawStream {
+        self.0.raw_stream()
+    }
+}
+
+impl Drop for Enqueue<'_> {
+    fn drop(&mut self) {
+        if let StreamKind::Default = self.0.kind {
+            self.0.device.default_stream_used();
+        }
+    }
+}
+
 /// The first failure of host work the runtime enqueued on a stream (a copy between devices,
 /// a wait for another device's event), kept until a synchronize of that stream reports it —
 /// as CUDA reports an asynchronous error at the next synchronize. Later failures before then
@@ -122,18 +143,27 @@ impl Stream {
         matches!(self.kind, StreamKind::Default)
     }
 
-    fn raw(&self) -> &RawStream {
+    /// The raw stream, to enqueue work on (see [`Enqueue`]): lives to the end of the statement
+    /// that enqueues, so that the default stream is marked used before and after the enqueue.
+    fn raw(&self) -> Enqueue<'_> {
+        if let StreamKind::Default = self.kind {
+            self.device.default_stream_used();
+        }
+        Enqueue(self)
+    }
+
+    /// The raw stream, to ask about (nothing is enqueued).
+    fn raw_stream(&self) -> &RawStream {
         match &self.kind {
-            StreamKind::Default => {
-                self.device.default_stream_used();
-                self.device.default_raw_stream()
-            }
+            StreamKind::Default => self.device.default_raw_stream(),
             StreamKind::Owned(r) => r,
         }
     }
 
     fn is_synchronous(&self) -> bool {
-        self.device.executor().stream_is_synchronous(self.raw())
+        self.device
+            .executor()
+            .stream_is_synchronous(self.raw_stream())
     }
 
     fn check_device(&self, buffer: &Buffer, what: &str) -> Result<()> {
@@ -173,7 +203,7 @@ impl Stream {
         unsafe {
             self.device
                 .executor()
-                .memcpy_htod_async(self.raw(), d, src, size)?
+                .memcpy_htod_async(&self.raw(), d, src, size)?
         };
         self.hold(dst.clone())
     }
@@ -196,7 +226,7 @@ impl Stream {
         unsafe {
             self.device
                 .executor()
-                .memcpy_dtoh_async(self.raw(), dst, s, size)?
+                .memcpy_dtoh_async(&self.raw(), dst, s, size)?
         };
         self.hold(src.clone())
     }
@@ -227,7 +257,7 @@ impl Stream {
         if on_dst && on_src {
             self.device
                 .executor()
-                .memcpy_dtod_async(self.raw(), d, s, size)?;
+                .memcpy_dtod_async(&self.raw(), d, s, size)?;
             return self.hold((dst.clone(), src.clone()));
         }
         if !on_dst && !on_src {
@@ -260,14 +290,14 @@ impl Stream {
         let d = dst.range(offset, size)?;
         self.device
             .executor()
-            .memset_async(self.raw(), d, value, size)?;
+            .memset_async(&self.raw(), d, value, size)?;
         self.hold(dst.clone())
     }
 
     /// Runs `f` once all earlier work of the stream is done (on a worker thread, or inline
     /// for a synchronous stream).
     pub fn host_callback(&self, f: HostFn) -> Result<()> {
-        self.device.executor().host_callback(self.raw(), f)
+        self.device.executor().host_callback(&self.raw(), f)
     }
 
     /// [`host_callback`](Self::host_callback) for a function that can fail: its error is
@@ -295,7 +325,7 @@ impl Stream {
             return self
                 .device
                 .executor()
-                .stream_wait_event(self.raw(), event.raw());
+                .stream_wait_event(&self.raw(), event.raw());
         }
         // Another device's event: block this stream in a host callback until it is reached.
         let ev = event.snapshot();
@@ -317,7 +347,7 @@ impl Stream {
         }
         self.device
             .executor()
-            .stream_wait_stream(self.raw(), other.raw())
+            .stream_wait_stream(&self.raw(), other.raw_stream())
     }
 
     /// Blocks until all work enqueued so far is done. Returns the stream's first failure
@@ -440,7 +470,7 @@ impl Event {
         }
         self.device
             .executor()
-            .record_event(stream.raw(), self.raw())?;
+            .record_event(&stream.raw(), self.raw())?;
         *self.outcome.lock() = outcome;
         Ok(())
     }

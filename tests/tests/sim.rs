@@ -563,3 +563,40 @@ mod slot {
         }
     }
 }
+
+/// A synchronous read waits for the kernels that wrote what it reads even while another
+/// thread's synchronize of the default stream is under way: that synchronize clears the
+/// device's "work pending" note before it waits, so the note alone said "nothing to wait for"
+/// and the read ran ahead of the kernel (seen as wrong sums from the CUDA plugin's
+/// many-thread test). The stream is held behind a host callback until the end, so that the
+/// other synchronize is surely waiting when the read starts.
+#[test]
+fn a_read_waits_for_its_kernel_while_another_thread_synchronizes() {
+    let rt = Arc::new(runtime());
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let dev = rt.find_device("SIM").unwrap();
+    let x = f32s(&dev, &[1.0, 2.0, 3.0]);
+    let (open, gate) = std::sync::mpsc::channel::<()>();
+    dev.default_stream()
+        .host_callback(Box::new(move || {
+            let _ = gate.recv();
+        }))
+        .unwrap();
+    let sum = sim_add(&rt, &dev, &x, &x); // queued behind the gate
+    let syncing = {
+        let dev = dev.clone();
+        std::thread::spawn(move || dev.synchronize())
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100)); // it cleared the note and waits
+    let (done, read) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || done.send(sum.to_vec::<f32>()).unwrap());
+    let early = read.recv_timeout(std::time::Duration::from_millis(200));
+    assert!(
+        early.is_err(),
+        "the read returned while its kernel was still queued: {early:?}"
+    );
+    open.send(()).unwrap();
+    assert_eq!(read.recv().unwrap().unwrap(), [2.0, 4.0, 6.0]);
+    reader.join().unwrap();
+    syncing.join().unwrap().unwrap();
+}

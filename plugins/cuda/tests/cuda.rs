@@ -656,11 +656,19 @@ fn gpu_ops_from_many_threads() {
                         .unwrap()
                         .remove(0);
                 }
-                assert!(acc
-                    .to_vec::<f32>()
-                    .unwrap()
+                let got = acc.to_vec::<f32>().unwrap();
+                let bad: Vec<(usize, f32)> = got
                     .iter()
-                    .all(|&v| v == 51.0 * k as f32));
+                    .copied()
+                    .enumerate()
+                    .filter(|&(_, v)| v != 51.0 * k as f32)
+                    .collect();
+                assert!(
+                    bad.is_empty(),
+                    "thread {k}: {} wrong, first {:?}",
+                    bad.len(),
+                    &bad[..bad.len().min(8)]
+                );
             })
         })
         .collect();
