@@ -7,7 +7,9 @@
 //! - an eager Add of 16 f32 through SIM's native kernel, N ops enqueued then one synchronize,
 //!   per op, vs the same op on the CPU device (goal: ≤ 1.2×): through the Rust API, and
 //!   through the C API as the issue states it (`dp_op_run` + releasing the output, the CPU
-//!   figure being the C dispatch benchmark's).
+//!   figure being the C dispatch benchmark's; also with the CPU named in the run options, as
+//!   SIM is). Their rounds are interleaved, and each ratio is the median of the rounds' ratios,
+//!   so that a shared machine's drift during the run does not decide it.
 //!
 //! `cargo bench -p devplug-tests --bench plugin`
 //!
@@ -26,15 +28,34 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn per_call_ns(iters: usize, mut f: impl FnMut()) -> f64 {
-    let mut samples = Vec::new();
-    for _ in 0..9 {
-        let t = Instant::now();
-        for _ in 0..iters {
-            f();
-        }
-        samples.push(t.elapsed().as_secs_f64() * 1e9 / iters as f64);
+    median((0..9).map(|_| round_ns(iters, &mut f)).collect())
+}
+
+/// `rounds` rounds of the measurements `fs`, interleaved (a, b, …, a, b, …) so that a machine
+/// that slows down or speeds up during the run weighs on all of them alike. Each closure runs
+/// its ops and returns the ns per op of its round; the result holds every round's figures.
+fn interleaved<const K: usize>(
+    rounds: usize,
+    mut fs: [&mut dyn FnMut() -> f64; K],
+) -> Vec<[f64; K]> {
+    (0..rounds)
+        .map(|_| std::array::from_fn(|i| fs[i]()))
+        .collect()
+}
+
+/// The median over the rounds of `f` of a round: a figure, or a ratio of two figures of the
+/// same round.
+fn median_of<const K: usize>(rounds: &[[f64; K]], f: impl Fn(&[f64; K]) -> f64) -> f64 {
+    median(rounds.iter().map(f).collect())
+}
+
+/// ns per op of one round of `n` calls of `f`.
+fn round_ns(n: usize, mut f: impl FnMut()) -> f64 {
+    let t = Instant::now();
+    for _ in 0..n {
+        f();
     }
-    median(samples)
+    t.elapsed().as_secs_f64() * 1e9 / n as f64
 }
 
 fn main() {
@@ -140,31 +161,39 @@ fn eager_add(sim: &std::path::Path, options: RuntimeOptions) {
     let n = 20_000;
     let cpu_inputs = [ca, cb];
     let sim_inputs = [sa, sb];
-    let cpu_op = per_call_ns(n, || {
-        black_box(rt.run(&add, &cpu_inputs, &none, &on_cpu).expect("add"));
-    });
-    let mut sim_samples = Vec::new();
     let mut sync_samples = Vec::new();
-    for _ in 0..5 {
-        let t = Instant::now();
-        for _ in 0..n {
-            black_box(
-                rt.run(&add, &sim_inputs, &none, &on_sim)
-                    .expect("add on SIM"),
-            );
-        }
-        let launched = Instant::now();
-        dev.synchronize().expect("sync");
-        sim_samples.push(t.elapsed().as_secs_f64() * 1e9 / n as f64);
-        sync_samples.push(launched.elapsed().as_secs_f64() * 1e9 / n as f64);
-    }
-    let sim_op = median(sim_samples);
+    let rounds = interleaved(
+        9,
+        [
+            &mut || {
+                round_ns(n, || {
+                    black_box(rt.run(&add, &cpu_inputs, &none, &on_cpu).expect("add"));
+                })
+            },
+            &mut || {
+                let t = Instant::now();
+                for _ in 0..n {
+                    black_box(
+                        rt.run(&add, &sim_inputs, &none, &on_sim)
+                            .expect("add on SIM"),
+                    );
+                }
+                let launched = Instant::now();
+                dev.synchronize().expect("sync");
+                sync_samples.push(launched.elapsed().as_secs_f64() * 1e9 / n as f64);
+                t.elapsed().as_secs_f64() * 1e9 / n as f64
+            },
+        ],
+    );
+    let (cpu_op, sim_op) = (median_of(&rounds, |r| r[0]), median_of(&rounds, |r| r[1]));
+    let ratio = median_of(&rounds, |r| r[1] / r[0]);
     let sync_part = median(sync_samples);
-    println!("eager Add of 16 f32, ns per op");
+    println!(
+        "eager Add of 16 f32, ns per op (9 interleaved rounds; ratios: medians of the rounds')"
+    );
     println!("  CPU device (baseline)                        {cpu_op:8.1}");
     println!(
-        "  SIM native kernel, {n} enqueued + 1 sync   {sim_op:8.1}   {:.2}x  (goal <= 1.2x)",
-        sim_op / cpu_op
+        "  SIM native kernel, {n} enqueued + 1 sync   {sim_op:8.1}   {ratio:.2}x  (goal <= 1.2x)"
     );
     // What the final synchronize waited for: work SIM's worker had not caught up with.
     println!("    of which the final synchronize, per op       {sync_part:8.1}");
@@ -188,7 +217,7 @@ fn eager_add_c(sim: &std::path::Path) {
     let path = std::ffi::CString::new(sim.to_str().expect("utf-8 path")).expect("path");
     let n = 20_000;
     // SAFETY: the C API used as its header documents: valid out-pointers, live handles.
-    let (cpu_op, sim_op) = unsafe {
+    let rounds = unsafe {
         let mut rt: *mut dp_runtime_t = std::ptr::null_mut();
         let o = dp_runtime_options_t {
             discover_plugins: 0,
@@ -244,26 +273,44 @@ fn eager_add_c(sim: &std::path::Path) {
             debug_assert_eq!(st, DP_OK);
             dp_tensor_release(black_box(out));
         };
-        let cpu_op = per_call_ns(n, || run(&cpu_in, std::ptr::null()));
-        let mut samples = Vec::new();
-        for _ in 0..5 {
-            let t = Instant::now();
-            for _ in 0..n {
-                run(&sim_in, &on_sim);
-            }
-            assert_eq!(dp_device_synchronize(dev), DP_OK);
-            samples.push(t.elapsed().as_secs_f64() * 1e9 / n as f64);
-        }
+        let on_cpu = dp_run_options_t {
+            device: cpu,
+            ..Default::default()
+        };
+        let rounds = interleaved(
+            9,
+            [
+                &mut || round_ns(n, || run(&cpu_in, std::ptr::null())),
+                &mut || round_ns(n, || run(&cpu_in, &on_cpu)),
+                &mut || {
+                    let t = Instant::now();
+                    for _ in 0..n {
+                        run(&sim_in, &on_sim);
+                    }
+                    assert_eq!(dp_device_synchronize(dev), DP_OK);
+                    t.elapsed().as_secs_f64() * 1e9 / n as f64
+                },
+            ],
+        );
         for t in cpu_in.into_iter().chain(sim_in) {
             dp_tensor_release(t);
         }
         dp_runtime_destroy(rt);
-        (cpu_op, median(samples))
+        rounds
     };
-    println!("eager Add of 16 f32 from C (dp_op_run + dp_tensor_release), ns per op");
-    println!("  CPU device (baseline)                        {cpu_op:8.1}");
+    let [cpu_op, cpu_explicit, sim_op] = std::array::from_fn(|i| median_of(&rounds, |r| r[i]));
+    let sim_ratio = median_of(&rounds, |r| r[2] / r[0]);
+    // The same call (options naming the device) on the two devices.
+    let explicit_ratio = median_of(&rounds, |r| r[2] / r[1]);
     println!(
-        "  SIM native kernel, {n} enqueued + 1 sync   {sim_op:8.1}   {:.2}x  (goal <= 1.2x)",
-        sim_op / cpu_op
+        "eager Add of 16 f32 from C (dp_op_run + dp_tensor_release), ns per op (9 interleaved rounds)"
+    );
+    println!("  CPU device, no options (baseline)            {cpu_op:8.1}");
+    println!(
+        "  CPU device named in the options              {cpu_explicit:8.1}   {:.2}x",
+        median_of(&rounds, |r| r[1] / r[0])
+    );
+    println!(
+        "  SIM native kernel, {n} enqueued + 1 sync   {sim_op:8.1}   {sim_ratio:.2}x  (goal <= 1.2x); {explicit_ratio:.2}x the CPU named in the options"
     );
 }
