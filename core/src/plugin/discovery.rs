@@ -1,7 +1,8 @@
 //! Finding plugins: `DEVPLUG_PLUGIN_PATH` and the runtime's search path.
 //!
-//! Entries are files or folders, `:`-separated. Folders are listed (files ending in `.so`),
-//! sorted by name, so the order is deterministic. Relative entries are never resolved against
+//! Entries are files or folders, `:`-separated. Folders are listed (entries ending in `.so`),
+//! sorted by name, so the order is deterministic; an entry that is not a usable file is
+//! dropped with its reason, like a relative entry. Relative entries are never resolved against
 //! the working directory: they are dropped with a reason. The environment variable is
 //! ignored when the process runs with elevated privileges (setuid/setgid or file
 //! capabilities), as `secure_getenv` does.
@@ -46,14 +47,7 @@ pub fn search_path_candidates(search_path: &str) -> Vec<Result<PathBuf, (PathBuf
         }
         if p.is_dir() {
             match std::fs::read_dir(p) {
-                Ok(rd) => {
-                    let mut files: Vec<PathBuf> = rd
-                        .filter_map(|e| e.ok().map(|e| e.path()))
-                        .filter(|f| f.is_file() && f.extension().is_some_and(|x| x == "so"))
-                        .collect();
-                    files.sort();
-                    out.extend(files.into_iter().map(Ok));
-                }
+                Ok(rd) => out.extend(folder_candidates(p, rd)),
                 Err(e) => out.push(Err((
                     p.to_path_buf(),
                     format!("cannot list the folder: {e}"),
@@ -63,6 +57,57 @@ pub fn search_path_candidates(search_path: &str) -> Vec<Result<PathBuf, (PathBuf
             out.push(Ok(p.to_path_buf()));
         }
     }
+    out
+}
+
+/// The candidates of a listed folder, sorted by name: its `*.so` entries. One that is not a
+/// regular file (a folder, a broken symbolic link) or cannot be read is dropped with a reason;
+/// other names are not candidates (each is noted at the `info` log level).
+fn folder_candidates(
+    folder: &Path,
+    entries: std::fs::ReadDir,
+) -> Vec<Result<PathBuf, (PathBuf, String)>> {
+    let mut out = Vec::new();
+    for entry in entries {
+        let path = match entry {
+            Ok(e) => e.path(),
+            Err(e) => {
+                out.push(Err((
+                    folder.to_path_buf(),
+                    format!("cannot read an entry of the folder: {e}"),
+                )));
+                continue;
+            }
+        };
+        if path.extension().is_none_or(|x| x != "so") {
+            crate::log::log(
+                crate::log::Level::Info,
+                &format!(
+                    "plugin search: '{}' skipped: not named *.so",
+                    path.display()
+                ),
+            );
+            continue;
+        }
+        if path.is_file() {
+            out.push(Ok(path));
+        } else {
+            let why = match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    "a symbolic link to nothing (or to something that is not a file)"
+                }
+                Ok(_) => "not a regular file",
+                Err(_) => "gone while the folder was listed",
+            };
+            out.push(Err((path, why.to_string())));
+        }
+    }
+    out.sort_by(|a, b| {
+        let key = |c: &Result<PathBuf, (PathBuf, String)>| match c {
+            Ok(p) | Err((p, _)) => p.clone(),
+        };
+        key(a).cmp(&key(b))
+    });
     out
 }
 
@@ -86,6 +131,33 @@ mod tests {
         assert_eq!(got[1].as_ref().unwrap(), &dir.join("a.so"));
         assert_eq!(got[2].as_ref().unwrap(), &dir.join("b.so"));
         assert_eq!(got[3].as_ref().unwrap(), Path::new("/abs/file.so"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Every `*.so` entry of a folder is a candidate: one that cannot be loaded for what it is
+    /// (a folder, a broken link) comes back with the reason, in name order with the others.
+    #[test]
+    fn unusable_entries_of_a_folder_come_back_with_their_reason() {
+        let dir =
+            std::env::temp_dir().join(format!("devplug-discovery-bad-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("c.so")).unwrap();
+        std::fs::write(dir.join("a.so"), b"x").unwrap();
+        std::fs::write(dir.join("README"), b"x").unwrap();
+        std::os::unix::fs::symlink(dir.join("missing.so"), dir.join("b.so")).unwrap();
+        std::os::unix::fs::symlink(dir.join("a.so"), dir.join("d.so")).unwrap();
+        let got = search_path_candidates(&dir.display().to_string());
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert_eq!(got[0].as_ref().unwrap(), &dir.join("a.so"));
+        assert!(
+            matches!(&got[1], Err((p, why)) if p == &dir.join("b.so") && why.contains("symbolic link")),
+            "{got:?}"
+        );
+        assert!(
+            matches!(&got[2], Err((p, why)) if p == &dir.join("c.so") && why.contains("not a regular file")),
+            "{got:?}"
+        );
+        assert_eq!(got[3].as_ref().unwrap(), &dir.join("d.so"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
