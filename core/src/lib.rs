@@ -30,6 +30,8 @@ pub mod scope;
 pub mod spec;
 pub mod stream;
 pub mod tensor;
+#[cfg(test)]
+mod testing;
 
 pub use device::{Device, DeviceProperties, MemoryUsage, PlatformEntry};
 pub use dispatch::RunOptions;

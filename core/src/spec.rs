@@ -142,4 +142,29 @@ mod tests {
             assert!(e.message.contains(bad), "{bad}: {e}");
         }
     }
+
+    /// Mutated specs (TensorFlow's form included) parse or are refused as malformed, naming
+    /// the spec: never a panic. A spec that parses prints back to one that parses the same.
+    #[test]
+    fn mutated_specs_parse_or_are_refused() {
+        let seeds = [
+            "GPU:0",
+            "CPU",
+            "SIM:12",
+            "sim_cuda:3",
+            "/job:localhost/replica:0/task:0/device:GPU:1",
+            "/device:CPU:0",
+        ];
+        let mut m = crate::testing::Mutator::new(0x5eed_5bec);
+        for i in 0..20_000 {
+            let spec = m.mutate_str(seeds[i % seeds.len()]);
+            match DeviceSpec::parse(&spec) {
+                Ok(d) => assert_eq!(DeviceSpec::parse(&d.to_string()).unwrap(), d, "{spec}"),
+                Err(e) => {
+                    assert_eq!(e.code, crate::error::Code::InvalidArgument, "{spec}");
+                    assert!(e.message.contains("malformed device spec"), "{spec}: {e}");
+                }
+            }
+        }
+    }
 }

@@ -764,4 +764,57 @@ mod tests {
         t.outputs = String::new();
         assert!(err(&t).contains("at least one output"), "{}", err(&t));
     }
+
+    /// Op text is a plugin's input: mutated definitions (every field, separators and quotes
+    /// repeated, cut, replaced) parse or are refused with INVALID_ARGUMENT naming the op —
+    /// never a panic. One that parses has a body whose ops exist.
+    #[test]
+    fn mutated_op_text_parses_or_is_refused() {
+        let seeds = [
+            text("bx = Mul(x, @beta); s = Sigmoid(bx); y = Mul(x, s)"),
+            OpText {
+                name: "v.Pair".into(),
+                inputs: "a: T; b: T".into(),
+                outputs: "s: T; d: T".into(),
+                type_vars: "T: {f32, f64, i32}".into(),
+                attrs: "k: int = 2; axes: ints = [0, 1]; on: bool = true; m: string = \"a;b\""
+                    .into(),
+                body: "s = Add(a, b)\nd = Sub(a, b)".into(),
+            },
+            OpText {
+                name: "v.Sum".into(),
+                inputs: "x: T".into(),
+                outputs: "y: T".into(),
+                type_vars: "T: {f32}".into(),
+                attrs: "keep: bool = false".into(),
+                body: "y = ReduceSum(x, axes=[0], keep_dims=@keep)".into(),
+            },
+        ];
+        let mut m = crate::testing::Mutator::new(0x5eed_7e47);
+        let (mut parsed, mut refused) = (0, 0);
+        for i in 0..20_000 {
+            let mut t = seeds[i % seeds.len()].clone();
+            let field = match m.below(6) {
+                0 => &mut t.name,
+                1 => &mut t.inputs,
+                2 => &mut t.outputs,
+                3 => &mut t.type_vars,
+                4 => &mut t.attrs,
+                _ => &mut t.body,
+            };
+            *field = m.mutate_str(field);
+            match parse(&t, &basis) {
+                Ok(_) => parsed += 1,
+                Err(e) => {
+                    assert_eq!(e.code, crate::error::Code::InvalidArgument, "{t:?}: {e}");
+                    assert!(e.message.starts_with("op '"), "{t:?}: {e}");
+                    refused += 1;
+                }
+            }
+        }
+        assert!(
+            parsed > 0 && refused > 0,
+            "{parsed} parsed, {refused} refused"
+        );
+    }
 }

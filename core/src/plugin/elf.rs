@@ -14,8 +14,17 @@ pub(crate) fn check(path: &Path) -> Result<(), String> {
         .metadata()
         .map_err(|e| format!("cannot read the file's size: {e}"))?
         .len();
+    check_contents(&mut f, len)
+}
+
+/// The most program header bytes a library is believed to have: far more than any real one
+/// (a few dozen entries of 56 bytes), and little enough to read without a second thought.
+const MAX_PROGRAM_HEADERS_BYTES: u64 = 1 << 20;
+
+/// [`check`] of the contents `f` (of `len` bytes).
+fn check_contents(f: &mut (impl Read + std::io::Seek), len: u64) -> Result<(), String> {
     let mut head = [0u8; 64];
-    let n = read_up_to(&mut f, &mut head).map_err(|e| format!("cannot read the file: {e}"))?;
+    let n = read_up_to(f, &mut head).map_err(|e| format!("cannot read the file: {e}"))?;
     if n < 4 || head[..4] != *b"\x7fELF" {
         return Ok(());
     }
@@ -92,9 +101,14 @@ pub(crate) fn check(path: &Path) -> Result<(), String> {
             ))
         }
     }
+    if phentsize * phnum > MAX_PROGRAM_HEADERS_BYTES {
+        return Err(format!(
+            "the ELF program headers are implausibly large ({phnum} of {phentsize} bytes)"
+        ));
+    }
     let table_len = (phentsize * phnum) as usize;
     let mut table = vec![0u8; table_len];
-    use std::io::{Seek, SeekFrom};
+    use std::io::SeekFrom;
     f.seek(SeekFrom::Start(phoff))
         .map_err(|e| format!("cannot read the program headers: {e}"))?;
     f.read_exact(&mut table)
@@ -137,7 +151,7 @@ fn host_machine() -> Option<u64> {
     }
 }
 
-fn read_up_to(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+fn read_up_to(f: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match f.read(&mut buf[n..])? {
@@ -164,6 +178,7 @@ mod tests {
         .expect("a libc");
         check(Path::new(libc)).unwrap();
         let bytes = std::fs::read(libc).unwrap();
+        check_contents(&mut std::io::Cursor::new(&bytes), bytes.len() as u64).unwrap();
         let dir = std::env::temp_dir().join(format!("devplug-elf-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let cut = dir.join("libcut.so");
@@ -175,5 +190,62 @@ mod tests {
         std::fs::write(&cut, b"not elf at all").unwrap();
         check(&cut).unwrap();
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn libc_head() -> Vec<u8> {
+        let libc = [
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib/aarch64-linux-gnu/libc.so.6",
+        ]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("a libc");
+        let mut head = std::fs::read(libc).unwrap();
+        head.truncate(4096); // the ELF header and the program headers
+        head
+    }
+
+    /// Malformed headers (flipped bits, lengths and offsets set to edge values, cuts, inserted
+    /// and repeated bytes) are refused with a reason or left to the dynamic loader: never a
+    /// panic, an overflow or a huge allocation. The file's length is varied too (the segments
+    /// of a real library lie past a 4 KiB head: a longer length lets some pass).
+    #[test]
+    fn mutated_headers_are_refused_or_left_to_the_loader() {
+        let head = libc_head();
+        let mut m = crate::testing::Mutator::new(0x5eed_e1f0);
+        let (mut refused, mut passed) = (0, 0);
+        for _ in 0..FUZZ_RUNS {
+            let bytes = m.mutate(&head);
+            let len = match m.below(3) {
+                0 => bytes.len() as u64,
+                1 => m.next() >> m.below(64),
+                _ => u64::MAX,
+            };
+            match check_contents(&mut std::io::Cursor::new(&bytes), len) {
+                Ok(()) => passed += 1,
+                Err(why) => {
+                    assert!(!why.is_empty());
+                    refused += 1;
+                }
+            }
+        }
+        assert!(
+            refused > FUZZ_RUNS / 10 && passed > 0,
+            "{refused} refused, {passed} passed"
+        );
+    }
+
+    /// Inputs per fuzz target (reported in docs/reliability.md).
+    const FUZZ_RUNS: usize = 20_000;
+
+    /// A program header table within the file but absurdly large is refused before it is read.
+    #[test]
+    fn a_huge_program_header_table_is_refused_unread() {
+        let mut head = libc_head();
+        head[54..56].copy_from_slice(&0xffffu16.to_le_bytes()); // e_phentsize
+        head[56..58].copy_from_slice(&0xffffu16.to_le_bytes()); // e_phnum
+        let why = check_contents(&mut std::io::Cursor::new(&head), u64::MAX).unwrap_err();
+        assert!(why.contains("implausibly large"), "{why}");
     }
 }
