@@ -360,8 +360,8 @@ impl HostContext {
             Some(p) if p == "ANY" => {
                 return Err(err(
                     "platform",
-                    "is \"ANY\": in ABI 1.1 a plugin's kernels are bound to its own platforms (\"ANY\" is \
-                     reserved for kernels the host registers, which need no device handles)"
+                    "is \"ANY\": a plugin's kernels are bound to its own platforms (\"ANY\" is reserved \
+                     for kernels the host registers, which need no device handles)"
                         .into(),
                 ))
             }
@@ -369,7 +369,7 @@ impl HostContext {
             Some(p) => {
                 return Err(err(
                     "platform",
-                    format!("is '{p}', which is neither \"ANY\" nor a platform of type {device_type} this plugin registered"),
+                    format!("is '{p}', which is not a platform of type {device_type} this plugin registered"),
                 ))
             }
             None if own.len() == 1 => crate::kernel::Binding::Platform(own[0].clone()),
@@ -377,7 +377,7 @@ impl HostContext {
                 return Err(err(
                     "platform",
                     format!(
-                        "is NULL, but the plugin registered {} platforms of type {device_type}: name one (or \"ANY\")",
+                        "is NULL, but the plugin registered {} platforms of type {device_type}: name one",
                         own.len()
                     ),
                 ))

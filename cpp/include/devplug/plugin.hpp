@@ -404,8 +404,12 @@ struct KernelSpec {
   /**
    * @brief The platform whose memory it works on: `std::nullopt` = this plugin's one platform
    *        of device_type (an error when it registered several); a name = one of this
-   *        plugin's platforms; `"ANY"` = every platform of the type, other plugins' included
-   *        (memory-agnostic kernels only: KernelContext::device() and stream() then throw).
+   *        plugin's platforms. `"ANY"` (every platform of the type, other plugins' included)
+   *        is refused by devplug's host in every ABI so far (1.3 included): register_kernel()
+   *        throws the host's `DPP_INVALID_ARGUMENT`, and the host records why
+   *        (`dpp_kernel_t.platform is "ANY": ...`; docs/plugin-guide.md, section 6). It is
+   *        kept for a later ABI and for test hosts, where such a kernel's
+   *        KernelContext::device() and stream() throw.
    */
   std::optional<std::string> platform;
   /** @brief The dtypes of the op's first type variable it accepts; empty = all. */
