@@ -160,6 +160,7 @@ typedef struct sim_options {
   uint64_t latency_us;
   bool fail_alloc; /* fail_alloc_after given */
   uint64_t fail_alloc_after;
+  uint64_t fail_alloc_at; /* fail_alloc_at: only this allocation (1-based) fails; 0: none */
   bool fail_copy; /* fail_copy_after given */
   uint64_t fail_copy_after;
   sim_fail_init fail_init;
@@ -1302,6 +1303,13 @@ static dpp_status_t sim_allocate(void *device, uint64_t size, dpp_addr_t *out_ad
                "injected allocation failure (allocation #%" PRIu64 " of %" PRIu64 " bytes, fail_alloc_after=%" PRIu64
                ")",
                d->alloc_calls, size, d->plat->opt.fail_alloc_after);
+    pthread_mutex_unlock(&d->mu);
+    return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
+  }
+  if (d->alloc_calls == d->plat->opt.fail_alloc_at) {
+    sim_devmsg(d, msg, "allocate",
+               "injected allocation failure (allocation #%" PRIu64 " of %" PRIu64 " bytes, fail_alloc_at=%" PRIu64 ")",
+               d->alloc_calls, size, d->plat->opt.fail_alloc_at);
     pthread_mutex_unlock(&d->mu);
     return sim_dev_fail(d, DPP_RESOURCE_EXHAUSTED, msg);
   }
@@ -3500,6 +3508,11 @@ static dpp_status_t sim_read_options(const dpp_host_api_t *host, sim_options *o)
       return sim_bad_option(host, "fail_alloc_after", v, "a non-negative integer");
     }
     o->fail_alloc = true;
+  }
+  if ((v = sim_opt(host, "fail_alloc_at")) != NULL) {
+    if (!sim_parse_u64(v, &o->fail_alloc_at) || o->fail_alloc_at == 0) {
+      return sim_bad_option(host, "fail_alloc_at", v, "a positive integer");
+    }
   }
   if ((v = sim_opt(host, "fail_copy_after")) != NULL) {
     if (!sim_parse_u64(v, &o->fail_copy_after)) {

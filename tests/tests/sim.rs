@@ -280,7 +280,17 @@ fn sim_load_options_are_validated() {
         .unwrap_err();
     assert_eq!(e.code, Code::Internal, "{e}");
     assert!(e.message.contains("injected init failure"), "{e}");
-    assert_eq!(rt.plugin_failures().len(), 2);
+    for bad in ["0", "-1", "x"] {
+        let e = rt
+            .load_plugin(plugin_path("devplug_sim"), &[("fail_alloc_at", bad)])
+            .unwrap_err();
+        assert_eq!(e.code, Code::InvalidArgument, "{e}");
+        assert!(
+            e.message.contains("fail_alloc_at") && e.message.contains("a positive integer"),
+            "{e}"
+        );
+    }
+    assert_eq!(rt.plugin_failures().len(), 5);
     assert!(rt.plugins().is_empty());
     rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
     assert_eq!(rt.plugins().len(), 1);
@@ -692,5 +702,119 @@ fn threads_dispatch_synchronize_and_load_at_once() {
     assert!(
         syncs > 0 && loads > 0,
         "{syncs} synchronizes, {loads} loads"
+    );
+}
+
+/// One step of [`alloc_fault_workload`]: the results so far in, one new tensor on SIM out.
+type Step = fn(&Runtime, &Arc<Device>, &[Tensor]) -> devplug_core::Result<Tensor>;
+
+fn sim_op(
+    rt: &Runtime,
+    d: &Arc<Device>,
+    op: &str,
+    ins: &[&Tensor],
+    attrs: Attrs,
+) -> devplug_core::Result<Tensor> {
+    let options = RunOptions {
+        device: Some(d.clone()),
+        soft_placement: Some(true),
+    };
+    let ins: Vec<Tensor> = ins.iter().map(|t| (*t).clone()).collect();
+    Ok(rt.run_named(op, &ins, &attrs, &options)?.remove(0))
+}
+
+/// A workload whose every step allocates on SIM: an upload, native kernels, a decomposition,
+/// soft placement, a copy back.
+const ALLOC_FAULT_STEPS: [(&str, Step); 6] = [
+    ("upload", |_, d, _| {
+        let v: Vec<f32> = (0..64).map(|i| (i % 5) as f32 - 2.0).collect();
+        Tensor::from_slice(d, &[8, 8], &v)
+    }),
+    ("Add", |rt, d, t| {
+        sim_op(rt, d, "Add", &[&t[0], &t[0]], Attrs::new())
+    }),
+    ("MatMul", |rt, d, t| {
+        sim_op(rt, d, "MatMul", &[&t[1], &t[0]], Attrs::new())
+    }),
+    ("Relu", |rt, d, t| {
+        sim_op(rt, d, "Relu", &[&t[2]], Attrs::new())
+    }),
+    ("ReduceSum", |rt, d, t| {
+        let axes = Attrs::new().with("axes", devplug_core::AttrValue::Ints(vec![1]));
+        sim_op(rt, d, "ReduceSum", &[&t[3]], axes)
+    }),
+    ("copy back", |rt, d, t| {
+        t[4].copy_to(&rt.find_device("CPU")?)?.copy_to(d)
+    }),
+];
+
+/// Runs the steps on a fresh runtime whose SIM fails the allocation `fail_at` (if any). A step
+/// that fails must fail with RESOURCE_EXHAUSTED naming the injected fault, and succeed when
+/// tried again. Returns the final values, the number of steps that failed, SIM's allocation
+/// count, and that nothing is left allocated on SIM once the tensors are gone.
+fn alloc_fault_workload(fail_at: Option<u64>) -> (Vec<f32>, usize, u64, bool) {
+    let rt = runtime();
+    let at = fail_at.map(|n| n.to_string());
+    let mut options = vec![("no_suballocator", "1")];
+    if let Some(at) = &at {
+        options.push(("fail_alloc_at", at));
+    }
+    rt.load_plugin(plugin_path("devplug_sim"), &options)
+        .unwrap();
+    let d = rt.find_device("SIM").unwrap();
+    let mut results: Vec<Tensor> = Vec::new();
+    let mut failed = 0;
+    for (name, step) in ALLOC_FAULT_STEPS {
+        let t = match step(&rt, &d, &results) {
+            Ok(t) => t,
+            Err(e) => {
+                assert_eq!(
+                    e.code,
+                    Code::ResourceExhausted,
+                    "{name} with fail_alloc_at={at:?}: {e}"
+                );
+                assert!(
+                    e.message.contains("injected allocation failure"),
+                    "{name}: {e}"
+                );
+                failed += 1;
+                step(&rt, &d, &results).unwrap_or_else(|e| panic!("{name} again: {e}"))
+            }
+        };
+        results.push(t);
+    }
+    let values = results.last().unwrap().to_vec::<f32>().unwrap();
+    let allocs = d.memory_stats().num_allocs;
+    drop(results);
+    d.synchronize().unwrap();
+    let empty = d.memory_stats().active_allocs == 0;
+    (values, failed, allocs, empty)
+}
+
+/// An injected allocation failure at any point of a workload (RELIABILITY.md: "plugin
+/// allocation fails, at any point"): the step that needed the memory fails with
+/// RESOURCE_EXHAUSTED — or the runtime recovers by itself, giving back what it caches — the
+/// same step then succeeds, the results are those of a run without the fault, and nothing is
+/// left allocated.
+#[test]
+fn an_allocation_failure_at_any_point_costs_one_step_and_leaks_nothing() {
+    let (want, failed, allocs, empty) = alloc_fault_workload(None);
+    assert_eq!(failed, 0);
+    assert!(empty, "a clean run left allocations");
+    assert!(
+        allocs >= ALLOC_FAULT_STEPS.len() as u64,
+        "{allocs} allocations"
+    );
+    let mut surfaced = 0;
+    for n in 1..=allocs {
+        let (got, failed, _, empty) = alloc_fault_workload(Some(n));
+        assert_eq!(got, want, "fail_alloc_at={n}");
+        assert!(failed <= 1, "fail_alloc_at={n}: {failed} steps failed");
+        assert!(empty, "fail_alloc_at={n}: allocations left on SIM");
+        surfaced += failed;
+    }
+    assert!(
+        surfaced > 0,
+        "no injected failure reached the host in {allocs} runs"
     );
 }
