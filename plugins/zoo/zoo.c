@@ -54,6 +54,7 @@
  *   ZOO_ALLOCATOR_STATS_FAIL       allocator_stats is set and always fails (DPP_UNAVAILABLE,
  *                                  with a message); with ZOO_FLAGS=2u (NO_SUBALLOCATOR)
  *   ZOO_CRASH_IN_MEMSET            memset writes to an invalid address (SIGSEGV)
+ *   ZOO_MEMSET_STATUS=S            memset fails with status S (any int) and a message
  *   ZOO_MEMSET_ARENA_ONLY          memset checks its range against the arena only, not against
  *                                  the live allocations (no lock, no table): a plugin call doing
  *                                  what the CPU device's does, the plugin benchmark's measure
@@ -446,6 +447,11 @@ static dpp_status_t zoo_memset(void *device, dpp_addr_t dst, uint8_t value, uint
     volatile int *nowhere = (volatile int *)(uintptr_t)16;
     *nowhere = 1;
   }
+#endif
+#if defined(ZOO_MEMSET_STATUS)
+  /* A status memset has no business returning (or one that is no status at all). */
+  return zoo_fail(d, (dpp_status_t)(ZOO_MEMSET_STATUS), "zoo: memset returns status %d on purpose",
+                  (int)(ZOO_MEMSET_STATUS));
 #endif
   if (size == 0) {
     return DPP_OK;

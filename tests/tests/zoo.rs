@@ -571,6 +571,48 @@ fn a_memset_checked_against_the_arena_only_writes_and_refuses_outside_it() {
     }
 }
 
+/// A plugin call that returns a status it should not (RELIABILITY.md): an unknown value or a
+/// negative one becomes INTERNAL, saying which value came back; a known code passes through as
+/// that code. The plugin's message is kept either way, and the device and the runtime go on.
+#[test]
+fn a_status_a_call_should_not_return_is_mapped_and_its_message_kept() {
+    for (variant, code, note) in [
+        (
+            "memset_status_unknown",
+            Code::Internal,
+            Some("(the plugin returned the unknown status 12345)"),
+        ),
+        (
+            "memset_status_negative",
+            Code::Internal,
+            Some("(the plugin returned the unknown status -7)"),
+        ),
+        ("memset_status_already_exists", Code::AlreadyExists, None),
+    ] {
+        let rt = runtime();
+        rt.load_plugin(zoo_path(variant), &[]).unwrap();
+        let zoo = rt.find_device("ZOO:0").unwrap();
+        let b = zoo.allocate(64).unwrap();
+        let e = b.memset(0, 1, 16).unwrap_err();
+        assert_eq!(e.code, code, "{variant}: {e}");
+        assert!(
+            e.message.contains("memset returns status"),
+            "{variant}: the plugin's message is lost: {e}"
+        );
+        assert!(
+            e.message.contains(&format!("zoo_{variant}")),
+            "{variant}: the plugin is not named: {e}"
+        );
+        match note {
+            Some(n) => assert!(e.message.contains(n), "{variant}: {e}"),
+            None => assert!(!e.message.contains("unknown status"), "{variant}: {e}"),
+        }
+        // The device goes on.
+        b.write(0, &[7u8; 64]).unwrap();
+        assert_eq!(read_all(&b), vec![7u8; 64]);
+    }
+}
+
 /// The environment variable that marks a test's child process (see [`warnings_of_child`]).
 const CHILD: &str = "DEVPLUG_ZOO_CHILD";
 
