@@ -62,6 +62,8 @@
  *   ZOO_HANG_IN_SYNCHRONIZE        synchronize_stream never returns
  *   ZOO_KERNEL_ZEROS               registers a kernel for ZOO_KERNEL_OP (default "Add"; ZOO,
  *                                  f32) that writes zeros: wrong results for `devplug check`
+ *   ZOO_KERNEL_FAIL                ... instead, one that fails every launch
+ *                                  (DPP_FAILED_PRECONDITION, with a message)
  *   ZOO_KERNEL_ALL_DTYPES          ... for every dtype (no dtype list)
  *   ZOO_KERNEL_DTYPE=n             ... for dtype n instead of f32
  *   ZOO_OP_BODY="..."              registers op ZOO_OP_NAME (default "zoo.Op"; x: T -> y: T,
@@ -807,8 +809,8 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_register(const dpp_host_api_t *host, co
   return DPP_OK;
 }
 
-#if defined(ZOO_KERNEL_ZEROS) && defined(ZOO_KERNEL_COPY)
-#error "ZOO_KERNEL_ZEROS and ZOO_KERNEL_COPY are two kernels for one registration: define one"
+#if (defined(ZOO_KERNEL_ZEROS) + defined(ZOO_KERNEL_COPY) + defined(ZOO_KERNEL_FAIL)) > 1
+#error "ZOO_KERNEL_ZEROS, ZOO_KERNEL_COPY and ZOO_KERNEL_FAIL are kernels for one registration: define one"
 #endif
 #if defined(ZOO_KERNEL_ZEROS)
 /* A kernel with wrong results: every output is set to zero bytes. */
@@ -842,6 +844,18 @@ static dpp_status_t zoo_kernel_copy(const dpp_kernel_context_t *cx) {
 #define ZOO_KERNEL_COMPUTE zoo_kernel_copy
 #endif
 
+#if defined(ZOO_KERNEL_FAIL)
+/* A kernel that fails every launch, with its own status and message. */
+static dpp_status_t zoo_kernel_fail(const dpp_kernel_context_t *cx) {
+  zoo_device *d = cx ? zoo_dev(cx->device) : NULL;
+  if (d == NULL) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  return zoo_fail(d, DPP_FAILED_PRECONDITION, "zoo: the kernel fails on purpose");
+}
+#define ZOO_KERNEL_COMPUTE zoo_kernel_fail
+#endif
+
 #if defined(ZOO_KERNEL_COMPUTE)
 #ifndef ZOO_KERNEL_OP
 #define ZOO_KERNEL_OP "Add"
@@ -869,6 +883,9 @@ static dpp_status_t zoo_register_kernel(const dpp_host_api_t *host) {
   return host->register_kernel(host->context, &k);
 }
 #endif
+
+/* A body of two statements, for ZOO_OP_BODY=ZOO_BODY_MUL_NEG (CMake splits lists at ';'). */
+#define ZOO_BODY_MUL_NEG "t = Mul(x, 3); y = Neg(t)"
 
 #if defined(ZOO_OP_BODY)
 #ifndef ZOO_OP_NAME

@@ -14,7 +14,10 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use devplug_core::{Code, DevicePtr, Error, EventStatus, PluginFailure, Runtime, RuntimeOptions};
+use devplug_core::{
+    Attrs, Code, DevicePtr, Error, EventStatus, PluginFailure, RunOptions, Runtime, RuntimeOptions,
+    Tensor,
+};
 use devplug_tests::{runtime, zoo_path, TempDir};
 
 // ---------------------------------------------------------------------------------------------
@@ -611,6 +614,51 @@ fn a_status_a_call_should_not_return_is_mapped_and_its_message_kept() {
         b.write(0, &[7u8; 64]).unwrap();
         assert_eq!(read_all(&b), vec![7u8; 64]);
     }
+}
+
+/// A kernel failing in the middle of a decomposition (RELIABILITY.md, "kernel writes an error
+/// mid-graph"): the run fails with the kernel's own code and message, naming the op, the op
+/// that failed and the device; what the run allocated is freed; the runtime goes on.
+#[test]
+fn a_kernel_failing_mid_decomposition_fails_the_run_and_frees_its_memory() {
+    let rt = runtime();
+    rt.load_plugin(zoo_path("op_kernel_fails"), &[]).unwrap();
+    let zoo = rt.find_device("ZOO:0").unwrap();
+    let x = Tensor::from_slice(&zoo, &[4], &[1f32, 2.0, 3.0, 4.0]).unwrap();
+    let held = zoo.memory_stats().active_allocs;
+    let strict = RunOptions {
+        device: Some(zoo.clone()),
+        soft_placement: Some(false),
+    };
+    for _ in 0..3 {
+        let e = rt
+            .run_named("zoo.Op", std::slice::from_ref(&x), &Attrs::new(), &strict)
+            .unwrap_err();
+        assert_eq!(e.code, Code::FailedPrecondition, "{e}");
+        for part in [
+            "zoo.Op",
+            "Mul",
+            "ZOO:0",
+            "zoo_op_kernel_fails",
+            "the kernel fails on purpose",
+        ] {
+            assert!(e.message.contains(part), "'{part}' is not named: {e}");
+        }
+        zoo.synchronize().unwrap();
+        assert_eq!(
+            zoo.memory_stats().active_allocs,
+            held,
+            "the failed run left memory"
+        );
+    }
+    // The runtime goes on: the same op on the CPU, and x read back.
+    let cpu = rt.find_device("CPU").unwrap();
+    let on_cpu = x.copy_to(&cpu).unwrap();
+    let y = rt
+        .run_named("zoo.Op", &[on_cpu], &Attrs::new(), &RunOptions::default())
+        .unwrap();
+    assert_eq!(y[0].to_vec::<f32>().unwrap(), [-3.0, -6.0, -9.0, -12.0]);
+    assert_eq!(x.to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0, 4.0]);
 }
 
 /// The environment variable that marks a test's child process (see [`warnings_of_child`]).
