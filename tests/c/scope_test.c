@@ -240,6 +240,8 @@ int main(void) {
     CHECK(st_state.drops == 0); /* the captured scope still holds the setter */
     dp_scope_destroy(cap);
     CHECK(st_state.drops == 1);
+    dp_scope_destroy(s2);
+    dp_scope_destroy(empty);
     dp_scope_destroy(NULL);
     {
         setter_state s;
