@@ -38,6 +38,7 @@
  *   ZOO_PLUGIN_NAME_LONG           dpp_plugin_api_t.name = 100 characters
  *   ZOO_PLATFORM_STRUCT_SIZE=n     dpp_platform_t.struct_size
  *   ZOO_PLATFORM_NAME_LONG         dpp_platform_t.name = 70 characters
+ *   ZOO_PLATFORM_NAME_UNTERMINATED dpp_platform_t.name = 300 letters without a NUL
  *   ZOO_FLAGS=n                    dpp_platform_t.flags
  *   ZOO_DEVICE_COUNT=n             dpp_platform_t.device_count
  *   ZOO_CREATE_DEVICE_NULL, ZOO_DESTROY_DEVICE_NULL
@@ -65,6 +66,9 @@
  *   ZOO_KERNEL_FAIL                ... instead, one that fails every launch
  *                                  (DPP_FAILED_PRECONDITION, with a message)
  *   ZOO_KERNEL_ALL_DTYPES          ... for every dtype (no dtype list)
+ *   ZOO_KERNEL_STRUCT_SIZE=n       ... with dpp_kernel_t.struct_size n
+ *   ZOO_KERNEL_COMPUTE_NULL        ... with dpp_kernel_t.compute NULL
+ *   ZOO_OP_DEF_STRUCT_SIZE=n       with ZOO_OP_BODY: dpp_op_def_t.struct_size n
  *   ZOO_KERNEL_DTYPE=n             ... for dtype n instead of f32
  *   ZOO_OP_BODY="..."              registers op ZOO_OP_NAME (default "zoo.Op"; x: T -> y: T,
  *                                  T: {f32, f64}) with that body (ABI 1.2), after its platform
@@ -161,6 +165,10 @@
 #if defined(ZOO_PLATFORM_NAME_LONG)
 /* 70 characters, all valid: longer than the 64 a platform name may have. */
 #define ZOO_PLATFORM_NAME "ZOO_PLATFORM_NAME_THAT_IS_LONGER_THAN_SIXTY_FOUR_CHARACTERS_0123456789"
+#elif defined(ZOO_PLATFORM_NAME_UNTERMINATED)
+/* 300 letters and no NUL (filled in by zoo_fill_platform): the host reads at most 256. */
+static char zoo_unterminated_name[300];
+#define ZOO_PLATFORM_NAME zoo_unterminated_name
 #else
 #define ZOO_PLATFORM_NAME ZOO_PLATFORM
 #endif
@@ -761,6 +769,9 @@ static void zoo_fill_platform(dpp_platform_t *p, zoo_platform *pd) {
   memset(p, 0, sizeof *p);
   p->struct_size = ZOO_PLATFORM_STRUCT_SIZE;
   p->ext = NULL;
+#if defined(ZOO_PLATFORM_NAME_UNTERMINATED)
+  memset(zoo_unterminated_name, 'Z', sizeof zoo_unterminated_name);
+#endif
   p->name = ZOO_PLATFORM_NAME;
   p->device_type = ZOO_DEVICE_TYPE;
   p->priority = ZOO_PRIORITY;
@@ -857,6 +868,9 @@ static dpp_status_t zoo_kernel_fail(const dpp_kernel_context_t *cx) {
 #endif
 
 #if defined(ZOO_KERNEL_COMPUTE)
+#ifndef ZOO_KERNEL_STRUCT_SIZE
+#define ZOO_KERNEL_STRUCT_SIZE DPP_KERNEL_STRUCT_SIZE
+#endif
 #ifndef ZOO_KERNEL_OP
 #define ZOO_KERNEL_OP "Add"
 #endif
@@ -867,7 +881,7 @@ static dpp_status_t zoo_register_kernel(const dpp_host_api_t *host) {
   static const int32_t f32[1] = {ZOO_KERNEL_DTYPE};
   dpp_kernel_t k;
   memset(&k, 0, sizeof k);
-  k.struct_size = DPP_KERNEL_STRUCT_SIZE;
+  k.struct_size = ZOO_KERNEL_STRUCT_SIZE;
   k.op = ZOO_KERNEL_OP;
   k.device_type = ZOO_DEVICE_TYPE;
   k.platform = ZOO_PLATFORM_NAME;
@@ -879,7 +893,11 @@ static dpp_status_t zoo_register_kernel(const dpp_host_api_t *host) {
   k.dtypes = f32;
   k.num_dtypes = 1;
 #endif
+#if defined(ZOO_KERNEL_COMPUTE_NULL)
+  k.compute = NULL;
+#else
   k.compute = ZOO_KERNEL_COMPUTE;
+#endif
   return host->register_kernel(host->context, &k);
 }
 #endif
@@ -935,7 +953,11 @@ static dpp_status_t zoo_register_label_kernel(const dpp_host_api_t *host) {
 static dpp_status_t zoo_register_op(const dpp_host_api_t *host) {
   dpp_op_def_t op;
   memset(&op, 0, sizeof op);
+#ifdef ZOO_OP_DEF_STRUCT_SIZE
+  op.struct_size = ZOO_OP_DEF_STRUCT_SIZE;
+#else
   op.struct_size = DPP_OP_DEF_STRUCT_SIZE;
+#endif
   op.name = ZOO_OP_NAME;
   op.inputs = "x: T";
   op.outputs = "y: T";

@@ -291,6 +291,11 @@ refused! {
          "'ZOO_PLATFORM_NAME_THAT_IS_LONGER_THAN_SIXTY_FOUR_CHARACTERS_0123456789'", "64"];
     device_type_empty: "device_type_empty" => InvalidArgument
         ["dpp_platform_t.device_type", "''"];
+    device_type_longer_than_64: "device_type_long" => InvalidArgument
+        ["dpp_platform_t.device_type",
+         "'ZOO_DEVICE_TYPE_THAT_IS_LONGER_THAN_SIXTY_FOUR_CHARACTERS_0123456789'", "64"];
+    platform_name_not_terminated_within_256: "platform_name_unterminated" => InvalidArgument
+        ["dpp_platform_t.name", "NUL-terminated within 256"];
     platform_flags_unknown: "flags_unknown" => InvalidArgument
         ["dpp_platform_t.flags", "0x80"];
     device_count_negative: "device_count_negative" => InvalidArgument
@@ -301,6 +306,8 @@ refused! {
         ["dpp_platform_t.destroy_device", "NULL"];
 
     // conflicts with what is registered
+    platform_name_of_another_plugin: "platform_name_taken" => AlreadyExists
+        ["'ZOOA'", "plugin 'zoo_a'", "plugin 'zoo_platform_name_taken'"];
     platform_name_of_the_builtin_host: "platform_name_host" => AlreadyExists
         ["'HOST'", "built-in", "plugin 'zoo_platform_name_host'"];
     cpu_type_at_the_builtin_priority: "cpu_priority_0" => AlreadyExists
@@ -311,6 +318,14 @@ refused! {
         ["zoo: the simulated firmware did not answer"];
     init_returns_an_unknown_status_silently: "init_unknown_status_silent" => Internal
         ["12345"];
+
+    // dpp_kernel_t and dpp_op_def_t (ABI 1.1 and 1.2)
+    kernel_struct_size_too_small: "kernel_size_small" => InvalidArgument
+        ["dpp_kernel_t.struct_size", "is 8", "80"];
+    kernel_compute_null: "kernel_compute_null" => InvalidArgument
+        ["dpp_kernel_t.compute", "NULL"];
+    op_def_struct_size_too_small: "op_def_size_small" => InvalidArgument
+        ["dpp_op_def_t.struct_size", "is 16", "64"];
 
     // dpp_device_t and dpp_stream_executor_t (checked when the device is created)
     executor_struct_size_too_small: "se_size_small" => InvalidArgument
