@@ -113,6 +113,14 @@ static void test_bad_handles(dp_runtime_t *rt) {
     CHECK_STATUS_MSG(dp_runtime_plugin_failure_count(wrong, &n), DP_INVALID_ARGUMENT, "runtime");
     CHECK_STATUS_MSG(dp_runtime_plugin_info(wrong, 0, &info), DP_INVALID_ARGUMENT, "runtime");
     CHECK_STATUS_MSG(dp_runtime_plugin_failure(wrong, 0, &fail), DP_INVALID_ARGUMENT, "runtime");
+    {
+        const char *name = "untouched";
+        CHECK_STATUS_MSG(dp_runtime_plugin_op(dead_runtime(), 0, 0, &name), DP_INVALID_ARGUMENT,
+                         "runtime");
+        CHECK_STATUS_MSG(dp_runtime_plugin_op(wrong, 0, 0, &name), DP_INVALID_ARGUMENT, "runtime");
+        CHECK_STATUS_MSG(dp_runtime_plugin_op(rt, 0, 0, &name), DP_OUT_OF_RANGE, "plugin index 0");
+        CHECK_STR(name, "untouched");
+    }
     CHECK(n == 4242);
     CHECK_STR(dp_device_name(dev), "CPU:0");
 }

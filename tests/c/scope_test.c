@@ -256,20 +256,29 @@ int main(void) {
     SECTION("bad input");
     dp_test_set_marker_runtime(rt);
     bad = SENTINEL(dp_scope_t);
-    CHECK_STATUS(dp_scope_create_device(NULL, cpu[0], &bad), DP_INVALID_ARGUMENT);
-    CHECK_STATUS(dp_scope_create_device(rt, NULL, &bad), DP_INVALID_ARGUMENT);
-    CHECK_STATUS(dp_scope_create_device(rt, cpu[0], NULL), DP_INVALID_ARGUMENT);
+    CHECK_STATUS_MSG(dp_scope_create_device(NULL, cpu[0], &bad), DP_INVALID_ARGUMENT, "runtime");
+    CHECK_STATUS_MSG(dp_scope_create_device(rt, NULL, &bad), DP_INVALID_ARGUMENT, "device");
+    CHECK_STATUS_MSG(dp_scope_create_device(rt, cpu[0], NULL), DP_INVALID_ARGUMENT, "out_scope");
     CHECK_STATUS_MSG(dp_scope_create_device(rt, other_cpu, &bad), DP_INVALID_ARGUMENT, "another runtime");
-    CHECK_STATUS(dp_scope_create_device(rt, (dp_device_t *)(void *)stream, &bad), DP_INVALID_ARGUMENT);
-    CHECK_STATUS(dp_scope_create_setter(NULL, setter, NULL, NULL, &bad), DP_INVALID_ARGUMENT);
-    CHECK_STATUS(dp_scope_capture(NULL, &bad), DP_INVALID_ARGUMENT);
-    CHECK_STATUS(dp_scope_capture(rt, NULL), DP_INVALID_ARGUMENT);
+    CHECK_STATUS_MSG(dp_scope_create_device(rt, (dp_device_t *)(void *)stream, &bad), DP_INVALID_ARGUMENT,
+                     "device");
+    CHECK_STATUS_MSG(dp_scope_create_device((dp_runtime_t *)(void *)stream, cpu[0], &bad), DP_INVALID_ARGUMENT,
+                     "runtime");
+    CHECK_STATUS_MSG(dp_scope_create_setter(NULL, setter, NULL, NULL, &bad), DP_INVALID_ARGUMENT, "runtime");
+    CHECK_STATUS_MSG(dp_scope_create_setter(rt, setter, NULL, NULL, NULL), DP_INVALID_ARGUMENT, "out_scope");
+    CHECK_STATUS_MSG(dp_scope_capture(NULL, &bad), DP_INVALID_ARGUMENT, "runtime");
+    CHECK_STATUS_MSG(dp_scope_capture(rt, NULL), DP_INVALID_ARGUMENT, "out_scope");
     CHECK(bad == SENTINEL(dp_scope_t));
-    CHECK_STATUS(dp_scope_enter(NULL), DP_INVALID_ARGUMENT);
-    CHECK_STATUS(dp_scope_exit(NULL), DP_INVALID_ARGUMENT);
-    CHECK_STATUS(dp_scope_enter((dp_scope_t *)(void *)stream), DP_INVALID_ARGUMENT);
+    CHECK_STATUS_MSG(dp_scope_enter(NULL), DP_INVALID_ARGUMENT, "scope");
+    CHECK_STATUS_MSG(dp_scope_exit(NULL), DP_INVALID_ARGUMENT, "scope");
+    CHECK_STATUS_MSG(dp_scope_enter((dp_scope_t *)(void *)stream), DP_INVALID_ARGUMENT, "scope");
+    CHECK_STATUS_MSG(dp_scope_exit((dp_scope_t *)(void *)stream), DP_INVALID_ARGUMENT, "scope");
     CHECK_STATUS_MSG(dp_scope_enter(s1), DP_INVALID_ARGUMENT, "destroyed"); /* destroyed above */
-    CHECK_STATUS(dp_scope_exit(s1), DP_INVALID_ARGUMENT);
+    CHECK_STATUS_MSG(dp_scope_exit(s1), DP_INVALID_ARGUMENT, "destroyed");
+    /* Destroying a handle of another kind, or one destroyed before, does nothing. */
+    dp_scope_destroy((dp_scope_t *)(void *)stream);
+    dp_scope_destroy(s1);
+    CHECK_OK(dp_stream_synchronize(stream));
     dp_test_set_marker_runtime(NULL);
     CHECK(run(add_op) == cpu[0]); /* nothing was left entered */
 
