@@ -83,7 +83,7 @@ fn sim_devices_work_like_the_cpu_across_devices_and_streams() {
 
 #[test]
 fn a_missing_wait_is_visible_and_the_event_fixes_it() {
-    // SIM's streams really are asynchronous: without the event, stream 2 reads too early.
+    // SIM's streams really are asynchronous: without the event, stream r reads too early.
     let rt = runtime();
     rt.load_plugin(plugin_path("devplug_sim"), &[("latency_us", "20000")])
         .unwrap();
@@ -91,16 +91,35 @@ fn a_missing_wait_is_visible_and_the_event_fixes_it() {
     let buf = d.allocate(4096).unwrap();
     buf.memset(0, 0, 4096).unwrap();
     let (w, r) = (d.create_stream().unwrap(), d.create_stream().unwrap());
+    let read_on_r = || {
+        let out = Arc::new(slot::Slot::default());
+        let (b2, o2) = (buf.clone(), out.clone());
+        r.host_callback(Box::new(move || o2.set(read_all(&b2))))
+            .unwrap();
+        r.synchronize().unwrap();
+        out.take()
+    };
+    // Without a wait, r does not wait for w: with w held behind a gate, r reads the memory
+    // before w's memset ran.
+    let (open, gate) = std::sync::mpsc::channel::<()>();
+    w.host_callback(Box::new(move || {
+        let _ = gate.recv();
+    }))
+    .unwrap();
+    w.memset(&buf, 0, 7, 4096).unwrap();
+    assert_eq!(
+        read_on_r(),
+        vec![0u8; 4096],
+        "r waited for w without an event"
+    );
+    open.send(()).unwrap();
+    w.synchronize().unwrap();
+    // With the event: r reads what w wrote.
     w.memset(&buf, 0, 9, 4096).unwrap();
     let ev = d.create_event().unwrap();
     ev.record(&w).unwrap();
     r.wait_event(&ev).unwrap();
-    let out = Arc::new(slot::Slot::default());
-    let (b2, o2) = (buf.clone(), out.clone());
-    r.host_callback(Box::new(move || o2.set(read_all(&b2))))
-        .unwrap();
-    r.synchronize().unwrap();
-    assert_eq!(out.take(), vec![9u8; 4096]);
+    assert_eq!(read_on_r(), vec![9u8; 4096]);
 }
 
 #[test]
