@@ -1277,11 +1277,16 @@ fn search_folder() -> TempDir {
     std::fs::copy(zoo_path("good"), dir.path().join("libb_good.so")).unwrap();
     std::fs::write(dir.path().join("libjunk.so"), "not a library\n").unwrap();
     std::fs::write(dir.path().join("notes.txt"), "not a candidate\n").unwrap();
+    std::os::unix::fs::symlink(
+        dir.path().join("uninstalled.so"),
+        dir.path().join("libc_gone.so"),
+    )
+    .unwrap();
     dir
 }
 
-/// The good plugin of [`search_folder`] loaded; the stale one, the junk and the relative
-/// entry are listed with their reasons, in that order.
+/// The good plugin of [`search_folder`] loaded; the stale one, the broken link, the junk and
+/// the relative entry are listed with their reasons, in that order.
 fn assert_search_outcome(rt: &Runtime, dir: &Path) {
     let plugins = rt.plugins();
     assert_eq!(plugins.len(), 1, "{plugins:?}");
@@ -1293,12 +1298,20 @@ fn assert_search_outcome(rt: &Runtime, dir: &Path) {
         paths,
         [
             dir.join("liba_stale.so").as_path(),
+            dir.join("libc_gone.so").as_path(),
             dir.join("libjunk.so").as_path(),
             Path::new("relative/zoo"),
         ],
         "{failures:#?}"
     );
-    let (stale, junk, rel) = (&failures[0].error, &failures[1].error, &failures[2].error);
+    let (stale, gone, junk, rel) = (
+        &failures[0].error,
+        &failures[1].error,
+        &failures[2].error,
+        &failures[3].error,
+    );
+    assert_eq!(gone.code, Code::InvalidArgument, "{gone}");
+    assert!(gone.message.contains("symbolic link to nothing"), "{gone}");
     assert_eq!(stale.code, Code::AbiMismatch, "{stale}");
     assert!(stale.message.contains("liba_stale.so"), "{stale}");
     assert!(stale.message.contains("plugin ABI 2.0"), "{stale}");
