@@ -15,6 +15,10 @@ pub const PLUGIN_PATH_ENV: &str = "DEVPLUG_PLUGIN_PATH";
 /// True when the process runs with elevated privileges (the kernel's `AT_SECURE`, which is
 /// what glibc's `secure_getenv` checks).
 pub fn process_is_elevated() -> bool {
+    #[cfg(test)]
+    if let Some(elevated) = tests::PRETEND_ELEVATED.with(|p| p.get()) {
+        return elevated;
+    }
     // SAFETY: getauxval only reads the process's auxiliary vector.
     unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
 }
@@ -161,13 +165,42 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    thread_local! {
+        /// What [`process_is_elevated`] answers on this test thread, when set (a process
+        /// cannot be made setuid from inside a test).
+        pub(super) static PRETEND_ELEVATED: std::cell::Cell<Option<bool>> =
+            const { std::cell::Cell::new(None) };
+    }
+
+    /// The variable is read, but an elevated process must not use it: neither the function
+    /// that reads it nor a runtime that discovers plugins (a runtime created while the process
+    /// counts as elevated tries no plugin of the variable's). One test, since both change the
+    /// process's environment.
     #[test]
     fn the_environment_is_ignored_when_elevated() {
-        // The variable is read, but an elevated process must not use it.
-        std::env::set_var(PLUGIN_PATH_ENV, "/some/where");
-        assert_eq!(plugin_path_from_env(false).as_deref(), Some("/some/where"));
+        let missing = std::env::temp_dir().join(format!("devplug-no-such-{}", std::process::id()));
+        std::env::set_var(PLUGIN_PATH_ENV, &missing);
+        let want = missing.display().to_string();
+        assert_eq!(plugin_path_from_env(false).as_deref(), Some(want.as_str()));
         assert_eq!(plugin_path_from_env(true), None);
-        std::env::remove_var(PLUGIN_PATH_ENV);
         assert!(!process_is_elevated(), "tests do not run setuid");
+        let discovering = || {
+            crate::Runtime::new(crate::RuntimeOptions {
+                discover_from_env: true,
+                ..Default::default()
+            })
+            .unwrap()
+        };
+        let tried = discovering().plugin_failures();
+        assert_eq!(tried.len(), 1, "{tried:?}");
+        assert_eq!(tried[0].path, missing);
+        PRETEND_ELEVATED.with(|p| p.set(Some(true)));
+        let tried = discovering().plugin_failures();
+        PRETEND_ELEVATED.with(|p| p.set(None));
+        std::env::remove_var(PLUGIN_PATH_ENV);
+        assert!(
+            tried.is_empty(),
+            "an elevated process used {PLUGIN_PATH_ENV}: {tried:?}"
+        );
     }
 }
