@@ -297,9 +297,9 @@ pub unsafe extern "C" fn dp_run_options_init(options: *mut dp_run_options_t, str
 /// device can run it (listing where kernels exist).
 ///
 /// # Safety
-/// `runtime` is a runtime handle and `op` an op handle (of any runtime: another's is refused); `inputs` holds `num_inputs` tensor handles
-/// (may be NULL when 0); `attrs` NULL or an attrs handle; `options` NULL or initialized;
-/// `outputs` writable for `capacity` handles.
+/// `runtime` is a runtime handle and `op` an op handle (of any runtime: another's is
+/// refused); `inputs` holds `num_inputs` tensor handles (may be NULL when 0); `attrs` NULL or
+/// an attrs handle; `options` NULL or initialized; `outputs` writable for `capacity` handles.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn dp_op_run(

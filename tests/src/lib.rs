@@ -17,6 +17,19 @@ pub fn options() -> devplug_core::RuntimeOptions {
     }
 }
 
+/// Holds `stream` behind a host callback: work enqueued on it from now on runs only once the
+/// returned gate is opened (`send(())`) or dropped (so a failing test does not hang the
+/// stream).
+pub fn hold_stream(stream: &devplug_core::Stream) -> std::sync::mpsc::Sender<()> {
+    let (open, gate) = std::sync::mpsc::channel::<()>();
+    stream
+        .host_callback(Box::new(move || {
+            let _ = gate.recv();
+        }))
+        .expect("a host callback to hold the stream");
+    open
+}
+
 /// A runtime with [`options`].
 pub fn runtime() -> devplug_core::Runtime {
     devplug_core::Runtime::new(options()).expect("a runtime")

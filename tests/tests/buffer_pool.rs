@@ -193,12 +193,7 @@ fn memory_a_sim_kernel_may_still_use_is_reused_only_in_stream_order() {
     let big = Tensor::from_slice(&sim, &[1 << 20], &vec![1f32; 1 << 20]).unwrap();
     let (pa, pb) = (addr(&a), addr(&b));
 
-    let (open, gate) = std::sync::mpsc::channel::<()>();
-    sim.default_stream()
-        .host_callback(Box::new(move || {
-            let _ = gate.recv();
-        }))
-        .unwrap();
+    let open = devplug_tests::hold_stream(&sim.default_stream());
     let c = run(&[a, b]); // queued behind the gate; its inputs dropped at once
     let raw = Tensor::uninit(&sim, DType::F32, &[16]).unwrap();
     assert!(

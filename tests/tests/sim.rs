@@ -101,11 +101,7 @@ fn a_missing_wait_is_visible_and_the_event_fixes_it() {
     };
     // Without a wait, r does not wait for w: with w held behind a gate, r reads the memory
     // before w's memset ran.
-    let (open, gate) = std::sync::mpsc::channel::<()>();
-    w.host_callback(Box::new(move || {
-        let _ = gate.recv();
-    }))
-    .unwrap();
+    let open = devplug_tests::hold_stream(&w);
     w.memset(&buf, 0, 7, 4096).unwrap();
     assert_eq!(
         read_on_r(),
@@ -354,6 +350,22 @@ fn sim_add(rt: &Runtime, device: &Arc<Device>, x: &Tensor, y: &Tensor) -> Tensor
         .into_iter()
         .next()
         .expect("Add has one output")
+}
+
+/// Runs `op` on `d` with soft placement on: its one output.
+fn sim_op(
+    rt: &Runtime,
+    d: &Arc<Device>,
+    op: &str,
+    ins: &[&Tensor],
+    attrs: Attrs,
+) -> devplug_core::Result<Tensor> {
+    let options = RunOptions {
+        device: Some(d.clone()),
+        soft_placement: Some(true),
+    };
+    let ins: Vec<Tensor> = ins.iter().map(|t| (*t).clone()).collect();
+    Ok(rt.run_named(op, &ins, &attrs, &options)?.remove(0))
 }
 
 fn f32s(device: &Arc<Device>, v: &[f32]) -> Tensor {
@@ -605,12 +617,7 @@ fn a_read_waits_for_its_kernel_while_another_thread_synchronizes() {
     rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
     let dev = rt.find_device("SIM").unwrap();
     let x = f32s(&dev, &[1.0, 2.0, 3.0]);
-    let (open, gate) = std::sync::mpsc::channel::<()>();
-    dev.default_stream()
-        .host_callback(Box::new(move || {
-            let _ = gate.recv();
-        }))
-        .unwrap();
+    let open = devplug_tests::hold_stream(&dev.default_stream());
     let sum = sim_add(&rt, &dev, &x, &x); // queued behind the gate
     let syncing = {
         let dev = dev.clone();
@@ -681,31 +688,21 @@ fn threads_dispatch_synchronize_and_load_at_once() {
         .map(|k| {
             let (rt, devs) = (rt.clone(), devs.clone());
             std::thread::spawn(move || {
-                let none = Attrs::new();
-                let on = |d: &Arc<Device>| RunOptions {
-                    device: Some(d.clone()),
-                    soft_placement: Some(true),
-                };
                 let base: Vec<f32> = (0..257).map(|i| (i % 7) as f32 + k as f32).collect();
                 for r in 0..ROUNDS {
-                    let d = &devs[(k + r) % 2];
+                    let (d, other) = (&devs[(k + r) % 2], &devs[(k + r + 1) % 2]);
                     let x = Tensor::from_slice(d, &[257], &base).unwrap();
                     // Add and Mul are SIM's own kernels; Relu is decomposed there; what SIM
                     // lacks (Relu's Maximum, Neg) goes to the CPU by soft placement.
-                    let y = rt
-                        .run_named("Add", &[x.clone(), x.clone()], &none, &on(d))
-                        .unwrap();
-                    let y = rt
-                        .run_named("Mul", &[y[0].clone(), x.clone()], &none, &on(d))
-                        .unwrap();
-                    let y = rt
-                        .run_named("Relu", &[y[0].clone()], &none, &on(d))
-                        .unwrap();
-                    let moved = y[0].copy_to(&devs[(k + r + 1) % 2]).unwrap();
-                    let e = rt
-                        .run_named("Neg", &[moved], &none, &on(&devs[(k + r + 1) % 2]))
-                        .unwrap();
-                    let got = e[0].to_vec::<f32>().unwrap();
+                    let op = |name: &str, d, ins: &[&Tensor]| {
+                        sim_op(&rt, d, name, ins, Attrs::new()).unwrap()
+                    };
+                    let y = op("Add", d, &[&x, &x]);
+                    let y = op("Mul", d, &[&y, &x]);
+                    let y = op("Relu", d, &[&y]);
+                    let moved = y.copy_to(other).unwrap();
+                    let e = op("Neg", other, &[&moved]);
+                    let got = e.to_vec::<f32>().unwrap();
                     for (i, (g, b)) in got.iter().zip(&base).enumerate() {
                         assert_eq!(*g, -(2.0 * b * b), "thread {k}, round {r}, element {i}");
                     }
@@ -726,21 +723,6 @@ fn threads_dispatch_synchronize_and_load_at_once() {
 
 /// One step of [`alloc_fault_workload`]: the results so far in, one new tensor on SIM out.
 type Step = fn(&Runtime, &Arc<Device>, &[Tensor]) -> devplug_core::Result<Tensor>;
-
-fn sim_op(
-    rt: &Runtime,
-    d: &Arc<Device>,
-    op: &str,
-    ins: &[&Tensor],
-    attrs: Attrs,
-) -> devplug_core::Result<Tensor> {
-    let options = RunOptions {
-        device: Some(d.clone()),
-        soft_placement: Some(true),
-    };
-    let ins: Vec<Tensor> = ins.iter().map(|t| (*t).clone()).collect();
-    Ok(rt.run_named(op, &ins, &attrs, &options)?.remove(0))
-}
 
 /// A workload whose every step allocates on SIM: an upload, native kernels, a decomposition,
 /// soft placement, a copy back.

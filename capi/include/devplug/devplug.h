@@ -722,9 +722,9 @@ void dp_run_options_init(struct dp_run_options_t *options, size_t struct_size);
  * device can run it (listing where kernels exist).
  *
  * # Safety
- * `runtime` is a runtime handle and `op` an op handle (of any runtime: another's is refused); `inputs` holds `num_inputs` tensor handles
- * (may be NULL when 0); `attrs` NULL or an attrs handle; `options` NULL or initialized;
- * `outputs` writable for `capacity` handles.
+ * `runtime` is a runtime handle and `op` an op handle (of any runtime: another's is
+ * refused); `inputs` holds `num_inputs` tensor handles (may be NULL when 0); `attrs` NULL or
+ * an attrs handle; `options` NULL or initialized; `outputs` writable for `capacity` handles.
  */
 dp_status_t dp_op_run(dp_runtime_t *runtime,
                       const dp_op_t *op,

@@ -767,7 +767,7 @@ mod tests {
 
     /// Op text is a plugin's input: mutated definitions (every field, separators and quotes
     /// repeated, cut, replaced) parse or are refused with INVALID_ARGUMENT naming the op —
-    /// never a panic. One that parses has a body whose ops exist.
+    /// never a panic.
     #[test]
     fn mutated_op_text_parses_or_is_refused() {
         let seeds = [

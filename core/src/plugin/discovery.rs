@@ -106,12 +106,12 @@ fn folder_candidates(
             out.push(Err((path, why.to_string())));
         }
     }
-    out.sort_by(|a, b| {
-        let key = |c: &Result<PathBuf, (PathBuf, String)>| match c {
-            Ok(p) | Err((p, _)) => p.clone(),
-        };
-        key(a).cmp(&key(b))
-    });
+    fn path(c: &Result<PathBuf, (PathBuf, String)>) -> &Path {
+        match c {
+            Ok(p) | Err((p, _)) => p,
+        }
+    }
+    out.sort_by(|a, b| path(a).cmp(path(b)));
     out
 }
 
