@@ -6,6 +6,9 @@
 //! A platform opts out when it has its own caching allocator (CUDA's stream-ordered pools,
 //! a vendor's arena) or when its memory must not be carved (e.g. each allocation maps a
 //! separate object). Addresses are then aligned as the platform aligns them.
+//!
+//! As in the suballocator, the platform is never called with the lock held (its calls may wait
+//! for work that frees memory); the bytes of an allocation under way count against the limit.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,6 +30,8 @@ struct DirectState {
     /// Live allocations: address → the size asked of the platform.
     live: HashMap<u64, u64>,
     bytes_in_use: u64,
+    /// Bytes of allocations under way (asked of the platform, without the lock).
+    pending: u64,
     peak_bytes_in_use: u64,
     num_allocs: u64,
     largest_alloc_size: u64,
@@ -46,17 +51,23 @@ impl DirectAllocator {
     /// room; the platform's error as it is otherwise.
     pub fn allocate(&self, size: u64) -> Result<DevicePtr> {
         let size = size.max(1);
-        let mut state = self.state.lock();
-        if let Some(limit) = self.limit {
-            if size > limit.saturating_sub(state.bytes_in_use) {
-                return Err(Error::resource_exhausted(format!(
-                    "device memory limit exceeded: requested {size} bytes, {} in use, limit \
-                     {limit}",
-                    state.bytes_in_use
-                )));
+        {
+            let mut state = self.state.lock();
+            if let Some(limit) = self.limit {
+                if size > limit.saturating_sub(state.bytes_in_use + state.pending) {
+                    return Err(Error::resource_exhausted(format!(
+                        "device memory limit exceeded: requested {size} bytes, {} in use, \
+                         limit {limit}",
+                        state.bytes_in_use
+                    )));
+                }
             }
+            state.pending += size;
         }
-        let ptr = self.raw.raw_allocate(size)?;
+        let got = self.raw.raw_allocate(size);
+        let mut state = self.state.lock();
+        state.pending -= size;
+        let ptr = got?;
         if state.live.insert(ptr.0, size).is_some() {
             // The platform handed out an address that is still live: a plugin bug. Keep the
             // first owner's record and refuse the second.
@@ -170,5 +181,46 @@ mod tests {
         drop(a);
         // What was still live goes back when the allocator goes.
         assert_eq!(fake.freed.lock().len(), 2);
+    }
+
+    /// A platform whose allocation reads the allocator's statistics from another thread
+    /// (standing for work that frees memory while the platform waits for it).
+    struct Probe {
+        allocator: std::sync::OnceLock<std::sync::Weak<DirectAllocator>>,
+        fake: Fake,
+    }
+
+    impl RawAllocator for Probe {
+        fn raw_allocate(&self, size: u64) -> Result<DevicePtr> {
+            let a = self.allocator.get().and_then(std::sync::Weak::upgrade);
+            let a = a.expect("the allocator is alive while it allocates");
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(a.stats());
+            });
+            let stats = rx.recv_timeout(std::time::Duration::from_secs(20));
+            let stats = stats.map_err(|_| Error::internal("called with the lock held"))?;
+            assert_eq!(
+                stats.bytes_in_use, 0,
+                "an allocation under way is not in use yet"
+            );
+            self.fake.raw_allocate(size)
+        }
+        fn raw_deallocate(&self, ptr: DevicePtr, size: u64) {
+            self.fake.raw_deallocate(ptr, size)
+        }
+    }
+
+    #[test]
+    fn the_platform_is_called_without_the_lock() {
+        let probe = Arc::new(Probe {
+            allocator: std::sync::OnceLock::new(),
+            fake: Fake::default(),
+        });
+        let a = Arc::new(DirectAllocator::new(probe.clone(), Some(1000)));
+        probe.allocator.set(Arc::downgrade(&a)).unwrap();
+        let p = a.allocate(600).expect("allocated without the lock");
+        assert_eq!(a.stats().bytes_in_use, 600);
+        a.deallocate(p).unwrap();
     }
 }

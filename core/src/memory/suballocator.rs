@@ -26,23 +26,28 @@
 //! cached regions are released, and before a new region would be reserved, so the cache never
 //! makes an allocation fail or a figure inexact.
 //!
-//! One [`parking_lot::Mutex`] guards the whole state. The raw allocator is called with that lock
-//! held (so the limit stays exact), so it must not call back into the suballocator.
+//! One [`parking_lot::Mutex`] guards the whole state. The raw allocator is never called with
+//! that lock held: a platform's allocation may block (CUDA's `cuMemAlloc` and `cuMemFree` wait
+//! for the device's streams), and work those streams run — a host callback that drops a
+//! buffer — may need the lock. The bytes of a region being reserved count against the limit
+//! while the lock is released (`pending`), so the limit stays exact; regions given back are
+//! taken out of the state under the lock and returned to the raw allocator after it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use super::DevicePtr;
 use crate::error::{Error, Result};
 
 /// The platform side of the suballocator: raw allocations from the device.
 ///
-/// Implemented by the core's device layer over each platform's allocation functions. Both
-/// methods are called with the suballocator's lock held, so they must not call back into it.
+/// Implemented by the core's device layer over each platform's allocation functions. Neither
+/// method is called with the suballocator's lock held: both may block, and may wait for work
+/// that calls back into the suballocator.
 pub trait RawAllocator: Send + Sync {
     /// Allocates `size` bytes of device memory. A failure is returned as is; the suballocator
     /// releases its cached regions, retries once and then passes the error on with context.
@@ -117,6 +122,8 @@ pub struct MemoryStats {
 pub struct Suballocator {
     raw: Arc<dyn RawAllocator>,
     state: Mutex<State>,
+    /// Signalled when pending bytes settle (a region reserved or given back).
+    settled: Condvar,
 }
 
 impl Suballocator {
@@ -136,6 +143,7 @@ impl Suballocator {
         Suballocator {
             raw,
             state: Mutex::new(State::new(config)),
+            settled: Condvar::new(),
         }
     }
 
@@ -146,28 +154,151 @@ impl Suballocator {
     /// (after giving back cached regions), or with the raw allocator's error when the device
     /// refuses a new region.
     pub fn allocate(&self, size: u64) -> Result<DevicePtr> {
-        let mut guard = self.state.lock();
-        let state = &mut *guard;
-        let Some(rounded) = round_up(size.max(1), state.config.alignment) else {
+        // Under the lock: a cached or free chunk, or what to do to get one. The raw allocator
+        // is called between two holds of the lock (see the module docs).
+        let mut limit_released = false;
+        let mut exact = false;
+        loop {
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            let Some(rounded) = round_up(size.max(1), state.config.alignment) else {
+                drop(guard);
+                return Err(Error::resource_exhausted(format!(
+                    "cannot allocate {size} bytes: the size exceeds the address space"
+                )));
+            };
+            if let Some(ptr) = state.take_cached(rounded) {
+                return Ok(ptr);
+            }
+            if let Some(id) = state.free.best_fit(rounded) {
+                return Ok(state.take(id, rounded));
+            }
+            state.flush_cache();
+            if let Some(id) = state.free.best_fit(rounded) {
+                return Ok(state.take(id, rounded));
+            }
+            let region_size = match state.plan_growth(size, rounded, limit_released, exact)? {
+                Growth::Wait => {
+                    self.settled.wait(&mut guard);
+                    continue;
+                }
+                Growth::Release(regions) => {
+                    drop(guard);
+                    self.give_back(regions);
+                    limit_released = true;
+                    continue;
+                }
+                Growth::Reserve(region_size) => region_size,
+            };
+            let alignment = state.config.alignment;
             drop(guard);
-            return Err(Error::resource_exhausted(format!(
-                "cannot allocate {size} bytes: the size exceeds the address space"
-            )));
-        };
-        if let Some(ptr) = state.take_cached(rounded) {
-            return Ok(ptr);
-        }
-        let id = match state.free.best_fit(rounded) {
-            Some(id) => id,
-            None => {
-                state.flush_cache();
-                match state.free.best_fit(rounded) {
-                    Some(id) => id,
-                    None => state.grow(&*self.raw, size, rounded)?,
+            let reserved = self.reserve_raw(region_size, alignment);
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            state.pending -= region_size;
+            self.settled.notify_all();
+            match reserved {
+                Ok(raw) => match state.add_region(raw, region_size) {
+                    Ok(id) => {
+                        if !exact {
+                            state.growth = state
+                                .growth
+                                .saturating_mul(2)
+                                .min(MAX_GROWTH)
+                                .max(state.config.min_region);
+                        }
+                        return Ok(state.take(id, rounded));
+                    }
+                    Err(e) => {
+                        drop(guard);
+                        self.raw
+                            .raw_deallocate(DevicePtr(raw.raw_ptr), raw.raw_size);
+                        return Err(e);
+                    }
+                },
+                Err(e) if exact => {
+                    return Err(e.context(format!(
+                        "allocating {size} bytes: reserving a {rounded}-byte region \
+                         ({} bytes in use, {} reserved)",
+                        state.bytes_in_use, state.bytes_reserved
+                    )));
+                }
+                Err(_) => {
+                    // The device may be short of memory that cached regions hold, or of a
+                    // region as large as the growth size: give back what is cached and ask for
+                    // no more than the request needs. Growth backs off so later regions ask
+                    // for less.
+                    if region_size > rounded {
+                        state.growth = (state.growth / 2).max(state.config.min_region);
+                    }
+                    let regions = state.detach_free_regions();
+                    drop(guard);
+                    self.give_back(regions);
+                    exact = true;
                 }
             }
+        }
+    }
+
+    /// Asks the raw allocator for a region of `size` bytes (whose bytes the caller counted as
+    /// pending), without the lock; an address off the alignment is given back and asked for
+    /// again with room to align inside.
+    fn reserve_raw(&self, size: u64, alignment: u64) -> Result<RawRegion> {
+        let ptr = self.raw.raw_allocate(size)?;
+        if ptr.0 & (alignment - 1) == 0 {
+            return Ok(RawRegion {
+                raw_ptr: ptr.0,
+                raw_size: size,
+                base: ptr.0,
+            });
+        }
+        // Misaligned: ask for one alignment unit more and align inside it.
+        self.raw.raw_deallocate(ptr, size);
+        let Some(padded) = size.checked_add(alignment) else {
+            return Err(Error::resource_exhausted(format!(
+                "cannot reserve {size} bytes aligned to {alignment}: size overflow"
+            )));
         };
-        Ok(state.take(id, rounded))
+        {
+            let mut state = self.state.lock();
+            if let Some(limit) = state.config.limit {
+                // `size` is already pending; the unit of padding must fit as well.
+                if alignment > limit.saturating_sub(state.bytes_reserved + state.pending) {
+                    return Err(Error::resource_exhausted(format!(
+                        "device memory limit exceeded: the raw allocator returned an address \
+                         not aligned to {alignment}, and {padded} bytes to align {size} do not \
+                         fit the limit {limit} ({} reserved)",
+                        state.bytes_reserved
+                    )));
+                }
+            }
+            state.pending += alignment;
+        }
+        let r = self.raw.raw_allocate(padded);
+        self.state.lock().pending -= alignment;
+        self.settled.notify_all();
+        let ptr = r?;
+        Ok(RawRegion {
+            raw_ptr: ptr.0,
+            raw_size: padded,
+            base: round_up(ptr.0, alignment).unwrap_or(0),
+        })
+    }
+
+    /// Returns regions taken out of the state to the raw allocator (without the lock); their
+    /// bytes count as pending until then.
+    fn give_back(&self, regions: Vec<RawRegion>) -> u64 {
+        if regions.is_empty() {
+            return 0;
+        }
+        let mut released = 0;
+        for r in regions {
+            released += r.raw_size;
+            self.raw.raw_deallocate(DevicePtr(r.raw_ptr), r.raw_size);
+        }
+        self.state.lock().pending -= released;
+        self.settled.notify_all();
+        released
     }
 
     /// Frees an allocation made by [`allocate`](Suballocator::allocate).
@@ -220,7 +351,8 @@ impl Suballocator {
     /// Returns every wholly free region to the raw allocator and the number of bytes given
     /// back.
     pub fn release_cached(&self) -> u64 {
-        self.state.lock().release_cached(&*self.raw)
+        let regions = self.state.lock().detach_free_regions();
+        self.give_back(regions)
     }
 
     /// The alignment of addresses and chunk sizes: every request is rounded up to it.
@@ -327,6 +459,9 @@ struct State {
     num_allocs: u64,
     largest_alloc_size: u64,
     bytes_reserved: u64,
+    /// Bytes of regions being reserved, or given back, while the lock is released; they count
+    /// against the limit as if reserved.
+    pending: u64,
     /// Freed small chunks by size class (`size / alignment - 1`), still marked in use so that
     /// no neighbour merges with them, but not live and not counted in `bytes_in_use`.
     cached: [Vec<ChunkId>; CACHE_CLASSES],
@@ -351,6 +486,7 @@ impl State {
             num_allocs: 0,
             largest_alloc_size: 0,
             bytes_reserved: 0,
+            pending: 0,
             cached: std::array::from_fn(|_| Vec::new()),
             any_cached: false,
             cached_bytes: 0,
@@ -525,83 +661,57 @@ impl State {
         self.drop_chunk(upper);
     }
 
-    /// Reserves a region that fits `rounded` bytes and returns its (free, indexed) chunk.
-    fn grow(&mut self, raw: &dyn RawAllocator, size: u64, rounded: u64) -> Result<ChunkId> {
+    /// What to do for a request of `rounded` bytes that no free chunk fits. When the limit
+    /// leaves no room: wait while other threads reserve or give back regions (either may make
+    /// room), then give back the wholly free regions (once), then fail. Else reserve a region
+    /// (its bytes are counted as pending from here on). `exact`: a larger region was refused
+    /// already; ask for no more than the request.
+    fn plan_growth(
+        &mut self,
+        size: u64,
+        rounded: u64,
+        limit_released: bool,
+        exact: bool,
+    ) -> Result<Growth> {
+        let held = self.bytes_reserved + self.pending;
         if let Some(limit) = self.config.limit {
-            if rounded > limit.saturating_sub(self.bytes_reserved) {
-                self.release_cached(raw);
-                if rounded > limit.saturating_sub(self.bytes_reserved) {
-                    return Err(Error::resource_exhausted(format!(
-                        "device memory limit exceeded: requested {size} bytes, {} in use, \
-                         limit {limit} ({} reserved, largest free block {})",
-                        self.bytes_in_use,
-                        self.bytes_reserved,
-                        self.free.largest()
-                    )));
+            if rounded > limit.saturating_sub(held) {
+                if self.pending > 0 {
+                    return Ok(Growth::Wait);
                 }
+                if !limit_released {
+                    return Ok(Growth::Release(self.detach_free_regions()));
+                }
+                return Err(Error::resource_exhausted(format!(
+                    "device memory limit exceeded: requested {size} bytes, {} in use, \
+                     limit {limit} ({} reserved, largest free block {})",
+                    self.bytes_in_use,
+                    self.bytes_reserved,
+                    self.free.largest()
+                )));
             }
         }
-        let wanted = rounded.max(self.growth);
+        let wanted = if exact {
+            rounded
+        } else {
+            rounded.max(self.growth)
+        };
         let region_size = match self.config.limit {
-            Some(limit) if wanted > limit - self.bytes_reserved => rounded,
+            Some(limit) if wanted > limit - held => rounded,
             _ => wanted,
         };
-        match self.reserve(raw, region_size) {
-            Ok(id) => {
-                self.growth = self
-                    .growth
-                    .saturating_mul(2)
-                    .min(MAX_GROWTH)
-                    .max(self.config.min_region);
-                Ok(id)
-            }
-            Err(_) => {
-                // The device may be short of memory that cached regions hold, or of a region
-                // as large as the growth size: give back what is cached and ask for no more
-                // than the request needs. Growth backs off so later regions ask for less.
-                self.release_cached(raw);
-                if region_size > rounded {
-                    self.growth = (self.growth / 2).max(self.config.min_region);
-                }
-                self.reserve(raw, rounded).map_err(|e| {
-                    e.context(format!(
-                        "allocating {size} bytes: reserving a {rounded}-byte region \
-                         ({} bytes in use, {} reserved)",
-                        self.bytes_in_use, self.bytes_reserved
-                    ))
-                })
-            }
-        }
+        self.pending += region_size;
+        Ok(Growth::Reserve(region_size))
     }
 
-    /// Takes `size` bytes from the raw allocator as a new region, whose single free chunk is
-    /// indexed and returned.
-    fn reserve(&mut self, raw: &dyn RawAllocator, size: u64) -> Result<ChunkId> {
-        let alignment = self.config.alignment;
-        let ptr = raw.raw_allocate(size)?;
-        let (raw_ptr, raw_size, base) = if ptr.0 & (alignment - 1) == 0 {
-            (ptr.0, size, ptr.0)
-        } else {
-            // Misaligned: ask for one alignment unit more and align inside it.
-            raw.raw_deallocate(ptr, size);
-            let Some(padded) = size.checked_add(alignment) else {
-                return Err(Error::resource_exhausted(format!(
-                    "cannot reserve {size} bytes aligned to {alignment}: size overflow"
-                )));
-            };
-            if let Some(limit) = self.config.limit {
-                if padded > limit.saturating_sub(self.bytes_reserved) {
-                    return Err(Error::resource_exhausted(format!(
-                        "device memory limit exceeded: the raw allocator returned an address \
-                         not aligned to {alignment}, and {padded} bytes to align {size} do not \
-                         fit the limit {limit} ({} reserved)",
-                        self.bytes_reserved
-                    )));
-                }
-            }
-            let ptr = raw.raw_allocate(padded)?;
-            (ptr.0, padded, round_up(ptr.0, alignment).unwrap_or(0))
-        };
+    /// Adds the region `raw` (of `size` usable bytes) and returns its single free chunk,
+    /// indexed.
+    fn add_region(&mut self, raw: RawRegion, size: u64) -> Result<ChunkId> {
+        let RawRegion {
+            raw_ptr,
+            raw_size,
+            base,
+        } = raw;
         // A region must lie within the address space (and `base` be a real aligned address).
         let fits = base >= raw_ptr && base.checked_add(size).is_some();
         let chunk = Chunk {
@@ -612,7 +722,6 @@ impl State {
             in_use: false,
         };
         let Some(id) = fits.then(|| self.new_chunk(chunk)).flatten() else {
-            raw.raw_deallocate(DevicePtr(raw_ptr), raw_size);
             return Err(Error::internal(format!(
                 "cannot track a {size}-byte region at {raw_ptr:#x}"
             )));
@@ -628,10 +737,12 @@ impl State {
         Ok(id)
     }
 
-    /// Gives every wholly free region back to the raw allocator; returns the bytes released.
-    fn release_cached(&mut self, raw: &dyn RawAllocator) -> u64 {
+    /// Takes every wholly free region out of the state, for the caller to give back to the
+    /// raw allocator once the lock is released ([`Suballocator::give_back`]); their bytes
+    /// count as pending until then.
+    fn detach_free_regions(&mut self) -> Vec<RawRegion> {
         self.flush_cache();
-        let mut released = 0;
+        let mut out = Vec::new();
         let mut i = 0;
         while i < self.regions.len() {
             let region = self.regions[i];
@@ -644,11 +755,33 @@ impl State {
             self.drop_chunk(region.first);
             self.regions.swap_remove(i);
             self.bytes_reserved -= region.raw_size;
-            released += region.raw_size;
-            raw.raw_deallocate(DevicePtr(region.raw_ptr), region.raw_size);
+            self.pending += region.raw_size;
+            out.push(RawRegion {
+                raw_ptr: region.raw_ptr,
+                raw_size: region.raw_size,
+                base: region.raw_ptr,
+            });
         }
-        released
+        out
     }
+}
+
+/// What [`State::plan_growth`] asks the caller to do.
+enum Growth {
+    /// Wait until pending bytes settle, then look again.
+    Wait,
+    /// Give these regions back, then look again.
+    Release(Vec<RawRegion>),
+    /// Reserve a region of this many bytes (counted as pending).
+    Reserve(u64),
+}
+
+/// A raw allocation for a region: what goes back to the raw allocator, and the aligned base.
+#[derive(Clone, Copy, Debug)]
+struct RawRegion {
+    raw_ptr: u64,
+    raw_size: u64,
+    base: u64,
 }
 
 #[cfg(test)]
@@ -955,6 +1088,8 @@ mod tests {
         misalign: u64,
         /// Sizes of the successful raw allocations, in order.
         allocations: Vec<u64>,
+        /// The most bytes ever outstanding at once.
+        peak: u64,
         deallocations: u64,
         /// Deallocations that did not match a live raw allocation (address and size).
         bad_frees: u64,
@@ -971,6 +1106,7 @@ mod tests {
                     fail_next: 0,
                     misalign: 0,
                     allocations: Vec::new(),
+                    peak: 0,
                     deallocations: 0,
                     bad_frees: 0,
                 }),
@@ -1037,6 +1173,7 @@ mod tests {
             s.next_slot += size / 0x1000_0000 + 2;
             s.regions.insert(addr, vec![0; size as usize]);
             s.outstanding += size;
+            s.peak = s.peak.max(s.outstanding);
             s.allocations.push(size);
             Ok(DevicePtr(addr))
         }
@@ -1778,6 +1915,213 @@ mod tests {
         sub.check();
         assert_eq!(sub.release_cached(), s.bytes_reserved);
         assert_eq!(dev.outstanding(), 0);
+    }
+
+    /// A raw allocator that checks, on every call, that the suballocator's lock is free: another
+    /// thread takes it (reads the statistics) while the call waits.
+    struct LockProbe {
+        dev: Arc<FakeDevice>,
+        sub: std::sync::OnceLock<std::sync::Weak<Suballocator>>,
+        calls: Mutex<(u32, u32)>,
+    }
+
+    impl LockProbe {
+        fn probe(&self) {
+            let Some(sub) = self.sub.get().and_then(std::sync::Weak::upgrade) else {
+                return; // the suballocator is being dropped
+            };
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(sub.stats());
+            });
+            let free = rx.recv_timeout(std::time::Duration::from_secs(20)).is_ok();
+            let mut calls = self.calls.lock();
+            calls.0 += 1;
+            calls.1 += u32::from(!free);
+        }
+    }
+
+    impl RawAllocator for LockProbe {
+        fn raw_allocate(&self, size: u64) -> Result<DevicePtr> {
+            self.probe();
+            self.dev.raw_allocate(size)
+        }
+        fn raw_deallocate(&self, ptr: DevicePtr, size: u64) {
+            self.probe();
+            self.dev.raw_deallocate(ptr, size)
+        }
+    }
+
+    /// A platform's allocation may wait for work that needs the suballocator (CUDA's
+    /// `cuMemFree` waits for every stream, and a stream's host callback may drop a buffer), so
+    /// no raw call may happen with the lock held: not when growing, not on the retry after a
+    /// refusal, not when the limit gives cached regions back, not for a misaligned address,
+    /// not in `release_cached`.
+    #[test]
+    fn the_raw_allocator_is_called_without_the_lock() {
+        let dev = FakeDevice::new();
+        let probe = Arc::new(LockProbe {
+            dev: dev.clone(),
+            sub: std::sync::OnceLock::new(),
+            calls: Mutex::new((0, 0)),
+        });
+        let sub = Arc::new(Suballocator::new(
+            probe.clone(),
+            SuballocatorOptions {
+                limit: Some(4 * MIB),
+                ..Default::default()
+            },
+        ));
+        probe.sub.set(Arc::downgrade(&sub)).unwrap();
+        let a = sub.allocate(MIB).unwrap(); // grows
+        let b = sub.allocate(MIB).unwrap(); // grows again
+        sub.deallocate(b).unwrap();
+        dev.state.lock().fail_next = 1;
+        // Refused, then the free region is given back and the request retried exactly.
+        let c = sub.allocate(2 * MIB).unwrap();
+        sub.deallocate(c).unwrap();
+        // The limit: only giving back the free regions makes room.
+        let d = sub.allocate(3 * MIB).unwrap();
+        sub.deallocate(d).unwrap();
+        sub.deallocate(a).unwrap();
+        dev.state.lock().misalign = 16;
+        assert!(sub.release_cached() > 0);
+        let e = sub.allocate(1000).unwrap();
+        assert_eq!(e.0 % 256, 0);
+        sub.deallocate(e).unwrap();
+        sub.check();
+        let (calls, locked) = *probe.calls.lock();
+        assert!(calls >= 8, "only {calls} raw calls");
+        assert_eq!(locked, 0, "{locked} of {calls} raw calls held the lock");
+    }
+
+    /// The bytes of a region being reserved without the lock count against the limit, so
+    /// threads growing at once never hold more than it.
+    #[test]
+    fn threads_growing_at_once_stay_under_the_limit() {
+        let dev = FakeDevice::new();
+        const LIMIT: u64 = 6 * MIB;
+        let sub = Arc::new(Suballocator::new(
+            dev.clone(),
+            SuballocatorOptions {
+                limit: Some(LIMIT),
+                min_region_size: 256 * KIB,
+                ..Default::default()
+            },
+        ));
+        let handles: Vec<_> = (0..4u64)
+            .map(|t| {
+                let sub = sub.clone();
+                std::thread::spawn(move || {
+                    let mut rng = Rng(0x51ed_2701 + t);
+                    let mut live = Vec::new();
+                    let mut refused = 0;
+                    for _ in 0..1500 {
+                        if live.len() < 4 && rng.below(3) != 0 {
+                            match sub.allocate(rng.below(MIB) + 1) {
+                                Ok(p) => live.push(p),
+                                Err(e) => {
+                                    assert_eq!(e.code, Code::ResourceExhausted, "{e}");
+                                    refused += 1;
+                                }
+                            }
+                        } else if let Some(p) = live.pop() {
+                            sub.deallocate(p).unwrap();
+                        }
+                        if rng.below(50) == 0 {
+                            sub.release_cached();
+                        }
+                    }
+                    for p in live {
+                        sub.deallocate(p).unwrap();
+                    }
+                    refused
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        sub.check();
+        let peak = dev.state.lock().peak;
+        assert!(peak <= LIMIT, "held {peak} bytes at once, limit {LIMIT}");
+        assert!(peak > 0);
+        sub.release_cached();
+        assert_eq!(dev.outstanding(), 0);
+        assert_eq!(dev.bad_frees(), 0);
+    }
+
+    /// A raw allocator whose frees wait at a gate.
+    struct GatedFrees {
+        dev: Arc<FakeDevice>,
+        gate: Mutex<bool>,
+        opened: Condvar,
+        waiting: std::sync::atomic::AtomicU32,
+    }
+
+    impl RawAllocator for GatedFrees {
+        fn raw_allocate(&self, size: u64) -> Result<DevicePtr> {
+            self.dev.raw_allocate(size)
+        }
+        fn raw_deallocate(&self, ptr: DevicePtr, size: u64) {
+            self.waiting
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut open = self.gate.lock();
+            while !*open {
+                self.opened.wait(&mut open);
+            }
+            drop(open);
+            self.dev.raw_deallocate(ptr, size)
+        }
+    }
+
+    /// At the limit, an allocation waits for regions another thread is giving back instead of
+    /// failing while their bytes are in flight.
+    #[test]
+    fn an_allocation_at_the_limit_waits_for_regions_being_given_back() {
+        let dev = FakeDevice::new();
+        let gated = Arc::new(GatedFrees {
+            dev: dev.clone(),
+            gate: Mutex::new(false),
+            opened: Condvar::new(),
+            waiting: Default::default(),
+        });
+        let sub = Arc::new(Suballocator::new(
+            gated.clone(),
+            SuballocatorOptions {
+                limit: Some(2 * MIB),
+                ..Default::default()
+            },
+        ));
+        let a = sub.allocate(2 * MIB).unwrap();
+        sub.deallocate(a).unwrap();
+        let releaser = {
+            let sub = sub.clone();
+            std::thread::spawn(move || sub.release_cached())
+        };
+        while gated.waiting.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        // The region is on its way back: this needs its room.
+        let allocator = {
+            let sub = sub.clone();
+            std::thread::spawn(move || sub.allocate(2 * MIB))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(
+            !allocator.is_finished(),
+            "did not wait for the region in flight"
+        );
+        *gated.gate.lock() = true;
+        gated.opened.notify_all();
+        assert_eq!(releaser.join().unwrap(), 2 * MIB);
+        let b = allocator
+            .join()
+            .unwrap()
+            .expect("room once the region is back");
+        assert!(dev.state.lock().peak <= 2 * MIB);
+        sub.deallocate(b).unwrap();
+        sub.check();
     }
 
     #[test]
