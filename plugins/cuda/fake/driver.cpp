@@ -10,6 +10,11 @@
 //   stream (not in stream order), only page-locked memory is read and written in stream order;
 // - host functions run on one driver thread for all streams, and any driver call from it fails
 //   with CUDA_ERROR_NOT_PERMITTED;
+// - allocating and freeing memory (cuMemAlloc, cuMemFree, cuMemHostAlloc, cuMemFreeHost,
+//   cuMemAllocManaged) first waits for every stream to finish its work, as CUDA may ("cudaMalloc
+//   and cudaFree cause the GPU to synchronize across all executing CUDA streams"): a caller that
+//   holds what a stream's host function waits for — a lock, or the thread that runs it —
+//   deadlocks here as it would on a GPU;
 // - events are recorded in stream order; a wait waits for the record as it was when called.
 // Kernels are the plugin's own .cu sources compiled for the host (host_shim.hpp), found by name
 // and run as one thread of one block on the stream's worker; the image a module is loaded from
@@ -241,6 +246,17 @@ bool live_stream(Stream* s) {
   return g_streams.count(s) != 0;
 }
 
+// Waits until every stream has done the work enqueued so far.
+void drain_all_streams() {
+  std::vector<Stream*> all;
+  {
+    std::lock_guard<std::mutex> l(g_streams_m);
+    for (auto& s : g_streams) all.push_back(s.first);
+  }
+  for (Stream* s : all)
+    if (live_stream(s)) s->drain();
+}
+
 // Every API entry: initialized, not on the host-function thread, and (when asked) a context.
 CUresult enter(bool needs_context) {
   if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
@@ -470,13 +486,7 @@ CUresult cuCtxSetCurrent(void* ctx) {
 
 CUresult cuCtxSynchronize() {
   ENTER(true);
-  std::vector<Stream*> all;
-  {
-    std::lock_guard<std::mutex> l(g_streams_m);
-    for (auto& s : g_streams) all.push_back(s.first);
-  }
-  for (Stream* s : all)
-    if (live_stream(s)) s->drain();
+  drain_all_streams();
   return CUDA_SUCCESS;
 }
 
@@ -492,6 +502,7 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
 CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
   ENTER(true);
   if (!p || n == 0) return CUDA_ERROR_INVALID_VALUE;
+  drain_all_streams();
   void* m = allocate(n, Kind::Device);
   if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
   *p = reinterpret_cast<uintptr_t>(m);
@@ -500,24 +511,30 @@ CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
 
 CUresult cuMemFree_v2(CUdeviceptr p) {
   ENTER(true);
+  drain_all_streams();
+  Kind k = Kind::Device;
+  if (g_mem.find(uintptr_t(p), 1, &k) && k == Kind::Managed) return release(uintptr_t(p), k);
   return release(uintptr_t(p), Kind::Device);
 }
 
 CUresult cuMemHostAlloc(void** p, size_t n, unsigned) {
   ENTER(true);
   if (!p || n == 0) return CUDA_ERROR_INVALID_VALUE;
+  drain_all_streams();
   *p = allocate(n, Kind::Host);
   return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 CUresult cuMemFreeHost(void* p) {
   ENTER(true);
+  drain_all_streams();
   return release(reinterpret_cast<uintptr_t>(p), Kind::Host);
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr* p, size_t n, unsigned) {
   ENTER(true);
   if (!p || n == 0) return CUDA_ERROR_INVALID_VALUE;
+  drain_all_streams();
   void* m = allocate(n, Kind::Managed);
   if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
   *p = reinterpret_cast<uintptr_t>(m);

@@ -7,12 +7,18 @@
 //! has run: the stream stays blocked exactly as long as the callback runs, and the callback may
 //! call anything.
 //!
+//! While a callback runs, its stream is blocked, so a CUDA call that waits for every stream
+//! (`cuMemFree`, `cuMemFreeHost`: "cudaFree causes the GPU to synchronize across all executing
+//! streams") would wait for itself. The device therefore defers the frees a callback asks for
+//! ([`on_callback_thread`], `crate::device`).
+//!
 //! Known limit (docs/plugin-guide.md, CUDA plugin): CUDA may run the host functions of all
 //! streams on one driver thread, so a callback that waits for work queued behind another
 //! stream's host function on the same driver thread waits forever. The runtime never does that
 //! on one device; a host that waits, inside a callback, for another CUDA device's events
 //! recorded behind host work can.
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Sender};
@@ -23,6 +29,17 @@ use devplug_plugin_sdk::{Error, HostCallback, Logger, Result};
 use parking_lot::{Condvar, Mutex};
 
 use crate::driver::{Bound, Stream};
+
+thread_local! {
+    /// Set on every device's callback thread.
+    static ON_CALLBACK_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// True on a callback thread: the stream of the callback running here is blocked until it
+/// returns, so nothing here may wait for every stream.
+pub(crate) fn on_callback_thread() -> bool {
+    ON_CALLBACK_THREAD.with(Cell::get)
+}
 
 /// A callback handed to the callback thread, and the flag the driver thread waits on.
 struct Job {
@@ -62,6 +79,7 @@ impl CallbackThread {
         let thread = std::thread::Builder::new()
             .name(self.name.clone())
             .spawn(move || {
+                ON_CALLBACK_THREAD.with(|c| c.set(true));
                 for job in rx {
                     if catch_unwind(AssertUnwindSafe(|| job.callback.call())).is_err() {
                         logger.error("CUDA: a host callback panicked");

@@ -10,14 +10,17 @@
 //! - Events are CUDA events without timing.
 
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use devplug_plugin_sdk::{
     Device, DeviceAddr, DeviceInfo, Error, EventStatus, HostBuf, HostBufMut, HostCallback, Logger,
     MemoryUsage, Result,
 };
 
-use crate::callbacks::CallbackThread;
+use crate::callbacks::{on_callback_thread, CallbackThread};
 use crate::driver::{self, Attribute, Bound, Context, Event, Stream};
 use crate::kernels::DeviceKernels;
 use crate::staging::StagingPool;
@@ -32,6 +35,15 @@ pub struct CudaEvent {
     raw: Event,
 }
 
+/// A free asked for on a callback thread, done later on another thread (see
+/// [`CudaDevice::free_deferred`]).
+#[derive(Clone, Copy, Debug)]
+enum Free {
+    Device(u64),
+    Host(usize),
+    Managed(usize),
+}
+
 /// One GPU.
 pub struct CudaDevice {
     name: String,
@@ -43,6 +55,9 @@ pub struct CudaDevice {
     /// Where synchronous copies and memsets run.
     sync: Stream,
     staging: Arc<StagingPool>,
+    /// Frees asked for on a callback thread, and whether there are any (checked cheaply).
+    deferred: Mutex<Vec<Free>>,
+    any_deferred: AtomicBool,
     /// Last: everything above lives in this context.
     ctx: Arc<Context>,
 }
@@ -96,6 +111,8 @@ impl CudaDevice {
             ),
             callbacks: CallbackThread::new(&name, logger.clone()),
             staging: Arc::new(StagingPool::new(Arc::clone(&ctx))),
+            deferred: Mutex::new(Vec::new()),
+            any_deferred: AtomicBool::new(false),
             name,
             info,
             managed_memory,
@@ -120,11 +137,48 @@ impl CudaDevice {
         e.into().context(&self.name)
     }
 
-    /// Runs a free, which has no status to return: a failure is logged.
-    fn free_logged(&self, what: &str, free: impl FnOnce(&Bound<'_>) -> driver::CuResult<()>) {
-        let r = self.bind().and_then(|b| free(&b).map_err(Error::from));
+    /// Frees now, or later when called on a callback thread: there the callback's stream is
+    /// blocked, and CUDA's frees wait for every stream. A free has no status to return: a
+    /// failure is logged.
+    fn free(&self, free: Free) {
+        if on_callback_thread() {
+            self.deferred.lock().push(free);
+            self.any_deferred.store(true, Ordering::Release);
+            return;
+        }
+        self.free_deferred();
+        self.free_now(free);
+    }
+
+    fn free_now(&self, free: Free) {
+        let r = self.bind().and_then(|b| {
+            match free {
+                Free::Device(addr) => driver::free(&b, addr),
+                Free::Host(p) => driver::host_free(&b, non_null(p)),
+                Free::Managed(p) => driver::managed_free(&b, non_null(p)),
+            }
+            .map_err(Error::from)
+        });
         if let Err(e) = r {
-            self.logger.error(format!("{}: {what}: {e}", self.name));
+            self.logger
+                .error(format!("{}: {free:?}: deallocate: {e}", self.name));
+        }
+    }
+
+    /// Does the frees deferred from callback threads, unless called on one. Called by every
+    /// allocation, every free, memory usage, `synchronize_all` and teardown: memory a callback
+    /// freed is back before the host next allocates or looks at what is free.
+    fn free_deferred(&self) {
+        if !self.any_deferred.load(Ordering::Acquire) || on_callback_thread() {
+            return;
+        }
+        let frees = {
+            let mut d = self.deferred.lock();
+            self.any_deferred.store(false, Ordering::Release);
+            std::mem::take(&mut *d)
+        };
+        for f in frees {
+            self.free_now(f);
         }
     }
 
@@ -172,6 +226,7 @@ impl Drop for CudaDevice {
             }
         }
         self.callbacks.stop();
+        self.free_deferred();
     }
 }
 
@@ -184,6 +239,7 @@ impl Device for CudaDevice {
     }
 
     fn allocate(&self, size: u64) -> Result<DeviceAddr> {
+        self.free_deferred();
         let b = self.bind()?;
         driver::alloc(&b, size)
             .map(DeviceAddr)
@@ -191,7 +247,7 @@ impl Device for CudaDevice {
     }
 
     fn deallocate(&self, addr: DeviceAddr, _size: u64) {
-        self.free_logged("deallocate", |b| driver::free(b, addr.0));
+        self.free(Free::Device(addr.0));
     }
 
     fn provides_host_memory(&self) -> bool {
@@ -199,12 +255,13 @@ impl Device for CudaDevice {
     }
 
     fn host_allocate(&self, size: u64) -> Result<NonNull<u8>> {
+        self.free_deferred();
         let b = self.bind()?;
         driver::host_alloc(&b, size).map_err(|e| self.err(e))
     }
 
     fn host_deallocate(&self, ptr: NonNull<u8>, _size: u64) {
-        self.free_logged("host_deallocate", |b| driver::host_free(b, ptr));
+        self.free(Free::Host(ptr.as_ptr() as usize));
     }
 
     fn provides_unified_memory(&self) -> bool {
@@ -212,12 +269,13 @@ impl Device for CudaDevice {
     }
 
     fn unified_allocate(&self, size: u64) -> Result<NonNull<u8>> {
+        self.free_deferred();
         let b = self.bind()?;
         driver::managed_alloc(&b, size).map_err(|e| self.err(e))
     }
 
     fn unified_deallocate(&self, ptr: NonNull<u8>, _size: u64) {
-        self.free_logged("unified_deallocate", |b| driver::managed_free(b, ptr));
+        self.free(Free::Managed(ptr.as_ptr() as usize));
     }
 
     fn provides_memory_usage(&self) -> bool {
@@ -225,6 +283,7 @@ impl Device for CudaDevice {
     }
 
     fn memory_usage(&self) -> Result<MemoryUsage> {
+        self.free_deferred();
         let b = self.bind()?;
         let (free, total) = self.ctx.memory_info(&b).map_err(|e| self.err(e))?;
         Ok(MemoryUsage { free, total })
@@ -407,6 +466,13 @@ impl Device for CudaDevice {
 
     fn synchronize_all(&self) -> Result<()> {
         let b = self.bind()?;
-        self.ctx.synchronize(&b).map_err(|e| self.err(e))
+        let r = self.ctx.synchronize(&b).map_err(|e| self.err(e));
+        self.free_deferred();
+        r
     }
+}
+
+/// A pointer from [`Free`] (never null: it came from a `NonNull`).
+fn non_null(p: usize) -> NonNull<u8> {
+    NonNull::new(p as *mut u8).expect("a freed pointer is not null")
 }

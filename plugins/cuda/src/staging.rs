@@ -41,7 +41,7 @@ struct Lists {
     idle: Vec<Pinned>,
     idle_bytes: usize,
     /// Returned while the pool was full: freed by the next caller on an ordinary thread (host
-    /// functions may not call CUDA).
+    /// functions may not call CUDA, and a callback thread may not free: its stream is blocked).
     excess: Vec<Pinned>,
 }
 
@@ -75,7 +75,11 @@ impl StagingPool {
                 l.idle_bytes -= p.size;
                 return Ok(p);
             }
-            std::mem::take(&mut l.excess)
+            if crate::callbacks::on_callback_thread() {
+                Vec::new()
+            } else {
+                std::mem::take(&mut l.excess)
+            }
         };
         for p in excess {
             let _ = driver::host_free(b, p.ptr);

@@ -251,7 +251,7 @@ fn the_gpu_tests_pass_on_the_fake_driver() {
         Ok(p) if !p.is_empty() => format!("{}:{p}", devplug_cuda_fake::LIB_DIR),
         _ => devplug_cuda_fake::LIB_DIR.to_owned(),
     };
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "gpu_",
             "devplug_check_passes",
@@ -262,14 +262,44 @@ fn the_gpu_tests_pass_on_the_fake_driver() {
         .env(ON_FAKE, "1")
         .env("DEVPLUG_CUDA_CACHE", "off")
         .env("DEVPLUG_CUDA_PLUGIN", plugin())
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|r| Box::new(r) as _));
+    let stderr = drain(child.stderr.take().map(|r| Box::new(r) as _));
+    // A deadlock (what the fake driver's waiting allocations and frees are there to show) must
+    // fail the test, not hang it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
     let text = format!(
         "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&stdout.join().unwrap()),
+        String::from_utf8_lossy(&stderr.join().unwrap())
     );
-    assert!(out.status.success(), "on the fake driver:\n{text}");
+    let Some(status) = status else {
+        panic!("the tests on the fake driver hung (killed after 10 minutes):\n{text}");
+    };
+    assert!(status.success(), "on the fake driver:\n{text}");
     assert!(!text.contains("skipped"), "{text}");
     let ran = text.matches(" ... ok").count();
     assert!(ran >= 8, "only {ran} tests ran on the fake driver:\n{text}");
@@ -384,6 +414,93 @@ fn gpu_memory_copies_streams_and_events_keep_order() {
 
     let usage = gpu.memory_usage().unwrap();
     assert!(usage.total > 0 && usage.free <= usage.total, "{usage:?}");
+}
+
+/// Runs `f` on a thread of its own and fails if it has not returned within two minutes: what a
+/// deadlock looks like.
+fn within_two_minutes(what: &str, f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(120)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: panicked"),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            // Stuck streams would hang the runtime's teardown too: end the process.
+            eprintln!("{what}: deadlocked (no return in two minutes)");
+            std::process::exit(101);
+        }
+    }
+}
+
+/// CUDA's allocations and frees may wait for every stream (the fake driver's always do), and
+/// a stream stays blocked while a host callback runs. So memory freed *inside* a callback, and
+/// memory allocated while a callback waits for the allocator, must not deadlock.
+#[test]
+fn gpu_callbacks_that_free_and_allocations_beside_them_do_not_deadlock() {
+    let Some((_rt, gpu)) = gpu() else { return };
+    let g = gpu.clone();
+    within_two_minutes("page-locked memory freed in a host callback", move || {
+        let gpu = g;
+        let s = gpu.create_stream().unwrap();
+        let a = gpu.allocate(1 << 20).unwrap();
+        let pinned = gpu.host_allocate(1 << 20).unwrap();
+        // SAFETY: 1 MiB just allocated, freed by the callback after the copy read it.
+        unsafe {
+            std::ptr::write_bytes(pinned, 0x3C, 1 << 20);
+            s.write_raw(&a, 0, pinned, 1 << 20).unwrap();
+        }
+        let (g, p) = (gpu.clone(), pinned as usize);
+        s.host_callback(Box::new(move || g.host_free(p as *mut u8).unwrap()))
+            .unwrap();
+        s.synchronize().unwrap();
+        assert_eq!(read_all(&a), vec![0x3C; 1 << 20]);
+        let e = gpu.host_free(pinned).unwrap_err();
+        assert_eq!(e.code, Code::InvalidArgument, "freed once: {e}");
+    });
+
+    let g = gpu.clone();
+    within_two_minutes("device memory released in a host callback", move || {
+        let gpu = g;
+        // What is free counts what the host holds cached: the same before and after, unless
+        // memory the callback gave back never reaches CUDA.
+        let free_at_start = gpu.memory_usage().unwrap().free;
+        drop(gpu.allocate(64 << 20).unwrap()); // a region the allocator keeps
+        assert!(gpu.memory_stats().bytes_reserved >= 64 << 20);
+        let s = gpu.create_stream().unwrap();
+        let released = Arc::new(Mutex::new(0));
+        let (g, r) = (gpu.clone(), released.clone());
+        s.host_callback(Box::new(move || {
+            *r.lock().unwrap() = g.release_cached_memory()
+        }))
+        .unwrap();
+        s.synchronize().unwrap();
+        assert!(*released.lock().unwrap() >= 64 << 20);
+        // Given back to CUDA by now (after the callback, before the host looks).
+        assert!(gpu.memory_usage().unwrap().free >= free_at_start);
+    });
+
+    let g = gpu.clone();
+    within_two_minutes("an allocation while a callback drops a buffer", move || {
+        let gpu = g;
+        let s = gpu.create_stream().unwrap();
+        let kept = gpu.allocate(1 << 20).unwrap();
+        // The callback drops the buffer — into the allocator — a moment after the host starts
+        // an allocation that needs a new region (which waits for every stream, this one too).
+        s.host_callback(Box::new(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(kept);
+        }))
+        .unwrap();
+        let big = gpu.allocate(256 << 20).unwrap();
+        s.synchronize().unwrap();
+        big.memset(0, 7, 16).unwrap();
+        let mut head = [0u8; 16];
+        big.read(0, &mut head).unwrap();
+        assert_eq!(head, [7; 16]);
+    });
 }
 
 #[test]
