@@ -535,6 +535,46 @@ void test_halves() {
   CHECK(devplug::f16(65520.0f).bits == 0x7C00 && devplug::f16(65519.996f).bits == 0x7BFF);
   CHECK(devplug::bf16(1.0f / 3.0f).bits == 0x3EAB);
 
+  // From a double, one rounding, as Cast from f64 rounds: doubles of every exponent a half
+  // reaches, with low bits set (where rounding through float to nearest would make a tie of a
+  // value just off one), and values just off the ties.
+  std::vector<double> ds;
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < 200000; ++i) {
+    state ^= state >> 12, state ^= state << 25, state ^= state >> 27;
+    const uint64_t r = state * 0x2545f4914f6cdd1dull;
+    const uint64_t exponent = 1023 - 30 + (r >> 58);  // 2^-30 ... 2^33
+    const uint64_t bits = (r & 0x8000000000000000ull) | (exponent << 52) | (r & 0x000fffffffffffffull);
+    double d;
+    std::memcpy(&d, &bits, sizeof d);
+    ds.push_back(d);
+  }
+  const double tiny = 9.094947017729282e-13;  // 2^-40
+  for (double d : {1.0 + 1.0 / 2048 + tiny, 1.0 + 1.0 / 2048 - tiny, 1.0 + 1.0 / 2048, -(1.0 + 1.0 / 2048 + tiny),
+                   1.0 + 1.0 / 256 + tiny, 1.0 + 1.0 / 256, 65520.0 - tiny * 1e6, 65520.0, 1e300, -1e300, 1e-300,
+                   5.960464477539063e-08 / 2 + tiny * 1e-20, 0.1, 1.0 / 3.0})
+    ds.push_back(d);
+  auto dt = devplug::Tensor::from_vector<double>(cpu, {static_cast<int64_t>(ds.size())}, ds);
+  const std::vector<devplug::f16> dhs = rt.run1(cast, {&dt}, &as_f16).to_vector<devplug::f16>();
+  const std::vector<devplug::bf16> dbs = rt.run1(cast, {&dt}, &as_bf16).to_vector<devplug::bf16>();
+  bad_h = bad_b = 0;
+  first.clear();
+  for (size_t i = 0; i < ds.size(); ++i) {
+    const devplug::f16 mh(ds[i]);
+    if (mh.bits != dhs[i].bits && first.empty())
+      first = std::to_string(ds[i]) + ": " + std::to_string(mh.bits) + " vs Cast's " + std::to_string(dhs[i].bits);
+    bad_h += mh.bits != dhs[i].bits;
+    bad_b += devplug::bf16(ds[i]).bits != dbs[i].bits;
+  }
+  CHECK_MSG(bad_h == 0, std::to_string(bad_h) + " doubles round to f16 differently from Cast; first " + first);
+  CHECK_MSG(bad_b == 0, std::to_string(bad_b) + " doubles round to bf16 differently from Cast");
+  // Just above a tie: through float to nearest it would be the tie, and round down to even.
+  const double above = 1.0 + 1.0 / 2048 + tiny;
+  CHECK(devplug::f16(above).bits == 0x3C01 && devplug::f16(static_cast<float>(above)).bits == 0x3C00);
+  CHECK(devplug::bf16(1.0 + 1.0 / 256 + tiny).bits == 0x3F81 && devplug::bf16(1.0 + 1.0 / 256).bits == 0x3F80);
+  CHECK(devplug::f16(0.1).bits == 0x2E66 && devplug::f16(3).bits == devplug::f16(3.0f).bits);
+  CHECK(devplug::bf16(-2).bits == 0xC000 && devplug::f16(1e300).bits == 0x7C00);
+
   // Ops: exact results, a product accumulated in f32, errors.
   using devplug::f16;
   auto a = devplug::Tensor::from_vector<f16>(cpu, {3}, {f16(1.5f), f16(-2.0f), f16(0.25f)});

@@ -203,12 +203,33 @@ enum class DType : dp_dtype_t {
   BF16 = DP_DTYPE_BF16, /**< `devplug::bf16`, bfloat16 */
 };
 
+namespace detail {
+/**
+ * @brief @p x as a float rounded toward zero, its lowest bit set when that is inexact ("round
+ *        to odd"): a float that rounds to f16 or bf16 exactly as @p x itself does, so that a
+ *        double is rounded once, never twice (as through `float(x)` to nearest). The runtime's
+ *        Cast from f64 does the same.
+ */
+inline float round_to_odd(double x) noexcept {
+  const float t = static_cast<float>(x);
+  if (x != x || static_cast<double>(t) == x) return t;  // NaN, or exact
+  uint32_t u;
+  std::memcpy(&u, &t, sizeof u);
+  const double at = static_cast<double>(t) < 0 ? -static_cast<double>(t) : static_cast<double>(t);
+  if (at > (x < 0 ? -x : x)) --u;  // rounded away from zero (to infinity, too): one step back
+  u |= 1u;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+}  // namespace detail
+
 /**
  * @brief An IEEE 754 half-precision value (binary16): the element type of `DType::F16`.
  *
- * Storage only, as the runtime computes halves in f32: convert with `f16(float)` (rounded to
- * nearest, ties to even; beyond 65504 it is infinite) and `float(h)` (exact). `bits` is the
- * raw encoding.
+ * Storage only, as the runtime computes halves in f32: convert with `f16(x)` (rounded to
+ * nearest, ties to even, once — from a double too; beyond 65504 it is infinite) and `float(h)`
+ * (exact). `bits` is the raw encoding.
  */
 struct f16 {
   uint16_t bits = 0;
@@ -216,6 +237,11 @@ struct f16 {
   f16() = default;
   /** @brief @p x rounded to the nearest f16 (ties to even); NaN stays NaN. */
   explicit f16(float x) noexcept : bits(from_float(x)) {}
+  /** @brief @p x rounded to the nearest f16 (ties to even), in one rounding; NaN stays NaN. */
+  explicit f16(double x) noexcept : bits(from_float(detail::round_to_odd(x))) {}
+  /** @brief The integer @p x rounded to the nearest f16 (ties to even). */
+  template <typename I, typename std::enable_if<std::is_integral<I>::value, int>::type = 0>
+  explicit f16(I x) noexcept : f16(static_cast<double>(x)) {}
   /** @brief The value whose encoding is @p raw. */
   static f16 from_bits(uint16_t raw) noexcept {
     f16 h;
@@ -281,12 +307,18 @@ struct f16 {
 /**
  * @brief A bfloat16 value (the upper 16 bits of a float): the element type of `DType::BF16`.
  *
- * Storage only, as `f16`: `bf16(float)` rounds to nearest (ties to even), `float(b)` is exact.
+ * Storage only, as `f16`: `bf16(x)` rounds to nearest (ties to even, once — from a double too),
+ * `float(b)` is exact.
  */
 struct bf16 {
   uint16_t bits = 0;
 
   bf16() = default;
+  /** @brief @p x rounded to the nearest bf16 (ties to even), in one rounding; NaN stays NaN. */
+  explicit bf16(double x) noexcept : bf16(detail::round_to_odd(x)) {}
+  /** @brief The integer @p x rounded to the nearest bf16 (ties to even). */
+  template <typename I, typename std::enable_if<std::is_integral<I>::value, int>::type = 0>
+  explicit bf16(I x) noexcept : bf16(static_cast<double>(x)) {}
   /** @brief @p x rounded to the nearest bf16 (ties to even); NaN stays NaN. */
   explicit bf16(float x) noexcept {
     uint32_t u;
