@@ -26,7 +26,11 @@ pub fn process_is_elevated() -> bool {
 /// The search path from the environment: `None` when unset, or when `elevated` (then the
 /// variable is ignored, and a warning is logged).
 pub fn plugin_path_from_env(elevated: bool) -> Option<String> {
-    let value = std::env::var(PLUGIN_PATH_ENV).ok()?;
+    #[cfg(test)]
+    let pretended = tests::PRETEND_PLUGIN_PATH.with(|p| p.borrow().clone());
+    #[cfg(not(test))]
+    let pretended = None;
+    let value = pretended.or_else(|| std::env::var(PLUGIN_PATH_ENV).ok())?;
     if elevated {
         crate::log::warn(&format!(
             "{PLUGIN_PATH_ENV} is ignored: the process runs with elevated privileges"
@@ -170,16 +174,21 @@ mod tests {
         /// cannot be made setuid from inside a test).
         pub(super) static PRETEND_ELEVATED: std::cell::Cell<Option<bool>> =
             const { std::cell::Cell::new(None) };
+        /// The value [`plugin_path_from_env`] reads on this test thread, when set, instead of
+        /// the process's environment: setting the variable would reach every runtime the other
+        /// tests create at the same time. (tests/tests/zoo.rs sets the real variable, in a
+        /// test binary of its own.)
+        pub(super) static PRETEND_PLUGIN_PATH: std::cell::RefCell<Option<String>> =
+            const { std::cell::RefCell::new(None) };
     }
 
     /// The variable is read, but an elevated process must not use it: neither the function
     /// that reads it nor a runtime that discovers plugins (a runtime created while the process
-    /// counts as elevated tries no plugin of the variable's). One test, since both change the
-    /// process's environment.
+    /// counts as elevated tries no plugin of the variable's).
     #[test]
     fn the_environment_is_ignored_when_elevated() {
         let missing = std::env::temp_dir().join(format!("devplug-no-such-{}", std::process::id()));
-        std::env::set_var(PLUGIN_PATH_ENV, &missing);
+        PRETEND_PLUGIN_PATH.with(|p| *p.borrow_mut() = Some(missing.display().to_string()));
         let want = missing.display().to_string();
         assert_eq!(plugin_path_from_env(false).as_deref(), Some(want.as_str()));
         assert_eq!(plugin_path_from_env(true), None);
@@ -197,7 +206,7 @@ mod tests {
         PRETEND_ELEVATED.with(|p| p.set(Some(true)));
         let tried = discovering().plugin_failures();
         PRETEND_ELEVATED.with(|p| p.set(None));
-        std::env::remove_var(PLUGIN_PATH_ENV);
+        PRETEND_PLUGIN_PATH.with(|p| *p.borrow_mut() = None);
         assert!(
             tried.is_empty(),
             "an elevated process used {PLUGIN_PATH_ENV}: {tried:?}"
