@@ -405,12 +405,17 @@ pub unsafe extern "C" fn dp_runtime_device(
         let rt = unsafe { runtime_obj(runtime)? };
         check_out(out_device, "out_device")?;
         rt.sync_devices();
-        let d = rt.devices.read().get(index).copied().ok_or_else(|| {
-            Error::out_of_range(format!(
-                "device index {index} is past the end: the runtime has {} device(s)",
-                rt.devices.read().len()
-            ))
-        })?;
+        // One read guard: taking a second while it is held could wait forever behind a
+        // writer queued in between.
+        let d = {
+            let devices = rt.devices.read();
+            devices.get(index).copied().ok_or_else(|| {
+                Error::out_of_range(format!(
+                    "device index {index} is past the end: the runtime has {} device(s)",
+                    devices.len()
+                ))
+            })?
+        };
         // SAFETY: the caller's contract.
         unsafe { write_out(out_device, "out_device", d.0) }
     })
