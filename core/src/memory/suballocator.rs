@@ -195,7 +195,8 @@ impl Suballocator {
             let reserved = self.reserve_raw(region_size, alignment);
             let mut guard = self.state.lock();
             let state = &mut *guard;
-            state.pending -= region_size;
+            // Pending until here: the region's bytes, padding included.
+            state.pending -= reserved.as_ref().map_or(region_size, |r| r.raw_size);
             self.settled.notify_all();
             match reserved {
                 Ok(raw) => match state.add_region(raw, region_size) {
@@ -242,7 +243,8 @@ impl Suballocator {
 
     /// Asks the raw allocator for a region of `size` bytes (whose bytes the caller counted as
     /// pending), without the lock; an address off the alignment is given back and asked for
-    /// again with room to align inside.
+    /// again with room to align inside (the unit of padding is then pending too, until the
+    /// caller takes the region's `raw_size` off).
     fn reserve_raw(&self, size: u64, alignment: u64) -> Result<RawRegion> {
         let ptr = self.raw.raw_allocate(size)?;
         if ptr.0 & (alignment - 1) == 0 {
@@ -274,10 +276,14 @@ impl Suballocator {
             }
             state.pending += alignment;
         }
-        let r = self.raw.raw_allocate(padded);
-        self.state.lock().pending -= alignment;
-        self.settled.notify_all();
-        let ptr = r?;
+        let ptr = match self.raw.raw_allocate(padded) {
+            Ok(ptr) => ptr,
+            Err(e) => {
+                self.state.lock().pending -= alignment;
+                self.settled.notify_all();
+                return Err(e);
+            }
+        };
         Ok(RawRegion {
             raw_ptr: ptr.0,
             raw_size: padded,
