@@ -32,6 +32,7 @@ pub mod stream;
 pub mod tensor;
 #[cfg(test)]
 mod testing;
+pub mod trace;
 
 pub use device::{Device, DeviceProperties, MemoryUsage, PlatformEntry};
 pub use dispatch::RunOptions;
@@ -51,3 +52,4 @@ pub use scope::{DeviceScope, DeviceSetter, OpInfo, OpKind, ScopeGuard};
 pub use spec::DeviceSpec;
 pub use stream::{Event, Stream};
 pub use tensor::{DType, Element, Shape, Tensor};
+pub use trace::{SpanKind, Trace, TraceEvent};

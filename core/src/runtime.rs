@@ -19,6 +19,7 @@ use crate::plugin::{self, ExistingPlatform, LoadedPlugin, PluginFailure, PluginI
 use crate::scope::{DeviceScope, OpInfo};
 use crate::spec::DeviceSpec;
 use crate::tensor::Tensor;
+use crate::trace::{Trace, Tracer};
 
 /// The most logical CPU devices a runtime may have.
 pub const MAX_CPU_DEVICES: usize = 64;
@@ -77,6 +78,10 @@ pub struct Runtime {
     kernels: KernelRegistry,
     plans: Plans,
     placement: PlacementLog,
+    tracer: Tracer,
+    /// `DEVPLUG_TRACE`: where the trace of the runtime's whole life is written when it is
+    /// destroyed.
+    trace_file: Option<std::path::PathBuf>,
     soft_placement: bool,
     cpu0: Arc<Device>,
     /// Unique in the process: what the device scopes entered on a thread are keyed by.
@@ -122,9 +127,14 @@ impl Runtime {
             kernels: KernelRegistry::default(),
             plans: Plans::default(),
             placement: PlacementLog::default(),
+            tracer: Tracer::default(),
+            trace_file: trace_file_from_env(),
             soft_placement: options.soft_placement,
             id,
         };
+        if rt.trace_file.is_some() {
+            rt.tracer.start();
+        }
         crate::host::register_kernels(&rt, options.intra_op_threads)?;
         if let Some(path) = &options.plugin_path {
             rt.load_search_path(path);
@@ -438,6 +448,28 @@ impl Runtime {
         &self.placement
     }
 
+    pub(crate) fn tracer(&self) -> &Tracer {
+        &self.tracer
+    }
+
+    /// Starts a trace of what dispatch runs (see [`crate::trace`]); a trace already on starts
+    /// over.
+    pub fn start_trace(&self) {
+        self.tracer.start();
+    }
+
+    /// Stops the trace and returns it; empty when none was on. With `DEVPLUG_TRACE` set, the
+    /// trace the runtime started is the one this stops: the file gets the trace that is on
+    /// when the runtime is destroyed, if one is.
+    pub fn stop_trace(&self) -> Trace {
+        self.tracer.stop()
+    }
+
+    /// Whether a trace is on.
+    pub fn tracing(&self) -> bool {
+        self.tracer.on()
+    }
+
     /// Whether ops fall back to the CPU when their device cannot run them.
     pub fn soft_placement(&self) -> bool {
         self.soft_placement
@@ -629,9 +661,32 @@ fn update_active(platforms: &[Arc<PlatformEntry>], device_type: &str) {
     }
 }
 
+/// The file `DEVPLUG_TRACE` names, unless the process runs with elevated privileges (then a
+/// file the environment names is never written, and a warning says so).
+fn trace_file_from_env() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os(TRACE_ENV).filter(|p| !p.is_empty())?;
+    if plugin::process_is_elevated() {
+        crate::log::warn(&format!(
+            "{TRACE_ENV} is ignored: the process runs with elevated privileges"
+        ));
+        return None;
+    }
+    Some(path.into())
+}
+
+/// The environment variable that traces a runtime's whole life into a file.
+pub const TRACE_ENV: &str = "DEVPLUG_TRACE";
+
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = self.synchronize();
+        if let Some(path) = &self.trace_file {
+            if self.tracer.on() {
+                if let Err(e) = self.tracer.stop().write_chrome_json(path) {
+                    crate::log::warn(&format!("{TRACE_ENV}: {e}"));
+                }
+            }
+        }
         for d in self.devices.read().iter() {
             d.close_buffer_pool();
         }

@@ -21,6 +21,7 @@ use crate::op::{Attrs, Emitter, InferContext, OpHandle, Outputs, SpecRef};
 use crate::placement::{PlacementEvent, Reason};
 use crate::runtime::Runtime;
 use crate::tensor::{DType, Tensor};
+use crate::trace::{Span, SpanKind};
 
 /// How deep decompositions may nest before dispatch gives up (a cycle guard).
 const MAX_DEPTH: usize = 32;
@@ -170,7 +171,9 @@ fn execute(
     let compute = || compute_plan(rt, op, device, kernel_dtype);
     rt.plans()
         .with(key, generation, compute, |plan| match plan {
-            Plan::Native(k) => run_kernel(rt, op, k, device, inputs, &attrs, &outputs, reason, out),
+            Plan::Native(k) => run_kernel(
+                rt, op, k, device, inputs, &attrs, &outputs, reason, depth, out,
+            ),
             Plan::Decompose => {
                 if depth >= MAX_DEPTH {
                     return Err(Error::internal(format!(
@@ -181,6 +184,7 @@ fn execute(
                 log(rt, op, device, Reason::Decomposed, || {
                     "no kernel on the device; its decomposition runs there".into()
                 });
+                let begun = rt.tracer().on().then(std::time::Instant::now);
                 let decomposition = def.decomposition.clone().ok_or_else(|| {
                     Error::internal(format!("{}: planned decomposition is missing", def.name))
                 })?;
@@ -198,6 +202,19 @@ fn execute(
                     ))
                 })?;
                 out.extend(results);
+                if let Some(begun) = begun {
+                    rt.tracer().record(
+                        begun,
+                        Span {
+                            op: op.name(),
+                            kind: SpanKind::Decomposition,
+                            device: &device.qualified_name(),
+                            reason,
+                            kernel_source: "",
+                            depth: depth as u32,
+                        },
+                    );
+                }
                 Ok(())
             }
             Plan::SoftPlace(k) if soft => {
@@ -218,6 +235,7 @@ fn execute(
                     &attrs,
                     &outputs,
                     Reason::SoftPlaced,
+                    depth,
                     out,
                 )
             }
@@ -264,8 +282,10 @@ fn run_kernel(
     attrs: &Attrs,
     outputs: &[crate::op::TensorSpec],
     reason: Reason,
+    depth: usize,
     out: &mut Outputs,
 ) -> Result<()> {
+    let begun = rt.tracer().on().then(std::time::Instant::now);
     // Inputs living elsewhere are copied to the device first.
     let moved: Vec<Tensor>;
     let inputs = if inputs.iter().all(|t| Arc::ptr_eq(t.device(), device)) {
@@ -304,6 +324,19 @@ fn run_kernel(
             kernel.source
         ))
     })?;
+    if let Some(begun) = begun {
+        rt.tracer().record(
+            begun,
+            Span {
+                op: op.name(),
+                kind: SpanKind::Kernel,
+                device: &device.qualified_name(),
+                reason,
+                kernel_source: &kernel.source,
+                depth: depth as u32,
+            },
+        );
+    }
     if reason != Reason::SoftPlaced {
         log(rt, op, device, reason, || {
             format!("kernel from {}", kernel.source)

@@ -1,0 +1,342 @@
+//! The trace: a timeline of what dispatch ran, where and for how long, for a profiler.
+//!
+//! While a trace is on, every kernel launch and every decomposition is recorded as a span: the
+//! op, the device it ran on, why it ran there, who provided the kernel, the host thread, and the
+//! host-side start and duration (a decomposition's span contains the spans of its ops). A trace
+//! is started and stopped by the host ([`Runtime::start_trace`](crate::Runtime::start_trace)),
+//! or runs for the runtime's whole life when `DEVPLUG_TRACE=<file>` is set (written when the
+//! runtime is destroyed). [`Trace::to_chrome_json`] writes the Trace Event Format that
+//! `chrome://tracing`, Perfetto and Speedscope open.
+//!
+//! Spans are host time. On the CPU device's default stream a kernel runs inline, so its span is
+//! the kernel; on an asynchronous device (a plugin's GPU) it is the launch: the device-side time
+//! of a kernel is not measured (the plugin ABI has no timed events). Off, tracing costs dispatch
+//! one atomic load per kernel.
+
+use std::cell::Cell;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::error::{Code, Error, Result};
+use crate::placement::Reason;
+
+/// Spans kept per trace; later ones are counted as dropped (about 200 bytes each).
+pub const MAX_EVENTS: usize = 1 << 20;
+
+/// What a span covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpanKind {
+    /// A kernel: its inputs copied to the device if they lived elsewhere, its outputs
+    /// allocated, the kernel run (or launched, on an asynchronous device).
+    Kernel,
+    /// An op that ran as its decomposition; the spans of its ops lie inside this one.
+    Decomposition,
+}
+
+/// One span of a trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceEvent {
+    /// The op.
+    pub op: String,
+    pub kind: SpanKind,
+    /// The device it ran on (`PLATFORM:ordinal`).
+    pub device: String,
+    /// Why it ran there (as in the placement log).
+    pub reason: Reason,
+    /// Who provided the kernel (`built-in`, `plugin 'sim'`); for a decomposition, the op's
+    /// definer is not known here and this is empty.
+    pub kernel_source: String,
+    /// The host thread, numbered from 1 in the order threads first traced something.
+    pub thread: u64,
+    /// Decomposition depth: 0 for an op the host ran.
+    pub depth: u32,
+    /// Since the trace started.
+    pub start: Duration,
+    pub duration: Duration,
+}
+
+/// A finished trace.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// In the order the spans ended.
+    pub events: Vec<TraceEvent>,
+    /// Spans not kept (beyond [`MAX_EVENTS`]).
+    pub dropped: u64,
+}
+
+impl Trace {
+    /// The trace in the Trace Event Format (JSON; complete events, times in microseconds), one
+    /// track per host thread.
+    pub fn to_chrome_json(&self) -> String {
+        let mut s = String::with_capacity(64 + self.events.len() * 200);
+        s.push_str("{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"devplug\",");
+        let _ = write!(s, "\"dropped_events\":{}}},\"traceEvents\":[", self.dropped);
+        s.push_str(
+            "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\
+             \"args\":{\"name\":\"devplug\"}}",
+        );
+        let mut threads: Vec<u64> = self.events.iter().map(|e| e.thread).collect();
+        threads.sort_unstable();
+        threads.dedup();
+        for t in threads {
+            let _ = write!(
+                s,
+                ",{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":{t},\
+                 \"args\":{{\"name\":\"host thread {t}\"}}}}"
+            );
+        }
+        for e in &self.events {
+            s.push_str(",{\"name\":");
+            json_string(&mut s, &e.op);
+            let cat = match e.kind {
+                SpanKind::Kernel => "kernel",
+                SpanKind::Decomposition => "decomposition",
+            };
+            let _ = write!(
+                s,
+                ",\"cat\":\"{cat}\",\"ph\":\"X\",\"pid\":1,\"tid\":{},\"ts\":{:.3},\"dur\":{:.3},\
+                 \"args\":{{\"device\":",
+                e.thread,
+                e.start.as_nanos() as f64 / 1e3,
+                e.duration.as_nanos() as f64 / 1e3
+            );
+            json_string(&mut s, &e.device);
+            s.push_str(",\"reason\":");
+            json_string(&mut s, &e.reason.to_string());
+            if e.kind == SpanKind::Kernel {
+                s.push_str(",\"kernel\":");
+                json_string(&mut s, &e.kernel_source);
+            }
+            let _ = write!(s, ",\"depth\":{}}}}}", e.depth);
+        }
+        s.push_str("]}\n");
+        s
+    }
+
+    /// Writes [`to_chrome_json`](Trace::to_chrome_json) to `path`.
+    pub fn write_chrome_json(&self, path: &std::path::Path) -> Result<()> {
+        std::fs::write(path, self.to_chrome_json()).map_err(|e| {
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => Code::NotFound,
+                std::io::ErrorKind::PermissionDenied => Code::PermissionDenied,
+                _ => Code::Unavailable,
+            };
+            Error::new(
+                code,
+                format!("cannot write the trace to {}: {e}", path.display()),
+            )
+        })
+    }
+}
+
+/// `v` as a JSON string.
+fn json_string(s: &mut String, v: &str) {
+    s.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(s, "\\u{:04x}", c as u32);
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+}
+
+/// The runtime's tracer.
+pub struct Tracer {
+    on: AtomicBool,
+    state: Mutex<State>,
+}
+
+struct State {
+    epoch: Instant,
+    events: Vec<TraceEvent>,
+    dropped: u64,
+}
+
+impl Default for Tracer {
+    fn default() -> Self {
+        Tracer {
+            on: AtomicBool::new(false),
+            state: Mutex::new(State {
+                epoch: Instant::now(),
+                events: Vec::new(),
+                dropped: 0,
+            }),
+        }
+    }
+}
+
+impl Tracer {
+    /// True while a trace is on (check before taking times).
+    #[inline]
+    pub fn on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// Starts a trace, discarding what a trace still running had recorded.
+    pub fn start(&self) {
+        let mut st = self.state.lock();
+        st.epoch = Instant::now();
+        st.events.clear();
+        st.dropped = 0;
+        self.on.store(true, Ordering::Relaxed);
+    }
+
+    /// Stops the trace and returns it (empty when none was on).
+    pub fn stop(&self) -> Trace {
+        let mut st = self.state.lock();
+        let was_on = self.on.swap(false, Ordering::Relaxed);
+        if !was_on {
+            return Trace::default();
+        }
+        Trace {
+            events: std::mem::take(&mut st.events),
+            dropped: std::mem::replace(&mut st.dropped, 0),
+        }
+    }
+
+    /// Records a span that began at `begun` and ends now (ignored if the trace stopped, or was
+    /// restarted, in between).
+    pub(crate) fn record(&self, begun: Instant, span: Span<'_>) {
+        let end = Instant::now();
+        let thread = thread_number();
+        let mut st = self.state.lock();
+        if !self.on() || begun < st.epoch {
+            return;
+        }
+        if st.events.len() >= MAX_EVENTS {
+            st.dropped += 1;
+            return;
+        }
+        let start = begun - st.epoch;
+        st.events.push(TraceEvent {
+            op: span.op.to_owned(),
+            kind: span.kind,
+            device: span.device.to_owned(),
+            reason: span.reason,
+            kernel_source: span.kernel_source.to_owned(),
+            thread,
+            depth: span.depth,
+            start,
+            duration: end - begun,
+        });
+    }
+}
+
+/// What [`Tracer::record`] is told about a span.
+pub(crate) struct Span<'a> {
+    pub op: &'a str,
+    pub kind: SpanKind,
+    pub device: &'a str,
+    pub reason: Reason,
+    pub kernel_source: &'a str,
+    pub depth: u32,
+}
+
+/// This thread's number in traces.
+fn thread_number() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static NUMBER: Cell<u64> = const { Cell::new(0) };
+    }
+    NUMBER.with(|n| {
+        if n.get() == 0 {
+            n.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        n.get()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(op: &str) -> Span<'_> {
+        Span {
+            op,
+            kind: SpanKind::Kernel,
+            device: "CPU:0",
+            reason: Reason::Explicit,
+            kernel_source: "built-in",
+            depth: 0,
+        }
+    }
+
+    #[test]
+    fn records_only_while_on_and_restarts_empty() {
+        let t = Tracer::default();
+        t.record(Instant::now(), span("Add"));
+        assert!(t.stop().events.is_empty(), "recorded while off");
+        t.start();
+        let begun = Instant::now();
+        t.record(begun, span("Add"));
+        let old = Instant::now();
+        t.start(); // a restart drops what was recorded, and spans begun before it
+        t.record(old, span("Mul"));
+        t.record(Instant::now(), span("Sub"));
+        let trace = t.stop();
+        assert_eq!(trace.events.len(), 1, "{trace:?}");
+        assert_eq!(trace.events[0].op, "Sub");
+        assert!(t.stop().events.is_empty(), "a second stop has nothing");
+    }
+
+    #[test]
+    fn the_json_escapes_names_and_lists_threads() {
+        let trace = Trace {
+            events: vec![TraceEvent {
+                op: "My\"Op\\\n".into(),
+                kind: SpanKind::Decomposition,
+                device: "SIM:0".into(),
+                reason: Reason::Decomposed,
+                kernel_source: String::new(),
+                thread: 3,
+                depth: 1,
+                start: Duration::from_nanos(1500),
+                duration: Duration::from_nanos(250),
+            }],
+            dropped: 2,
+        };
+        let j = trace.to_chrome_json();
+        assert!(j.contains(r#""name":"My\"Op\\\u000a""#), "{j}");
+        assert!(
+            j.contains(r#""cat":"decomposition","ph":"X","pid":1,"tid":3,"ts":1.500,"dur":0.250"#),
+            "{j}"
+        );
+        assert!(j.contains(r#""args":{"name":"host thread 3"}"#), "{j}");
+        assert!(j.contains(r#""dropped_events":2"#), "{j}");
+        assert!(
+            !j.contains("\"kernel\""),
+            "a decomposition has no kernel: {j}"
+        );
+    }
+
+    #[test]
+    fn spans_beyond_the_cap_are_counted_not_kept() {
+        let t = Tracer::default();
+        t.start();
+        t.state.lock().events.resize(
+            MAX_EVENTS,
+            TraceEvent {
+                op: "Add".into(),
+                kind: SpanKind::Kernel,
+                device: "CPU:0".into(),
+                reason: Reason::Explicit,
+                kernel_source: "built-in".into(),
+                thread: 1,
+                depth: 0,
+                start: Duration::ZERO,
+                duration: Duration::ZERO,
+            },
+        );
+        t.record(Instant::now(), span("Mul"));
+        let trace = t.stop();
+        assert_eq!((trace.events.len(), trace.dropped), (MAX_EVENTS, 1));
+    }
+}

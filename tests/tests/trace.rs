@@ -1,0 +1,227 @@
+//! The trace (core/src/trace.rs) as a Rust host sees it: what ran where, nested as dispatch ran
+//! it, on the CPU and on SIM (native kernels, a decomposition mixing SIM's kernels with ops
+//! soft-placed on the CPU), from several threads, and as Trace Event JSON a profiler opens.
+
+use std::sync::Arc;
+
+use devplug_core::{
+    Attrs, Device, Reason, RunOptions, Runtime, SpanKind, Tensor, Trace, TraceEvent,
+};
+use devplug_tests::{plugin_path, runtime};
+
+fn on(d: &Arc<Device>) -> RunOptions {
+    RunOptions {
+        device: Some(d.clone()),
+        soft_placement: Some(true),
+    }
+}
+
+fn run(rt: &Runtime, op: &str, inputs: &[Tensor], d: &Arc<Device>) -> Tensor {
+    rt.run_named(op, inputs, &Attrs::new(), &on(d))
+        .unwrap()
+        .remove(0)
+}
+
+fn end(e: &TraceEvent) -> std::time::Duration {
+    e.start + e.duration
+}
+
+#[test]
+fn a_trace_shows_each_op_where_it_ran_and_why() {
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let cpu = rt.cpu_device().unwrap();
+    let sim = rt.find_device("SIM:0").unwrap();
+    let x = Tensor::from_slice(&cpu, &[4], &[0.5f32, -1.0, 2.0, 3.0]).unwrap();
+    let xs = x.copy_to(&sim).unwrap();
+
+    // Off: nothing is recorded.
+    run(&rt, "Add", &[x.clone(), x.clone()], &cpu);
+    assert!(!rt.tracing());
+    assert!(rt.stop_trace().events.is_empty());
+
+    rt.start_trace();
+    assert!(rt.tracing());
+    run(&rt, "Add", &[x.clone(), x.clone()], &cpu);
+    run(&rt, "Mul", &[xs.clone(), xs.clone()], &sim);
+    // Gelu has no SIM kernel: its decomposition runs on SIM, with Tanh soft-placed on the CPU.
+    let gelu = run(&rt, "Gelu", std::slice::from_ref(&xs), &sim);
+    gelu.to_vec::<f32>().unwrap();
+    let trace = rt.stop_trace();
+    assert!(!rt.tracing());
+    let ev = &trace.events;
+    assert_eq!(trace.dropped, 0);
+
+    let add = &ev[0];
+    assert_eq!(
+        (add.op.as_str(), add.kind, add.device.as_str(), add.reason),
+        ("Add", SpanKind::Kernel, "HOST:0", Reason::Explicit),
+        "{add:?}"
+    );
+    assert_eq!((add.kernel_source.as_str(), add.depth), ("built-in", 0));
+    let mul = &ev[1];
+    assert_eq!(
+        (mul.op.as_str(), mul.device.as_str(), mul.depth),
+        ("Mul", "SIM:0", 0),
+        "{mul:?}"
+    );
+    assert_eq!(mul.kernel_source, "plugin 'devplug_sim'");
+    assert!(mul.start >= end(add), "spans follow the order ops ran in");
+
+    // The decomposition ends last; its ops lie inside it, one level down.
+    let parent = ev.last().unwrap();
+    assert_eq!(
+        (parent.op.as_str(), parent.kind, parent.device.as_str()),
+        ("Gelu", SpanKind::Decomposition, "SIM:0"),
+        "{parent:?}"
+    );
+    assert_eq!((parent.reason, parent.depth), (Reason::Explicit, 0));
+    let inner = &ev[2..ev.len() - 1];
+    assert!(inner.len() >= 4, "{inner:#?}");
+    for e in inner {
+        assert_eq!(e.depth, 1, "{e:?}");
+        assert!(
+            e.start >= parent.start && end(e) <= end(parent),
+            "{e:?} outside {parent:?}"
+        );
+    }
+    let tanh = inner.iter().find(|e| e.op == "Tanh").expect("Tanh in Gelu");
+    assert_eq!(
+        (
+            tanh.device.as_str(),
+            tanh.reason,
+            tanh.kernel_source.as_str()
+        ),
+        ("HOST:0", Reason::SoftPlaced, "built-in"),
+        "{tanh:?}"
+    );
+    assert!(
+        inner
+            .iter()
+            .any(|e| e.op == "Mul" && e.device == "SIM:0" && e.reason == Reason::Decomposed),
+        "{inner:#?}"
+    );
+
+    let json = trace.to_chrome_json();
+    for needle in [
+        r#""name":"Gelu","cat":"decomposition","ph":"X""#,
+        r#""args":{"device":"HOST:0","reason":"soft-placed","kernel":"built-in","depth":1}"#,
+        r#""kernel":"plugin 'devplug_sim'""#,
+        r#""name":"thread_name""#,
+    ] {
+        assert!(json.contains(needle), "{needle} not in {json}");
+    }
+    assert_eq!(
+        json.matches(r#""ph":"X""#).count(),
+        ev.len(),
+        "one complete event per span"
+    );
+}
+
+#[test]
+fn threads_get_their_own_tracks_and_a_restart_begins_anew() {
+    let rt = Arc::new(runtime());
+    let cpu = rt.cpu_device().unwrap();
+    rt.start_trace();
+    run(
+        &rt,
+        "Neg",
+        &[Tensor::from_slice(&cpu, &[1], &[1.0f32]).unwrap()],
+        &cpu,
+    );
+    rt.start_trace(); // starts over
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let (rt, cpu) = (rt.clone(), cpu.clone());
+            std::thread::spawn(move || {
+                let x = Tensor::from_slice(&cpu, &[2], &[1.0f32, 2.0]).unwrap();
+                for _ in 0..10 {
+                    run(&rt, "Exp", std::slice::from_ref(&x), &cpu);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let Trace { events, .. } = rt.stop_trace();
+    assert_eq!(events.len(), 30, "{events:#?}");
+    assert!(
+        events.iter().all(|e| e.op == "Exp"),
+        "the restart kept an older span"
+    );
+    let mut tracks: Vec<u64> = events.iter().map(|e| e.thread).collect();
+    tracks.sort_unstable();
+    tracks.dedup();
+    assert_eq!(tracks.len(), 3, "{tracks:?}");
+}
+
+#[test]
+fn a_trace_is_written_to_a_file_and_an_unwritable_path_is_an_error() {
+    let rt = runtime();
+    let cpu = rt.cpu_device().unwrap();
+    rt.start_trace();
+    run(
+        &rt,
+        "Sqrt",
+        &[Tensor::from_slice(&cpu, &[1], &[4.0f32]).unwrap()],
+        &cpu,
+    );
+    let trace = rt.stop_trace();
+    let dir = std::env::temp_dir().join(format!("devplug-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.json");
+    trace.write_chrome_json(&file).unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.starts_with('{') && text.contains(r#""name":"Sqrt""#),
+        "{text}"
+    );
+    let e = trace
+        .write_chrome_json(&dir.join("no/such/folder/t.json"))
+        .unwrap_err();
+    assert_eq!(e.code, devplug_core::Code::NotFound, "{e}");
+    assert!(e.message.contains("no/such/folder/t.json"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `DEVPLUG_TRACE=<file>`: the runtime traces its whole life and writes the file when it is
+/// destroyed. Run in a child process (the variable is read by every runtime created).
+#[test]
+fn devplug_trace_writes_the_runtimes_whole_life_to_a_file() {
+    if let Some(file) = std::env::var_os("DEVPLUG_TRACE") {
+        // The child: one runtime, two ops, then the runtime goes.
+        let rt = runtime();
+        assert!(rt.tracing());
+        let cpu = rt.cpu_device().unwrap();
+        let x = Tensor::from_slice(&cpu, &[3], &[1.0f32, 2.0, 3.0]).unwrap();
+        run(&rt, "Abs", std::slice::from_ref(&x), &cpu);
+        run(&rt, "Tanh", &[x], &cpu);
+        drop(rt);
+        assert!(std::path::Path::new(&file).is_file());
+        return;
+    }
+    let file = std::env::temp_dir().join(format!("devplug-env-trace-{}.json", std::process::id()));
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "devplug_trace_writes_the_runtimes_whole_life_to_a_file",
+            "--exact",
+            "--nocapture",
+        ])
+        .env("DEVPLUG_TRACE", &file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&file).expect("the trace file");
+    std::fs::remove_file(&file).unwrap();
+    assert!(
+        text.contains(r#""name":"Abs""#) && text.contains(r#""name":"Tanh""#),
+        "{text}"
+    );
+    assert_eq!(text.matches(r#""ph":"X""#).count(), 2, "{text}");
+}
