@@ -15,4 +15,5 @@ pub mod scope;
 pub mod status;
 pub mod stream;
 pub mod tensor;
+pub mod trace;
 pub mod version;

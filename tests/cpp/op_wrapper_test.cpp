@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 namespace {
 
 // Which values `Attrs::set` takes, checked at compile time: every kind of the C API, strings
@@ -327,6 +329,43 @@ void test_placement_callback() {
   CHECK(log_c.use_count() == 1);
 }
 
+// The trace as a C++ host sees it: spans counted, the file holds them, errors thrown.
+void test_trace() {
+  section("trace: start, run, stop to a file; an empty path discards; an unwritable one throws");
+  devplug::Runtime rt = make_runtime();
+  devplug::Device cpu = rt.device("CPU:0");
+  auto x = devplug::Tensor::from_vector<float>(cpu, {3}, {1.0f, 4.0f, 9.0f});
+  const devplug::Op sqrt_op = rt.op("Sqrt");
+  rt.run1(sqrt_op, {&x});
+  CHECK(rt.stop_trace() == 0);  // none was on
+  rt.start_trace();
+  rt.run1(sqrt_op, {&x});
+  rt.run1(rt.op("Gelu"), {&x});  // decomposed on the CPU: one span for it, one per op inside
+  const std::string path = "/tmp/devplug-cpp-trace-" + std::to_string(static_cast<long>(getpid())) + ".json";
+  const size_t spans = rt.stop_trace(path);
+  CHECK_MSG(spans >= 6, std::to_string(spans));
+  std::string text;
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    std::fclose(f);
+  }
+  std::remove(path.c_str());
+  CHECK_MSG(text.find("\"name\":\"Sqrt\",\"cat\":\"kernel\"") != std::string::npos, text);
+  CHECK_MSG(text.find("\"name\":\"Gelu\",\"cat\":\"decomposition\"") != std::string::npos, text);
+  size_t complete = 0;
+  for (size_t at = text.find("\"ph\":\"X\""); at != std::string::npos; at = text.find("\"ph\":\"X\"", at + 1)) ++complete;
+  CHECK(complete == spans);
+  rt.start_trace();
+  rt.run1(sqrt_op, {&x});
+  CHECK(rt.stop_trace() == 1);
+  rt.start_trace();
+  CHECK_THROWS(rt.stop_trace("/tmp/devplug-no-such-folder/t.json"), DP_NOT_FOUND,
+               std::vector<std::string>({"devplug-no-such-folder"}));
+  CHECK(rt.stop_trace() == 0);  // stopped by the failed call
+}
+
 void test_sim_fallback() {
   section("SIM with kernels=0: soft placement to the CPU, strict mode as DP_NOT_FOUND");
   devplug::Runtime rt = make_runtime();
@@ -598,6 +637,7 @@ int main() {
     test_errors();
     test_register_op();
     test_placement_callback();
+    test_trace();
     test_sim_fallback();
     test_mlp();
     test_halves();

@@ -1379,6 +1379,33 @@ dp_status_t dp_tensor_copy_to(const dp_tensor_t *tensor,
 dp_status_t dp_tensor_buffer(const dp_tensor_t *tensor, dp_buffer_t **out_buffer);
 
 /**
+ * Starts a trace of what dispatch runs: from now on, every kernel launch and every
+ * decomposition on any thread is recorded as a span (op, device, reason, kernel source, host
+ * thread, host-side start and duration; on an asynchronous device a kernel's span is its
+ * launch). A trace already on starts over. `DEVPLUG_TRACE=<file>` traces a runtime's whole
+ * life without a call (written when it is destroyed). Off, tracing costs one atomic load per
+ * kernel.
+ *
+ * # Safety
+ * `runtime` is a runtime handle.
+ */
+dp_status_t dp_runtime_trace_start(dp_runtime_t *runtime);
+
+/**
+ * Stops the trace and writes it to the file `path` in the Trace Event Format (JSON that
+ * `chrome://tracing`, Perfetto and Speedscope open), replacing the file; `path` NULL discards
+ * it. `out_span_count` (may be NULL) gets the number of spans. Stopping when no trace is on
+ * writes an empty trace. A file that cannot be written gives `DP_NOT_FOUND` (no such folder),
+ * `DP_PERMISSION_DENIED` or `DP_UNAVAILABLE`, with the path in the message; the trace is
+ * stopped either way.
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `path` is NULL or a NUL-terminated string; `out_span_count`
+ * is NULL or writable.
+ */
+dp_status_t dp_runtime_trace_stop(dp_runtime_t *runtime, const char *path, size_t *out_span_count);
+
+/**
  * The library version, `major << 16 | minor << 8 | patch`; equals the `DP_VERSION_*` macros
  * of the header the program was built with when the library matches it.
  */

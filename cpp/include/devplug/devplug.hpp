@@ -1907,6 +1907,25 @@ class Runtime {
   }
 
   /**
+   * @brief Starts a trace of what dispatch runs (`dp_runtime_trace_start()`): every kernel
+   *        launch and decomposition becomes a span (op, device, reason, kernel source, host
+   *        thread, start and duration). A trace already on starts over.
+   */
+  void start_trace() { check(dp_runtime_trace_start(handle_)); }
+  /**
+   * @brief Stops the trace and writes it to @p path as Trace Event JSON (for
+   *        `chrome://tracing` or Perfetto); an empty path discards it
+   *        (`dp_runtime_trace_stop()`). Returns the number of spans.
+   * @throws Error `DP_NOT_FOUND`, `DP_PERMISSION_DENIED` or `DP_UNAVAILABLE` when the file cannot
+   *         be written (the trace is stopped anyway).
+   */
+  size_t stop_trace(const std::string& path = std::string()) {
+    size_t spans = 0;
+    check(dp_runtime_trace_stop(handle_, path.empty() ? nullptr : path.c_str(), &spans));
+    return spans;
+  }
+
+  /**
    * @brief Loads a device plugin from an absolute path with `key=value` load options
    *        (`dp_runtime_load_plugin()`). Loading the same file again changes nothing.
    * @throws Error with the loader's reason; the runtime keeps working either way.
