@@ -558,7 +558,7 @@ impl Drop for Device {
         let _ = self.synchronize();
         let default_stream = std::mem::replace(&mut self.default_stream, Box::new(()));
         self.executor.destroy_stream(default_stream);
-        for (p, size) in self.host_allocations.lock().drain() {
+        for (p, size) in self.host_allocations.get_mut().drain() {
             // SAFETY: each pointer came from this executor's `host_allocate(size)`; the host
             // cannot use it once its device is gone.
             unsafe { self.executor.host_deallocate(p as *mut u8, size) };

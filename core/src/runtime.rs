@@ -691,9 +691,14 @@ impl Drop for Runtime {
             d.close_buffer_pool();
         }
         // Devices first (they hold their platforms and plugins), then platforms, then the
-        // plugins' own records: a library closes after the last object of it.
-        self.devices.write().clear();
-        self.platforms.write().clear();
-        self.plugins.lock().clear();
+        // plugins' own records: a library closes after the last object of it. Each list is
+        // taken out of its lock before it is dropped, so no plugin function (a free, a
+        // device's or platform's destruction) runs with a lock of the runtime held.
+        let devices = std::mem::take(&mut *self.devices.write());
+        drop(devices);
+        let platforms = std::mem::take(&mut *self.platforms.write());
+        drop(platforms);
+        let plugins = std::mem::take(&mut *self.plugins.lock());
+        drop(plugins);
     }
 }
