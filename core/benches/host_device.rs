@@ -1,6 +1,8 @@
 //! CPU device benchmarks, each printed as a ratio to a baseline measured in the same run:
 //! - device↔host copies of 64 MiB vs `memcpy` (goal: ≥ 0.9× its bandwidth);
-//! - an empty stream round trip (enqueue a host callback, wait for it), in µs.
+//! - an empty stream round trip (enqueue a host callback, wait for it), in µs, against a
+//!   round trip to another thread through a mutex and condition variables (two wake-ups: what
+//!   a queue that sleeps as soon as it is idle costs).
 //!
 //! `cargo bench -p devplug-core --bench host_device`
 
@@ -58,8 +60,9 @@ fn main() {
         t_memcpy / t_d2h
     );
 
-    let stream = dev.create_stream().expect("stream");
     let rounds = 2000;
+    let baseline = condvar_round_trips(rounds);
+    let stream = dev.create_stream().expect("stream");
     let mut samples = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let t = Instant::now();
@@ -67,8 +70,57 @@ fn main() {
         stream.synchronize().expect("sync");
         samples.push(t.elapsed().as_secs_f64());
     }
+    let trip = median(samples);
+    println!("round trip to another thread                          median us   ratio");
     println!(
-        "empty stream round trip (enqueue host callback + wait): median {:.2} us",
-        median(samples) * 1e6
+        "  mutex + condvars, sleeping at once (baseline)   {:10.2}",
+        baseline * 1e6
     );
+    println!(
+        "  CPU stream: enqueue a host callback + wait        {:10.2}   {:.2}x",
+        trip * 1e6,
+        trip / baseline
+    );
+}
+
+/// Median time of a round trip to a thread that sleeps on a condition variable between
+/// requests, as the CPU stream did before it polled.
+fn condvar_round_trips(rounds: usize) -> f64 {
+    use parking_lot::{Condvar, Mutex};
+    use std::sync::Arc;
+    // (requests sent, requests served)
+    let shared = Arc::new((Mutex::new((0u64, 0u64)), Condvar::new(), Condvar::new()));
+    let server = {
+        let shared = shared.clone();
+        std::thread::spawn(move || {
+            let (m, request, served) = &*shared;
+            let mut st = m.lock();
+            while st.0 != u64::MAX {
+                while st.0 == st.1 {
+                    request.wait(&mut st);
+                }
+                if st.0 != u64::MAX {
+                    st.1 += 1;
+                    served.notify_all();
+                }
+            }
+        })
+    };
+    let (m, request, served) = &*shared;
+    let mut samples = Vec::with_capacity(rounds);
+    for i in 1..=rounds as u64 {
+        let t = Instant::now();
+        let mut st = m.lock();
+        st.0 = i;
+        request.notify_one();
+        while st.1 < i {
+            served.wait(&mut st);
+        }
+        drop(st);
+        samples.push(t.elapsed().as_secs_f64());
+    }
+    m.lock().0 = u64::MAX;
+    request.notify_one();
+    server.join().expect("server");
+    median(samples)
 }

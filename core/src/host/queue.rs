@@ -5,10 +5,17 @@
 //! once, which is what makes cheap eager ops possible. Events are generation counters: a
 //! record bumps the generation, and the queue marks that generation complete when it gets
 //! there.
+//!
+//! A queue's worker, and a thread waiting for a queue, poll for [`SPIN`] before they sleep: a
+//! task that arrives, or completes, within it is taken up without a wake-up (a futex call and a
+//! context switch on each side, ≈ 5 µs apiece). Who sleeps is known, so nobody is woken who
+//! is not asleep.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -41,11 +48,38 @@ impl CpuStream {
     }
 }
 
+/// How long a queue's worker and a thread waiting for a queue poll before they sleep.
+const SPIN: Duration = Duration::from_micros(20);
+
+/// Polls `ready` for up to [`SPIN`]; whether it became true.
+fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    let mut polls = 0u32;
+    loop {
+        if ready() {
+            return true;
+        }
+        polls = polls.wrapping_add(1);
+        if polls % 64 == 0 {
+            if start.elapsed() >= SPIN {
+                return false;
+            }
+            // Let a thread that shares this core run (the one that would make us ready).
+            std::thread::yield_now();
+        }
+        std::hint::spin_loop();
+    }
+}
+
 struct QueueState {
     tasks: VecDeque<Task>,
     submitted: u64,
     completed: u64,
     shutting_down: bool,
+    /// The worker sleeps on `work`: a submit must wake it.
+    worker_asleep: bool,
+    /// Threads sleeping on `done`.
+    waiters: usize,
 }
 
 struct QueueShared {
@@ -54,6 +88,9 @@ struct QueueShared {
     work: Condvar,
     /// Signals waiters that `completed` advanced.
     done: Condvar,
+    /// Copies of `submitted` and `completed`, polled without the lock.
+    submitted: AtomicU64,
+    completed: AtomicU64,
 }
 
 /// An ordered queue with one worker thread.
@@ -70,9 +107,13 @@ impl WorkQueue {
                 submitted: 0,
                 completed: 0,
                 shutting_down: false,
+                worker_asleep: false,
+                waiters: 0,
             }),
             work: Condvar::new(),
             done: Condvar::new(),
+            submitted: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
         });
         let s = shared.clone();
         let worker = std::thread::Builder::new()
@@ -89,18 +130,28 @@ impl WorkQueue {
         let mut st = self.shared.state.lock();
         st.tasks.push_back(task);
         st.submitted += 1;
+        self.shared.submitted.store(st.submitted, Ordering::Release);
+        let wake = st.worker_asleep;
         drop(st);
-        self.shared.work.notify_one();
+        if wake {
+            self.shared.work.notify_one();
+        }
         Ok(())
     }
 
     /// Blocks until every task submitted before the call has run.
     pub fn synchronize(&self) {
+        let target = self.shared.submitted.load(Ordering::Acquire);
+        let reached = || self.shared.completed.load(Ordering::Acquire) >= target;
+        if spin_until(reached) {
+            return;
+        }
         let mut st = self.shared.state.lock();
-        let target = st.submitted;
+        st.waiters += 1;
         while st.completed < target {
             self.shared.done.wait(&mut st);
         }
+        st.waiters -= 1;
     }
 }
 
@@ -115,7 +166,18 @@ fn run_worker(shared: &QueueShared) {
                 if st.shutting_down {
                     return;
                 }
-                shared.work.wait(&mut st);
+                // Poll a while for the next task before sleeping.
+                let seen = st.submitted;
+                drop(st);
+                spin_until(|| shared.submitted.load(Ordering::Acquire) != seen);
+                st = shared.state.lock();
+                if st.tasks.is_empty() && !st.shutting_down {
+                    st.worker_asleep = true;
+                    while st.tasks.is_empty() && !st.shutting_down {
+                        shared.work.wait(&mut st);
+                    }
+                    st.worker_asleep = false;
+                }
             }
         };
         // A panicking task must not take the stream down; its panic is reported by the
@@ -123,8 +185,12 @@ fn run_worker(shared: &QueueShared) {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task));
         let mut st = shared.state.lock();
         st.completed += 1;
+        shared.completed.store(st.completed, Ordering::Release);
+        let wake = st.waiters > 0;
         drop(st);
-        shared.done.notify_all();
+        if wake {
+            shared.done.notify_all();
+        }
     }
 }
 
