@@ -60,7 +60,7 @@ fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
             return true;
         }
         polls = polls.wrapping_add(1);
-        if polls % 64 == 0 {
+        if polls.is_multiple_of(64) {
             if start.elapsed() >= SPIN {
                 return false;
             }
