@@ -297,7 +297,38 @@ impl Stream {
     /// Runs `f` once all earlier work of the stream is done (on a worker thread, or inline
     /// for a synchronous stream).
     pub fn host_callback(&self, f: HostFn) -> Result<()> {
-        self.device.executor().host_callback(&self.raw(), f)
+        if self.is_synchronous() {
+            return self.device.executor().host_callback(&self.raw(), f);
+        }
+        // `f` may hold the last reference to this device (a buffer kept alive until the stream
+        // got here, the host having dropped everything else). Dropping a device waits for its
+        // streams, which from inside one of them — on the device's own thread — waits forever.
+        // So the callback holds the device as well, and when it is left with the last
+        // reference, the device is dropped on a thread of its own once the callback returned.
+        let device = self.device.clone();
+        self.device.executor().host_callback(
+            &self.raw(),
+            Box::new(move || {
+                f();
+                if let Some(last) = Arc::into_inner(device) {
+                    let (tx, rx) = std::sync::mpsc::channel::<Device>();
+                    let spawned = std::thread::Builder::new()
+                        .name("devplug-device-drop".into())
+                        .spawn(move || drop(rx.recv()));
+                    match spawned {
+                        Ok(_) => drop(tx.send(last)),
+                        Err(e) => {
+                            crate::log::error(&format!(
+                                "cannot start a thread to destroy device {}: {e}; destroying \
+                                 it on its own stream's thread, which may never return",
+                                last.qualified_name()
+                            ));
+                            drop(last);
+                        }
+                    }
+                }
+            }),
+        )
     }
 
     /// [`host_callback`](Self::host_callback) for a function that can fail: its error is

@@ -503,6 +503,45 @@ fn gpu_callbacks_that_free_and_allocations_beside_them_do_not_deadlock() {
     });
 }
 
+/// A host callback left holding the last reference to its device (the runtime and every
+/// handle dropped while a copy was queued behind a gate) must not destroy the device on the
+/// device's own callback thread, where waiting for the stream waits for itself. Seen from a
+/// second runtime: the device's memory goes back to CUDA.
+#[test]
+fn gpu_a_device_released_by_its_own_callback_is_destroyed() {
+    let Some((rt, gpu)) = gpu() else { return };
+    within_two_minutes(
+        "a device released by its own stream's callback",
+        move || {
+            let rt2 = runtime();
+            rt2.load_plugin(plugin(), &[])
+                .expect("the CUDA plugin loads");
+            let observer = rt2.find_device("CUDA:0").unwrap();
+            let free_at_start = observer.memory_usage().unwrap().free;
+            let buf = gpu.allocate(8 << 20).unwrap();
+            assert!(observer.memory_usage().unwrap().free < free_at_start);
+            drop(rt); // waits for everything; the device lives on in `gpu` and `buf`
+            let stream = gpu.default_stream();
+            // A first copy leaves a staging buffer in the plugin's pool: the copy behind the gate
+            // then allocates no page-locked memory (which would wait for the gated stream).
+            stream.write(&buf, 0, vec![0u8; 4096]).unwrap();
+            stream.synchronize().unwrap();
+            let (open, gate) = std::sync::mpsc::channel::<()>();
+            stream
+                .host_callback(Box::new(move || {
+                    let _ = gate.recv();
+                }))
+                .unwrap();
+            stream.write(&buf, 0, vec![1u8; 4096]).unwrap();
+            drop((stream, buf, gpu)); // only the copy's callbacks hold the device now
+            open.send(()).unwrap();
+            while observer.memory_usage().unwrap().free < free_at_start {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        },
+    );
+}
+
 #[test]
 fn gpu_allocation_failure_is_an_error_and_the_device_goes_on() {
     let Some((_rt, gpu)) = gpu() else { return };
