@@ -15,6 +15,7 @@ use crate::memory::{
 use crate::platform::{DeviceDescription, Platform, PlatformInfo, RawStream, StreamExecutor};
 use crate::stream::{AsyncError, Event, Stream, WeakAsyncError};
 use crate::tensor::Tensor;
+use crate::trace::{traced, SpanKind, Tracer};
 
 /// A platform as the runtime holds it.
 pub struct PlatformEntry {
@@ -112,6 +113,8 @@ pub struct Device {
     host_allocations: Mutex<HashMap<usize, u64>>,
     /// The platform's allocator statistics failed once (said once, as a warning).
     allocator_stats_failed: AtomicBool,
+    /// The runtime's tracer: the host's copies and waits on this device are traced.
+    tracer: Arc<Tracer>,
 }
 
 /// A device's free and total memory as a runtime sees it (see [`Device::memory_usage`]).
@@ -130,6 +133,7 @@ impl Device {
         platform: Arc<PlatformEntry>,
         ordinal: usize,
         memory_limit: Option<u64>,
+        tracer: Arc<Tracer>,
     ) -> Result<Device> {
         let name = format!("{}:{ordinal}", platform.info.device_type);
         let executor = platform.platform.create_executor(ordinal).map_err(|e| {
@@ -162,6 +166,7 @@ impl Device {
         Ok(Device {
             index,
             runtime,
+            tracer,
             qualified: format!("{}:{ordinal}", platform.info.name),
             name,
             platform,
@@ -214,6 +219,10 @@ impl Device {
     /// `PLATFORM:ordinal`, e.g. `HOST:0`: always addresses this device.
     pub fn qualified_name(&self) -> String {
         self.qualified.clone()
+    }
+
+    pub(crate) fn tracer(&self) -> &Tracer {
+        &self.tracer
     }
 
     pub fn ordinal(&self) -> usize {
@@ -443,14 +452,16 @@ impl Device {
     /// Waits for all work on all streams of the device. Returns the first failure on any of
     /// them since it was last reported (see [`Stream::synchronize`]).
     pub fn synchronize(&self) -> Result<()> {
-        self.synchronize_default_stream_now()?;
-        self.executor.synchronize_all()?;
-        // Failures of host work on the streams created here, reported by this call instead.
-        let mut live = Vec::new();
-        self.owned_stream_errors
-            .lock()
-            .retain(|e| e.upgrade().map(|a| live.push(a)).is_some());
-        live.iter().try_for_each(AsyncError::take)
+        traced(self, "synchronize device", SpanKind::Wait, 0, || {
+            self.synchronize_default_stream_now()?;
+            self.executor.synchronize_all()?;
+            // Failures of host work on the streams created here, reported by this call instead.
+            let mut live = Vec::new();
+            self.owned_stream_errors
+                .lock()
+                .retain(|e| e.upgrade().map(|a| live.push(a)).is_some());
+            live.iter().try_for_each(AsyncError::take)
+        })
     }
 
     /// Notes a stream created on this device, whose failures its synchronize reports too.

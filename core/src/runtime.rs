@@ -78,7 +78,8 @@ pub struct Runtime {
     kernels: KernelRegistry,
     plans: Plans,
     placement: PlacementLog,
-    tracer: Tracer,
+    /// Shared with the devices (their copies and waits are traced too).
+    tracer: Arc<Tracer>,
     /// `DEVPLUG_TRACE`: where the trace of the runtime's whole life is written when it is
     /// destroyed.
     trace_file: Option<std::path::PathBuf>,
@@ -106,6 +107,7 @@ impl Runtime {
             active: AtomicBool::new(true),
         });
         let id = NEXT_RUNTIME_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tracer = Arc::new(Tracer::default());
         let mut devices = Vec::with_capacity(options.cpu_device_count);
         for ordinal in 0..options.cpu_device_count {
             devices.push(Arc::new(Device::new(
@@ -114,6 +116,7 @@ impl Runtime {
                 host_entry.clone(),
                 ordinal,
                 options.cpu_memory_limit,
+                tracer.clone(),
             )?));
         }
         let rt = Runtime {
@@ -127,7 +130,7 @@ impl Runtime {
             kernels: KernelRegistry::default(),
             plans: Plans::default(),
             placement: PlacementLog::default(),
-            tracer: Tracer::default(),
+            tracer,
             trace_file: trace_file_from_env(),
             soft_placement: options.soft_placement,
             id,
@@ -205,6 +208,7 @@ impl Runtime {
                     entry.clone(),
                     ordinal,
                     memory_limit,
+                    self.tracer.clone(),
                 )?));
             }
         }

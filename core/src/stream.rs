@@ -13,6 +13,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::memory::{copy_between, Buffer};
 use crate::platform::{EventStatus, HostFn, RawEvent, RawStream};
+use crate::trace::{traced, SpanKind};
 
 enum StreamKind {
     /// The device's default stream (owned by the device).
@@ -385,15 +386,23 @@ impl Stream {
     /// since the last synchronize: the executor's, or else that of host work the runtime
     /// enqueued (a copy between devices, a wait for another device's event).
     pub fn synchronize(&self) -> Result<()> {
-        match &self.kind {
-            // Also frees what waited for the default stream (stream-ordered reuse), and
-            // reports the device's record of host work there.
-            StreamKind::Default => self.device.synchronize_default_stream_now(),
-            StreamKind::Owned(raw) => {
-                self.device.executor().synchronize_stream(raw)?;
-                self.error.take()
-            }
-        }
+        traced(
+            &self.device,
+            "synchronize stream",
+            SpanKind::Wait,
+            0,
+            || {
+                match &self.kind {
+                    // Also frees what waited for the default stream (stream-ordered reuse), and
+                    // reports the device's record of host work there.
+                    StreamKind::Default => self.device.synchronize_default_stream_now(),
+                    StreamKind::Owned(raw) => {
+                        self.device.executor().synchronize_stream(raw)?;
+                        self.error.take()
+                    }
+                }
+            },
+        )
     }
 }
 
@@ -518,7 +527,9 @@ impl Event {
     /// Blocks until the stream has reached the last record. Returns the failure the event was
     /// marked with (see [`record`](Self::record)).
     pub fn synchronize(&self) -> Result<()> {
-        self.device.executor().event_synchronize(self.raw())?;
+        traced(&self.device, "synchronize event", SpanKind::Wait, 0, || {
+            self.device.executor().event_synchronize(self.raw())
+        })?;
         match self.outcome.lock().failure() {
             Some(e) => Err(e.context(format!(
                 "an event of {}: work on its stream before the record failed",

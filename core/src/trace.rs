@@ -2,7 +2,9 @@
 //!
 //! While a trace is on, every kernel launch and every decomposition is recorded as a span: the
 //! op, the device it ran on, why it ran there, who provided the kernel, the host thread, and the
-//! host-side start and duration (a decomposition's span contains the spans of its ops). A trace
+//! host-side start and duration (a decomposition's span contains the spans of its ops). So are
+//! the host's synchronous copies (a buffer's `read`, `write`, `copy_from`: what tensors' reads
+//! and `copy_to` use) and its waits (a device's, a stream's or an event's `synchronize`). A trace
 //! is started and stopped by the host ([`Runtime::start_trace`](crate::Runtime::start_trace)),
 //! or runs for the runtime's whole life when `DEVPLUG_TRACE=<file>` is set (written when the
 //! runtime is destroyed). [`Trace::to_chrome_json`] writes the Trace Event Format that
@@ -34,21 +36,40 @@ pub enum SpanKind {
     Kernel,
     /// An op that ran as its decomposition; the spans of its ops lie inside this one.
     Decomposition,
+    /// A synchronous copy the host asked for (`read`, `write`, `copy`), after the device's
+    /// default stream.
+    Copy,
+    /// A wait the host asked for (`synchronize` of a device, a stream or an event).
+    Wait,
+}
+
+impl SpanKind {
+    /// The name of the kind in the JSON (`cat`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SpanKind::Kernel => "kernel",
+            SpanKind::Decomposition => "decomposition",
+            SpanKind::Copy => "copy",
+            SpanKind::Wait => "wait",
+        }
+    }
 }
 
 /// One span of a trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceEvent {
-    /// The op.
-    pub op: String,
+    /// The op; for a copy `read`, `write` or `copy`; for a wait `synchronize device`,
+    /// `synchronize stream` or `synchronize event`.
+    pub name: String,
     pub kind: SpanKind,
-    /// The device it ran on (`PLATFORM:ordinal`).
+    /// The device it ran on (`PLATFORM:ordinal`); for a copy, its destination.
     pub device: String,
-    /// Why it ran there (as in the placement log).
-    pub reason: Reason,
-    /// Who provided the kernel (`built-in`, `plugin 'sim'`); for a decomposition, the op's
-    /// definer is not known here and this is empty.
+    /// Why an op ran there (as in the placement log); `None` for copies and waits.
+    pub reason: Option<Reason>,
+    /// Who provided the kernel (`built-in`, `plugin 'sim'`); empty but for kernels.
     pub kernel_source: String,
+    /// The bytes a copy moved; 0 for other spans.
+    pub bytes: u64,
     /// The host thread, numbered from 1 in the order threads first traced something.
     pub thread: u64,
     /// Decomposition depth: 0 for an op the host ran.
@@ -90,11 +111,8 @@ impl Trace {
         }
         for e in &self.events {
             s.push_str(",{\"name\":");
-            json_string(&mut s, &e.op);
-            let cat = match e.kind {
-                SpanKind::Kernel => "kernel",
-                SpanKind::Decomposition => "decomposition",
-            };
+            json_string(&mut s, &e.name);
+            let cat = e.kind.name();
             let _ = write!(
                 s,
                 ",\"cat\":\"{cat}\",\"ph\":\"X\",\"pid\":1,\"tid\":{},\"ts\":{:.3},\"dur\":{:.3},\
@@ -104,11 +122,16 @@ impl Trace {
                 e.duration.as_nanos() as f64 / 1e3
             );
             json_string(&mut s, &e.device);
-            s.push_str(",\"reason\":");
-            json_string(&mut s, &e.reason.to_string());
+            if let Some(reason) = e.reason {
+                s.push_str(",\"reason\":");
+                json_string(&mut s, &reason.to_string());
+            }
             if e.kind == SpanKind::Kernel {
                 s.push_str(",\"kernel\":");
                 json_string(&mut s, &e.kernel_source);
+            }
+            if e.kind == SpanKind::Copy {
+                let _ = write!(s, ",\"bytes\":{}", e.bytes);
             }
             let _ = write!(s, ",\"depth\":{}}}}}", e.depth);
         }
@@ -217,11 +240,12 @@ impl Tracer {
         }
         let start = begun - st.epoch;
         st.events.push(TraceEvent {
-            op: span.op.to_owned(),
+            name: span.name.to_owned(),
             kind: span.kind,
             device: span.device.to_owned(),
             reason: span.reason,
             kernel_source: span.kernel_source.to_owned(),
+            bytes: span.bytes,
             thread,
             depth: span.depth,
             start,
@@ -232,12 +256,49 @@ impl Tracer {
 
 /// What [`Tracer::record`] is told about a span.
 pub(crate) struct Span<'a> {
-    pub op: &'a str,
+    pub name: &'a str,
     pub kind: SpanKind,
     pub device: &'a str,
-    pub reason: Reason,
+    pub reason: Option<Reason>,
     pub kernel_source: &'a str,
+    pub bytes: u64,
     pub depth: u32,
+}
+
+impl Span<'_> {
+    /// A copy or wait span of the host's (no reason, no kernel, depth 0).
+    pub(crate) fn host<'a>(name: &'a str, kind: SpanKind, device: &'a str, bytes: u64) -> Span<'a> {
+        Span {
+            name,
+            kind,
+            device,
+            reason: None,
+            kernel_source: "",
+            bytes,
+            depth: 0,
+        }
+    }
+}
+
+/// Runs `f`, recorded as a copy or wait span of `device`'s when a trace is on.
+pub(crate) fn traced<R>(
+    device: &crate::Device,
+    name: &str,
+    kind: SpanKind,
+    bytes: u64,
+    f: impl FnOnce() -> R,
+) -> R {
+    let tracer = device.tracer();
+    if !tracer.on() {
+        return f();
+    }
+    let begun = Instant::now();
+    let r = f();
+    tracer.record(
+        begun,
+        Span::host(name, kind, &device.qualified_name(), bytes),
+    );
+    r
 }
 
 /// This thread's number in traces.
@@ -258,13 +319,14 @@ fn thread_number() -> u64 {
 mod tests {
     use super::*;
 
-    fn span(op: &str) -> Span<'_> {
+    fn span(name: &str) -> Span<'_> {
         Span {
-            op,
+            name,
             kind: SpanKind::Kernel,
             device: "CPU:0",
-            reason: Reason::Explicit,
+            reason: Some(Reason::Explicit),
             kernel_source: "built-in",
+            bytes: 0,
             depth: 0,
         }
     }
@@ -283,7 +345,7 @@ mod tests {
         t.record(Instant::now(), span("Sub"));
         let trace = t.stop();
         assert_eq!(trace.events.len(), 1, "{trace:?}");
-        assert_eq!(trace.events[0].op, "Sub");
+        assert_eq!(trace.events[0].name, "Sub");
         assert!(t.stop().events.is_empty(), "a second stop has nothing");
     }
 
@@ -291,11 +353,12 @@ mod tests {
     fn the_json_escapes_names_and_lists_threads() {
         let trace = Trace {
             events: vec![TraceEvent {
-                op: "My\"Op\\\n".into(),
+                name: "My\"Op\\\n".into(),
                 kind: SpanKind::Decomposition,
                 device: "SIM:0".into(),
-                reason: Reason::Decomposed,
+                reason: Some(Reason::Decomposed),
                 kernel_source: String::new(),
+                bytes: 0,
                 thread: 3,
                 depth: 1,
                 start: Duration::from_nanos(1500),
@@ -324,11 +387,12 @@ mod tests {
         t.state.lock().events.resize(
             MAX_EVENTS,
             TraceEvent {
-                op: "Add".into(),
+                name: "Add".into(),
                 kind: SpanKind::Kernel,
                 device: "CPU:0".into(),
-                reason: Reason::Explicit,
+                reason: Some(Reason::Explicit),
                 kernel_source: "built-in".into(),
+                bytes: 0,
                 thread: 1,
                 depth: 0,
                 start: Duration::ZERO,

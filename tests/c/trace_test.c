@@ -2,7 +2,8 @@
  *   - nothing is recorded before a start; a stop with nothing on writes an empty trace;
  *   - ops run on the CPU and on SIM (a native kernel, and Gelu: its decomposition on SIM with
  *     Tanh soft-placed on the CPU) appear in the written file with their devices, reasons and
- *     kernel sources, one complete event each, the decomposition among them;
+ *     kernel sources, one complete event each, the decomposition among them, and the copy of
+ *     Tanh's input to the CPU;
  *   - a restart drops what was recorded; a NULL path discards the trace;
  *   - bad arguments: NULL runtime, a path in a missing folder (DP_NOT_FOUND naming it, and the
  *     trace is stopped anyway). */
@@ -105,6 +106,8 @@ int main(void) {
         CHECK_HAS(text, "\"name\":\"Gelu\",\"cat\":\"decomposition\"");
         CHECK_HAS(text, "\"name\":\"Tanh\"");
         CHECK_HAS(text, "\"reason\":\"soft-placed\"");
+        /* Tanh's input copied from SIM:0 to the CPU, inside its kernel span. */
+        CHECK_HAS(text, "\"name\":\"copy\",\"cat\":\"copy\"");
         CHECK_HAS(text, "\"name\":\"thread_name\"");
         free(text);
     }

@@ -26,6 +26,10 @@ fn end(e: &TraceEvent) -> std::time::Duration {
     e.start + e.duration
 }
 
+fn is_op(e: &TraceEvent) -> bool {
+    matches!(e.kind, SpanKind::Kernel | SpanKind::Decomposition)
+}
+
 #[test]
 fn a_trace_shows_each_op_where_it_ran_and_why() {
     let rt = runtime();
@@ -45,23 +49,23 @@ fn a_trace_shows_each_op_where_it_ran_and_why() {
     run(&rt, "Add", &[x.clone(), x.clone()], &cpu);
     run(&rt, "Mul", &[xs.clone(), xs.clone()], &sim);
     // Gelu has no SIM kernel: its decomposition runs on SIM, with Tanh soft-placed on the CPU.
-    let gelu = run(&rt, "Gelu", std::slice::from_ref(&xs), &sim);
-    gelu.to_vec::<f32>().unwrap();
+    run(&rt, "Gelu", std::slice::from_ref(&xs), &sim);
     let trace = rt.stop_trace();
     assert!(!rt.tracing());
-    let ev = &trace.events;
+    // The ops' spans (tensors written and decompositions' scalars are copy spans besides).
+    let ev: Vec<&TraceEvent> = trace.events.iter().filter(|e| is_op(e)).collect();
     assert_eq!(trace.dropped, 0);
 
     let add = &ev[0];
     assert_eq!(
-        (add.op.as_str(), add.kind, add.device.as_str(), add.reason),
-        ("Add", SpanKind::Kernel, "HOST:0", Reason::Explicit),
+        (add.name.as_str(), add.kind, add.device.as_str(), add.reason),
+        ("Add", SpanKind::Kernel, "HOST:0", Some(Reason::Explicit)),
         "{add:?}"
     );
     assert_eq!((add.kernel_source.as_str(), add.depth), ("built-in", 0));
     let mul = &ev[1];
     assert_eq!(
-        (mul.op.as_str(), mul.device.as_str(), mul.depth),
+        (mul.name.as_str(), mul.device.as_str(), mul.depth),
         ("Mul", "SIM:0", 0),
         "{mul:?}"
     );
@@ -69,13 +73,13 @@ fn a_trace_shows_each_op_where_it_ran_and_why() {
     assert!(mul.start >= end(add), "spans follow the order ops ran in");
 
     // The decomposition ends last; its ops lie inside it, one level down.
-    let parent = ev.last().unwrap();
+    let parent = *ev.last().unwrap();
     assert_eq!(
-        (parent.op.as_str(), parent.kind, parent.device.as_str()),
+        (parent.name.as_str(), parent.kind, parent.device.as_str()),
         ("Gelu", SpanKind::Decomposition, "SIM:0"),
         "{parent:?}"
     );
-    assert_eq!((parent.reason, parent.depth), (Reason::Explicit, 0));
+    assert_eq!((parent.reason, parent.depth), (Some(Reason::Explicit), 0));
     let inner = &ev[2..ev.len() - 1];
     assert!(inner.len() >= 4, "{inner:#?}");
     for e in inner {
@@ -85,20 +89,23 @@ fn a_trace_shows_each_op_where_it_ran_and_why() {
             "{e:?} outside {parent:?}"
         );
     }
-    let tanh = inner.iter().find(|e| e.op == "Tanh").expect("Tanh in Gelu");
+    let tanh = inner
+        .iter()
+        .find(|e| e.name == "Tanh")
+        .expect("Tanh in Gelu");
     assert_eq!(
         (
             tanh.device.as_str(),
             tanh.reason,
             tanh.kernel_source.as_str()
         ),
-        ("HOST:0", Reason::SoftPlaced, "built-in"),
+        ("HOST:0", Some(Reason::SoftPlaced), "built-in"),
         "{tanh:?}"
     );
     assert!(
-        inner
-            .iter()
-            .any(|e| e.op == "Mul" && e.device == "SIM:0" && e.reason == Reason::Decomposed),
+        inner.iter().any(|e| e.name == "Mul"
+            && e.device == "SIM:0"
+            && e.reason == Some(Reason::Decomposed)),
         "{inner:#?}"
     );
 
@@ -113,7 +120,7 @@ fn a_trace_shows_each_op_where_it_ran_and_why() {
     }
     assert_eq!(
         json.matches(r#""ph":"X""#).count(),
-        ev.len(),
+        trace.events.len(),
         "one complete event per span"
     );
 }
@@ -145,9 +152,10 @@ fn threads_get_their_own_tracks_and_a_restart_begins_anew() {
         t.join().unwrap();
     }
     let Trace { events, .. } = rt.stop_trace();
+    let events: Vec<TraceEvent> = events.into_iter().filter(is_op).collect();
     assert_eq!(events.len(), 30, "{events:#?}");
     assert!(
-        events.iter().all(|e| e.op == "Exp"),
+        events.iter().all(|e| e.name == "Exp"),
         "the restart kept an older span"
     );
     let mut tracks: Vec<u64> = events.iter().map(|e| e.thread).collect();
@@ -223,5 +231,71 @@ fn devplug_trace_writes_the_runtimes_whole_life_to_a_file() {
         text.contains(r#""name":"Abs""#) && text.contains(r#""name":"Tanh""#),
         "{text}"
     );
-    assert_eq!(text.matches(r#""ph":"X""#).count(), 2, "{text}");
+    assert_eq!(text.matches(r#""cat":"kernel""#).count(), 2, "{text}");
+}
+
+/// The host's own copies and waits are spans too: reads, writes and copies with their bytes,
+/// synchronizes of a device, a stream and an event.
+#[test]
+fn copies_and_waits_are_spans_with_their_bytes() {
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let cpu = rt.cpu_device().unwrap();
+    let sim = rt.find_device("SIM:0").unwrap();
+    let x = Tensor::from_slice(&cpu, &[4], &[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    rt.start_trace();
+    let xs = x.copy_to(&sim).unwrap(); // a copy of 16 bytes to SIM:0
+    let y = run(&rt, "Mul", &[xs.clone(), xs], &sim);
+    assert_eq!(y.to_vec::<f32>().unwrap(), [1.0, 4.0, 9.0, 16.0]); // a read of 16 bytes
+    let buf = sim.allocate(64).unwrap();
+    buf.write(0, &[7u8; 64]).unwrap();
+    let stream = sim.create_stream().unwrap();
+    let event = sim.create_event().unwrap();
+    event.record(&stream).unwrap();
+    event.synchronize().unwrap();
+    stream.synchronize().unwrap();
+    sim.synchronize().unwrap();
+    let trace = rt.stop_trace();
+    let find = |name: &str| {
+        trace
+            .events
+            .iter()
+            .find(|e| e.name == name)
+            .unwrap_or_else(|| panic!("no {name} span in {:#?}", trace.events))
+    };
+    let copy = find("copy");
+    assert_eq!(
+        (copy.kind, copy.device.as_str(), copy.bytes, copy.reason),
+        (SpanKind::Copy, "SIM:0", 16, None),
+        "{copy:?}"
+    );
+    let read = find("read");
+    assert_eq!(
+        (read.kind, read.device.as_str(), read.bytes),
+        (SpanKind::Copy, "SIM:0", 16)
+    );
+    assert!(read.start >= end(find("Mul")), "the read follows the Mul");
+    assert_eq!(find("write").bytes, 64);
+    for wait in [
+        "synchronize event",
+        "synchronize stream",
+        "synchronize device",
+    ] {
+        let w = find(wait);
+        assert_eq!(
+            (w.kind, w.device.as_str(), w.bytes),
+            (SpanKind::Wait, "SIM:0", 0),
+            "{w:?}"
+        );
+    }
+    let json = trace.to_chrome_json();
+    assert!(json.contains(r#""name":"read","cat":"copy""#), "{json}");
+    assert!(
+        json.contains(r#""args":{"device":"SIM:0","bytes":16,"depth":0}"#),
+        "{json}"
+    );
+    assert!(
+        json.contains(r#""name":"synchronize device","cat":"wait""#),
+        "{json}"
+    );
 }

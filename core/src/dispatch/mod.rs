@@ -206,11 +206,12 @@ fn execute(
                     rt.tracer().record(
                         begun,
                         Span {
-                            op: op.name(),
+                            name: op.name(),
                             kind: SpanKind::Decomposition,
                             device: &device.qualified_name(),
-                            reason,
+                            reason: Some(reason),
                             kernel_source: "",
+                            bytes: 0,
                             depth: depth as u32,
                         },
                     );
@@ -328,11 +329,12 @@ fn run_kernel(
         rt.tracer().record(
             begun,
             Span {
-                op: op.name(),
+                name: op.name(),
                 kind: SpanKind::Kernel,
                 device: &device.qualified_name(),
-                reason,
+                reason: Some(reason),
                 kernel_source: &kernel.source,
+                bytes: 0,
                 depth: depth as u32,
             },
         );

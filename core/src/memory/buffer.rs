@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::memory::{BufferPool, DevicePtr};
+use crate::trace::{traced, SpanKind};
 
 /// A block of one device's memory. Freed (back to the device's suballocator) when the last
 /// reference goes; user streams hold references to the buffers their pending work uses, and
@@ -99,25 +100,36 @@ impl Buffer {
     /// Copies host bytes into the buffer at `offset`, after the device's default stream.
     pub fn write(&self, offset: u64, src: &[u8]) -> Result<()> {
         let dst = self.range(offset, src.len() as u64)?;
-        self.device.synchronize_default_stream()?;
-        // SAFETY: `src` is a live slice of exactly that many bytes.
-        unsafe {
-            self.device
-                .executor()
-                .memcpy_htod(dst, src.as_ptr(), src.len() as u64)
-        }
+        traced(
+            &self.device,
+            "write",
+            SpanKind::Copy,
+            src.len() as u64,
+            || {
+                self.device.synchronize_default_stream()?;
+                // SAFETY: `src` is a live slice of exactly that many bytes.
+                unsafe {
+                    self.device
+                        .executor()
+                        .memcpy_htod(dst, src.as_ptr(), src.len() as u64)
+                }
+            },
+        )
     }
 
     /// Copies buffer bytes at `offset` into `dst`, after the device's default stream.
     pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
         let src = self.range(offset, dst.len() as u64)?;
-        self.device.synchronize_default_stream()?;
-        // SAFETY: `dst` is a live, exclusively borrowed slice of exactly that many bytes.
-        unsafe {
-            self.device
-                .executor()
-                .memcpy_dtoh(dst.as_mut_ptr(), src, dst.len() as u64)
-        }
+        let bytes = dst.len() as u64;
+        traced(&self.device, "read", SpanKind::Copy, bytes, || {
+            self.device.synchronize_default_stream()?;
+            // SAFETY: `dst` is a live, exclusively borrowed slice of exactly that many bytes.
+            unsafe {
+                self.device
+                    .executor()
+                    .memcpy_dtoh(dst.as_mut_ptr(), src, dst.len() as u64)
+            }
+        })
     }
 
     /// Sets `size` bytes at `offset` to `value`.
@@ -139,11 +151,13 @@ impl Buffer {
     ) -> Result<()> {
         let d = self.range(dst_offset, size)?;
         let s = src.range(src_offset, size)?;
-        self.device.synchronize_default_stream()?;
-        if !Arc::ptr_eq(&self.device, &src.device) {
-            src.device.synchronize_default_stream()?;
-        }
-        copy_between(&self.device, d, &src.device, s, size)
+        traced(&self.device, "copy", SpanKind::Copy, size, || {
+            self.device.synchronize_default_stream()?;
+            if !Arc::ptr_eq(&self.device, &src.device) {
+                src.device.synchronize_default_stream()?;
+            }
+            copy_between(&self.device, d, &src.device, s, size)
+        })
     }
 }
 

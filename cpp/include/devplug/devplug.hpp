@@ -1909,7 +1909,8 @@ class Runtime {
   /**
    * @brief Starts a trace of what dispatch runs (`dp_runtime_trace_start()`): every kernel
    *        launch and decomposition becomes a span (op, device, reason, kernel source, host
-   *        thread, start and duration). A trace already on starts over.
+   *        thread, start and duration), and so does every synchronous copy and wait of the
+   *        host's. A trace already on starts over.
    */
   void start_trace() { check(dp_runtime_trace_start(handle_)); }
   /**
