@@ -10,9 +10,9 @@ use crate::status::{dp_status_t, guard};
 /// decomposition on any thread is recorded as a span (op, device, reason, kernel source, host
 /// thread, host-side start and duration; on an asynchronous device a kernel's span is its
 /// launch), and so are the host's synchronous copies (`dp_buffer_read`/`_write`/`_copy`,
-/// tensor reads and copies) and waits (`dp_*_synchronize`). A trace already on starts over. `DEVPLUG_TRACE=<file>` traces a runtime's whole
-/// life without a call (written when it is destroyed). Off, tracing costs one atomic load per
-/// kernel.
+/// tensor reads and copies) and waits (`dp_*_synchronize`). A trace already on starts over.
+/// `DEVPLUG_TRACE=<file>` traces a runtime's whole life without a call (written when it is
+/// destroyed). Off, tracing costs one atomic load per kernel, copy or wait.
 ///
 /// # Safety
 /// `runtime` is a runtime handle.

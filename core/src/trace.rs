@@ -12,8 +12,8 @@
 //!
 //! Spans are host time. On the CPU device's default stream a kernel runs inline, so its span is
 //! the kernel; on an asynchronous device (a plugin's GPU) it is the launch: the device-side time
-//! of a kernel is not measured (the plugin ABI has no timed events). Off, tracing costs dispatch
-//! one atomic load per kernel.
+//! of a kernel is not measured (the plugin ABI has no timed events). Off, tracing costs one
+//! atomic load per kernel, copy or wait.
 
 use std::cell::Cell;
 use std::fmt::Write as _;
