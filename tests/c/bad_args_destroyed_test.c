@@ -76,6 +76,12 @@ static void test_runtime(void) {
     rt = dead_runtime();
     CHECK_STATUS_MSG(dp_runtime_synchronize(rt), DP_INVALID_ARGUMENT, "runtime");
     rt = dead_runtime();
+    CHECK_STATUS_MSG(dp_runtime_trace_start(rt), DP_INVALID_ARGUMENT, "runtime");
+    rt = dead_runtime();
+    n = 4242;
+    CHECK_STATUS_MSG(dp_runtime_trace_stop(rt, NULL, &n), DP_INVALID_ARGUMENT, "runtime");
+    CHECK(n == 4242);
+    rt = dead_runtime();
     dp_runtime_destroy(rt); /* double destroy: no-op */
     CHECK(1);
 }

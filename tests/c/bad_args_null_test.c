@@ -43,6 +43,10 @@ static void test_runtime(dp_test_fixture *fx) {
                      "out_device");
 
     CHECK_STATUS_MSG(dp_runtime_synchronize(NULL), DP_INVALID_ARGUMENT, "runtime");
+    CHECK_STATUS_MSG(dp_runtime_trace_start(NULL), DP_INVALID_ARGUMENT, "runtime");
+    n = 4242;
+    CHECK_STATUS_MSG(dp_runtime_trace_stop(NULL, NULL, &n), DP_INVALID_ARGUMENT, "runtime");
+    CHECK(n == 4242);
 }
 
 static void test_device(dp_test_fixture *fx) {

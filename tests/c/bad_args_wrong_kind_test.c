@@ -36,6 +36,10 @@ static void test_runtime(dp_test_fixture *fx) {
     CHECK_UNTOUCHED(dp_device_t, dev);
     CHECK_STATUS_MSG(dp_runtime_synchronize(AS(dp_runtime_t, fx->d1)), DP_INVALID_ARGUMENT,
                      "runtime");
+    CHECK_STATUS_MSG(dp_runtime_trace_start(AS(dp_runtime_t, fx->d1)), DP_INVALID_ARGUMENT,
+                     "runtime");
+    CHECK_STATUS_MSG(dp_runtime_trace_stop(AS(dp_runtime_t, fx->e0), NULL, NULL),
+                     DP_INVALID_ARGUMENT, "runtime");
     dp_runtime_destroy(AS(dp_runtime_t, fx->d0)); /* no-op: the device and runtime live on */
     dp_runtime_destroy(AS(dp_runtime_t, fx->e0));
     CHECK_STR(dp_device_name(fx->d0), "CPU:0");
