@@ -44,6 +44,16 @@ enum Free {
     Managed(usize),
 }
 
+impl std::fmt::Display for Free {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Free::Device(a) => write!(f, "deallocate({a:#x})"),
+            Free::Host(p) => write!(f, "host_deallocate({p:#x})"),
+            Free::Managed(p) => write!(f, "unified_deallocate({p:#x})"),
+        }
+    }
+}
+
 /// One GPU.
 pub struct CudaDevice {
     name: String,
@@ -160,8 +170,7 @@ impl CudaDevice {
             .map_err(Error::from)
         });
         if let Err(e) = r {
-            self.logger
-                .error(format!("{}: {free:?}: deallocate: {e}", self.name));
+            self.logger.error(format!("{}: {free}: {e}", self.name));
         }
     }
 
