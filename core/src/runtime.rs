@@ -665,17 +665,10 @@ fn update_active(platforms: &[Arc<PlatformEntry>], device_type: &str) {
     }
 }
 
-/// The file `DEVPLUG_TRACE` names, unless the process runs with elevated privileges (then a
-/// file the environment names is never written, and a warning says so).
+/// The file `DEVPLUG_TRACE` names, unless the process runs with elevated privileges (a file
+/// the environment names is then never written).
 fn trace_file_from_env() -> Option<std::path::PathBuf> {
-    let path = std::env::var_os(TRACE_ENV).filter(|p| !p.is_empty())?;
-    if plugin::process_is_elevated() {
-        crate::log::warn(&format!(
-            "{TRACE_ENV} is ignored: the process runs with elevated privileges"
-        ));
-        return None;
-    }
-    Some(path.into())
+    plugin::trusted_env(TRACE_ENV, plugin::process_is_elevated()).map(Into::into)
 }
 
 /// The environment variable that traces a runtime's whole life into a file.

@@ -23,21 +23,35 @@ pub fn process_is_elevated() -> bool {
     unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
 }
 
-/// The search path from the environment: `None` when unset, or when `elevated` (then the
-/// variable is ignored, and a warning is logged).
-pub fn plugin_path_from_env(elevated: bool) -> Option<String> {
+/// The environment variable `name`, read as `secure_getenv` reads it: `None` when unset or
+/// empty, or when `elevated` (then the variable is ignored, and a warning is logged). Every
+/// variable that brings code into the process or names a file the runtime writes is read
+/// through this.
+pub fn trusted_env(name: &str, elevated: bool) -> Option<String> {
     #[cfg(test)]
-    let pretended = tests::PRETEND_PLUGIN_PATH.with(|p| p.borrow().clone());
+    let pretended = tests::PRETEND_ENV.with(|p| {
+        p.borrow()
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    });
     #[cfg(not(test))]
     let pretended = None;
-    let value = pretended.or_else(|| std::env::var(PLUGIN_PATH_ENV).ok())?;
+    let value = pretended
+        .or_else(|| std::env::var(name).ok())
+        .filter(|v| !v.is_empty())?;
     if elevated {
         crate::log::warn(&format!(
-            "{PLUGIN_PATH_ENV} is ignored: the process runs with elevated privileges"
+            "{name} is ignored: the process runs with elevated privileges"
         ));
         return None;
     }
     Some(value)
+}
+
+/// The search path from the environment ([`trusted_env`] of [`PLUGIN_PATH_ENV`]).
+pub fn plugin_path_from_env(elevated: bool) -> Option<String> {
+    trusted_env(PLUGIN_PATH_ENV, elevated)
 }
 
 /// Expands a `:`-separated search path into candidate files, in order. Entries that cannot be
@@ -174,21 +188,30 @@ mod tests {
         /// cannot be made setuid from inside a test).
         pub(super) static PRETEND_ELEVATED: std::cell::Cell<Option<bool>> =
             const { std::cell::Cell::new(None) };
-        /// The value [`plugin_path_from_env`] reads on this test thread, when set, instead of
-        /// the process's environment: setting the variable would reach every runtime the other
-        /// tests create at the same time. (tests/tests/zoo.rs sets the real variable, in a
-        /// test binary of its own.)
-        pub(super) static PRETEND_PLUGIN_PATH: std::cell::RefCell<Option<String>> =
-            const { std::cell::RefCell::new(None) };
+        /// Variables [`trusted_env`] reads on this test thread instead of the process's
+        /// environment: setting one would reach every runtime the other tests create at the
+        /// same time. (tests/tests/zoo.rs and tests/tests/trace.rs set the real variables, in
+        /// test binaries of their own.)
+        pub(super) static PRETEND_ENV: std::cell::RefCell<Vec<(String, String)>> =
+            const { std::cell::RefCell::new(Vec::new()) };
     }
 
-    /// The variable is read, but an elevated process must not use it: neither the function
-    /// that reads it nor a runtime that discovers plugins (a runtime created while the process
-    /// counts as elevated tries no plugin of the variable's).
+    /// The variables are read, but an elevated process must not use them: neither the function
+    /// that reads them nor a runtime (a runtime created while the process counts as elevated
+    /// tries no plugin of `DEVPLUG_PLUGIN_PATH`'s and writes no `DEVPLUG_TRACE` file).
     #[test]
     fn the_environment_is_ignored_when_elevated() {
         let missing = std::env::temp_dir().join(format!("devplug-no-such-{}", std::process::id()));
-        PRETEND_PLUGIN_PATH.with(|p| *p.borrow_mut() = Some(missing.display().to_string()));
+        let trace = std::env::temp_dir().join(format!("devplug-env-{}.json", std::process::id()));
+        PRETEND_ENV.with(|p| {
+            *p.borrow_mut() = vec![
+                (PLUGIN_PATH_ENV.into(), missing.display().to_string()),
+                (
+                    crate::runtime::TRACE_ENV.into(),
+                    trace.display().to_string(),
+                ),
+            ]
+        });
         let want = missing.display().to_string();
         assert_eq!(plugin_path_from_env(false).as_deref(), Some(want.as_str()));
         assert_eq!(plugin_path_from_env(true), None);
@@ -200,16 +223,27 @@ mod tests {
             })
             .unwrap()
         };
-        let tried = discovering().plugin_failures();
+        let rt = discovering();
+        let tried = rt.plugin_failures();
         assert_eq!(tried.len(), 1, "{tried:?}");
         assert_eq!(tried[0].path, missing);
+        assert!(rt.tracing());
+        drop(rt);
+        std::fs::remove_file(&trace).expect("the runtime wrote its trace");
         PRETEND_ELEVATED.with(|p| p.set(Some(true)));
-        let tried = discovering().plugin_failures();
+        let rt = discovering();
+        let (tried, tracing) = (rt.plugin_failures(), rt.tracing());
+        drop(rt);
         PRETEND_ELEVATED.with(|p| p.set(None));
-        PRETEND_PLUGIN_PATH.with(|p| *p.borrow_mut() = None);
+        PRETEND_ENV.with(|p| p.borrow_mut().clear());
         assert!(
             tried.is_empty(),
             "an elevated process used {PLUGIN_PATH_ENV}: {tried:?}"
         );
+        assert!(
+            !tracing,
+            "an elevated process traced to its DEVPLUG_TRACE file"
+        );
+        assert!(!trace.exists());
     }
 }

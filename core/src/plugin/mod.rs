@@ -19,7 +19,7 @@ use devplug_plugin_abi as abi;
 use crate::error::{Code, Error, Result};
 use crate::kernel::KernelDef;
 pub use discovery::{
-    plugin_path_from_env, process_is_elevated, search_path_candidates, PLUGIN_PATH_ENV,
+    plugin_path_from_env, process_is_elevated, search_path_candidates, trusted_env, PLUGIN_PATH_ENV,
 };
 pub(crate) use executor::PluginPlatform;
 use host::{bounded_str, take_plugin_error, HostContext};
