@@ -45,10 +45,10 @@ pub unsafe extern "C" fn dp_runtime_trace_stop(
     guard("dp_runtime_trace_stop", || {
         // SAFETY: the caller's contract.
         let rt = unsafe { runtime_obj(runtime)? };
-        // SAFETY: the caller's contract.
         let path = if path.is_null() {
             None
         } else {
+            // SAFETY: non-NULL, and NUL-terminated by the caller's contract.
             Some(unsafe { c_str(path, "path")? })
         };
         let trace = rt.runtime().stop_trace();

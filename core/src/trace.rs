@@ -266,6 +266,26 @@ pub(crate) struct Span<'a> {
 }
 
 impl Span<'_> {
+    /// A kernel's or a decomposition's span (no bytes).
+    pub(crate) fn op<'a>(
+        name: &'a str,
+        kind: SpanKind,
+        device: &'a str,
+        reason: Reason,
+        kernel_source: &'a str,
+        depth: usize,
+    ) -> Span<'a> {
+        Span {
+            name,
+            kind,
+            device,
+            reason: Some(reason),
+            kernel_source,
+            bytes: 0,
+            depth: depth as u32,
+        }
+    }
+
     /// A copy or wait span of the host's (no reason, no kernel, depth 0).
     pub(crate) fn host<'a>(name: &'a str, kind: SpanKind, device: &'a str, bytes: u64) -> Span<'a> {
         Span {

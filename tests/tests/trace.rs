@@ -30,13 +30,19 @@ fn is_op(e: &TraceEvent) -> bool {
     matches!(e.kind, SpanKind::Kernel | SpanKind::Decomposition)
 }
 
-#[test]
-fn a_trace_shows_each_op_where_it_ran_and_why() {
+/// A runtime with SIM loaded, its CPU:0 and SIM:0, and `values` as an f32 tensor on the CPU.
+fn with_sim(values: &[f32]) -> (Runtime, Arc<Device>, Arc<Device>, Tensor) {
     let rt = runtime();
     rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
     let cpu = rt.cpu_device().unwrap();
     let sim = rt.find_device("SIM:0").unwrap();
-    let x = Tensor::from_slice(&cpu, &[4], &[0.5f32, -1.0, 2.0, 3.0]).unwrap();
+    let x = Tensor::from_slice(&cpu, &[values.len() as i64], values).unwrap();
+    (rt, cpu, sim, x)
+}
+
+#[test]
+fn a_trace_shows_each_op_where_it_ran_and_why() {
+    let (rt, cpu, sim, x) = with_sim(&[0.5, -1.0, 2.0, 3.0]);
     let xs = x.copy_to(&sim).unwrap();
 
     // Off: nothing is recorded.
@@ -238,11 +244,7 @@ fn devplug_trace_writes_the_runtimes_whole_life_to_a_file() {
 /// synchronizes of a device, a stream and an event.
 #[test]
 fn copies_and_waits_are_spans_with_their_bytes() {
-    let rt = runtime();
-    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
-    let cpu = rt.cpu_device().unwrap();
-    let sim = rt.find_device("SIM:0").unwrap();
-    let x = Tensor::from_slice(&cpu, &[4], &[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    let (rt, _cpu, sim, x) = with_sim(&[1.0, 2.0, 3.0, 4.0]);
     rt.start_trace();
     let xs = x.copy_to(&sim).unwrap(); // a copy of 16 bytes to SIM:0
     let y = run(&rt, "Mul", &[xs.clone(), xs], &sim);

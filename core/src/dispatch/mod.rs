@@ -203,18 +203,16 @@ fn execute(
                 })?;
                 out.extend(results);
                 if let Some(begun) = begun {
-                    rt.tracer().record(
-                        begun,
-                        Span {
-                            name: op.name(),
-                            kind: SpanKind::Decomposition,
-                            device: &device.qualified_name(),
-                            reason: Some(reason),
-                            kernel_source: "",
-                            bytes: 0,
-                            depth: depth as u32,
-                        },
+                    let device = device.qualified_name();
+                    let span = Span::op(
+                        op.name(),
+                        SpanKind::Decomposition,
+                        &device,
+                        reason,
+                        "",
+                        depth,
                     );
+                    rt.tracer().record(begun, span);
                 }
                 Ok(())
             }
@@ -326,18 +324,16 @@ fn run_kernel(
         ))
     })?;
     if let Some(begun) = begun {
-        rt.tracer().record(
-            begun,
-            Span {
-                name: op.name(),
-                kind: SpanKind::Kernel,
-                device: &device.qualified_name(),
-                reason: Some(reason),
-                kernel_source: &kernel.source,
-                bytes: 0,
-                depth: depth as u32,
-            },
+        let device = device.qualified_name();
+        let span = Span::op(
+            op.name(),
+            SpanKind::Kernel,
+            &device,
+            reason,
+            &kernel.source,
+            depth,
         );
+        rt.tracer().record(begun, span);
     }
     if reason != Reason::SoftPlaced {
         log(rt, op, device, reason, || {
