@@ -489,3 +489,31 @@ pub unsafe extern "C" fn dp_event_synchronize(event: *mut dp_event_t) -> dp_stat
         unsafe { self::event(event, "event")? }.event.synchronize()
     })
 }
+
+/// Writes into `*out_ns` the device's time in nanoseconds from reaching `start` to reaching
+/// `end` (negative when `end` was reached first): how work on a device is timed, as with
+/// `cudaEventElapsedTime`. Both events belong to the same device and were recorded and reached
+/// (on any of its streams); the clock is the device's, as fine as it can tell.
+///
+/// Errors (nothing written): `DP_INVALID_ARGUMENT` for events of two devices;
+/// `DP_FAILED_PRECONDITION` when either event was never recorded, is still pending
+/// (`dp_event_synchronize` it first) or is marked failed; `DP_UNIMPLEMENTED` when the device's
+/// platform does not time events (a plugin without ABI 1.4's `event_elapsed_ns`).
+///
+/// # Safety
+/// `start` and `end` are event handles; `out_ns` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_event_elapsed_ns(
+    start: *const dp_event_t,
+    end: *const dp_event_t,
+    out_ns: *mut i64,
+) -> dp_status_t {
+    guard("dp_event_elapsed_ns", || {
+        // SAFETY: the caller's contract.
+        let (s, e) = unsafe { (self::event(start, "start")?, self::event(end, "end")?) };
+        check_out(out_ns, "out_ns")?;
+        let ns = s.event.elapsed_ns(&e.event)?;
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_ns, "out_ns", ns) }
+    })
+}

@@ -186,6 +186,19 @@ impl Checker<'_> {
             dev.synchronize()?;
             rt.synchronize()
         });
+        let mut not_timed = false;
+        self.run(&format!("{n}: event timing"), || match time_events(dev) {
+            Err(e) if e.code == crate::Code::Unimplemented => {
+                not_timed = true;
+                Ok(())
+            }
+            other => other,
+        });
+        if not_timed {
+            (self.report)(Step::Note(format!(
+                "{n}: event_elapsed_ns is not provided (optional, ABI 1.4): its events cannot be timed"
+            )));
+        }
         let mut not_provided = false;
         self.run(&format!("{n}: memory usage"), || match dev.memory_usage() {
             Ok(u) => expect(u.free <= u.total, "free memory exceeds the total"),
@@ -292,6 +305,57 @@ impl Checker<'_> {
             });
         }
     }
+}
+
+/// Event timing (`event_elapsed_ns`): the time around a host callback that sleeps, both ways,
+/// and FAILED_PRECONDITION for an event never recorded and one still pending.
+/// `UNIMPLEMENTED` when the device does not time events.
+fn time_events(dev: &Arc<Device>) -> Result<()> {
+    const SLEEP: std::time::Duration = std::time::Duration::from_millis(5);
+    let s = dev.create_stream()?;
+    let (a, b, never) = (
+        dev.create_event()?,
+        dev.create_event()?,
+        dev.create_event()?,
+    );
+    a.record(&s)?;
+    s.host_callback(Box::new(|| std::thread::sleep(SLEEP)))?;
+    b.record(&s)?;
+    b.synchronize()?;
+    let ns = a.elapsed_ns(&b)?;
+    expect(
+        ns >= SLEEP.as_nanos() as i64 - 100_000,
+        &format!("{ns} ns between two events around a host callback that sleeps {SLEEP:?}"),
+    )?;
+    let back = b.elapsed_ns(&a)?;
+    expect(
+        (back + ns).abs() <= 1_000,
+        &format!("{ns} ns from the first event to the second, but {back} ns back"),
+    )?;
+    let refused = |r: Result<i64>, what: &str| match r {
+        Err(e) if e.code == crate::Code::FailedPrecondition => Ok(()),
+        Err(e) => Err(Error::new(
+            e.code,
+            format!(
+                "timing {what}: {} (expected FAILED_PRECONDITION)",
+                e.message
+            ),
+        )),
+        Ok(ns) => Err(Error::failed_precondition(format!(
+            "timing {what} gave {ns} ns instead of failing with FAILED_PRECONDITION"
+        ))),
+    };
+    refused(a.elapsed_ns(&never), "an event that was never recorded")?;
+    let (open, gate) = std::sync::mpsc::channel::<()>();
+    s.host_callback(Box::new(move || {
+        let _ = gate.recv_timeout(std::time::Duration::from_secs(10));
+    }))?;
+    let pending = dev.create_event()?;
+    pending.record(&s)?;
+    let result = refused(a.elapsed_ns(&pending), "an event still pending");
+    drop(open);
+    s.synchronize()?;
+    result
 }
 
 fn expect(condition: bool, what: &str) -> Result<()> {

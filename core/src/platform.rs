@@ -163,6 +163,17 @@ pub trait StreamExecutor: Send + Sync {
     fn event_status(&self, event: &RawEvent) -> Result<EventStatus>;
     fn stream_wait_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()>;
     fn event_synchronize(&self, event: &RawEvent) -> Result<()>;
+    /// The device's time, in nanoseconds, from reaching `start` to reaching `end` (negative
+    /// when `end` was reached first). `FAILED_PRECONDITION` when either was never recorded or
+    /// is not reached yet; `UNIMPLEMENTED` when the device does not time its events.
+    /// Whether [`event_elapsed_ns`](Self::event_elapsed_ns) can succeed (the trace brackets
+    /// kernels with events only on devices that time them).
+    fn times_events(&self) -> bool {
+        false
+    }
+    fn event_elapsed_ns(&self, _start: &RawEvent, _end: &RawEvent) -> Result<i64> {
+        Err(Error::unimplemented("its platform does not time events"))
+    }
 
     /// Waits for all work on all streams of this device.
     fn synchronize_all(&self) -> Result<()>;

@@ -524,6 +524,39 @@ impl Event {
         }
     }
 
+    /// The device's time, in nanoseconds, from when its stream reached this event's latest
+    /// record to when `end`'s stream reached `end`'s (negative when `end` came first): the
+    /// way to time work on a device, as `cudaEventElapsedTime` is on CUDA. Both events are of
+    /// the same device, recorded and reached (their streams may differ).
+    ///
+    /// Errors: `INVALID_ARGUMENT` for events of two devices; `FAILED_PRECONDITION` when either
+    /// was never recorded, is still pending (synchronize it first) or was marked failed (see
+    /// [`record`](Self::record)); `UNIMPLEMENTED` when the device's platform does not time
+    /// events (a plugin without ABI 1.4's `event_elapsed_ns`).
+    pub fn elapsed_ns(&self, end: &Event) -> Result<i64> {
+        if !Arc::ptr_eq(&end.device, &self.device) {
+            return Err(Error::invalid_argument(format!(
+                "timing events of two devices ({} and {}): a device's clock only measures its own events",
+                self.device.name(),
+                end.device.name()
+            )));
+        }
+        let context = || format!("timing events of {}", self.device.name());
+        for (which, event) in [("start", self), ("end", end)] {
+            if let Some(e) = event.outcome.lock().failure() {
+                return Err(Error::failed_precondition(format!(
+                    "{}: the {which} event is marked failed: work on its stream before the record failed ({})",
+                    context(),
+                    e.message
+                )));
+            }
+        }
+        self.device
+            .executor()
+            .event_elapsed_ns(self.raw(), end.raw())
+            .map_err(|e| e.context(context()))
+    }
+
     /// Blocks until the stream has reached the last record. Returns the failure the event was
     /// marked with (see [`record`](Self::record)).
     pub fn synchronize(&self) -> Result<()> {

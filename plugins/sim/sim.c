@@ -13,7 +13,8 @@
  *     results.
  *   - Events follow CUDA: record_event marks the current end of a stream; the event is pending
  *     until that stream reaches the mark; an event never recorded is complete; waits and
- *     queries refer to the most recent record at the time of the call.
+ *     queries refer to the most recent record at the time of the call. The worker notes the
+ *     time (CLOCK_MONOTONIC) when it reaches a mark, which event_elapsed_ns (ABI 1.4) reads.
  *   - Faults can be injected through load options (allocation, copies, init).
  *   - Native kernels (ABI 1.1) for part of the basis set only (Add, Mul, MatMul, ReduceSum), so
  *     that the runtime's decomposition and soft-placement paths run. compute validates and
@@ -193,6 +194,7 @@ typedef struct sim_marker {
   int refs;
   int32_t state; /* DPP_EVENT_* */
   dpp_status_t status;
+  int64_t reached_ns; /* CLOCK_MONOTONIC when the worker reached it (set with `state`) */
   char msg[SIM_MSG_MAX];
 } sim_marker;
 
@@ -459,6 +461,13 @@ static dpp_status_t sim_dev_fail(const sim_device *d, dpp_status_t status, const
     d->plat->host->set_error(d->plat->host->context, msg);
   }
   return status;
+}
+
+/* CLOCK_MONOTONIC in nanoseconds: the device's clock (event times) and the pollers'. */
+static int64_t sim_now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
 static void sim_sleep_us(uint64_t us) {
@@ -821,6 +830,8 @@ static void sim_run_op(sim_stream *s, sim_op *op, dpp_status_t *st, char *msg) {
     op->fn(op->arg);
     return;
   case SIM_OP_MARK: {
+    /* The time the stream reached the mark: after the latency of the work before it. */
+    const int64_t reached_ns = sim_now_ns();
     dpp_status_t err;
     char errmsg[SIM_MSG_MAX];
     pthread_mutex_lock(&s->mu);
@@ -830,6 +841,7 @@ static void sim_run_op(sim_stream *s, sim_op *op, dpp_status_t *st, char *msg) {
     }
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_lock(&d->mu);
+    op->marker->reached_ns = reached_ns;
     if (err == DPP_OK) {
       op->marker->state = DPP_EVENT_COMPLETE;
     } else {
@@ -896,12 +908,6 @@ static inline void sim_prefetch_for_write(const void *p) {
 #else
   (void)p;
 #endif
-}
-
-static int64_t sim_now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
 /* The producers' lock: held for a few dozen instructions (an enqueue's tail and slot, or the
@@ -2039,6 +2045,61 @@ static dpp_status_t sim_event_synchronize(void *device, void *event) {
   return st == DPP_OK ? DPP_OK : sim_dev_fail(d, st, msg);
 }
 
+/* Device mutex held. Why `m` (the latest record of event `handle`, named `which`) has no
+ * time to give, into `msg`; DPP_OK when it was reached without an error. */
+static dpp_status_t sim_event_reached(const sim_device *d, const sim_marker *m, const char *which, void *handle,
+                                      char *msg) {
+  if (!m) {
+    sim_devmsg(d, msg, "event_elapsed_ns", "%s event %p was never recorded", which, handle);
+    return DPP_FAILED_PRECONDITION;
+  }
+  if (m->state == DPP_EVENT_PENDING) {
+    sim_devmsg(d, msg, "event_elapsed_ns", "%s event %p is still pending (its stream has not reached the record)",
+               which, handle);
+    return DPP_FAILED_PRECONDITION;
+  }
+  if (m->state == DPP_EVENT_ERROR) {
+    sim_devmsg(d, msg, "event_elapsed_ns", "%s event %p reports an error: its stream failed before reaching it (%s)",
+               which, handle, m->msg);
+    return DPP_FAILED_PRECONDITION;
+  }
+  return DPP_OK;
+}
+
+/* ABI 1.4: the worker's clock from reaching `start`'s latest record to reaching `end`'s. The
+ * events may be of different streams of the device (one clock for all its workers). */
+static dpp_status_t sim_event_elapsed_ns(void *device, void *start, void *end, int64_t *out_ns) {
+  sim_device *d = sim_dev(device);
+  char msg[SIM_MSG_MAX];
+  if (!d) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  if (!out_ns) {
+    sim_devmsg(d, msg, "event_elapsed_ns", "out_ns is NULL");
+    return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
+  }
+  pthread_mutex_lock(&d->mu);
+  sim_event *es = sim_find_event(d, start);
+  sim_event *ee = sim_find_event(d, end);
+  if (!es || !ee) {
+    pthread_mutex_unlock(&d->mu);
+    sim_devmsg(d, msg, "event_elapsed_ns", "%s %p is not a live event of this device", !es ? "start" : "end",
+               !es ? start : end);
+    return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
+  }
+  dpp_status_t st = sim_event_reached(d, es->marker, "start", start, msg);
+  if (st == DPP_OK) {
+    st = sim_event_reached(d, ee->marker, "end", end, msg);
+  }
+  int64_t ns = st == DPP_OK ? ee->marker->reached_ns - es->marker->reached_ns : 0;
+  pthread_mutex_unlock(&d->mu);
+  if (st != DPP_OK) {
+    return sim_dev_fail(d, st, msg);
+  }
+  *out_ns = ns;
+  return DPP_OK;
+}
+
 /* Every function is filled except unified memory, which a discrete accelerator does not
  * have (see README.md). */
 static const dpp_stream_executor_t sim_executor = {
@@ -2072,6 +2133,7 @@ static const dpp_stream_executor_t sim_executor = {
     .stream_wait_event = sim_stream_wait_event,
     .event_synchronize = sim_event_synchronize,
     .synchronize_all = sim_synchronize_all,
+    .event_elapsed_ns = sim_event_elapsed_ns,
 };
 
 /* ------------------------------------------------------------------------------------------ */

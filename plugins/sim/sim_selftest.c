@@ -406,6 +406,7 @@ static void check_executor(const dpp_stream_executor_t *se) {
         se->memcpy_htod_async && se->memcpy_dtoh_async && se->memcpy_dtod_async && se->memset_async &&
         se->host_callback && se->create_event && se->destroy_event && se->record_event && se->event_status &&
         se->stream_wait_event && se->event_synchronize && se->synchronize_all);
+  CHECK(se->event_elapsed_ns != NULL); /* ABI 1.4: SIM times events */
   CHECK(se->unified_allocate == NULL && se->unified_deallocate == NULL);
 }
 
@@ -867,6 +868,8 @@ static void test_stress(sim_dev *d) {
   CHECK_OK(d->se->synchronize_all(d->dd));
 }
 
+static void test_event_timing(sim_dev *d0, sim_dev *d1); /* after the gate, below */
+
 /* ---- the main load: 2 devices, latency ---- */
 
 static void test_main_load(void) {
@@ -900,6 +903,7 @@ static void test_main_load(void) {
 
   test_memory(&d0, &d1);
   test_streams(&h, &d0, &d1);
+  test_event_timing(&d0, &d1);
   test_stress(&d1);
 
   /* Device 0 is clean: no warning. Device 1 leaks an allocation, a stream and an event: the
@@ -972,6 +976,26 @@ static void test_faults(void) {
   CHECK(err_has("injected copy failure"));
   CHECK_OK(se->event_status(dd, e, &status));
   CHECK(status == DPP_EVENT_ERROR);
+  /* An event its stream failed before reaching has no time (ABI 1.4), either way round. */
+  {
+    void *ok_event = NULL;
+    int64_t ns = 12345;
+    CHECK_OK(se->create_event(dd, &ok_event));
+    CHECK_OK(se->record_event(dd, NULL, ok_event));
+    CHECK_OK(se->event_synchronize(dd, ok_event));
+    clear_err();
+    CHECK_ST(se->event_elapsed_ns(dd, e, ok_event, &ns), DPP_FAILED_PRECONDITION);
+    CHECK(err_has("event_elapsed_ns") && err_has("start event") && err_has("its stream failed before reaching it") &&
+          err_has("injected copy failure"));
+    clear_err();
+    CHECK_ST(se->event_elapsed_ns(dd, ok_event, e, &ns), DPP_FAILED_PRECONDITION);
+    CHECK(err_has("end event") && err_has("its stream failed before reaching it"));
+    CHECK_ST(se->event_elapsed_ns(dd, e, e, &ns), DPP_FAILED_PRECONDITION);
+    CHECK(ns == 12345); /* written only on success */
+    CHECK_OK(se->event_elapsed_ns(dd, ok_event, ok_event, &ns));
+    CHECK(ns == 0);
+    se->destroy_event(dd, ok_event);
+  }
   clear_err();
   CHECK_ST(se->synchronize_stream(dd, s), DPP_RESOURCE_EXHAUSTED);
   CHECK(err_has("memcpy_dtoh_async") && err_has("copy #5"));
@@ -1315,6 +1339,135 @@ static void gate_open(gate *g) {
 static void gate_destroy(gate *g) {
   pthread_cond_destroy(&g->cv);
   pthread_mutex_destroy(&g->mu);
+}
+
+/* ---- timed events (ABI 1.4): the main load's devices, latency_us=2000 ---- */
+
+static void test_event_timing(sim_dev *d0, sim_dev *d1) {
+  const dpp_stream_executor_t *se = d0->se;
+  void *dd = d0->dd;
+  const int64_t latency_ns = 2000 * 1000; /* latency_us=2000 */
+  enum { N = 256 };
+  dpp_addr_t x = 0;
+  void *s1 = NULL, *s2 = NULL, *e0 = NULL, *e1 = NULL, *e2 = NULL, *never = NULL;
+  int64_t ns = -1, back = 1;
+  CHECK_OK(se->allocate(dd, N, &x));
+  CHECK_OK(se->create_stream(dd, &s1));
+  CHECK_OK(se->create_stream(dd, &s2));
+  CHECK_OK(se->create_event(dd, &e0));
+  CHECK_OK(se->create_event(dd, &e1));
+  CHECK_OK(se->create_event(dd, &e2));
+  CHECK_OK(se->create_event(dd, &never));
+
+  /* Around one memset (latency_us before it runs): at least the latency, and positive. */
+  CHECK_OK(se->record_event(dd, s1, e0));
+  CHECK_OK(se->memset_async(dd, s1, x, 0x5A, N));
+  CHECK_OK(se->record_event(dd, s1, e1));
+  CHECK_OK(se->synchronize_stream(dd, s1));
+  CHECK_OK(se->event_elapsed_ns(dd, e0, e1, &ns));
+  CHECK(ns >= latency_ns && ns > 0);
+  /* Reversed: the same time, negative. The same event twice: 0. */
+  CHECK_OK(se->event_elapsed_ns(dd, e1, e0, &back));
+  CHECK(back == -ns);
+  CHECK_OK(se->event_elapsed_ns(dd, e1, e1, &back));
+  CHECK(back == 0);
+
+  /* Three memsets: at least three latencies. */
+  CHECK_OK(se->record_event(dd, s1, e0));
+  for (int i = 0; i < 3; i++) {
+    CHECK_OK(se->memset_async(dd, s1, x, (unsigned char)i, N));
+  }
+  CHECK_OK(se->record_event(dd, s1, e1));
+  CHECK_OK(se->event_synchronize(dd, e1));
+  CHECK_OK(se->event_elapsed_ns(dd, e0, e1, &ns));
+  CHECK(ns >= 3 * latency_ns);
+
+  /* Events of two streams of the device (and of the default stream): s2 waits for e0 of s1,
+   * then a memset, then e2. */
+  CHECK_OK(se->record_event(dd, s1, e0));
+  CHECK_OK(se->stream_wait_event(dd, s2, e0));
+  CHECK_OK(se->memset_async(dd, s2, x, 0x11, N));
+  CHECK_OK(se->record_event(dd, s2, e2));
+  CHECK_OK(se->stream_wait_event(dd, NULL, e2));
+  CHECK_OK(se->memset_async(dd, NULL, x, 0x22, N));
+  CHECK_OK(se->record_event(dd, NULL, e1));
+  CHECK_OK(se->synchronize_all(dd));
+  CHECK_OK(se->event_elapsed_ns(dd, e0, e2, &ns));
+  CHECK(ns >= latency_ns);
+  CHECK_OK(se->event_elapsed_ns(dd, e2, e1, &ns));
+  CHECK(ns >= latency_ns);
+  CHECK_OK(se->event_elapsed_ns(dd, e1, e0, &ns));
+  CHECK(ns <= -2 * latency_ns);
+
+  /* Never recorded: no time (though event_status says complete), either way round. */
+  clear_err();
+  ns = 777;
+  CHECK_ST(se->event_elapsed_ns(dd, never, e0, &ns), DPP_FAILED_PRECONDITION);
+  CHECK(err_has("event_elapsed_ns") && err_has("start event") && err_has("was never recorded"));
+  clear_err();
+  CHECK_ST(se->event_elapsed_ns(dd, e0, never, &ns), DPP_FAILED_PRECONDITION);
+  CHECK(err_has("end event") && err_has("was never recorded"));
+  CHECK_ST(se->event_elapsed_ns(dd, never, never, &ns), DPP_FAILED_PRECONDITION);
+  CHECK(ns == 777); /* written only on success */
+
+  /* Pending: a gate holds s1, so its record is not reached; re-recording replaces the time
+   * (the latest record counts), and it is there once the gate opens. */
+  {
+    gate g;
+    gate_init(&g);
+    CHECK_OK(se->host_callback(dd, s1, gate_wait, &g));
+    CHECK_OK(se->record_event(dd, s1, e1));
+    clear_err();
+    CHECK_ST(se->event_elapsed_ns(dd, e0, e1, &ns), DPP_FAILED_PRECONDITION);
+    CHECK(err_has("end event") && err_has("is still pending"));
+    clear_err();
+    CHECK_ST(se->event_elapsed_ns(dd, e1, e0, &ns), DPP_FAILED_PRECONDITION);
+    CHECK(err_has("start event") && err_has("is still pending"));
+    CHECK(ns == 777);
+    gate_open(&g);
+    CHECK_OK(se->event_synchronize(dd, e1));
+    CHECK_OK(se->event_elapsed_ns(dd, e0, e1, &ns));
+    CHECK(ns >= 3 * latency_ns); /* s2's and the default stream's memsets (synchronize_all), the callback */
+    gate_destroy(&g);
+  }
+
+  /* Bad arguments: NULL out pointer, unknown, destroyed and another device's events. */
+  clear_err();
+  CHECK_ST(se->event_elapsed_ns(dd, e0, e1, NULL), DPP_INVALID_ARGUMENT);
+  CHECK(err_has("event_elapsed_ns") && err_has("out_ns is NULL"));
+  clear_err();
+  CHECK_ST(se->event_elapsed_ns(dd, (void *)&ns, e1, &ns), DPP_INVALID_ARGUMENT);
+  CHECK(err_has("start") && err_has("not a live event"));
+  clear_err();
+  CHECK_ST(se->event_elapsed_ns(dd, e0, NULL, &ns), DPP_INVALID_ARGUMENT);
+  CHECK(err_has("end") && err_has("not a live event"));
+  {
+    void *gone = NULL, *oe = NULL;
+    CHECK_OK(se->create_event(dd, &gone));
+    CHECK_OK(se->record_event(dd, s1, gone));
+    CHECK_OK(se->event_synchronize(dd, gone));
+    se->destroy_event(dd, gone);
+    CHECK_ST(se->event_elapsed_ns(dd, e0, gone, &ns), DPP_INVALID_ARGUMENT);
+    CHECK_OK(d1->se->create_event(d1->dd, &oe));
+    CHECK_OK(d1->se->record_event(d1->dd, NULL, oe));
+    CHECK_OK(d1->se->event_synchronize(d1->dd, oe));
+    CHECK_OK(d1->se->event_elapsed_ns(d1->dd, oe, oe, &ns));
+    CHECK(ns == 0);
+    clear_err();
+    CHECK_ST(se->event_elapsed_ns(dd, oe, e0, &ns), DPP_INVALID_ARGUMENT);
+    CHECK(err_has("not a live event of this device"));
+    CHECK_ST(se->event_elapsed_ns(NULL, e0, e1, &ns), DPP_INVALID_ARGUMENT);
+    d1->se->destroy_event(d1->dd, oe);
+  }
+  CHECK(ns == 0);
+
+  se->destroy_event(dd, e0);
+  se->destroy_event(dd, e1);
+  se->destroy_event(dd, e2);
+  se->destroy_event(dd, never);
+  se->destroy_stream(dd, s1);
+  se->destroy_stream(dd, s2);
+  se->deallocate(dd, x, N);
 }
 
 /* ---- more ops than a stream's ring holds ---- */

@@ -12,6 +12,11 @@
 // header's kernel API where SIMDML does not reach (attributes, ANY binding, every kind of
 // exception, refusals, a newer host's larger dpp_tensor_t).
 //
+// Timed events (ABI 1.4): SIMDML's event_elapsed_ns around work with latency, reversed, the
+// same event, never recorded, pending, after a stream error, bad arguments; and plugin.hpp's
+// OptionalFunctions::event_elapsed_ns on an in-process platform (NULL without the opt-in,
+// UNIMPLEMENTED with it but no override, values and exceptions through the table).
+//
 // Usage: simdml_selftest <path to libdevplug_simdml.so>. Exits 0 when every check passes.
 #include <devplug/plugin.h>
 #include <devplug/plugin.hpp>
@@ -19,6 +24,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -29,6 +35,7 @@
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <set>
@@ -394,7 +401,7 @@ void test_device(const Registered& reg) {
   CHECK(se->ext == nullptr);
   CHECK(all_required_present(se));
   CHECK(se->host_allocate && se->host_deallocate && se->unified_allocate && se->unified_deallocate &&
-        se->memory_usage && se->allocator_stats);
+        se->memory_usage && se->allocator_stats && se->event_elapsed_ns);
   CHECK(dev.total_memory == (uint64_t(32) << 20));
   CHECK(dev.hardware_name != nullptr && contains(dev.hardware_name, "SIMDML"));
   CHECK(dev.numa_node == -1);
@@ -510,6 +517,66 @@ void test_device(const Registered& reg) {
   CHECK_OK(se->memcpy_dtoh(d, dst.data(), bufA, n));
   CHECK(dst[0] == 0x11 && dst[n - 1] == 0x11);
 
+  // ---- Timed events (ABI 1.4): the stream's time when it reaches each record -------------
+  {
+    const int64_t latency_ns = 2000 * 1000;  // latency_us=2000
+    void *e0 = nullptr, *e1 = nullptr, *e2 = nullptr, *never = nullptr;
+    CHECK_OK(se->create_event(d, &e0));
+    CHECK_OK(se->create_event(d, &e1));
+    CHECK_OK(se->create_event(d, &e2));
+    CHECK_OK(se->create_event(d, &never));
+    int64_t ns = -1, back = 1;
+    // Around a memset (the latency before it): at least the latency; reversed, the negative;
+    // the same event twice, 0.
+    CHECK_OK(se->record_event(d, s1, e0));
+    CHECK_OK(se->memset_async(d, s1, bufA, 0x12, n));
+    CHECK_OK(se->record_event(d, s1, e1));
+    CHECK_OK(se->synchronize_stream(d, s1));
+    CHECK_OK(se->event_elapsed_ns(d, e0, e1, &ns));
+    CHECK(ns >= latency_ns);
+    CHECK_OK(se->event_elapsed_ns(d, e1, e0, &back));
+    CHECK(back == -ns);
+    CHECK_OK(se->event_elapsed_ns(d, e0, e0, &back));
+    CHECK(back == 0);
+    // Two streams: s2 waits for e0 (on s1), runs a memset, records e2.
+    CHECK_OK(se->record_event(d, s1, e0));
+    CHECK_OK(se->stream_wait_event(d, s2, e0));
+    CHECK_OK(se->memset_async(d, s2, bufB, 0x13, n));
+    CHECK_OK(se->record_event(d, s2, e2));
+    CHECK_OK(se->synchronize_all(d));
+    CHECK_OK(se->event_elapsed_ns(d, e0, e2, &ns));
+    CHECK(ns >= latency_ns);
+    // Never recorded (though complete): no time, either way round; nothing written.
+    ns = 777;
+    CHECK_STATUS(se->event_elapsed_ns(d, never, e0, &ns), DPP_FAILED_PRECONDITION);
+    CHECK(contains(take_error(), "event_elapsed_ns: the start event was never recorded"));
+    CHECK_STATUS(se->event_elapsed_ns(d, e0, never, &ns), DPP_FAILED_PRECONDITION);
+    CHECK(contains(take_error(), "event_elapsed_ns: the end event was never recorded"));
+    // Pending behind a gate; the latest record counts once the stream got there.
+    Gate gate3;
+    CHECK_OK(se->host_callback(d, s1, gate_callback, &gate3));
+    CHECK_OK(se->memset_async(d, s1, bufA, 0x14, n));
+    CHECK_OK(se->record_event(d, s1, e1));
+    CHECK_STATUS(se->event_elapsed_ns(d, e0, e1, &ns), DPP_FAILED_PRECONDITION);
+    CHECK(contains(take_error(), "the end event is still pending"));
+    CHECK(ns == 777);
+    gate3.release();
+    CHECK_OK(se->event_synchronize(d, e1));
+    CHECK_OK(se->event_elapsed_ns(d, e0, e1, &ns));
+    CHECK(ns >= latency_ns);
+    // What plugin.hpp's table checks: the out-pointer and both handles.
+    CHECK_STATUS(se->event_elapsed_ns(d, e0, e1, nullptr), DPP_INVALID_ARGUMENT);
+    CHECK(contains(take_error(), "event_elapsed_ns: out_ns is NULL"));
+    CHECK_STATUS(se->event_elapsed_ns(d, s1, e1, &ns), DPP_INVALID_ARGUMENT);  // a stream as an event
+    CHECK(contains(take_error(), "event_elapsed_ns: start is not an event"));
+    CHECK_STATUS(se->event_elapsed_ns(d, e0, nullptr, &ns), DPP_INVALID_ARGUMENT);
+    CHECK(contains(take_error(), "event_elapsed_ns: end is NULL"));
+    se->destroy_event(d, e0);
+    se->destroy_event(d, e1);
+    se->destroy_event(d, e2);
+    se->destroy_event(d, never);
+  }
+
   // stream_wait_stream orders s2 after s1's (slow) memset.
   std::fill(dst.begin(), dst.end(), 0);
   CHECK_OK(se->memset_async(d, s1, bufA, 0x22, n));
@@ -533,6 +600,15 @@ void test_device(const Registered& reg) {
   CHECK(contains(take_error(), "memset_async"));
   CHECK_OK(se->event_status(d, e, &st));
   CHECK(st == DPP_EVENT_ERROR);
+  {
+    // An event reached after its stream failed has no time.
+    int64_t ns = 5;
+    CHECK_STATUS(se->event_elapsed_ns(d, e, e, &ns), DPP_FAILED_PRECONDITION);
+    const std::string m = take_error();
+    CHECK(contains(m, "the start event reports an error: its stream failed before reaching it") &&
+          contains(m, "memset_async"));
+    CHECK(ns == 5);
+  }
   CHECK_OK(se->synchronize_stream(d, s1));  // reported once
 
   // Bad arguments are errors with messages, not crashes.
@@ -1040,6 +1116,158 @@ const dpp_plugin_api_t kApi = dp::detail::make_plugin_api<&init>("hdrtest", "0")
 
 }  // namespace hdr
 
+// ---- plugin.hpp's timed events on an in-process platform -----------------------------------
+
+namespace tim {
+
+namespace dp = devplug::plugin;
+
+class TStream : public dp::Stream {};
+
+/** An event that remembers the (fake) time of its last record; -1: never recorded. */
+class TEvent : public dp::Event {
+ public:
+  std::atomic<int64_t> at{-1};
+};
+
+/** A device that does nothing; it opts into event timing when told to, without overriding it. */
+class NullDevice : public dp::Device {
+ public:
+  explicit NullDevice(bool opt_in) : opt_in_(opt_in) {}
+  dp::OptionalFunctions optional_functions() const override {
+    dp::OptionalFunctions f;
+    f.event_elapsed_ns = opt_in_;
+    return f;
+  }
+  dp::Addr allocate(uint64_t) override { throw dp::Error::resource_exhausted("TIMING has no memory"); }
+  void deallocate(dp::Addr, uint64_t) override {}
+  void memcpy_htod(dp::Addr, const void*, uint64_t) override {}
+  void memcpy_dtoh(void*, dp::Addr, uint64_t) override {}
+  void memcpy_dtod(dp::Addr, dp::Addr, uint64_t) override {}
+  void memset(dp::Addr, uint8_t, uint64_t) override {}
+  std::unique_ptr<dp::Stream> create_stream() override { return std::make_unique<TStream>(); }
+  void synchronize_stream(dp::Stream&) override {}
+  void stream_wait_stream(dp::Stream&, dp::Stream&) override {}
+  void memcpy_htod_async(dp::Stream&, dp::Addr, const void*, uint64_t) override {}
+  void memcpy_dtoh_async(dp::Stream&, void*, dp::Addr, uint64_t) override {}
+  void memcpy_dtod_async(dp::Stream&, dp::Addr, dp::Addr, uint64_t) override {}
+  void memset_async(dp::Stream&, dp::Addr, uint8_t, uint64_t) override {}
+  void host_callback(dp::Stream&, dp::HostCallback callback) override { callback(); }
+  std::unique_ptr<dp::Event> create_event() override { return std::make_unique<TEvent>(); }
+  /** Records happen at 1000, 2000, 3000, ... */
+  void record_event(dp::Stream&, dp::Event& event) override { static_cast<TEvent&>(event).at = clock_ += 1000; }
+  dp::EventStatus event_status(dp::Event&) override { return dp::EventStatus::Complete; }
+  void stream_wait_event(dp::Stream&, dp::Event&) override {}
+  void event_synchronize(dp::Event&) override {}
+  void synchronize_all() override {}
+
+ private:
+  const bool opt_in_;
+  std::atomic<int64_t> clock_{0};
+};
+
+/** A device that times its events; a record at 3000 makes it throw a std::exception. */
+class TimedDevice : public NullDevice {
+ public:
+  TimedDevice() : NullDevice(true) {}
+  int64_t event_elapsed_ns(dp::Event& start, dp::Event& end) override {
+    const int64_t s = static_cast<TEvent&>(start).at, e = static_cast<TEvent&>(end).at;
+    if (s < 0 || e < 0) throw dp::Error::failed_precondition("TIMING: an event was never recorded");
+    if (s == 3000 || e == 3000) throw std::runtime_error("TIMING: the clock broke");
+    return e - s;
+  }
+};
+
+/** Device 0 leaves event timing out, device 1 opts in without overriding, device 2 times. */
+class TimingPlatform : public dp::Platform {
+ public:
+  std::string name() const override { return "TIMING"; }
+  std::string device_type() const override { return "TIMING"; }
+  int device_count() const override { return 3; }
+  std::unique_ptr<dp::Device> create_device(int ordinal) override {
+    if (ordinal == 2) return std::make_unique<TimedDevice>();
+    return std::make_unique<NullDevice>(ordinal == 1);
+  }
+};
+
+void init(dp::Host& host) { host.register_platform(std::make_unique<TimingPlatform>()); }
+
+const dpp_plugin_api_t kApi = dp::detail::make_plugin_api<&init>("timingtest", "0");
+
+}  // namespace tim
+
+void test_header_event_timing() {
+  FakeHost host;
+  void* data = nullptr;
+  CHECK_OK(host.init(&tim::kApi, &data));
+  CHECK(host.platforms.size() == 1);
+  if (host.platforms.size() != 1) return;
+  const dpp_platform_t& p = host.platforms[0].p;
+  dpp_device_t dev[3];
+  bool made = true;
+  for (int i = 0; i < 3; ++i) {
+    dev[i] = dpp_device_t{};
+    dev[i].struct_size = DPP_DEVICE_STRUCT_SIZE;
+    dev[i].ordinal = i;
+    CHECK_OK(p.create_device(p.platform_data, i, &dev[i]));
+    made = made && dev[i].se != nullptr;
+  }
+  if (made) {
+    // Every table has ABI 1.4's size; only the devices that opt in fill event_elapsed_ns.
+    for (const dpp_device_t& d : dev) CHECK(d.se->struct_size == DPP_STREAM_EXECUTOR_STRUCT_SIZE);
+    CHECK(dev[0].se->event_elapsed_ns == nullptr);
+    CHECK(dev[1].se->event_elapsed_ns != nullptr && dev[2].se->event_elapsed_ns != nullptr);
+
+    // Opted in, not overridden: UNIMPLEMENTED, nothing written.
+    const dpp_stream_executor_t* se1 = dev[1].se;
+    void* d1 = dev[1].device_data;
+    void* foreign = nullptr;
+    CHECK_OK(se1->create_event(d1, &foreign));
+    int64_t ns = 42;
+    CHECK_STATUS(se1->event_elapsed_ns(d1, foreign, foreign, &ns), DPP_UNIMPLEMENTED);
+    CHECK(take_error() == "event_elapsed_ns is not implemented");
+    CHECK(ns == 42);
+
+    // Timed: values, the Device's errors and exceptions, the table's argument checks.
+    const dpp_stream_executor_t* se = dev[2].se;
+    void* d = dev[2].device_data;
+    void *s = nullptr, *a = nullptr, *b = nullptr, *c = nullptr, *never = nullptr;
+    CHECK_OK(se->create_stream(d, &s));
+    for (void** e : {&a, &b, &c, &never}) CHECK_OK(se->create_event(d, e));
+    CHECK_OK(se->record_event(d, s, a));  // 1000
+    CHECK_OK(se->record_event(d, s, b));  // 2000
+    CHECK_OK(se->record_event(d, s, c));  // 3000: the device throws std::runtime_error for it
+    CHECK_OK(se->event_elapsed_ns(d, a, b, &ns));
+    CHECK(ns == 1000);
+    CHECK_OK(se->event_elapsed_ns(d, b, a, &ns));
+    CHECK(ns == -1000);
+    ns = 42;
+    CHECK_STATUS(se->event_elapsed_ns(d, never, a, &ns), DPP_FAILED_PRECONDITION);
+    CHECK(take_error() == "TIMING: an event was never recorded");
+    CHECK_STATUS(se->event_elapsed_ns(d, a, c, &ns), DPP_INTERNAL);
+    CHECK(take_error() == "TIMING: the clock broke");
+    CHECK_STATUS(se->event_elapsed_ns(d, a, b, nullptr), DPP_INVALID_ARGUMENT);
+    CHECK(take_error() == "event_elapsed_ns: out_ns is NULL");
+    CHECK_STATUS(se->event_elapsed_ns(d, nullptr, b, &ns), DPP_INVALID_ARGUMENT);
+    CHECK(take_error() == "event_elapsed_ns: start is NULL");
+    CHECK_STATUS(se->event_elapsed_ns(d, a, s, &ns), DPP_INVALID_ARGUMENT);
+    CHECK(take_error() == "event_elapsed_ns: end is not an event (or was destroyed)");
+    CHECK_STATUS(se->event_elapsed_ns(nullptr, a, b, &ns), DPP_INVALID_ARGUMENT);
+    // An event of another device of the platform reaches the Device, which decides.
+    CHECK_STATUS(se->event_elapsed_ns(d, foreign, a, &ns), DPP_FAILED_PRECONDITION);
+    CHECK(take_error() == "TIMING: an event was never recorded");
+    CHECK(ns == 42);
+    for (void* e : {a, b, c, never}) se->destroy_event(d, e);
+    se->destroy_stream(d, s);
+    se1->destroy_event(d1, foreign);
+  }
+  for (dpp_device_t& d : dev) {
+    if (d.se != nullptr) p.destroy_device(p.platform_data, &d);
+  }
+  p.destroy_platform(p.platform_data);
+  tim::kApi.shutdown(data);
+}
+
 void test_header_kernels() {
   const dpp_plugin_api_t* api = &hdr::kApi;
   {
@@ -1053,11 +1281,11 @@ void test_header_kernels() {
     if (k != nullptr) {
       CHECK(!k->platform_null && k->platform == "ANY" && k->priority == 5 && k->dtypes.empty());
       FakeAttrs attrs;
-      attrs.values = {{"i", FakeAttrs::Int, 3, 0, {}},
-                      {"f", FakeAttrs::Float, 0, 2.5, {}},
-                      {"b", FakeAttrs::Bool, 1, 0, {}},
-                      {"v", FakeAttrs::Ints, 0, 0, {1, -2, 3}},
-                      {"d", FakeAttrs::DType, DPP_DTYPE_F64, 0, {}},
+      attrs.values = {{"i", FakeAttrs::Int, 3, 0, {}, {}},
+                      {"f", FakeAttrs::Float, 0, 2.5, {}, {}},
+                      {"b", FakeAttrs::Bool, 1, 0, {}, {}},
+                      {"v", FakeAttrs::Ints, 0, 0, {1, -2, 3}, {}},
+                      {"d", FakeAttrs::DType, DPP_DTYPE_F64, 0, {}, {}},
                       {"s", FakeAttrs::Str, 0, 0, {}, "SAME"}};
       // A newer host's larger dpp_tensor_t: elements are struct_size bytes apart.
       struct BigTensor {
@@ -1143,7 +1371,7 @@ void test_header_kernels() {
     CHECK(k != nullptr);
     if (k != nullptr) {
       FakeAttrs attrs;
-      attrs.values = {{"i", FakeAttrs::Int, 3, 0, {}}, {"s", FakeAttrs::Str, 0, 0, {}, "SAME"}};
+      attrs.values = {{"i", FakeAttrs::Int, 3, 0, {}, {}}, {"s", FakeAttrs::Str, 0, 0, {}, "SAME"}};
       const int64_t shape[] = {2};
       const dpp_tensor_t in[2] = {{DPP_TENSOR_STRUCT_SIZE, nullptr, DPP_DTYPE_F32, 1, shape, 0x100, 8},
                                   {DPP_TENSOR_STRUCT_SIZE, nullptr, DPP_DTYPE_F32, 1, shape, 0x200, 8}};
@@ -1338,6 +1566,8 @@ int main(int argc, char** argv) {
     test_kernel_options(api);
     std::printf("plugin.hpp kernels\n");
     test_header_kernels();
+    std::printf("plugin.hpp timed events\n");
+    test_header_event_timing();
   }
 
   // ---- Only the entry symbol is exported ----------------------------------------------------

@@ -8,7 +8,8 @@
 // - every stream is a worker thread with a queue, so work is asynchronous to the host and a
 //   missing synchronization gives wrong results; events and host callbacks are ordered on it;
 // - every executor function is implemented, the optional ones included (pinned host memory,
-//   unified memory addressable from both sides, memory usage, allocator statistics);
+//   unified memory addressable from both sides, memory usage, allocator statistics, and
+//   timed events (ABI 1.4): the host's steady_clock when a stream reaches an event);
 // - kernels (plugin ABI 1.1) for its own subset of ops, deliberately not SIM's: Add and Sub
 //   (NumPy broadcasting) and Relu (a composite op: a native kernel runs before the runtime's
 //   decomposition), f32 and f64. No Mul, no MatMul: an op SIMDML lacks follows the fallback
@@ -238,17 +239,36 @@ class Arena {
 // Streams and events
 // ------------------------------------------------------------------------------------------
 
-/** A point in a stream: signalled when the stream reaches it, with the stream's error then. */
+/** Nanoseconds of the device clock: the host's steady_clock (every device shares it). */
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/** A point in a stream: signalled when the stream reaches it, with the stream's error then
+ *  and the time (now_ns) it was reached. */
 class Marker {
  public:
   void signal(dpp_status_t code, std::string message) {
+    const int64_t t = now_ns();
     {
       std::lock_guard<std::mutex> lock(mu_);
       done_ = true;
       code_ = code;
       message_ = std::move(message);
+      reached_ns_ = t;
     }
     cv_.notify_all();
+  }
+  /** When the stream reached it; throws Error::failed_precondition, naming @p what, when it
+   *  is still pending or the stream had failed by then. */
+  int64_t reached_ns(const std::string& what) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) throw Error::failed_precondition(what + " is still pending (its stream has not reached the record)");
+    if (code_ != DPP_OK) {
+      throw Error::failed_precondition(what + " reports an error: its stream failed before reaching it: " + message_);
+    }
+    return reached_ns_;
   }
   /** Waits until reached; returns the stream's error status at that point. */
   dpp_status_t wait(std::string* message = nullptr) {
@@ -269,6 +289,7 @@ class Marker {
   bool done_ = false;
   dpp_status_t code_ = DPP_OK;
   std::string message_;
+  int64_t reached_ns_ = 0;
 };
 
 /**
@@ -439,7 +460,7 @@ class DmlDevice : public dp::Device {
   uint32_t compute_units() const override { return 8; }
   dp::OptionalFunctions optional_functions() const override {
     dp::OptionalFunctions f;
-    f.host_memory = f.unified_memory = f.memory_usage = f.allocator_stats = true;
+    f.host_memory = f.unified_memory = f.memory_usage = f.allocator_stats = f.event_elapsed_ns = true;
     return f;
   }
 
@@ -544,6 +565,11 @@ class DmlDevice : public dp::Device {
     dpp_status_t code = m->wait(&message);
     if (code != DPP_OK) throw Error(code, "the stream failed before reaching the event: " + message);
   }
+  // Events of any SIMDML device of the platform time alike: they share the host's clock.
+  int64_t event_elapsed_ns(dp::Event& start, dp::Event& end) override {
+    const int64_t s = reached_ns(start, "start");
+    return reached_ns(end, "end") - s;
+  }
 
   void synchronize_all() override {
     std::vector<std::shared_ptr<Worker>> live;
@@ -565,6 +591,14 @@ class DmlDevice : public dp::Device {
   }
 
  private:
+  /** When the stream reached @p event's latest record (event_elapsed_ns). */
+  int64_t reached_ns(dp::Event& event, const char* which) const {
+    const std::string what = label_ + ": event_elapsed_ns: the " + which + " event";
+    std::shared_ptr<Marker> m = event_of(event).get();
+    if (!m) throw Error::failed_precondition(what + " was never recorded");
+    return m->reached_ns(what);
+  }
+
   const std::string label_;
   const Config config_;
   // Shared with queued tasks, so that work left on a leaked stream never touches freed memory.

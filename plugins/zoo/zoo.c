@@ -48,7 +48,15 @@
  *   ZOO_INIT_FAIL_MESSAGE="..."    ... after set_error(message), when given
  *   ZOO_INIT_FAIL_AFTER_REGISTER   ... after registering its platform
  *   ZOO_SE_NULL                    dpp_device_t.se = NULL
- *   ZOO_SE_STRUCT_SIZE=n           dpp_stream_executor_t.struct_size
+ *   ZOO_SE_STRUCT_SIZE=n           dpp_stream_executor_t.struct_size. Below
+ *                                  DPP_STREAM_EXECUTOR_STRUCT_SIZE (e.g.
+ *                                  DPP_STREAM_EXECUTOR_STRUCT_SIZE_1_0: a plugin built against
+ *                                  ABI 1.0-1.3, whose table ends before event_elapsed_ns) the
+ *                                  fields past the size hold a trap, as an older plugin's table
+ *                                  is followed by memory that is not a field: event_elapsed_ns
+ *                                  fails with DPP_INTERNAL and "zoo: event_elapsed_ns lies past
+ *                                  this table's struct_size ..." if the host ever calls it.
+ *                                  Otherwise event_elapsed_ns is NULL (zoo does not time events)
  *   ZOO_SE_NULL_FIELD=<field>      that dpp_stream_executor_t function is NULL
  *   ZOO_HOST_ALLOC_ONLY            host_allocate set, host_deallocate NULL
  *   ZOO_CREATE_DEVICE_FAIL         create_device fails (DPP_UNAVAILABLE, with a message)
@@ -624,6 +632,19 @@ static dpp_status_t zoo_synchronize_all(void *device) {
   return DPP_OK;
 }
 
+/* What lies in event_elapsed_ns's place when ZOO_SE_STRUCT_SIZE ends the table before it
+ * (see ZOO_SE_STRUCT_SIZE): a host that reads a field past struct_size calls this. */
+static dpp_status_t zoo_event_elapsed_ns_past_size(void *device, void *start, void *end, int64_t *out_ns) {
+  ZOO_DEVICE_OR_FAIL(d, device);
+  (void)start;
+  (void)end;
+  (void)out_ns;
+  return zoo_fail(d, DPP_INTERNAL,
+                  "zoo: event_elapsed_ns lies past this table's struct_size (%llu bytes): the host must not "
+                  "call it",
+                  (unsigned long long)ZOO_SE_STRUCT_SIZE);
+}
+
 #if defined(ZOO_ALLOCATOR_STATS_FAIL)
 static dpp_status_t zoo_allocator_stats(void *device, dpp_allocator_stats_t *out_stats) {
   ZOO_DEVICE_OR_FAIL(d, device);
@@ -671,6 +692,11 @@ static void zoo_fill_executor(dpp_stream_executor_t *se) {
   se->stream_wait_event = zoo_stream_wait_event;
   se->event_synchronize = zoo_event_synchronize;
   se->synchronize_all = zoo_synchronize_all;
+  /* (ABI 1.4) zoo does not time events; a table of an older size ends before the field. */
+  se->event_elapsed_ns = NULL;
+  if (se->struct_size < DPP_STREAM_EXECUTOR_STRUCT_SIZE) {
+    se->event_elapsed_ns = zoo_event_elapsed_ns_past_size;
+  }
 #ifdef ZOO_SE_NULL_FIELD
   se->ZOO_SE_NULL_FIELD = NULL;
 #endif
@@ -805,7 +831,8 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_register(const dpp_host_api_t *host, co
     return DPP_RESOURCE_EXHAUSTED;
   }
   pd->host = host;
-  snprintf(pd->name, sizeof pd->name, "%s", ZOO_PLATFORM_NAME);
+  /* A bounded read: ZOO_PLATFORM_NAME_UNTERMINATED's name has no NUL. */
+  snprintf(pd->name, sizeof pd->name, "%.*s", (int)sizeof pd->name - 1, ZOO_PLATFORM_NAME);
   snprintf(pd->marker, sizeof pd->marker, "%s", marker);
   dpp_platform_t p;
   zoo_fill_platform(&p, pd);
@@ -815,7 +842,7 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_register(const dpp_host_api_t *host, co
     return st;
   }
   char line[ZOO_MSG_MAX];
-  snprintf(line, sizeof line, "registered %s", ZOO_PLATFORM_NAME);
+  snprintf(line, sizeof line, "registered %s", pd->name);
   zoo_mark(marker, line);
   return DPP_OK;
 }
@@ -825,7 +852,7 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_register(const dpp_host_api_t *host, co
 #endif
 #if defined(ZOO_KERNEL_ZEROS)
 /* A kernel with wrong results: every output is set to zero bytes. */
-static dpp_status_t zoo_kernel_zeros(const dpp_kernel_context_t *cx) {
+ZOO_MAYBE_UNUSED static dpp_status_t zoo_kernel_zeros(const dpp_kernel_context_t *cx) {
   zoo_device *d = cx ? zoo_dev(cx->device) : NULL;
   if (d == NULL) {
     return DPP_INVALID_ARGUMENT;

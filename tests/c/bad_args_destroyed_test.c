@@ -196,6 +196,14 @@ static void test_event(dp_test_fixture *fx) {
     e = dead_event(fx->d0);
     CHECK_STATUS_MSG(dp_event_synchronize(e), DP_INVALID_ARGUMENT, "event");
     e = dead_event(fx->d0);
+    {
+        int64_t ns = -9;
+        CHECK_STATUS_MSG(dp_event_elapsed_ns(e, fx->e0, &ns), DP_INVALID_ARGUMENT, "start");
+        e = dead_event(fx->d0);
+        CHECK_STATUS_MSG(dp_event_elapsed_ns(fx->e0, e, &ns), DP_INVALID_ARGUMENT, "end");
+        CHECK(ns == -9);
+    }
+    e = dead_event(fx->d0);
     CHECK_STATUS_MSG(dp_stream_wait_event(fx->s0, e), DP_INVALID_ARGUMENT, "event");
     e = dead_event(fx->d0);
     dp_event_destroy(e); /* double destroy: no-op */

@@ -180,6 +180,13 @@ static void test_event(dp_test_fixture *fx) {
     CHECK(done == -9);
     CHECK_STATUS_MSG(dp_event_query(fx->e0, NULL), DP_INVALID_ARGUMENT, "out_complete");
     CHECK_STATUS_MSG(dp_event_synchronize(NULL), DP_INVALID_ARGUMENT, "event");
+    {
+        int64_t ns = -9;
+        CHECK_STATUS_MSG(dp_event_elapsed_ns(NULL, fx->e0, &ns), DP_INVALID_ARGUMENT, "start");
+        CHECK_STATUS_MSG(dp_event_elapsed_ns(fx->e0, NULL, &ns), DP_INVALID_ARGUMENT, "end");
+        CHECK(ns == -9);
+        CHECK_STATUS_MSG(dp_event_elapsed_ns(fx->e0, fx->e0, NULL), DP_INVALID_ARGUMENT, "out_ns");
+    }
 }
 
 static void test_tensor(dp_test_fixture *fx) {

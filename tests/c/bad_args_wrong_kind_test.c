@@ -143,6 +143,12 @@ static void test_event(dp_test_fixture *fx) {
     CHECK_STATUS_MSG(dp_event_query(t_as_e, &done), DP_INVALID_ARGUMENT, "event");
     CHECK(done == -9);
     CHECK_STATUS_MSG(dp_event_synchronize(s_as_e), DP_INVALID_ARGUMENT, "event");
+    {
+        int64_t ns = -9;
+        CHECK_STATUS_MSG(dp_event_elapsed_ns(s_as_e, fx->e0, &ns), DP_INVALID_ARGUMENT, "start");
+        CHECK_STATUS_MSG(dp_event_elapsed_ns(fx->e0, t_as_e, &ns), DP_INVALID_ARGUMENT, "end");
+        CHECK(ns == -9);
+    }
     CHECK_STATUS_MSG(dp_stream_wait_event(fx->s0, s_as_e), DP_INVALID_ARGUMENT, "event");
     dp_event_destroy(s_as_e); /* no-op: the stream lives on */
     dp_event_destroy(t_as_e);

@@ -285,6 +285,65 @@ static void test_events(dp_device_t *dev) {
     dp_buffer_release(b);
 }
 
+static void sleep_cb(void *user_data) { dp_test_sleep_ms(*(const int *)user_data); }
+
+/* dp_event_elapsed_ns: the device's time between two events; the errors leave *out_ns alone. */
+static void test_event_timing(dp_device_t *dev, dp_device_t *other) {
+    static const int ms = 20;
+    dp_stream_t *s = NULL, *s2 = NULL;
+    dp_event_t *a = NULL, *b = NULL, *c = NULL, *never = NULL, *elsewhere = NULL;
+    int64_t ns = -1, back = 1, untouched = 12345;
+    struct gate g;
+    SECTION("events: dp_event_elapsed_ns times the work between two events");
+    CHECK_OK(dp_stream_create(dev, &s));
+    CHECK_OK(dp_stream_create(dev, &s2));
+    CHECK_OK(dp_event_create(dev, &a));
+    CHECK_OK(dp_event_create(dev, &b));
+    CHECK_OK(dp_event_create(dev, &c));
+    CHECK_OK(dp_event_create(dev, &never));
+    CHECK_OK(dp_event_create(other, &elsewhere));
+    if (!s || !s2 || !a || !b || !c || !never || !elsewhere) return;
+    CHECK_OK(dp_event_record(a, s));
+    CHECK_OK(dp_stream_host_callback(s, sleep_cb, (void *)&ms));
+    CHECK_OK(dp_event_record(b, s));
+    CHECK_OK(dp_event_synchronize(b));
+    CHECK_OK(dp_event_elapsed_ns(a, b, &ns));
+    CHECKF(ns >= (int64_t)(ms - 1) * 1000000 && ns < (int64_t)ms * 10 * 1000000,
+           "%lld ns around a %d ms sleep", (long long)ns, ms);
+    CHECK_OK(dp_event_elapsed_ns(b, a, &back));
+    CHECKF(back == -ns, "%lld one way, %lld back", (long long)ns, (long long)back);
+    CHECK_OK(dp_event_elapsed_ns(a, a, &back));
+    CHECK(back == 0);
+    /* another stream of the device: the same clock */
+    CHECK_OK(dp_stream_wait_event(s2, b));
+    CHECK_OK(dp_event_record(c, s2));
+    CHECK_OK(dp_stream_synchronize(s2));
+    CHECK_OK(dp_event_elapsed_ns(a, c, &back));
+    CHECK(back >= ns);
+
+    SECTION("events: dp_event_elapsed_ns refuses events it cannot time");
+    CHECK_STATUS_MSG(dp_event_elapsed_ns(a, never, &untouched), DP_FAILED_PRECONDITION, "never recorded");
+    CHECK_STATUS_MSG(dp_event_elapsed_ns(never, a, &untouched), DP_FAILED_PRECONDITION, "never recorded");
+    gate_init(&g);
+    CHECK_OK(dp_stream_host_callback(s, gate_cb, &g));
+    CHECK_OK(dp_event_record(c, s));
+    CHECK_STATUS_MSG(dp_event_elapsed_ns(a, c, &untouched), DP_FAILED_PRECONDITION, "pending");
+    gate_open(&g);
+    CHECK_OK(dp_event_synchronize(c));
+    CHECK(g.timed_out == 0);
+    CHECK_OK(dp_event_elapsed_ns(a, c, &ns));
+    CHECK(ns >= 0);
+    CHECK_STATUS_MSG(dp_event_elapsed_ns(a, elsewhere, &untouched), DP_INVALID_ARGUMENT, "two devices");
+    CHECK(untouched == 12345);
+    dp_event_destroy(a);
+    dp_event_destroy(b);
+    dp_event_destroy(c);
+    dp_event_destroy(never);
+    dp_event_destroy(elsewhere);
+    dp_stream_destroy(s);
+    dp_stream_destroy(s2);
+}
+
 static void test_wait_stream(dp_device_t *dev) {
     dp_stream_t *s1 = NULL, *s2 = NULL;
     dp_buffer_t *b = NULL;
@@ -581,6 +640,7 @@ int main(void) {
     test_callback_order(d0);
     test_events(d0);
     test_events(d1);
+    test_event_timing(d0, d1);
     test_wait_stream(d1);
     test_cross_device_event(d0, d1);
     test_stream_copy_across_devices(d0, d1);

@@ -5,6 +5,7 @@
 #include <devplug/devplug.hpp>
 
 #include <array>
+#include <chrono>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -357,6 +358,20 @@ void test_streams_events_callbacks(const Runtime& rt) {
   // an event of one device cannot be recorded on a stream of another
   Stream s1 = rt.device("CPU:1").create_stream();
   CHECK_ERROR(s1.record(ready), DP_INVALID_ARGUMENT);
+
+  // timing: the device's time between two events, as std::chrono::nanoseconds
+  Event start = d0.create_event();
+  Event end = d0.create_event();
+  CHECK_ERROR(start.elapsed(end), DP_FAILED_PRECONDITION);  // never recorded
+  producer.record(start);
+  producer.host_callback([] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); });
+  producer.record(end);
+  end.synchronize();
+  const std::chrono::nanoseconds took = start.elapsed(end);
+  CHECK(took >= std::chrono::milliseconds(9) && took < std::chrono::seconds(5));
+  CHECK_EQ(end.elapsed(start).count(), -took.count());
+  Event elsewhere = rt.device("CPU:1").create_event();
+  CHECK_ERROR(start.elapsed(elsewhere), DP_INVALID_ARGUMENT);
 }
 
 void test_cross_device(const Runtime& rt) {

@@ -21,6 +21,7 @@ fn the_sample_plugins_conform() {
         "ok      SIM:0: synchronous copies and memset",
         "ok      SIM:0: streams, host callbacks and events",
         "ok      SIM:1: memory usage",
+        "ok      SIM:1: event timing",
         "ok      SIM:0: kernel Add (f32) agrees with the CPU",
         "ok      SIM:1: kernel ReduceSum (i64) agrees with the CPU",
         "ok      SIM:0: kernel MatMul (f64) agrees with the CPU on edge shapes (batched [2, 2, 3] x [3, 4], \
@@ -36,7 +37,7 @@ fn the_sample_plugins_conform() {
             "devplug_rust_example",
             "ok      NPU:0: kernel Add (f32) agrees with the CPU",
         ),
-        // RSIM's f16 Add (it names f16 because this host has ABI 1.3), edge shapes included.
+        // RSIM's f16 Add (it names f16 because this host has ABI 1.3 or newer), edge shapes included.
         (
             "devplug_rust_example",
             "ok      NPU:0: kernel Add (f16) agrees with the CPU on edge shapes",
@@ -45,6 +46,7 @@ fn the_sample_plugins_conform() {
             "devplug_simdml",
             "ok      GPU:0: kernel Relu (f64) agrees with the CPU",
         ),
+        ("devplug_simdml", "ok      GPU:0: event timing"),
         // SIMDML's own op: its body runs, and its kernel is compared with the body.
         (
             "devplug_simdml",
@@ -70,6 +72,11 @@ fn an_optional_function_left_out_is_noted_not_failed() {
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("note    ZOO:0: memory_usage is not provided (optional)"),
+        "{out}"
+    );
+    // Event timing (ABI 1.4) is optional too: zoo plugins leave it out.
+    assert!(
+        out.contains("note    ZOO:0: event_elapsed_ns is not provided (optional, ABI 1.4)"),
         "{out}"
     );
 }

@@ -33,7 +33,7 @@ fn rsim_devices_work_through_the_loader() {
     assert!(out.iter().all(|x| *x == 0x5A));
 }
 
-/// RSIM's Add takes f16 from this host (ABI 1.3): on RSIM's device it runs RSIM's kernel, not
+/// RSIM's Add takes f16 from this host (ABI ≥ 1.3): on RSIM's device it runs RSIM's kernel, not
 /// a fallback, and its sums equal the CPU's bit for bit (both round the f32 sum once).
 #[test]
 fn rsims_f16_add_runs_natively_and_equals_the_cpus() {

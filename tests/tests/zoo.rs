@@ -263,9 +263,9 @@ refused! {
 
     // dpp_plugin_api_t: versions
     abi_major_differs: "abi_major" => AbiMismatch
-        ["plugin ABI 2.0", "host implements ABI 1.3", "major"];
+        ["plugin ABI 2.0", "host implements ABI 1.4", "major"];
     abi_minor_newer_than_host: "abi_minor_newer" => AbiMismatch
-        ["plugin ABI 1.99", "host implements ABI 1.3", "minor"];
+        ["plugin ABI 1.99", "host implements ABI 1.4", "minor"];
 
     // dpp_plugin_api_t: struct_size and fields
     api_struct_size_zero: "api_size_0" => InvalidArgument

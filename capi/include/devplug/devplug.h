@@ -77,7 +77,7 @@ typedef struct dp_scope_t dp_scope_t;     /**< owned: dp_scope_create_* / dp_sco
 /**
  * The plugin ABI's minor version: plugins built against a newer minor are refused.
  */
-#define DP_ABI_VERSION_MINOR 3
+#define DP_ABI_VERSION_MINOR 4
 
 /**
  * A status code: `DP_OK` (0) or one of the `DP_*` error codes.
@@ -1259,6 +1259,22 @@ dp_status_t dp_event_query(const dp_event_t *event, int32_t *out_complete);
  * `event` is an event handle.
  */
 dp_status_t dp_event_synchronize(dp_event_t *event);
+
+/**
+ * Writes into `*out_ns` the device's time in nanoseconds from reaching `start` to reaching
+ * `end` (negative when `end` was reached first): how work on a device is timed, as with
+ * `cudaEventElapsedTime`. Both events belong to the same device and were recorded and reached
+ * (on any of its streams); the clock is the device's, as fine as it can tell.
+ *
+ * Errors (nothing written): `DP_INVALID_ARGUMENT` for events of two devices;
+ * `DP_FAILED_PRECONDITION` when either event was never recorded, is still pending
+ * (`dp_event_synchronize` it first) or is marked failed; `DP_UNIMPLEMENTED` when the device's
+ * platform does not time events (a plugin without ABI 1.4's `event_elapsed_ns`).
+ *
+ * # Safety
+ * `start` and `end` are event handles; `out_ns` is writable.
+ */
+dp_status_t dp_event_elapsed_ns(const dp_event_t *start, const dp_event_t *end, int64_t *out_ns);
 
 /**
  * Bytes per element of `dtype`; 0 for an invalid dtype.

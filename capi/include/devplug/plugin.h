@@ -18,10 +18,10 @@
 
 /**
  * The ABI minor version this header describes. A host refuses plugins with a newer minor.
- * 1.1 appended kernel registration, 1.2 op registration, 1.3 the f16 and bf16 dtypes (see
- * docs/plugin-abi-changelog.md).
+ * 1.1 appended kernel registration, 1.2 op registration, 1.3 the f16 and bf16 dtypes, 1.4
+ * timed events (see docs/plugin-abi-changelog.md).
  */
-#define DPP_ABI_MINOR 3
+#define DPP_ABI_MINOR 4
 
 /**
  * Log levels of `dpp_host_api_t::log`.
@@ -120,12 +120,12 @@
 #define DPP_HOST_API_STRUCT_SIZE_1_1 112
 
 /**
- * Size of `dpp_host_api_t` in ABI 1.2 and 1.3.
+ * Size of `dpp_host_api_t` in ABI 1.2 to 1.4.
  */
 #define DPP_HOST_API_STRUCT_SIZE 128
 
 /**
- * Size of `dpp_op_def_t` in ABI 1.2 and 1.3.
+ * Size of `dpp_op_def_t` in ABI 1.2 to 1.4.
  */
 #define DPP_OP_DEF_STRUCT_SIZE 64
 
@@ -165,9 +165,14 @@
 #define DPP_ALLOCATOR_STATS_STRUCT_SIZE 72
 
 /**
- * Size of `dpp_stream_executor_t` in ABI 1.0.
+ * Size of `dpp_stream_executor_t` in ABI 1.0 to 1.3 (what a plugin built against them fills).
  */
-#define DPP_STREAM_EXECUTOR_STRUCT_SIZE 240
+#define DPP_STREAM_EXECUTOR_STRUCT_SIZE_1_0 240
+
+/**
+ * Size of `dpp_stream_executor_t` in ABI 1.4.
+ */
+#define DPP_STREAM_EXECUTOR_STRUCT_SIZE 248
 
 /**
  * A status code. The values are the host API's `DP_*` codes.
@@ -503,6 +508,16 @@ typedef struct dpp_stream_executor_t {
    * Required. Blocks until all work of all streams of the device is done.
    */
   dpp_status_t (*synchronize_all)(void *device);
+  /**
+   * (1.4) Optional: the device's time from reaching `start` to reaching `end`, in
+   * nanoseconds, into `*out_ns` (negative when `end` was reached first; the events may be
+   * of different streams of the device). Both must have been recorded and reached without
+   * an error: `DPP_FAILED_PRECONDITION` when either was never recorded, is still pending or
+   * reports `DPP_EVENT_ERROR`. The clock is the device's own, as fine as it can tell (CUDA's
+   * events: about half a microsecond). When NULL (or `struct_size` is
+   * `DPP_STREAM_EXECUTOR_STRUCT_SIZE_1_0`) the host reports `DP_UNIMPLEMENTED` to its users.
+   */
+  dpp_status_t (*event_elapsed_ns)(void *device, void *start, void *end, int64_t *out_ns);
 } dpp_stream_executor_t;
 
 /**

@@ -329,6 +329,25 @@ impl StreamExecutor for HostExecutor {
         Ok(())
     }
 
+    fn times_events(&self) -> bool {
+        true
+    }
+
+    fn event_elapsed_ns(&self, start: &RawEvent, end: &RawEvent) -> Result<i64> {
+        let start = self
+            .event(start)?
+            .reached_at()
+            .map_err(|e| e.context("start"))?;
+        let end = self
+            .event(end)?
+            .reached_at()
+            .map_err(|e| e.context("end"))?;
+        Ok(match end.checked_duration_since(start) {
+            Some(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+            None => -i64::try_from(start.duration_since(end).as_nanos()).unwrap_or(i64::MAX),
+        })
+    }
+
     fn synchronize_all(&self) -> Result<()> {
         let live: Vec<Arc<WorkQueue>> = self
             .queues

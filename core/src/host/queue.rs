@@ -220,6 +220,8 @@ struct EventState {
     recorded: u64,
     /// The highest generation reached.
     reached: u64,
+    /// When the stream reached generation `reached`.
+    reached_at: Option<Instant>,
 }
 
 /// A CPU event.
@@ -235,6 +237,7 @@ impl Default for CpuEvent {
                 Mutex::new(EventState {
                     recorded: 0,
                     reached: 0,
+                    reached_at: None,
                 }),
                 Condvar::new(),
             )),
@@ -258,6 +261,7 @@ impl CpuEvent {
         let mut st = self.inner.0.lock();
         if generation > st.reached {
             st.reached = generation;
+            st.reached_at = Some(Instant::now());
         }
         drop(st);
         self.inner.1.notify_all();
@@ -266,6 +270,21 @@ impl CpuEvent {
     pub fn is_complete(&self) -> bool {
         let st = self.inner.0.lock();
         st.reached >= st.recorded
+    }
+
+    /// When the stream reached the latest record: `FAILED_PRECONDITION` when the event was
+    /// never recorded or the latest record is not reached yet.
+    pub fn reached_at(&self) -> Result<Instant> {
+        let st = self.inner.0.lock();
+        match st.reached_at {
+            _ if st.recorded == 0 => {
+                Err(Error::failed_precondition("the event was never recorded"))
+            }
+            Some(at) if st.reached >= st.recorded => Ok(at),
+            _ => Err(Error::failed_precondition(
+                "the event is still pending: its stream has not reached the latest record",
+            )),
+        }
     }
 
     /// Blocks until the generation recorded last (at the time of the call) is reached.

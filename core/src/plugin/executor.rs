@@ -123,7 +123,8 @@ impl Platform for PluginPlatform {
 pub(crate) struct PluginExecutor {
     platform: Arc<PluginPlatform>,
     device: Box<abi::dpp_device_t>,
-    se: &'static abi::dpp_stream_executor_t,
+    /// The plugin's table as far as its `struct_size` reaches; later fields NULL.
+    se: abi::dpp_stream_executor_t,
     description: DeviceDescription,
 }
 
@@ -213,23 +214,25 @@ fn plugin_str(p: *const std::ffi::c_char) -> String {
 }
 
 /// Checks what `create_device` filled in.
-fn validate_device(device: &abi::dpp_device_t, platform: &PluginPlatform) -> Result<()> {
+fn validate_device(
+    device: &abi::dpp_device_t,
+    se: Option<&abi::dpp_stream_executor_t>,
+    platform: &PluginPlatform,
+) -> Result<()> {
     let (plugin, name, ordinal) = (&platform.plugin.name, &platform.info.name, device.ordinal);
     let err = |why: String| {
         Err(Error::invalid_argument(format!(
             "plugin '{plugin}': platform {name}: device {ordinal}: {why}"
         )))
     };
-    if device.se.is_null() {
+    let Some(se) = se else {
         return err("dpp_device_t.se is NULL".into());
-    }
-    // SAFETY: non-NULL; the plugin keeps the table valid until destroy_device.
-    let se = unsafe { &*device.se };
-    if se.struct_size < abi::DPP_STREAM_EXECUTOR_STRUCT_SIZE {
+    };
+    if se.struct_size < abi::DPP_STREAM_EXECUTOR_STRUCT_SIZE_1_0 {
         return err(format!(
             "dpp_stream_executor_t.struct_size is {}, smaller than the ABI 1.0 size {}",
             se.struct_size,
-            abi::DPP_STREAM_EXECUTOR_STRUCT_SIZE
+            abi::DPP_STREAM_EXECUTOR_STRUCT_SIZE_1_0
         ));
     }
     if let Some(missing) = REQUIRED.iter().find(|f| !field_present(se, f)) {
@@ -267,15 +270,15 @@ pub(crate) fn create_device(
         (platform.table.create_device)(platform.table.platform_data, ordinal as i32, &mut *device)
     };
     check(plugin, &format!("create_device({ordinal})"), status)?;
-    if let Err(e) = validate_device(&device, platform) {
+    // SAFETY: the plugin keeps a non-NULL table valid until destroy_device.
+    let se = unsafe { read_executor_table(device.se) };
+    if let Err(e) = validate_device(&device, se.as_ref(), platform) {
         // SAFETY: undo the creation the plugin just did.
         unsafe { (platform.table.destroy_device)(platform.table.platform_data, &mut *device) };
         let _ = take_plugin_error();
         return Err(e);
     }
-    // SAFETY: validated non-NULL; the plugin keeps the table valid until destroy_device,
-    // which the executor calls before the reference can dangle (it lives in the executor).
-    let se: &'static abi::dpp_stream_executor_t = unsafe { &*device.se };
+    let se = se.expect("validated non-NULL");
     let description = DeviceDescription {
         hardware_name: plugin_str(device.hardware_name),
         vendor: plugin_str(device.vendor),
@@ -304,6 +307,28 @@ impl Drop for PluginExecutor {
         };
         let _ = take_plugin_error();
     }
+}
+
+/// A copy of the plugin's executor table: the `struct_size` bytes it filled, the fields of
+/// newer ABI minors it does not know NULL. `None` when `se` is NULL.
+///
+/// # Safety
+/// `se` is NULL or points to a table of at least `struct_size` bytes (and at least
+/// `struct_size` itself).
+unsafe fn read_executor_table(
+    se: *const abi::dpp_stream_executor_t,
+) -> Option<abi::dpp_stream_executor_t> {
+    if se.is_null() {
+        return None;
+    }
+    // SAFETY: every table starts with its size.
+    let filled = unsafe { std::ptr::read_unaligned(se as *const usize) };
+    let n = filled.min(std::mem::size_of::<abi::dpp_stream_executor_t>());
+    // SAFETY: all-zero is a valid table (a size, a NULL pointer and `None` functions).
+    let mut table: abi::dpp_stream_executor_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the plugin's table holds `filled` ≥ `n` bytes; the copy holds `n` or more.
+    unsafe { std::ptr::copy_nonoverlapping(se as *const u8, &mut table as *mut _ as *mut u8, n) };
+    Some(table)
 }
 
 fn handle<'a>(raw: &'a (dyn std::any::Any + Send + Sync), what: &str) -> Result<&'a Handle> {
@@ -598,6 +623,34 @@ impl StreamExecutor for PluginExecutor {
         let e = handle(event.as_ref(), "event")?;
         // SAFETY: an event of this device.
         self.check("event_synchronize", unsafe { f(self.dev(), e.0) })
+    }
+
+    fn times_events(&self) -> bool {
+        self.se.event_elapsed_ns.is_some()
+    }
+
+    fn event_elapsed_ns(&self, start: &RawEvent, end: &RawEvent) -> Result<i64> {
+        let Some(f) = self.se.event_elapsed_ns else {
+            let why = if self.se.struct_size < abi::DPP_STREAM_EXECUTOR_STRUCT_SIZE {
+                "its table is of ABI 1.0–1.3, before timed events"
+            } else {
+                "its event_elapsed_ns is NULL"
+            };
+            return Err(Error::unimplemented(format!(
+                "plugin '{}' does not time events ({why})",
+                self.platform.plugin.name
+            )));
+        };
+        let (s, e) = (
+            handle(start.as_ref(), "event")?,
+            handle(end.as_ref(), "event")?,
+        );
+        let mut ns = 0i64;
+        // SAFETY: two events of this device and a valid out-pointer.
+        self.check("event_elapsed_ns", unsafe {
+            f(self.dev(), s.0, e.0, &mut ns)
+        })?;
+        Ok(ns)
     }
 
     fn plugin_handles(&self, stream: &RawStream) -> Option<(*mut c_void, *mut c_void)> {

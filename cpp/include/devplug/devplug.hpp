@@ -23,6 +23,7 @@
 
 #include <devplug/devplug.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -1197,6 +1198,17 @@ class Event {
   }
   /** @brief Blocks until the event completes. */
   void synchronize() const { check(dp_event_synchronize(handle_)); }
+  /**
+   * @brief The device's time from reaching this event to reaching @p end
+   * (`dp_event_elapsed_ns()`; negative when @p end came first). Both are recorded and reached
+   * events of one device; throws `dp::Error` with `DP_FAILED_PRECONDITION` when one is not,
+   * and `DP_UNIMPLEMENTED` when the device's platform does not time events.
+   */
+  std::chrono::nanoseconds elapsed(const Event& end) const {
+    int64_t ns = 0;
+    check(dp_event_elapsed_ns(handle_, end.get(), &ns));
+    return std::chrono::nanoseconds(ns);
+  }
 
  private:
   explicit Event(dp_event_t* handle) noexcept : handle_(handle) {}

@@ -191,6 +191,9 @@ struct OptionalFunctions {
   bool unified_memory = false;   ///< Device::unified_allocate() / unified_deallocate().
   bool memory_usage = false;     ///< Device::memory_usage().
   bool allocator_stats = false;  ///< Device::allocator_stats().
+  /** (ABI 1.4) Device::event_elapsed_ns(): the device times events. Without it the host
+   *  reports `DP_UNIMPLEMENTED` to its users; a host of ABI 1.0–1.3 never asks. */
+  bool event_elapsed_ns = false;
 };
 
 /**
@@ -1086,6 +1089,23 @@ class Device {
   virtual void stream_wait_event(Stream& stream, Event& event) = 0;
   /** @brief Blocks until @p event is reached. */
   virtual void event_synchronize(Event& event) = 0;
+  /**
+   * @brief Optional (OptionalFunctions::event_elapsed_ns; ABI 1.4): the device's time from
+   *        reaching @p start to reaching @p end, in nanoseconds (negative when @p end was
+   *        reached first; 0 for the same event twice).
+   *
+   * Take the time when the stream *reaches* each record (on the worker or the hardware), not
+   * when the host records it; the latest record of each event counts. The events may be of
+   * different streams of the device. The host passes events of this device only; the table,
+   * as for the other event functions, lets through any event of this platform (refuse one
+   * the device cannot time with Error::invalid_argument). Throw Error::failed_precondition
+   * when either was never recorded, is still pending, or was reached after its stream failed
+   * (EventStatus::Error). The table checks both handles and the host's out-pointer first,
+   * and writes the value only when this returns.
+   */
+  virtual int64_t event_elapsed_ns(Event& /*start*/, Event& /*end*/) {
+    throw Error::unimplemented("event_elapsed_ns is not implemented");
+  }
 
   /** @brief Blocks until all work of all streams of the device is done. */
   virtual void synchronize_all() = 0;
@@ -1793,6 +1813,14 @@ struct Trampolines {
   static dpp_status_t synchronize_all(void* device) noexcept {
     return exec(device, [&](DeviceHolder&, Device& dev) { dev.synchronize_all(); });
   }
+  static dpp_status_t event_elapsed_ns(void* device, void* start, void* end, int64_t* out_ns) noexcept {
+    return exec(device, [&](DeviceHolder& d_, Device& dev) {
+      Event& s = *handle_of(&d_, start, Handle::kEvent, "event_elapsed_ns: start", false).event;
+      Event& e = *handle_of(&d_, end, Handle::kEvent, "event_elapsed_ns: end", false).event;
+      require(out_ns != nullptr, "event_elapsed_ns: out_ns is NULL");
+      *out_ns = dev.event_elapsed_ns(s, e);
+    });
+  }
 
   /** Fills a device's table: every required function, and the optional ones it provides. */
   static void fill_table(dpp_stream_executor_t& se, const OptionalFunctions& opt) noexcept {
@@ -1831,6 +1859,7 @@ struct Trampolines {
     se.stream_wait_event = &Trampolines::stream_wait_event;
     se.event_synchronize = &Trampolines::event_synchronize;
     se.synchronize_all = &Trampolines::synchronize_all;
+    if (opt.event_elapsed_ns) se.event_elapsed_ns = &Trampolines::event_elapsed_ns;
   }
 
   /** Registers @p platform through @p host (Host::register_platform's body). */

@@ -1,4 +1,4 @@
-//! The devplug plugin ABI, version 1.1: every type that crosses between the host and a device
+//! The devplug plugin ABI, version 1.4: every type that crosses between the host and a device
 //! plugin. `include/devplug/plugin.h` is generated from this file by the pinned cbindgen and
 //! committed (the `header` test fails when it is stale).
 //!
@@ -23,9 +23,9 @@ use std::ffi::{c_char, c_void};
 /// The ABI major version this header describes. Plugins of another major are refused.
 pub const DPP_ABI_MAJOR: u32 = 1;
 /// The ABI minor version this header describes. A host refuses plugins with a newer minor.
-/// 1.1 appended kernel registration, 1.2 op registration, 1.3 the f16 and bf16 dtypes (see
-/// docs/plugin-abi-changelog.md).
-pub const DPP_ABI_MINOR: u32 = 3;
+/// 1.1 appended kernel registration, 1.2 op registration, 1.3 the f16 and bf16 dtypes, 1.4
+/// timed events (see docs/plugin-abi-changelog.md).
+pub const DPP_ABI_MINOR: u32 = 4;
 
 /// A status code. The values are the host API's `DP_*` codes.
 pub type dpp_status_t = i32;
@@ -654,15 +654,30 @@ pub struct dpp_stream_executor_t {
         Option<unsafe extern "C" fn(device: *mut c_void, event: *mut c_void) -> dpp_status_t>,
     /// Required. Blocks until all work of all streams of the device is done.
     pub synchronize_all: Option<unsafe extern "C" fn(device: *mut c_void) -> dpp_status_t>,
+    /// (1.4) Optional: the device's time from reaching `start` to reaching `end`, in
+    /// nanoseconds, into `*out_ns` (negative when `end` was reached first; the events may be
+    /// of different streams of the device). Both must have been recorded and reached without
+    /// an error: `DPP_FAILED_PRECONDITION` when either was never recorded, is still pending or
+    /// reports `DPP_EVENT_ERROR`. The clock is the device's own, as fine as it can tell (CUDA's
+    /// events: about half a microsecond). When NULL (or `struct_size` is
+    /// `DPP_STREAM_EXECUTOR_STRUCT_SIZE_1_0`) the host reports `DP_UNIMPLEMENTED` to its users.
+    pub event_elapsed_ns: Option<
+        unsafe extern "C" fn(
+            device: *mut c_void,
+            start: *mut c_void,
+            end: *mut c_void,
+            out_ns: *mut i64,
+        ) -> dpp_status_t,
+    >,
 }
 
 /// Size of `dpp_host_api_t` in ABI 1.0 (what a 1.0 plugin may rely on).
 pub const DPP_HOST_API_STRUCT_SIZE_1_0: usize = 64;
 /// Size of `dpp_host_api_t` in ABI 1.1 (what a 1.1 plugin may rely on).
 pub const DPP_HOST_API_STRUCT_SIZE_1_1: usize = 112;
-/// Size of `dpp_host_api_t` in ABI 1.2 and 1.3.
+/// Size of `dpp_host_api_t` in ABI 1.2 to 1.4.
 pub const DPP_HOST_API_STRUCT_SIZE: usize = 128;
-/// Size of `dpp_op_def_t` in ABI 1.2 and 1.3.
+/// Size of `dpp_op_def_t` in ABI 1.2 to 1.4.
 pub const DPP_OP_DEF_STRUCT_SIZE: usize = 64;
 /// Size of `dpp_tensor_t` in ABI 1.1.
 pub const DPP_TENSOR_STRUCT_SIZE: usize = 48;
@@ -678,8 +693,10 @@ pub const DPP_PLATFORM_STRUCT_SIZE: usize = 96;
 pub const DPP_DEVICE_STRUCT_SIZE: usize = 80;
 /// Size of `dpp_allocator_stats_t` in ABI 1.0.
 pub const DPP_ALLOCATOR_STATS_STRUCT_SIZE: usize = 72;
-/// Size of `dpp_stream_executor_t` in ABI 1.0.
-pub const DPP_STREAM_EXECUTOR_STRUCT_SIZE: usize = 240;
+/// Size of `dpp_stream_executor_t` in ABI 1.0 to 1.3 (what a plugin built against them fills).
+pub const DPP_STREAM_EXECUTOR_STRUCT_SIZE_1_0: usize = 240;
+/// Size of `dpp_stream_executor_t` in ABI 1.4.
+pub const DPP_STREAM_EXECUTOR_STRUCT_SIZE: usize = 248;
 
 #[cfg(test)]
 mod tests {
@@ -728,8 +745,12 @@ mod tests {
             offset_of!(dpp_allocator_stats_t, largest_free_block) + 8
         );
         assert_eq!(
-            DPP_STREAM_EXECUTOR_STRUCT_SIZE,
+            DPP_STREAM_EXECUTOR_STRUCT_SIZE_1_0,
             offset_of!(dpp_stream_executor_t, synchronize_all) + 8
+        );
+        assert_eq!(
+            DPP_STREAM_EXECUTOR_STRUCT_SIZE,
+            offset_of!(dpp_stream_executor_t, event_elapsed_ns) + 8
         );
         assert_eq!(
             size_of::<dpp_stream_executor_t>(),

@@ -15,12 +15,15 @@
 //   and cudaFree cause the GPU to synchronize across all executing CUDA streams"): a caller that
 //   holds what a stream's host function waits for — a lock, or the thread that runs it —
 //   deadlocks here as it would on a GPU;
-// - events are recorded in stream order; a wait waits for the record as it was when called.
+// - events are recorded in stream order; a wait waits for the record as it was when called;
+// - an event created without CU_EVENT_DISABLE_TIMING takes the host's steady clock when its
+//   stream reaches it, and cuEventElapsedTime keeps CUDA's rules: both events timed and
+//   recorded (else CUDA_ERROR_INVALID_HANDLE) and reached (else CUDA_ERROR_NOT_READY).
 // Kernels are the plugin's own .cu sources compiled for the host (host_shim.hpp), found by name
 // and run as one thread of one block on the stream's worker; the image a module is loaded from
 // must look like a CUBIN or PTX. Not modelled: device faults, sticky errors, several devices,
-// timing. The plugin's tests on a real GPU remain the proof; this catches what can be caught
-// without one.
+// the GPU's timer resolution (half a microsecond; here the host clock's). The plugin's tests on
+// a real GPU remain the proof; this catches what can be caught without one.
 
 #define DP_SHARED_STORAGE static thread_local
 #include "host_shim.hpp"
@@ -28,6 +31,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -229,10 +233,19 @@ struct Stream {
   }
 };
 
+// cuEventCreate's flags.
+enum : unsigned {
+  CU_EVENT_BLOCKING_SYNC = 1,
+  CU_EVENT_DISABLE_TIMING = 2,
+  CU_EVENT_INTERPROCESS = 4,
+};
+
 struct Event {
   std::mutex m;
   std::condition_variable cv;
   uint64_t recorded = 0, reached = 0;
+  bool timing = true;
+  std::chrono::steady_clock::time_point reached_at{};  // when `reached` was reached
   void wait_for(uint64_t gen) {
     std::unique_lock<std::mutex> l(m);
     cv.wait(l, [&] { return reached >= gen; });
@@ -647,10 +660,15 @@ CUresult cuMemFreeAsync(CUdeviceptr p, void* hs) {
   return on_stream(hs, [=] { release(uintptr_t(p), Kind::Device); });
 }
 
-CUresult cuEventCreate(void** out, unsigned) {
+CUresult cuEventCreate(void** out, unsigned flags) {
   ENTER(true);
   if (!out) return CUDA_ERROR_INVALID_VALUE;
-  *out = new Event();
+  if (flags & ~unsigned(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS))
+    return CUDA_ERROR_INVALID_VALUE;
+  if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING)) return CUDA_ERROR_INVALID_VALUE;
+  Event* e = new Event();
+  e->timing = (flags & CU_EVENT_DISABLE_TIMING) == 0;
+  *out = e;
   return CUDA_SUCCESS;
 }
 
@@ -687,10 +705,42 @@ CUresult cuEventRecord(void* he, void* hs) {
     gen = ++e->recorded;
   }
   return on_stream(hs, [e, gen] {
+    auto now = std::chrono::steady_clock::now();
     std::lock_guard<std::mutex> l(e->m);
-    if (e->reached < gen) e->reached = gen;
+    if (e->reached < gen) {
+      e->reached = gen;
+      e->reached_at = now;
+    }
     e->cv.notify_all();
   });
+}
+
+// cuEventElapsedTime: milliseconds from `start` reaching its latest record to `end` reaching
+// its latest record.
+CUresult cuEventElapsedTime(float* ms, void* hstart, void* hend) {
+  ENTER(true);
+  if (!ms) return CUDA_ERROR_INVALID_VALUE;
+  if (!hstart || !hend) return CUDA_ERROR_INVALID_HANDLE;
+  struct Seen {
+    bool timing, recorded, reached;
+    std::chrono::steady_clock::time_point at;
+  };
+  auto seen = [](void* h) {
+    Event* e = static_cast<Event*>(h);
+    std::lock_guard<std::mutex> l(e->m);
+    return Seen{e->timing, e->recorded > 0, e->reached >= e->recorded, e->reached_at};
+  };
+  Seen s = seen(hstart), e = seen(hend);
+  if (!s.timing || !e.timing || !s.recorded || !e.recorded) return CUDA_ERROR_INVALID_HANDLE;
+  if (!s.reached || !e.reached) return CUDA_ERROR_NOT_READY;
+  *ms = float(std::chrono::duration<double, std::milli>(e.at - s.at).count());
+  return CUDA_SUCCESS;
+}
+
+// CUDA 12.8's name for it (the same rules; it need not report errors of earlier work, which
+// this driver does not model).
+CUresult cuEventElapsedTime_v2(float* ms, void* hstart, void* hend) {
+  return cuEventElapsedTime(ms, hstart, hend);
 }
 
 CUresult cuEventQuery(void* he) {

@@ -7,7 +7,9 @@
 //! - Streams are CUDA streams that do not synchronize with the legacy default stream; a copy
 //!   from or to pageable host memory is staged ([`crate::staging`]) so that it happens in
 //!   stream order; host callbacks run on the device's callback thread ([`crate::callbacks`]).
-//! - Events are CUDA events without timing.
+//! - Events the host creates are CUDA events with timing (`CU_EVENT_DEFAULT`), so that
+//!   `event_elapsed_ns` can ask `cuEventElapsedTime`; the plugin's own ordering events
+//!   (`stream_wait_stream`) are without.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +35,9 @@ pub struct CudaStream {
 /// An event of a CUDA device.
 pub struct CudaEvent {
     raw: Event,
+    /// Whether a `record_event` of it succeeded: CUDA answers a never-recorded event with
+    /// `CUDA_ERROR_INVALID_HANDLE`, as it does a bad handle, so the plugin keeps this itself.
+    recorded: AtomicBool,
 }
 
 /// A free asked for on a callback thread, done later on another thread (see
@@ -434,8 +439,11 @@ impl Device for CudaDevice {
 
     fn create_event(&self) -> Result<CudaEvent> {
         let b = self.bind()?;
-        Event::new(&b)
-            .map(|raw| CudaEvent { raw })
+        Event::timed(&b)
+            .map(|raw| CudaEvent {
+                raw,
+                recorded: AtomicBool::new(false),
+            })
             .map_err(|e| self.err(e))
     }
 
@@ -447,7 +455,9 @@ impl Device for CudaDevice {
 
     fn record_event(&self, stream: &CudaStream, event: &CudaEvent) -> Result<()> {
         let b = self.bind()?;
-        event.raw.record(&b, &stream.raw).map_err(|e| self.err(e))
+        event.raw.record(&b, &stream.raw).map_err(|e| self.err(e))?;
+        event.recorded.store(true, Ordering::Release);
+        Ok(())
     }
 
     fn event_status(&self, event: &CudaEvent) -> Result<EventStatus> {
@@ -473,12 +483,52 @@ impl Device for CudaDevice {
         event.raw.synchronize(&b).map_err(|e| self.err(e))
     }
 
+    fn provides_event_timing(&self) -> bool {
+        driver::can_time_events()
+    }
+
+    fn event_elapsed_ns(&self, start: &CudaEvent, end: &CudaEvent) -> Result<i64> {
+        let refuse = |which: &str, why: &dyn std::fmt::Display| {
+            self.err(Error::failed_precondition(format!(
+                "event_elapsed_ns: the {which} event {why}"
+            )))
+        };
+        let events = [("start", start), ("end", end)];
+        for (which, event) in events {
+            if !event.recorded.load(Ordering::Acquire) {
+                return Err(refuse(which, &"was never recorded"));
+            }
+        }
+        let b = self.bind()?;
+        // Pending or failed, as event_status reports it (cuEventElapsedTime_v2 need not report
+        // an error of earlier work, and says NOT_READY without saying which event).
+        for (which, event) in events {
+            match event.raw.query(&b) {
+                Ok(true) => {}
+                Ok(false) => return Err(refuse(which, &"is still pending (synchronize it first)")),
+                Err(e) => return Err(refuse(which, &format_args!("reports an error ({e})"))),
+            }
+        }
+        start
+            .raw
+            .elapsed_ms(&b, &end.raw)
+            .map(ms_to_ns)
+            .map_err(|e| self.err(e))
+    }
+
     fn synchronize_all(&self) -> Result<()> {
         let b = self.bind()?;
         let r = self.ctx.synchronize(&b).map_err(|e| self.err(e));
         self.free_deferred();
         r
     }
+}
+
+/// `cuEventElapsedTime`'s milliseconds (an f32: about 7 significant digits, on a clock of
+/// about half a microsecond) as whole nanoseconds.
+fn ms_to_ns(ms: f32) -> i64 {
+    // `as` saturates (and maps NaN to 0), which no real interval reaches.
+    (f64::from(ms) * 1e6).round() as i64
 }
 
 /// A pointer from [`Free`] (never null: it came from a `NonNull`).

@@ -10,6 +10,7 @@ use std::ffi::{c_void, CStr, CString};
 use std::fmt;
 use std::marker::PhantomData;
 use std::ptr;
+use std::sync::OnceLock;
 
 use cudarc::driver::result::{self as cu, DriverError};
 use cudarc::driver::sys;
@@ -465,7 +466,8 @@ impl Drop for Stream {
     }
 }
 
-/// A CUDA event without timing.
+/// A CUDA event: without timing ([`Event::new`], for the plugin's own ordering) or with it
+/// ([`Event::timed`], the host's events).
 pub(crate) struct Event(sys::CUevent);
 
 // SAFETY: a CUDA event may be used from any thread.
@@ -474,11 +476,35 @@ unsafe impl Send for Event {}
 unsafe impl Sync for Event {}
 
 impl Event {
-    /// An event without timing.
+    /// An event without timing (cheaper to record and wait for).
     pub(crate) fn new(_: &Bound<'_>) -> CuResult<Event> {
         cu::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
             .map(Event)
             .call("cuEventCreate")
+    }
+
+    /// An event that records the device's time when its stream reaches it
+    /// (`CU_EVENT_DEFAULT`), for [`Event::elapsed_ms`].
+    pub(crate) fn timed(_: &Bound<'_>) -> CuResult<Event> {
+        cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map(Event)
+            .call("cuEventCreate")
+    }
+
+    /// Milliseconds of the device's time from `self` to `end` (`cuEventElapsedTime`): both
+    /// timed, recorded and reached, else `CUDA_ERROR_INVALID_HANDLE` (never recorded, or
+    /// without timing) or `CUDA_ERROR_NOT_READY` (pending).
+    pub(crate) fn elapsed_ms(&self, _: &Bound<'_>, end: &Event) -> CuResult<f32> {
+        const CALL: &str = "cuEventElapsedTime";
+        let f = elapsed_time_fn().ok_or(CuError {
+            call: CALL,
+            code: sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+        })?;
+        let mut ms = 0f32;
+        // SAFETY: live events and a valid out-pointer; the function has this signature in
+        // every driver that exports it.
+        unsafe { f(&mut ms, self.0, end.0) }.result().call(CALL)?;
+        Ok(ms)
     }
 
     /// Marks the current end of `stream`.
@@ -506,9 +532,39 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        // SAFETY: created in `new`, destroyed once (the driver releases it once reached).
+        // SAFETY: created in `new` or `timed`, destroyed once (the driver releases it once
+        // reached).
         let _ = unsafe { cu::event::destroy(self.0) };
     }
+}
+
+type ElapsedTimeFn = unsafe extern "C" fn(*mut f32, sys::CUevent, sys::CUevent) -> sys::CUresult;
+
+/// The driver's `cuEventElapsedTime_v2` (CUDA 12.8 and newer) or else `cuEventElapsedTime`
+/// (every CUDA 12 driver), looked up once. Not cudarc's `event::elapsed`: its 13.0 bindings
+/// call only `_v2`, which drivers before 12.8 lack (the plugin runs on every CUDA 12 driver).
+/// CUDA documents the same rules for both, except that `_v2` need not report errors of earlier
+/// work, which the caller asks `cuEventQuery` for anyway.
+fn elapsed_time_fn() -> Option<ElapsedTimeFn> {
+    static F: OnceLock<Option<ElapsedTimeFn>> = OnceLock::new();
+    *F.get_or_init(|| {
+        // SAFETY: only asks whether the library can be opened.
+        if !unsafe { sys::is_culib_present() } {
+            return None;
+        }
+        // SAFETY: the library opens (checked above, so this does not panic); only looks the
+        // symbols up.
+        let lib = unsafe { sys::culib() };
+        [&b"cuEventElapsedTime_v2\0"[..], b"cuEventElapsedTime\0"]
+            .into_iter()
+            // SAFETY: both symbols have this signature (CUDA's cuda.h).
+            .find_map(|name| unsafe { lib.get::<ElapsedTimeFn>(name) }.ok().map(|f| *f))
+    })
+}
+
+/// Whether the driver can time events (it exports `cuEventElapsedTime`).
+pub(crate) fn can_time_events() -> bool {
+    elapsed_time_fn().is_some()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,10 +4,11 @@
 //! cudarc opens the driver (`libcuda`), NVRTC and cuBLAS with `dlopen` when first used, so the
 //! plugin builds anywhere and loads on machines without CUDA: it then registers its platform
 //! with no devices and says why in the log. With a driver, each visible GPU is a device of
-//! platform `CUDA` (type `GPU`): memory, copies, streams, events and host callbacks in the
-//! StreamExecutor's terms ([`CudaDevice`]), and kernels for the basis ops ([`kernels::TABLE`]),
-//! compiled at run time by NVRTC for the GPU (and cached on disk), with MatMul on cuBLAS. Without NVRTC or cuBLAS the kernels
-//! that need it are not registered, and those ops follow the runtime's fallback order.
+//! platform `CUDA` (type `GPU`): memory, copies, streams, events (timed with
+//! `cuEventElapsedTime`) and host callbacks in the StreamExecutor's terms ([`CudaDevice`]),
+//! and kernels for the basis ops ([`kernels::TABLE`]), compiled at run time by NVRTC for the
+//! GPU (and cached on disk), with MatMul on cuBLAS. Without NVRTC or cuBLAS the kernels that
+//! need it are not registered, and those ops follow the runtime's fallback order.
 //!
 //! Load options:
 //!

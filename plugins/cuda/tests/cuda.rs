@@ -542,6 +542,176 @@ fn gpu_a_device_released_by_its_own_callback_is_destroyed() {
     );
 }
 
+/// Events time the device's work (`cuEventElapsedTime`, through the runtime's
+/// `Event::elapsed_ns`): never negative in stream order, one clock for every stream (a then b
+/// then c: ab + bc = ac within the f32 milliseconds' resolution), at least as long as a host
+/// callback that holds the stream; FAILED_PRECONDITION, saying which event and why, for an
+/// event never recorded or still pending.
+#[test]
+fn gpu_events_time_the_work_between_them() {
+    let Some((_rt, gpu)) = gpu() else { return };
+    let refused = |r: devplug_core::Result<i64>, want: &str| {
+        let e = r.expect_err(want);
+        assert_eq!(e.code, Code::FailedPrecondition, "{e}");
+        assert!(e.message.contains(want), "wanted {want:?}: {e}");
+    };
+    let (s1, s2) = (gpu.create_stream().unwrap(), gpu.create_stream().unwrap());
+    const N: u64 = 64 << 20;
+    let buf = gpu.allocate(N).unwrap();
+    let event = || gpu.create_event().unwrap();
+    let (a, b, c, d, never) = (event(), event(), event(), event(), event());
+    refused(a.elapsed_ns(&b), "the start event was never recorded");
+
+    a.record(&s1).unwrap();
+    s1.memset(&buf, 0, 1, N).unwrap();
+    b.record(&s1).unwrap();
+    s1.host_callback(Box::new(|| {
+        std::thread::sleep(std::time::Duration::from_millis(20))
+    }))
+    .unwrap();
+    c.record(&s1).unwrap();
+    s1.synchronize().unwrap();
+    refused(a.elapsed_ns(&never), "the end event was never recorded");
+    let (ab, bc, ac) = (
+        a.elapsed_ns(&b).unwrap(),
+        b.elapsed_ns(&c).unwrap(),
+        a.elapsed_ns(&c).unwrap(),
+    );
+    assert!(
+        ab >= 0 && bc >= 0,
+        "in stream order: ab {ab} ns, bc {bc} ns"
+    );
+    assert!(
+        (19_000_000..10_000_000_000).contains(&bc),
+        "a callback held the stream for 20 ms between b and c: {bc} ns"
+    );
+    // Each is f32 milliseconds (about 7 digits) of the same clock, rounded to ns.
+    let tolerance = 2 + ac / 1_000_000;
+    assert!(
+        (ab + bc - ac).abs() <= tolerance,
+        "ab {ab} + bc {bc} = ac {ac} ns (± {tolerance})"
+    );
+    let ca = c.elapsed_ns(&a).unwrap();
+    assert!((ca + ac).abs() <= tolerance, "ca {ca} ns = -ac {ac} ns");
+    assert_eq!(a.elapsed_ns(&a).unwrap(), 0);
+
+    // Another stream, after c: the device's one clock.
+    s2.wait_event(&c).unwrap();
+    s2.memset(&buf, 0, 2, 1 << 20).unwrap();
+    d.record(&s2).unwrap();
+    s2.synchronize().unwrap();
+    let ad = a.elapsed_ns(&d).unwrap();
+    assert!(ad + tolerance >= ac, "d after c: ad {ad} ns, ac {ac} ns");
+
+    // Pending: b recorded again behind a callback that waits for a gate.
+    within_two_minutes("timing a pending event", move || {
+        let (open, gate) = std::sync::mpsc::channel::<()>();
+        s1.host_callback(Box::new(move || {
+            let _ = gate.recv();
+        }))
+        .unwrap();
+        b.record(&s1).unwrap();
+        assert_eq!(b.status().unwrap(), EventStatus::Pending);
+        refused(a.elapsed_ns(&b), "the end event is still pending");
+        refused(b.elapsed_ns(&c), "the start event is still pending");
+        open.send(()).unwrap();
+        s1.synchronize().unwrap();
+        let ab = a.elapsed_ns(&b).unwrap();
+        assert!(
+            ab + tolerance >= ac,
+            "b again, after c: ab {ab} ns, ac {ac} ns"
+        );
+    });
+}
+
+/// The driver's rules for timing events, on which the plugin's `event_elapsed_ns` relies and
+/// which the fake driver keeps (on a GPU this holds the fake to CUDA): an event never recorded
+/// or created with `CU_EVENT_DISABLE_TIMING` is `CUDA_ERROR_INVALID_HANDLE`, one still pending
+/// `CUDA_ERROR_NOT_READY`; the time runs while a host function holds the stream.
+#[test]
+fn gpu_the_driver_times_only_timed_recorded_reached_events() {
+    use cudarc::driver::{result as cu, sys};
+    use sys::CUresult as R;
+    if let Err(why) = devplug_cuda::probe().gpus {
+        assert!(std::env::var_os(ON_FAKE).is_none(), "{why}");
+        eprintln!("skipped: no CUDA device ({why})");
+        return;
+    }
+    type ElapsedFn = unsafe extern "C" fn(*mut f32, sys::CUevent, sys::CUevent) -> sys::CUresult;
+    // SAFETY: the driver library opens (probe); only looks the symbols up, which have this
+    // signature (the plugin's lookup: `_v2` from CUDA 12.8, else the older name).
+    let elapsed: ElapsedFn = unsafe {
+        let lib = sys::culib();
+        *lib.get::<ElapsedFn>(b"cuEventElapsedTime_v2\0")
+            .or_else(|_| lib.get::<ElapsedFn>(b"cuEventElapsedTime\0"))
+            .expect("the driver exports cuEventElapsedTime")
+    };
+    let time = |start, end| {
+        let mut ms = f32::NAN;
+        // SAFETY: events of the current context (or never recorded) and a valid out-pointer.
+        let r = unsafe { elapsed(&mut ms, start, end) };
+        (r, ms)
+    };
+    unsafe extern "C" fn hold_200_ms(_: *mut std::ffi::c_void) {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+
+    cu::init().unwrap();
+    let dev = cu::device::get(0).unwrap();
+    // SAFETY: a device handle the driver just gave; the context is released at the end.
+    let ctx = unsafe { cu::primary_ctx::retain(dev) }.unwrap();
+    // SAFETY: a retained context.
+    unsafe { cu::ctx::set_current(ctx) }.unwrap();
+    let stream = cu::stream::create(cu::stream::StreamKind::NonBlocking).unwrap();
+    let timed = || cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();
+    let (a, b) = (timed(), timed());
+    let untimed = cu::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).unwrap();
+    assert_eq!(time(a, b).0, R::CUDA_ERROR_INVALID_HANDLE, "never recorded");
+    // SAFETY: live events and stream; the host function touches nothing and calls no CUDA.
+    unsafe {
+        cu::event::record(a, stream).unwrap();
+        cu::stream::launch_host_function(stream, hold_200_ms, std::ptr::null_mut()).unwrap();
+        cu::event::record(b, stream).unwrap();
+        cu::event::record(untimed, stream).unwrap();
+    }
+    assert_eq!(
+        time(a, b).0,
+        R::CUDA_ERROR_NOT_READY,
+        "b waits behind 200 ms"
+    );
+    // SAFETY: a live stream.
+    unsafe { cu::stream::synchronize(stream) }.unwrap();
+    let (r, ms) = time(a, b);
+    assert_eq!(r, R::CUDA_SUCCESS);
+    assert!((190.0..10_000.0).contains(&ms), "a to b: {ms} ms");
+    let (r, back) = time(b, a);
+    assert_eq!(r, R::CUDA_SUCCESS);
+    assert!(
+        (back + ms).abs() <= ms * 1e-6,
+        "b to a: {back} ms, a to b: {ms} ms"
+    );
+    assert_eq!(
+        time(a, untimed).0,
+        R::CUDA_ERROR_INVALID_HANDLE,
+        "without timing"
+    );
+    assert_eq!(
+        time(untimed, a).0,
+        R::CUDA_ERROR_INVALID_HANDLE,
+        "without timing"
+    );
+    // SAFETY: created above, destroyed once, nothing pending; then the context retained above
+    // (no longer current).
+    unsafe {
+        for e in [a, b, untimed] {
+            cu::event::destroy(e).unwrap();
+        }
+        cu::stream::destroy(stream).unwrap();
+        cu::ctx::set_current(std::ptr::null_mut()).unwrap();
+        cu::primary_ctx::release(dev).unwrap();
+    }
+}
+
 #[test]
 fn gpu_allocation_failure_is_an_error_and_the_device_goes_on() {
     let Some((_rt, gpu)) = gpu() else { return };

@@ -115,9 +115,9 @@ fn unimplemented(what: &str) -> Error {
 /// methods a typed reference. They are dropped by `destroy_stream` / `destroy_event`.
 ///
 /// Optional ABI functions (pinned host memory, unified memory, memory usage, allocator
-/// statistics) are left NULL in the function table unless the matching `provides_*` method
-/// returns `true` (asked once, when the device is created); their methods default to
-/// `Unimplemented`.
+/// statistics, event timing) are left NULL in the function table unless the matching
+/// `provides_*` method returns `true` (asked once, when the device is created); their methods
+/// default to `Unimplemented`.
 ///
 /// The `*_async` methods and `host_callback` enqueue work on a stream: it must run after all
 /// earlier work of that stream, and it may run on any thread. Host memory they receive comes
@@ -289,6 +289,26 @@ pub trait Device: Send + Sync + 'static {
 
     /// Blocks until `event` is reached.
     fn event_synchronize(&self, event: &Self::Event) -> Result<()>;
+
+    /// Whether the device times its events (`event_elapsed_ns`, plugin ABI 1.4). When `false`
+    /// the table's entry is NULL and the host reports `UNIMPLEMENTED` to its users.
+    fn provides_event_timing(&self) -> bool {
+        false
+    }
+
+    /// The device's time, in nanoseconds, from when its stream reached `start` to when its
+    /// stream reached `end` (negative when `end` was reached first; the two may be of
+    /// different streams, and may be the same event). Each event counts from its latest
+    /// record.
+    ///
+    /// Errors: `FailedPrecondition` when either event was never recorded, is still pending,
+    /// or was reached after its stream failed (what [`event_status`](Self::event_status)
+    /// reports as [`EventStatus::Error`]); the message should say which event and why. The
+    /// SDK has checked both handles (and the out-pointer) before this is called.
+    fn event_elapsed_ns(&self, start: &Self::Event, end: &Self::Event) -> Result<i64> {
+        let _ = (start, end);
+        Err(unimplemented("event timing (event_elapsed_ns)"))
+    }
 
     /// Blocks until all work of all streams of the device is done; returns (and clears) the
     /// first stream error, like `synchronize_stream`.

@@ -1164,6 +1164,11 @@ fn executor_table<D: Device>(dev: &D) -> abi::dpp_stream_executor_t {
         stream_wait_event: Some(se_stream_wait_event::<D>),
         event_synchronize: Some(se_event_synchronize::<D>),
         synchronize_all: Some(se_synchronize_all::<D>),
+        event_elapsed_ns: if dev.provides_event_timing() {
+            Some(se_event_elapsed_ns::<D>)
+        } else {
+            None
+        },
     }
 }
 
@@ -1715,6 +1720,33 @@ unsafe extern "C" fn se_event_synchronize<D: Device>(
         // SAFETY: an event handle of the host.
         let event = unsafe { s.event(event, W) }?;
         s.device.event_synchronize(event)
+    };
+    // SAFETY: the ABI's calling contract.
+    unsafe { device_call(device, W, f) }
+}
+
+unsafe extern "C" fn se_event_elapsed_ns<D: Device>(
+    device: *mut c_void,
+    start: *mut c_void,
+    end: *mut c_void,
+    out_ns: *mut i64,
+) -> abi::dpp_status_t {
+    const W: &str = "event_elapsed_ns";
+    let f = |s: &DeviceState<D>| {
+        // SAFETY: event handles of the host.
+        let (start, end) = unsafe {
+            (
+                s.event(start, "event_elapsed_ns (start)")?,
+                s.event(end, "event_elapsed_ns (end)")?,
+            )
+        };
+        if out_ns.is_null() {
+            return Err(out_null(W, "out_ns"));
+        }
+        let ns = s.device.event_elapsed_ns(start, end)?;
+        // SAFETY: a non-NULL out-pointer of the host.
+        unsafe { out_ns.write(ns) };
+        Ok(())
     };
     // SAFETY: the ABI's calling contract.
     unsafe { device_call(device, W, f) }

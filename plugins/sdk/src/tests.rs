@@ -3,7 +3,7 @@
 //! with `devplug_plugin!`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
@@ -63,6 +63,7 @@ fn init(host: &Host) -> Result<()> {
             .unwrap_or_else(|| TEST_PLATFORM.to_owned()),
         devices: host.option_or("devices", 2)?,
         callback_mode: host.option("callback_mode").unwrap_or_default(),
+        timing: host.option("timing").is_some(),
         probe: Arc::clone(&probe),
         logger: host.logger(),
     };
@@ -341,6 +342,8 @@ struct TPlatform {
     name: String,
     devices: i32,
     callback_mode: String,
+    /// Load option `timing`: the devices time their events.
+    timing: bool,
     probe: Arc<Probe>,
     logger: Logger,
 }
@@ -351,6 +354,7 @@ impl TPlatform {
             name: self.name.clone(),
             devices: self.devices,
             callback_mode: self.callback_mode.clone(),
+            timing: self.timing,
             probe: Arc::clone(&self.probe),
             logger: self.logger.clone(),
         }
@@ -400,6 +404,8 @@ impl Platform for TPlatform {
             })),
             streams: Mutex::new(Vec::new()),
             callback_mode: self.callback_mode.clone(),
+            timing: self.timing,
+            clock: Arc::new(AtomicI64::new(0)),
             probe: Arc::clone(&self.probe),
         })
     }
@@ -438,7 +444,12 @@ type Op = Box<dyn FnOnce() -> Result<()> + Send>;
 struct TStreamInner {
     queue: Mutex<VecDeque<Op>>,
     error: Mutex<Option<Error>>,
+    /// The device's clock (ns): every operation a stream runs takes [`OP_NS`].
+    clock: Arc<AtomicI64>,
 }
+
+/// How long each stream operation takes on the test device's clock.
+pub(crate) const OP_NS: i64 = 1_000;
 
 impl TStreamInner {
     fn enqueue(&self, op: Op) {
@@ -453,6 +464,7 @@ impl TStreamInner {
             if let Err(e) = op() {
                 self.error.lock().get_or_insert(e);
             }
+            self.clock.fetch_add(OP_NS, Ordering::SeqCst);
         }
     }
 
@@ -464,8 +476,16 @@ impl TStreamInner {
 
 struct TStream(Arc<TStreamInner>);
 
+/// An event's state: its status, whether it was ever recorded, and when (on the device's
+/// clock) its stream reached it.
+struct TEventState {
+    status: EventStatus,
+    recorded: bool,
+    at: i64,
+}
+
 struct TEvent {
-    status: Arc<Mutex<EventStatus>>,
+    state: Arc<Mutex<TEventState>>,
     stream: Mutex<Option<Weak<TStreamInner>>>,
 }
 
@@ -473,6 +493,10 @@ struct TDevice {
     mem: Arc<Mutex<Mem>>,
     streams: Mutex<Vec<Weak<TStreamInner>>>,
     callback_mode: String,
+    /// Whether the device times its events (load option `timing`).
+    timing: bool,
+    /// The device's clock (ns), shared with its streams.
+    clock: Arc<AtomicI64>,
     probe: Arc<Probe>,
 }
 
@@ -560,7 +584,10 @@ impl Device for TDevice {
     }
 
     fn create_stream(&self) -> Result<TStream> {
-        let inner = Arc::new(TStreamInner::default());
+        let inner = Arc::new(TStreamInner {
+            clock: Arc::clone(&self.clock),
+            ..TStreamInner::default()
+        });
         self.streams.lock().push(Arc::downgrade(&inner));
         Ok(TStream(inner))
     }
@@ -654,24 +681,65 @@ impl Device for TDevice {
 
     fn create_event(&self) -> Result<TEvent> {
         Ok(TEvent {
-            status: Arc::new(Mutex::new(EventStatus::Complete)),
+            state: Arc::new(Mutex::new(TEventState {
+                status: EventStatus::Complete,
+                recorded: false,
+                at: 0,
+            })),
             stream: Mutex::new(None),
         })
     }
 
     fn record_event(&self, stream: &TStream, event: &TEvent) -> Result<()> {
-        *event.status.lock() = EventStatus::Pending;
+        {
+            let mut st = event.state.lock();
+            st.status = EventStatus::Pending;
+            st.recorded = true;
+        }
         *event.stream.lock() = Some(Arc::downgrade(&stream.0));
-        let status = Arc::clone(&event.status);
+        let state = Arc::clone(&event.state);
+        let weak = Arc::downgrade(&stream.0);
         stream.0.enqueue(Box::new(move || {
-            *status.lock() = EventStatus::Complete;
+            // Reached after a failure of its stream (not yet returned by a synchronize): the
+            // ABI's EventStatus::Error.
+            let (failed, at) = weak.upgrade().map_or((false, 0), |s| {
+                (s.error.lock().is_some(), s.clock.load(Ordering::SeqCst))
+            });
+            let mut st = state.lock();
+            st.status = if failed {
+                EventStatus::Error
+            } else {
+                EventStatus::Complete
+            };
+            st.at = at;
             Ok(())
         }));
         Ok(())
     }
 
     fn event_status(&self, event: &TEvent) -> Result<EventStatus> {
-        Ok(*event.status.lock())
+        Ok(event.state.lock().status)
+    }
+
+    fn provides_event_timing(&self) -> bool {
+        self.timing
+    }
+
+    fn event_elapsed_ns(&self, start: &TEvent, end: &TEvent) -> Result<i64> {
+        let at = |which: &str, event: &TEvent| {
+            let st = event.state.lock();
+            let why = match st.status {
+                _ if !st.recorded => "was never recorded",
+                EventStatus::Pending => "is still pending",
+                EventStatus::Error => "reports an error: its stream failed before reaching it",
+                EventStatus::Complete => return Ok(st.at),
+            };
+            Err(Error::failed_precondition(format!(
+                "the {which} event {why}"
+            )))
+        };
+        let start = at("start", start)?;
+        Ok(at("end", end)? - start)
     }
 
     fn stream_wait_event(&self, _stream: &TStream, event: &TEvent) -> Result<()> {
@@ -841,6 +909,111 @@ fn a_stream_ordered_round_trip_with_events_and_callbacks() {
     dev.synchronize_all().expect("sync all");
     drop((s1, s2, ev));
     dev.deallocate(a, 32);
+}
+
+#[test]
+fn a_device_that_times_events_reports_elapsed_ns() {
+    let host = TestHost::new()
+        .with_option("tag", "timing")
+        .with_option("timing", "1");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    assert!(
+        dev.executor().event_elapsed_ns.is_some(),
+        "provides_event_timing"
+    );
+    let a = dev.allocate(16).expect("a");
+    let (s1, s2) = (
+        dev.create_stream().expect("s1"),
+        dev.create_stream().expect("s2"),
+    );
+    let (e1, e2, e3) = (
+        dev.create_event().expect("e1"),
+        dev.create_event().expect("e2"),
+        dev.create_event().expect("e3"),
+    );
+    let failed = |r: Result<i64>| {
+        let err = r.expect_err("refused");
+        assert_eq!(err.code(), Status::FailedPrecondition, "{err}");
+        err.message().to_owned()
+    };
+    assert_eq!(
+        failed(e1.elapsed_ns(&e2)),
+        "the start event was never recorded"
+    );
+
+    s1.record(&e1).expect("record e1");
+    s1.memset_async(a, 1, 16).expect("memset");
+    s1.memset_async(a, 2, 16).expect("memset");
+    s1.record(&e2).expect("record e2");
+    assert_eq!(
+        failed(e1.elapsed_ns(&e2)),
+        "the start event is still pending"
+    );
+    assert_eq!(
+        failed(e1.elapsed_ns(&e3)),
+        "the start event is still pending"
+    );
+    s1.synchronize().expect("sync s1");
+    assert_eq!(
+        failed(e1.elapsed_ns(&e3)),
+        "the end event was never recorded"
+    );
+    // The record of e1, then two memsets: three operations of the device's clock.
+    assert_eq!(e1.elapsed_ns(&e2).expect("elapsed"), 3 * OP_NS);
+    assert_eq!(e2.elapsed_ns(&e1).expect("reversed"), -3 * OP_NS);
+    assert_eq!(e1.elapsed_ns(&e1).expect("itself"), 0);
+
+    // Another stream: the device's one clock.
+    s2.memset_async(a, 3, 16).expect("memset");
+    s2.record(&e3).expect("record e3");
+    s2.synchronize().expect("sync s2");
+    assert_eq!(e1.elapsed_ns(&e3).expect("across streams"), 5 * OP_NS);
+    // A new record counts from there.
+    s1.record(&e1).expect("record e1 again");
+    s1.synchronize().expect("sync s1");
+    assert_eq!(e1.elapsed_ns(&e3).expect("e3 came first"), -OP_NS);
+
+    // An event reached after its stream failed.
+    s2.memset_async(DeviceAddr(0x10), 0, 4).expect("enqueued");
+    s2.record(&e3).expect("record e3 again");
+    e3.synchronize().expect("reached");
+    assert_eq!(e3.status().expect("status"), EventStatus::Error);
+    assert_eq!(
+        failed(e1.elapsed_ns(&e3)),
+        "the end event reports an error: its stream failed before reaching it"
+    );
+    s2.synchronize().expect_err("the stream's error");
+    drop((s1, s2));
+    dev.deallocate(a, 16);
+}
+
+#[test]
+fn a_device_that_does_not_time_events_leaves_the_entry_null() {
+    let host = TestHost::new().with_option("tag", "no_timing");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    assert!(dev.executor().event_elapsed_ns.is_none());
+    let s = dev.create_stream().expect("stream");
+    let (e1, e2) = (
+        dev.create_event().expect("e1"),
+        dev.create_event().expect("e2"),
+    );
+    s.record(&e1).expect("record");
+    s.record(&e2).expect("record");
+    s.synchronize().expect("sync");
+    let err = e1.elapsed_ns(&e2).expect_err("NULL entry");
+    assert_eq!(err.code(), Status::Unimplemented);
+    assert!(err.message().contains("event_elapsed_ns is NULL"), "{err}");
+
+    // The trait's default, for a device that says it times events but does not.
+    assert!(!NoDevice.provides_event_timing());
+    let err = NoDevice.event_elapsed_ns(&(), &()).expect_err("default");
+    assert_eq!(err.code(), Status::Unimplemented);
+    assert_eq!(
+        err.message(),
+        "event timing (event_elapsed_ns) is not implemented by this device"
+    );
 }
 
 #[test]

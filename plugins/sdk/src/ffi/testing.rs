@@ -1617,6 +1617,20 @@ impl TestEvent<'_> {
     pub fn synchronize(&self) -> Result<()> {
         se_call!(self.device, event_synchronize, self.handle)
     }
+
+    /// `event_elapsed_ns(self, end)`: the device's nanoseconds from this event to `end`
+    /// (`Unimplemented` when the table's entry is NULL).
+    pub fn elapsed_ns(&self, end: &TestEvent<'_>) -> Result<i64> {
+        let mut ns: i64 = 0;
+        se_call!(
+            self.device,
+            event_elapsed_ns,
+            self.handle,
+            end.handle,
+            &mut ns
+        )?;
+        Ok(ns)
+    }
 }
 
 impl std::fmt::Debug for TestEvent<'_> {
@@ -1639,7 +1653,7 @@ impl Drop for TestEvent<'_> {
 mod abuse_tests {
     use super::*;
     use crate::kernel::DType;
-    use crate::tests::{devplug_plugin_entry as test_entry, TEST_PLATFORM};
+    use crate::tests::{devplug_plugin_entry as test_entry, OP_NS, TEST_PLATFORM};
 
     #[test]
     fn bad_handles_are_errors_not_crashes() {
@@ -1719,6 +1733,67 @@ mod abuse_tests {
         // SAFETY: as above: a trampoline with a bad argument it must detect.
         assert_eq!(unsafe { htod(data, a.get(), ptr::null(), 0) }, abi::DPP_OK);
         dev.deallocate(a, 16);
+    }
+
+    #[test]
+    fn bad_event_elapsed_arguments_are_errors_not_crashes() {
+        let host = TestHost::new().with_option("timing", "1");
+        let plugin = host.load(test_entry).expect("load");
+        let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+        let other = plugin.create_device(TEST_PLATFORM, 1).expect("device 1");
+        let stream = dev.create_stream().expect("stream");
+        let (start, end) = (
+            dev.create_event().expect("start"),
+            dev.create_event().expect("end"),
+        );
+        stream.record(&start).expect("record");
+        stream.record(&end).expect("record");
+        stream.synchronize().expect("sync");
+        let foreign = other.create_event().expect("event of device 1");
+        let elapsed = dev
+            .executor()
+            .event_elapsed_ns
+            .expect("the device times events");
+        let data = dev.raw.device_data;
+        let mut out: i64 = -7;
+        let call = |s: *mut c_void, e: *mut c_void, out: *mut i64| {
+            host.clear_error();
+            // SAFETY: the SDK's trampoline with live handles of this plugin, of the wrong kind
+            // or device, or NULL, and an out-pointer that is valid or NULL: exactly what it
+            // must detect.
+            let status = unsafe { elapsed(data, s, e, out) };
+            (status, host.last_error().unwrap_or_default())
+        };
+        let cases = [
+            (
+                call(start.handle(), end.handle(), ptr::null_mut()),
+                "event_elapsed_ns: out_ns is NULL",
+            ),
+            (
+                call(ptr::null_mut(), end.handle(), &mut out),
+                "event_elapsed_ns (start): the event is NULL",
+            ),
+            (
+                call(start.handle(), stream.handle(), &mut out),
+                "event_elapsed_ns (end): the event handle is not a live event (destroyed, or \
+                 another kind of handle)",
+            ),
+            (
+                call(foreign.handle(), end.handle(), &mut out),
+                "event_elapsed_ns (start): the event belongs to another device",
+            ),
+        ];
+        for ((status, message), want) in cases {
+            assert_eq!(status, abi::DPP_INVALID_ARGUMENT, "{want}");
+            assert_eq!(message, want);
+        }
+        assert_eq!(out, -7, "out-parameters are written only on success");
+        // SAFETY: the trampoline with a NULL device: no host to tell, just the code.
+        let st = unsafe { elapsed(ptr::null_mut(), start.handle(), end.handle(), &mut out) };
+        assert_eq!(st, abi::DPP_INVALID_ARGUMENT);
+        let (status, _) = call(start.handle(), end.handle(), &mut out);
+        assert_eq!(status, abi::DPP_OK);
+        assert_eq!(out, OP_NS, "end was reached one operation after start");
     }
 
     #[test]
@@ -1884,8 +1959,11 @@ mod abuse_tests {
         assert_eq!(err.code(), Status::Unimplemented);
         assert_eq!(
             err.message(),
-            "sdk_test: cannot register kernel Add for TPU: the host has plugin ABI 1.3 (a 64-byte \
-             dpp_host_api_t without register_kernel); kernels need ABI 1.1"
+            format!(
+                "sdk_test: cannot register kernel Add for TPU: the host has plugin ABI 1.{} (a \
+                 64-byte dpp_host_api_t without register_kernel); kernels need ABI 1.1",
+                abi::DPP_ABI_MINOR
+            )
         );
         let mut host = TestHost::new().with_option("ops", "1");
         host.api.struct_size = abi::DPP_HOST_API_STRUCT_SIZE_1_1;
