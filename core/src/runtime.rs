@@ -684,6 +684,8 @@ impl Drop for Runtime {
                 }
             }
         }
+        // A trace still on holds events of the devices' (kernels to time): let them go first.
+        self.tracer.discard_device_spans();
         for d in self.devices.read().iter() {
             d.close_buffer_pool();
         }

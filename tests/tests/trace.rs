@@ -301,3 +301,86 @@ fn copies_and_waits_are_spans_with_their_bytes() {
         "{json}"
     );
 }
+
+/// On a device whose platform times events (SIM, ABI 1.4), each kernel is also a span of kind
+/// Device: when the device ran it, by its clock, on the device's own track. It begins after
+/// its launch began and lasts at least SIM's latency. The CPU's kernels, inline, have none; nor
+/// do those of a plugin that does not time events.
+#[test]
+fn kernels_on_a_device_that_times_events_are_spans_on_its_track() {
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[("latency_us", "300")])
+        .unwrap();
+    rt.load_plugin(devplug_tests::zoo_path("kernel_all_dtypes"), &[])
+        .unwrap();
+    let cpu = rt.cpu_device().unwrap();
+    let sim = rt.find_device("SIM:0").unwrap();
+    let zoo = rt.find_device("ZOO:0").unwrap();
+    let x = Tensor::from_slice(&cpu, &[4], &[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    let (xs, xz) = (x.copy_to(&sim).unwrap(), x.copy_to(&zoo).unwrap());
+
+    rt.start_trace();
+    run(&rt, "Add", &[x.clone(), x.clone()], &cpu);
+    for _ in 0..3 {
+        run(&rt, "Add", &[xs.clone(), xs.clone()], &sim);
+    }
+    run(&rt, "Mul", &[xs.clone(), xs.clone()], &sim);
+    run(&rt, "Add", &[xz.clone(), xz.clone()], &zoo);
+    let trace = rt.stop_trace();
+    assert_eq!(trace.dropped, 0);
+
+    let device: Vec<&TraceEvent> = trace
+        .events
+        .iter()
+        .filter(|e| e.kind == SpanKind::Device)
+        .collect();
+    let names: Vec<(&str, &str)> = device
+        .iter()
+        .map(|e| (e.name.as_str(), e.device.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("Add", "SIM:0"),
+            ("Add", "SIM:0"),
+            ("Add", "SIM:0"),
+            ("Mul", "SIM:0")
+        ],
+        "one device span per SIM kernel, in the order the device ran them: {device:#?}"
+    );
+    let launches: Vec<&TraceEvent> = trace
+        .events
+        .iter()
+        .filter(|e| e.kind == SpanKind::Kernel && e.device == "SIM:0")
+        .collect();
+    assert_eq!(launches.len(), 4);
+    // The host reads the device's clock through one wait: allow it a millisecond.
+    let slack = std::time::Duration::from_millis(1);
+    for (d, launch) in device.iter().zip(&launches) {
+        assert!(d.duration >= std::time::Duration::from_micros(300), "{d:?}");
+        assert!(
+            d.start + slack >= launch.start,
+            "{d:?} began before {launch:?}"
+        );
+        assert_eq!(
+            (d.reason, d.kernel_source.as_str(), d.depth, d.thread),
+            (Some(Reason::Explicit), "plugin 'devplug_sim'", 0, 0),
+            "{d:?}"
+        );
+    }
+    for w in device.windows(2) {
+        assert!(
+            w[1].start + slack >= end(w[0]),
+            "a stream runs one kernel at a time: {w:#?}"
+        );
+    }
+
+    let json = trace.to_chrome_json();
+    for needle in [
+        r#"{"name":"process_name","ph":"M","pid":2,"tid":0,"args":{"name":"devices"}}"#,
+        r#"{"name":"thread_name","ph":"M","pid":2,"tid":1,"args":{"name":"SIM:0"}}"#,
+        r#""name":"Mul","cat":"device","ph":"X","pid":2,"tid":1,"#,
+    ] {
+        assert!(json.contains(needle), "{needle} not in {json}");
+    }
+}

@@ -21,7 +21,7 @@ use crate::op::{Attrs, Emitter, InferContext, OpHandle, Outputs, SpecRef};
 use crate::placement::{PlacementEvent, Reason};
 use crate::runtime::Runtime;
 use crate::tensor::{DType, Tensor};
-use crate::trace::{Span, SpanKind};
+use crate::trace::{DeviceSpanInfo, DeviceSpanStart, Span, SpanKind};
 
 /// How deep decompositions may nest before dispatch gives up (a cycle guard).
 const MAX_DEPTH: usize = 32;
@@ -309,6 +309,7 @@ fn run_kernel(
     for o in outputs {
         out.push(Tensor::output(device, o.dtype, &o.shape)?);
     }
+    let on_device = begun.and_then(|_| DeviceSpanStart::begin(device));
     (kernel.func)(&KernelContext {
         device,
         inputs,
@@ -324,16 +325,26 @@ fn run_kernel(
         ))
     })?;
     if let Some(begun) = begun {
-        let device = device.qualified_name();
+        let name = device.qualified_name();
         let span = Span::op(
             op.name(),
             SpanKind::Kernel,
-            &device,
+            &name,
             reason,
             &kernel.source,
             depth,
         );
         rt.tracer().record(begun, span);
+        let info = || DeviceSpanInfo {
+            name: op.name().to_owned(),
+            device: name.clone(),
+            reason: Some(reason),
+            kernel_source: kernel.source.to_string(),
+            depth: depth as u32,
+        };
+        if let Some(pending) = on_device.and_then(|s| s.end(info())) {
+            rt.tracer().record_device(begun, pending);
+        }
     }
     if reason != Reason::SoftPlaced {
         log(rt, op, device, reason, || {

@@ -11,9 +11,12 @@
 //! `chrome://tracing`, Perfetto and Speedscope open.
 //!
 //! Spans are host time. On the CPU device's default stream a kernel runs inline, so its span is
-//! the kernel; on an asynchronous device (a plugin's GPU) it is the launch: the device-side time
-//! of a kernel is not measured (the plugin ABI has no timed events). Off, tracing costs one
-//! atomic load per kernel, copy or wait.
+//! the kernel; on an asynchronous device (a plugin's GPU) it is the launch, and when the
+//! device's platform times events (ABI 1.4) the kernel as the device ran it is a second span,
+//! of kind [`SpanKind::Device`], on the device's own track ([`device_spans`]). Off, tracing
+//! costs one atomic load per kernel, copy or wait.
+
+mod device_spans;
 
 use std::cell::Cell;
 use std::fmt::Write as _;
@@ -24,6 +27,8 @@ use parking_lot::Mutex;
 
 use crate::error::{Code, Error, Result};
 use crate::placement::Reason;
+
+pub(crate) use device_spans::{DeviceSpanInfo, DeviceSpanStart, PendingDeviceSpan};
 
 /// Spans kept per trace; later ones are counted as dropped (about 200 bytes each).
 pub const MAX_EVENTS: usize = 1 << 20;
@@ -41,6 +46,10 @@ pub enum SpanKind {
     Copy,
     /// A wait the host asked for (`synchronize` of a device, a stream or an event).
     Wait,
+    /// A kernel as its asynchronous device ran it: from when the device's default stream
+    /// reached the kernel to when it finished, by the device's clock (devices whose platform
+    /// times events). On the device's track; `thread` is 0.
+    Device,
 }
 
 impl SpanKind {
@@ -51,6 +60,7 @@ impl SpanKind {
             SpanKind::Decomposition => "decomposition",
             SpanKind::Copy => "copy",
             SpanKind::Wait => "wait",
+            SpanKind::Device => "device",
         }
     }
 }
@@ -82,15 +92,18 @@ pub struct TraceEvent {
 /// A finished trace.
 #[derive(Clone, Debug, Default)]
 pub struct Trace {
-    /// In the order the spans ended.
+    /// The host's spans in the order they ended, then the devices' ([`SpanKind::Device`]) in
+    /// the order they ended.
     pub events: Vec<TraceEvent>,
-    /// Spans not kept (beyond [`MAX_EVENTS`]).
+    /// Spans not kept (beyond [`MAX_EVENTS`]), and device spans that could not be timed
+    /// (their stream failed before it reached them).
     pub dropped: u64,
 }
 
 impl Trace {
-    /// The trace in the Trace Event Format (JSON; complete events, times in microseconds), one
-    /// track per host thread.
+    /// The trace in the Trace Event Format (JSON; complete events, times in microseconds): the
+    /// host's spans in process 1, one track per host thread; the devices' spans in process 2,
+    /// one track per device.
     pub fn to_chrome_json(&self) -> String {
         let mut s = String::with_capacity(64 + self.events.len() * 200);
         s.push_str("{\"displayTimeUnit\":\"ns\",\"otherData\":{\"producer\":\"devplug\",");
@@ -99,7 +112,13 @@ impl Trace {
             "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\
              \"args\":{\"name\":\"devplug\"}}",
         );
-        let mut threads: Vec<u64> = self.events.iter().map(|e| e.thread).collect();
+        let on_device = |e: &&TraceEvent| e.kind == SpanKind::Device;
+        let mut threads: Vec<u64> = self
+            .events
+            .iter()
+            .filter(|e| !on_device(e))
+            .map(|e| e.thread)
+            .collect();
         threads.sort_unstable();
         threads.dedup();
         for t in threads {
@@ -109,15 +128,41 @@ impl Trace {
                  \"args\":{{\"name\":\"host thread {t}\"}}}}"
             );
         }
+        let mut devices: Vec<&str> = self
+            .events
+            .iter()
+            .filter(on_device)
+            .map(|e| e.device.as_str())
+            .collect();
+        devices.sort_unstable();
+        devices.dedup();
+        if !devices.is_empty() {
+            s.push_str(
+                ",{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":2,\"tid\":0,\
+                 \"args\":{\"name\":\"devices\"}}",
+            );
+        }
+        for (i, d) in devices.iter().enumerate() {
+            let _ = write!(
+                s,
+                ",{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":2,\"tid\":{},\"args\":{{\"name\":",
+                i + 1
+            );
+            json_string(&mut s, d);
+            s.push_str("}}");
+        }
         for e in &self.events {
             s.push_str(",{\"name\":");
             json_string(&mut s, &e.name);
             let cat = e.kind.name();
+            let (pid, tid) = match devices.binary_search(&e.device.as_str()) {
+                Ok(i) if e.kind == SpanKind::Device => (2, i as u64 + 1),
+                _ => (1, e.thread),
+            };
             let _ = write!(
                 s,
-                ",\"cat\":\"{cat}\",\"ph\":\"X\",\"pid\":1,\"tid\":{},\"ts\":{:.3},\"dur\":{:.3},\
+                ",\"cat\":\"{cat}\",\"ph\":\"X\",\"pid\":{pid},\"tid\":{tid},\"ts\":{:.3},\"dur\":{:.3},\
                  \"args\":{{\"device\":",
-                e.thread,
                 e.start.as_nanos() as f64 / 1e3,
                 e.duration.as_nanos() as f64 / 1e3
             );
@@ -126,7 +171,7 @@ impl Trace {
                 s.push_str(",\"reason\":");
                 json_string(&mut s, &reason.to_string());
             }
-            if e.kind == SpanKind::Kernel {
+            if matches!(e.kind, SpanKind::Kernel | SpanKind::Device) {
                 s.push_str(",\"kernel\":");
                 json_string(&mut s, &e.kernel_source);
             }
@@ -180,6 +225,8 @@ pub struct Tracer {
 struct State {
     epoch: Instant,
     events: Vec<TraceEvent>,
+    /// Kernels on asynchronous devices, to be timed when the trace stops.
+    device_spans: Vec<PendingDeviceSpan>,
     dropped: u64,
 }
 
@@ -190,6 +237,7 @@ impl Default for Tracer {
             state: Mutex::new(State {
                 epoch: Instant::now(),
                 events: Vec::new(),
+                device_spans: Vec::new(),
                 dropped: 0,
             }),
         }
@@ -208,21 +256,57 @@ impl Tracer {
         let mut st = self.state.lock();
         st.epoch = Instant::now();
         st.events.clear();
+        let discarded = std::mem::take(&mut st.device_spans);
         st.dropped = 0;
         self.on.store(true, Ordering::Relaxed);
+        drop(st);
+        drop(discarded); // their events' destruction calls the plugins: not under the lock
     }
 
-    /// Stops the trace and returns it (empty when none was on).
+    /// Stops the trace and returns it (empty when none was on). Kernels on asynchronous
+    /// devices that time events are timed now: this waits for those devices' default streams.
     pub fn stop(&self) -> Trace {
         let mut st = self.state.lock();
         let was_on = self.on.swap(false, Ordering::Relaxed);
         if !was_on {
             return Trace::default();
         }
-        Trace {
+        let mut trace = Trace {
             events: std::mem::take(&mut st.events),
             dropped: std::mem::replace(&mut st.dropped, 0),
+        };
+        let (pending, epoch) = (std::mem::take(&mut st.device_spans), st.epoch);
+        // Waiting for streams, and their host callbacks, must not find the lock held.
+        drop(st);
+        let (device_events, untimed) = device_spans::resolve(pending, epoch);
+        trace.events.extend(device_events);
+        trace.dropped += untimed;
+        trace
+    }
+
+    /// Drops the spans still waiting to be timed, without waiting for their devices: what a
+    /// runtime does before it destroys its devices (the spans' events hold them).
+    pub(crate) fn discard_device_spans(&self) {
+        let discarded = std::mem::take(&mut self.state.lock().device_spans);
+        drop(discarded);
+    }
+
+    /// Keeps a kernel's device span to time when the trace stops (ignored, as
+    /// [`record`](Self::record), if the trace stopped or restarted since `begun`).
+    pub(crate) fn record_device(&self, begun: Instant, span: PendingDeviceSpan) {
+        let mut st = self.state.lock();
+        if !self.on() || begun < st.epoch {
+            drop(st);
+            drop(span);
+            return;
         }
+        if st.events.len() + st.device_spans.len() >= MAX_EVENTS {
+            st.dropped += 1;
+            drop(st);
+            drop(span);
+            return;
+        }
+        st.device_spans.push(span);
     }
 
     /// Records a span that began at `begun` and ends now (ignored if the trace stopped, or was
@@ -234,7 +318,7 @@ impl Tracer {
         if !self.on() || begun < st.epoch {
             return;
         }
-        if st.events.len() >= MAX_EVENTS {
+        if st.events.len() + st.device_spans.len() >= MAX_EVENTS {
             st.dropped += 1;
             return;
         }
