@@ -384,3 +384,68 @@ fn kernels_on_a_device_that_times_events_are_spans_on_its_track() {
         assert!(json.contains(needle), "{needle} not in {json}");
     }
 }
+
+/// A trace left on holds the events of the kernels it would time, and so their devices: a
+/// runtime destroyed with it on still destroys its devices (nothing keeps them alive in a
+/// cycle through the tracer they share).
+#[test]
+fn a_runtime_destroyed_with_a_trace_on_releases_its_devices() {
+    let (rt, _cpu, sim, x) = with_sim(&[1.0, 2.0]);
+    let xs = x.copy_to(&sim).unwrap();
+    rt.start_trace();
+    let y = run(&rt, "Add", &[xs.clone(), xs.clone()], &sim);
+    assert_eq!(y.to_vec::<f32>().unwrap(), [2.0, 4.0]);
+    let weak = Arc::downgrade(&sim);
+    drop((y, xs, x, sim));
+    assert!(rt.tracing());
+    drop(rt);
+    assert!(weak.upgrade().is_none(), "SIM:0 outlived its runtime");
+}
+
+/// Threads launching on SIM while another starts and stops traces: every trace stops, each
+/// device span lies within its trace, and nothing deadlocks (stop waits for SIM's stream,
+/// whose launches keep coming).
+#[test]
+fn traces_stopped_while_threads_launch_on_a_timed_device_stay_consistent() {
+    let (rt, _cpu, sim, x) = with_sim(&[1.0; 16]);
+    let rt = Arc::new(rt);
+    let xs = x.copy_to(&sim).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (rt, sim, xs, stop) = (rt.clone(), sim.clone(), xs.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    run(&rt, "Add", &[xs.clone(), xs.clone()], &sim);
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let mut device_spans = 0;
+    for _ in 0..20 {
+        let before = std::time::Instant::now();
+        rt.start_trace();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let trace = rt.stop_trace();
+        let length = before.elapsed();
+        for e in trace.events.iter().filter(|e| e.kind == SpanKind::Device) {
+            device_spans += 1;
+            assert_eq!((e.name.as_str(), e.device.as_str()), ("Add", "SIM:0"));
+            // Ended before the stop read the device's clock, by which time it was reached.
+            assert!(
+                e.start + e.duration <= length,
+                "{e:?} ends after its trace ({length:?})"
+            );
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let launched: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(
+        launched > 0 && device_spans > 0,
+        "{launched} launches, {device_spans} device spans"
+    );
+    sim.synchronize().unwrap();
+}
