@@ -17,6 +17,12 @@
 // OptionalFunctions::event_elapsed_ns on an in-process platform (NULL without the opt-in,
 // UNIMPLEMENTED with it but no override, values and exceptions through the table).
 //
+// Temporary memory (ABI 1.4): the fake host's allocate_temp (by the launch's attrs, through the
+// device's executor, freed in stream order) and plugin.hpp's KernelContext::allocate_temp on an
+// in-process platform with a deferred stream: memory usable by the kernel's work and taken back
+// after it, the host's refusals (size 0, no memory, a context it did not pass) as Errors, and
+// UNIMPLEMENTED from a 1.3 host table or a NULL function.
+//
 // Usage: simdml_selftest <path to libdevplug_simdml.so>. Exits 0 when every check passes.
 #include <devplug/plugin.h>
 #include <devplug/plugin.hpp>
@@ -30,11 +36,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -123,6 +131,42 @@ struct FakeAttrs {
     return nullptr;
   }
 };
+
+/**
+ * One kernel launch as the fake host runs it, for allocate_temp (ABI 1.4). Like the runtime,
+ * the host knows the launch by the context's `attrs` (here &attrs); it allocates through the
+ * device's executor, 256-byte aligned, and frees the memory in stream order once the kernel
+ * returned (finish()). One launch at a time (g_launch).
+ */
+struct FakeLaunch {
+  FakeAttrs attrs;
+  const dpp_stream_executor_t* se = nullptr;
+  void* device = nullptr;
+  void* stream = nullptr;
+  std::vector<std::pair<dpp_addr_t, uint64_t>> temps;  // what se->allocate gave, and its size
+  int calls = 0;                                       // allocate_temp calls that reached the launch
+
+  /** After the kernel returned: a host callback on the stream frees the memory (stream order). */
+  dpp_status_t finish() {
+    auto* owned = new FakeLaunch::Frees{se, device, std::move(temps)};
+    temps.clear();
+    const dpp_status_t s = se->host_callback(device, stream, &FakeLaunch::free_all, owned);
+    if (s != DPP_OK) free_all(owned);
+    return s;
+  }
+
+ private:
+  struct Frees {
+    const dpp_stream_executor_t* se;
+    void* device;
+    std::vector<std::pair<dpp_addr_t, uint64_t>> temps;
+  };
+  static void free_all(void* p) {
+    std::unique_ptr<Frees> f(static_cast<Frees*>(p));
+    for (const auto& t : f->temps) f->se->deallocate(f->device, t.first, t.second);
+  }
+};
+FakeLaunch* g_launch = nullptr;
 
 struct FakeHost {
   std::vector<std::pair<std::string, std::string>> options;
@@ -234,6 +278,19 @@ struct FakeHost {
       if (v->kind != FakeAttrs::Str || out == nullptr || len == nullptr) return DPP_INVALID_ARGUMENT;
       *out = v->s.data();
       *len = v->s.size();
+      return DPP_OK;
+    };
+    api.allocate_temp = [](const dpp_kernel_context_t* c, uint64_t size, dpp_addr_t* out) -> dpp_status_t {
+      FakeLaunch* l = g_launch;
+      if (c == nullptr || l == nullptr || c->attrs != &l->attrs) return DPP_INVALID_ARGUMENT;  // not a launch
+      ++l->calls;
+      if (size == 0 || out == nullptr) return DPP_INVALID_ARGUMENT;
+      if (size > std::numeric_limits<uint64_t>::max() - 255) return DPP_RESOURCE_EXHAUSTED;
+      dpp_addr_t base = 0;
+      const dpp_status_t s = l->se->allocate(l->device, size + 255, &base);
+      if (s != DPP_OK) return s;
+      l->temps.emplace_back(base, size + 255);
+      *out = (base + 255) & ~dpp_addr_t(255);
       return DPP_OK;
     };
   }
@@ -1268,6 +1325,286 @@ void test_header_event_timing() {
   tim::kApi.shutdown(data);
 }
 
+// ---- plugin.hpp's KernelContext::allocate_temp on an in-process platform (ABI 1.4) ----------
+
+namespace tmp {
+
+namespace dp = devplug::plugin;
+
+/** A stream whose work runs only when it is synchronized, in order: memory the host took back
+ *  before the stream reached the work that uses it would show. */
+class QStream : public dp::Stream {
+ public:
+  std::vector<std::function<void()>> work;
+};
+
+class QEvent : public dp::Event {};
+
+/** Device memory from the heap, checked: every access must lie within a live allocation. */
+class ArenaDevice : public dp::Device {
+ public:
+  static constexpr uint64_t kMemory = uint64_t(1) << 20;
+
+  ~ArenaDevice() override {
+    for (const auto& a : live_) std::free(reinterpret_cast<void*>(a.first));
+  }
+  dp::Addr allocate(uint64_t size) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (size > kMemory - in_use_) {
+      throw dp::Error::resource_exhausted("TEMP: " + std::to_string(size) + " bytes do not fit");
+    }
+    void* p = std::malloc(size);
+    if (p == nullptr) throw std::bad_alloc();
+    const auto a = static_cast<dp::Addr>(reinterpret_cast<uintptr_t>(p));
+    live_[a] = size;
+    in_use_ += size;
+    return a;
+  }
+  void deallocate(dp::Addr addr, uint64_t size) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(addr);
+    if (it == live_.end() || it->second != size) {
+      ++bad_frees;
+      return;
+    }
+    live_.erase(it);
+    in_use_ -= size;
+    std::free(reinterpret_cast<void*>(addr));
+  }
+  size_t live() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.size();
+  }
+
+  void memcpy_htod(dp::Addr dst, const void* src, uint64_t n) override { std::memcpy(at(dst, n), src, n); }
+  void memcpy_dtoh(void* dst, dp::Addr src, uint64_t n) override { std::memcpy(dst, at(src, n), n); }
+  void memcpy_dtod(dp::Addr dst, dp::Addr src, uint64_t n) override { std::memmove(at(dst, n), at(src, n), n); }
+  void memset(dp::Addr dst, uint8_t v, uint64_t n) override { std::memset(at(dst, n), v, n); }
+  std::unique_ptr<dp::Stream> create_stream() override { return std::make_unique<QStream>(); }
+  void synchronize_stream(dp::Stream& s) override {
+    auto& q = static_cast<QStream&>(s);
+    std::vector<std::function<void()>> work = std::move(q.work);
+    q.work.clear();
+    for (auto& w : work) w();  // a range outside live memory throws: the stream's error
+  }
+  void stream_wait_stream(dp::Stream&, dp::Stream&) override {}
+  void memcpy_htod_async(dp::Stream& s, dp::Addr dst, const void* src, uint64_t n) override {
+    enqueue(s, [=] { memcpy_htod(dst, src, n); });
+  }
+  void memcpy_dtoh_async(dp::Stream& s, void* dst, dp::Addr src, uint64_t n) override {
+    enqueue(s, [=] { memcpy_dtoh(dst, src, n); });
+  }
+  void memcpy_dtod_async(dp::Stream& s, dp::Addr dst, dp::Addr src, uint64_t n) override {
+    enqueue(s, [=] { memcpy_dtod(dst, src, n); });
+  }
+  void memset_async(dp::Stream& s, dp::Addr dst, uint8_t v, uint64_t n) override {
+    enqueue(s, [=] { memset(dst, v, n); });
+  }
+  void host_callback(dp::Stream& s, dp::HostCallback cb) override { enqueue(s, [cb] { cb(); }); }
+  std::unique_ptr<dp::Event> create_event() override { return std::make_unique<QEvent>(); }
+  void record_event(dp::Stream&, dp::Event&) override {}
+  dp::EventStatus event_status(dp::Event&) override { return dp::EventStatus::Complete; }
+  void stream_wait_event(dp::Stream&, dp::Event&) override {}
+  void event_synchronize(dp::Event&) override {}
+  void synchronize_all() override {}
+
+  std::atomic<int> bad_frees{0};
+
+ private:
+  static void enqueue(dp::Stream& s, std::function<void()> f) { static_cast<QStream&>(s).work.push_back(std::move(f)); }
+  uint8_t* at(dp::Addr a, uint64_t n) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.upper_bound(a);
+    if (it != live_.begin()) {
+      --it;
+      if (a - it->first <= it->second && n <= it->second - (a - it->first)) {
+        return reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(a));
+      }
+    }
+    throw dp::Error::invalid_argument("TEMP: " + std::to_string(n) + " bytes at " + std::to_string(a) +
+                                      " are not within live memory");
+  }
+
+  mutable std::mutex mu_;
+  std::map<dp::Addr, uint64_t> live_;
+  uint64_t in_use_ = 0;
+};
+
+ArenaDevice* g_device = nullptr;  // the last one created
+
+class TempPlatform : public dp::Platform {
+ public:
+  std::string name() const override { return "TEMP"; }
+  std::string device_type() const override { return "TEMP"; }
+  int device_count() const override { return 1; }
+  std::unique_ptr<dp::Device> create_device(int) override {
+    auto d = std::make_unique<ArenaDevice>();
+    g_device = d.get();
+    return d;
+  }
+};
+/** What the kernels saw (addresses), for the test to check. */
+std::vector<dp::Addr> g_temps;
+
+void init(dp::Host& host) {
+  host.register_platform(std::make_unique<TempPlatform>());
+  // input -> temp a -> temp b -> output, all enqueued on the (deferred) stream.
+  host.register_kernel({"TempCopy", "TEMP", std::nullopt, {}, 0}, [](dp::KernelContext& cx) {
+    cx.check_arity(1, 1);
+    const dp::Tensor in = cx.input(0), out = cx.output(0);
+    if (in.byte_size() != out.byte_size()) throw dp::Error::invalid_argument("TempCopy: sizes differ");
+    ArenaDevice& dev = cx.device<ArenaDevice>();
+    dp::Stream& s = cx.stream();
+    const uint64_t n = in.byte_size();
+    const dp::Addr a = cx.allocate_temp(n);
+    const dp::Addr b = cx.allocate_temp(n + 1);
+    g_temps = {a, b};
+    dev.memcpy_dtod_async(s, a, in.data(), n);
+    dev.memcpy_dtod_async(s, b + 1, a, n);  // the whole n + 1 bytes of b are usable
+    dev.memcpy_dtod_async(s, out.data(), b + 1, n);
+  });
+  // allocate_temp(attr "size"), then nothing: the host's refusals reach the kernel as Errors.
+  host.register_kernel({"TempSize", "TEMP", std::nullopt, {}, 0}, [](dp::KernelContext& cx) {
+    g_temps = {cx.allocate_temp(static_cast<uint64_t>(cx.attr_int("size")))};
+  });
+}
+
+const dpp_plugin_api_t kApi = dp::detail::make_plugin_api<&init>("temptest", "0");
+
+}  // namespace tmp
+
+/**
+ * Loads the TEMP plugin behind @p host, makes its device and a stream, and calls @p body with
+ * a launcher: it runs a kernel as the runtime would, in a FakeLaunch whose allocate_temp the
+ * context reaches, and frees the launch's memory in stream order after the kernel returned.
+ */
+template <class Body>
+void with_temp_device(FakeHost& host, Body&& body) {
+  void* data = nullptr;
+  CHECK_OK(host.init(&tmp::kApi, &data));
+  CHECK(host.platforms.size() == 1 && host.kernels.size() == 2);
+  if (host.platforms.size() != 1) return;
+  const dpp_platform_t& p = host.platforms[0].p;
+  dpp_device_t dev{};
+  dev.struct_size = DPP_DEVICE_STRUCT_SIZE;
+  CHECK_OK(p.create_device(p.platform_data, 0, &dev));
+  if (dev.se != nullptr && tmp::g_device != nullptr) {
+    KDevice kd{dev.se, dev.device_data};
+    CHECK_OK(dev.se->create_stream(kd.d, &kd.stream));
+    FakeLaunch launch;
+    launch.se = dev.se;
+    launch.device = kd.d;
+    launch.stream = kd.stream;
+    auto run = [&](const char* op, const std::vector<KTensor>& in, const std::vector<KTensor>& out,
+                   const void* attrs) -> dpp_status_t {
+      const RegisteredKernel* k = host.kernel(op);
+      CHECK(k != nullptr);
+      if (k == nullptr) return DPP_NOT_FOUND;
+      std::vector<dpp_tensor_t> ri, ro;
+      for (const KTensor& t : in) ri.push_back(raw_tensor(t));
+      for (const KTensor& t : out) ro.push_back(raw_tensor(t));
+      const dpp_kernel_context_t c = make_context(kd.d, kd.stream, ri, ro, attrs, k->kernel_data);
+      tmp::g_temps.clear();
+      g_last_error.clear();
+      g_launch = &launch;
+      const dpp_status_t s = k->compute(&c);
+      g_launch = nullptr;
+      const std::string message = take_error();
+      CHECK_OK(launch.finish());
+      g_last_error = message;
+      return s;
+    };
+    body(kd, *tmp::g_device, launch, run);
+    dev.se->destroy_stream(kd.d, kd.stream);
+    CHECK(tmp::g_device->bad_frees == 0);
+    p.destroy_device(p.platform_data, &dev);
+  }
+  tmp::g_device = nullptr;
+  p.destroy_platform(p.platform_data);
+  tmp::kApi.shutdown(data);
+}
+
+void test_header_allocate_temp() {
+  {
+    // An ABI 1.4 host: memory usable in the kernel's work, taken back in stream order.
+    FakeHost host;
+    with_temp_device(host, [](KDevice& kd, tmp::ArenaDevice& arena, FakeLaunch& launch, auto&& run) {
+      const std::vector<float> x = iota_values<float>(1000, -3.5f, 0.25f);
+      const KTensor tx = kd.upload(DPP_DTYPE_F32, {10, 100}, x);
+      const KTensor tz = kd.output(DPP_DTYPE_F32, {10, 100});
+      CHECK(arena.live() == 2);
+      CHECK_OK(run("TempCopy", {tx}, {tz}, &launch.attrs));
+      CHECK(launch.calls == 2);
+      CHECK(tmp::g_temps.size() == 2);
+      if (tmp::g_temps.size() == 2) {
+        CHECK(tmp::g_temps[0] % 256 == 0 && tmp::g_temps[1] % 256 == 0);
+        CHECK(tmp::g_temps[0] != tmp::g_temps[1]);
+      }
+      CHECK(arena.live() == 4);  // the stream has not reached the kernel's work yet
+      CHECK_OK(kd.se->synchronize_stream(kd.d, kd.stream));
+      CHECK(arena.live() == 2);  // taken back after it
+      CHECK(kd.download<float>(tz) == x);
+
+      // The host's refusals reach the kernel as Errors with the host's status.
+      launch.attrs.values = {{"size", FakeAttrs::Int, 0, 0, {}, {}}};
+      CHECK_STATUS(run("TempSize", {}, {}, &launch.attrs), DPP_INVALID_ARGUMENT);
+      CHECK(take_error() == "kernel TempSize: the host's allocate_temp of 0 bytes failed (INVALID_ARGUMENT)");
+      CHECK(launch.calls == 3);
+      launch.attrs.values[0].i = int64_t(2) << 20;  // more than the device has
+      CHECK_STATUS(run("TempSize", {}, {}, &launch.attrs), DPP_RESOURCE_EXHAUSTED);
+      CHECK(take_error() == "kernel TempSize: the host's allocate_temp of 2097152 bytes failed (RESOURCE_EXHAUSTED)");
+      CHECK(launch.calls == 4);
+      // A context the host did not pass (other attrs): refused before the launch is touched.
+      FakeAttrs other;
+      other.values = {{"size", FakeAttrs::Int, 64, 0, {}, {}}};
+      CHECK_STATUS(run("TempSize", {}, {}, &other), DPP_INVALID_ARGUMENT);
+      CHECK(take_error() == "kernel TempSize: the host's allocate_temp of 64 bytes failed (INVALID_ARGUMENT)");
+      CHECK(launch.calls == 4);
+      CHECK(tmp::g_temps.empty());
+      launch.attrs.values[0].i = 64;
+      CHECK_OK(run("TempSize", {}, {}, &launch.attrs));
+      CHECK(tmp::g_temps.size() == 1 && tmp::g_temps[0] != 0 && tmp::g_temps[0] % 256 == 0);
+      CHECK_OK(kd.se->synchronize_stream(kd.d, kd.stream));
+      CHECK(arena.live() == 2);
+      kd.free(tx);
+      kd.free(tz);
+      CHECK(arena.live() == 0);
+    });
+  }
+  {
+    // An ABI 1.3 host (a 128-byte table; the field past it is never read): UNIMPLEMENTED.
+    FakeHost host;
+    host.api.struct_size = DPP_HOST_API_STRUCT_SIZE_1_2;
+    host.api.abi_minor = 3;
+    with_temp_device(host, [](KDevice& kd, tmp::ArenaDevice& arena, FakeLaunch& launch, auto&& run) {
+      const std::vector<float> x = {1, 2, 3, 4};
+      const KTensor tx = kd.upload(DPP_DTYPE_F32, {4}, x);
+      const KTensor tz = kd.output(DPP_DTYPE_F32, {4});
+      CHECK_STATUS(run("TempCopy", {tx}, {tz}, &launch.attrs), DPP_UNIMPLEMENTED);
+      CHECK(take_error() ==
+            "kernel TempCopy: allocate_temp needs plugin ABI 1.4; the host has 1.3 (a 128-byte dpp_host_api_t "
+            "without allocate_temp)");
+      CHECK(launch.calls == 0);
+      CHECK_OK(kd.se->synchronize_stream(kd.d, kd.stream));
+      kd.free(tx);
+      kd.free(tz);
+      CHECK(arena.live() == 0);
+    });
+  }
+  {
+    // A 1.4-sized table whose allocate_temp is NULL: UNIMPLEMENTED too.
+    FakeHost host;
+    host.api.allocate_temp = nullptr;
+    with_temp_device(host, [](KDevice&, tmp::ArenaDevice&, FakeLaunch& launch, auto&& run) {
+      launch.attrs.values = {{"size", FakeAttrs::Int, 64, 0, {}, {}}};
+      CHECK_STATUS(run("TempSize", {}, {}, &launch.attrs), DPP_UNIMPLEMENTED);
+      CHECK(take_error() ==
+            "kernel TempSize: allocate_temp needs plugin ABI 1.4; the host has 1.4 (a 136-byte dpp_host_api_t "
+            "without allocate_temp)");
+    });
+  }
+}
+
 void test_header_kernels() {
   const dpp_plugin_api_t* api = &hdr::kApi;
   {
@@ -1568,6 +1905,8 @@ int main(int argc, char** argv) {
     test_header_kernels();
     std::printf("plugin.hpp timed events\n");
     test_header_event_timing();
+    std::printf("plugin.hpp allocate_temp\n");
+    test_header_allocate_temp();
   }
 
   // ---- Only the entry symbol is exported ----------------------------------------------------

@@ -73,6 +73,9 @@
  *                                  f32) that writes zeros: wrong results for `devplug check`
  *   ZOO_KERNEL_FAIL                ... instead, one that fails every launch
  *                                  (DPP_FAILED_PRECONDITION, with a message)
+ *   ZOO_KERNEL_TEMP                ... instead, a right Reshape that copies through memory from
+ *                                  the host's allocate_temp (ABI 1.4); ZOO_KERNEL_TEMP_BYTES=n
+ *                                  asks for n bytes instead of the input's size
  *   ZOO_KERNEL_ALL_DTYPES          ... for every dtype (no dtype list)
  *   ZOO_KERNEL_STRUCT_SIZE=n       ... with dpp_kernel_t.struct_size n
  *   ZOO_KERNEL_COMPUTE_NULL        ... with dpp_kernel_t.compute NULL
@@ -847,8 +850,8 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_register(const dpp_host_api_t *host, co
   return DPP_OK;
 }
 
-#if (defined(ZOO_KERNEL_ZEROS) + defined(ZOO_KERNEL_COPY) + defined(ZOO_KERNEL_FAIL)) > 1
-#error "ZOO_KERNEL_ZEROS, ZOO_KERNEL_COPY and ZOO_KERNEL_FAIL are kernels for one registration: define one"
+#if (defined(ZOO_KERNEL_ZEROS) + defined(ZOO_KERNEL_COPY) + defined(ZOO_KERNEL_FAIL) + defined(ZOO_KERNEL_TEMP)) > 1
+#error "ZOO_KERNEL_ZEROS, ZOO_KERNEL_COPY, ZOO_KERNEL_FAIL and ZOO_KERNEL_TEMP are kernels for one registration: define one"
 #endif
 #if defined(ZOO_KERNEL_ZEROS)
 /* A kernel with wrong results: every output is set to zero bytes. */
@@ -880,6 +883,54 @@ static dpp_status_t zoo_kernel_copy(const dpp_kernel_context_t *cx) {
   return DPP_OK;
 }
 #define ZOO_KERNEL_COMPUTE zoo_kernel_copy
+#endif
+
+#if defined(ZOO_KERNEL_TEMP)
+#ifndef ZOO_KERNEL_TEMP_BYTES
+#define ZOO_KERNEL_TEMP_BYTES 0 /* 0: the input's size */
+#endif
+/* A right kernel for Reshape that copies through temporary memory (ABI 1.4 allocate_temp):
+ * input 0 -> a temporary of ZOO_KERNEL_TEMP_BYTES (or the input's size) -> output 0. It asks
+ * through a copy of its context (the host must accept one), and checks first that a size of 0
+ * and a NULL out-pointer are refused without writing anything. A refusal of the real request is
+ * returned as is: the host has said why. */
+static dpp_status_t zoo_kernel_temp(const dpp_kernel_context_t *cx) {
+  zoo_device *d = cx ? zoo_dev(cx->device) : NULL;
+  if (d == NULL || cx->num_inputs != 1 || cx->num_outputs != 1 ||
+      cx->inputs[0].byte_size != cx->outputs[0].byte_size) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  const dpp_host_api_t *host = d->platform->host;
+  if (host->struct_size < DPP_HOST_API_STRUCT_SIZE || host->allocate_temp == NULL) {
+    return zoo_fail(d, DPP_UNIMPLEMENTED, "zoo: the host has no allocate_temp (ABI 1.4)");
+  }
+  uint64_t n = cx->inputs[0].byte_size;
+  dpp_addr_t untouched = 7;
+  if (host->allocate_temp(cx, 0, &untouched) != DPP_INVALID_ARGUMENT || untouched != 7 ||
+      host->allocate_temp(cx, 8, NULL) != DPP_INVALID_ARGUMENT) {
+    return zoo_fail(d, DPP_INTERNAL, "zoo: allocate_temp took a size of 0 or a NULL out-pointer");
+  }
+  dpp_kernel_context_t copy = *cx;
+  uint64_t bytes = ZOO_KERNEL_TEMP_BYTES ? (uint64_t)ZOO_KERNEL_TEMP_BYTES : n;
+  dpp_addr_t tmp = 0;
+  dpp_status_t st = host->allocate_temp(&copy, bytes ? bytes : 1, &tmp);
+  if (st != DPP_OK) {
+    return st;
+  }
+  if (tmp % 256 != 0) {
+    return zoo_fail(d, DPP_INTERNAL, "zoo: allocate_temp gave an address that is not 256-byte aligned");
+  }
+  if (n == 0) {
+    return DPP_OK;
+  }
+  ZOO_RANGE_OR_FAIL(src, d, cx->inputs[0].data, n, "kernel input");
+  ZOO_RANGE_OR_FAIL(t, d, tmp, n, "temporary memory");
+  ZOO_RANGE_OR_FAIL(dst, d, cx->outputs[0].data, n, "kernel output");
+  memcpy(t, src, (size_t)n);
+  memcpy(dst, t, (size_t)n);
+  return DPP_OK;
+}
+#define ZOO_KERNEL_COMPUTE zoo_kernel_temp
 #endif
 
 #if defined(ZOO_KERNEL_FAIL)
@@ -944,7 +995,7 @@ static dpp_status_t zoo_kernel_label(const dpp_kernel_context_t *cx) {
     return DPP_INVALID_ARGUMENT;
   }
   const dpp_host_api_t *host = d->platform->host;
-  if (host->struct_size < DPP_HOST_API_STRUCT_SIZE || host->attr_string == NULL) {
+  if (host->struct_size < DPP_HOST_API_STRUCT_SIZE_1_2 || host->attr_string == NULL) {
     return zoo_fail(d, DPP_UNIMPLEMENTED, "zoo: the host has no attr_string");
   }
   const char *label = NULL;
@@ -1001,7 +1052,7 @@ static dpp_status_t zoo_register_op(const dpp_host_api_t *host) {
 #endif
 
 ZOO_MAYBE_UNUSED static dpp_status_t zoo_init(const dpp_host_api_t *host, void **out_plugin_data) {
-  if (host == NULL || host->struct_size < DPP_HOST_API_STRUCT_SIZE || out_plugin_data == NULL) {
+  if (host == NULL || host->struct_size < DPP_HOST_API_STRUCT_SIZE_1_2 || out_plugin_data == NULL) {
     return DPP_INVALID_ARGUMENT;
   }
   const char *marker = host->get_option(host->context, "marker");

@@ -19,7 +19,7 @@
 /**
  * The ABI minor version this header describes. A host refuses plugins with a newer minor.
  * 1.1 appended kernel registration, 1.2 op registration, 1.3 the f16 and bf16 dtypes, 1.4
- * timed events (see docs/plugin-abi-changelog.md).
+ * timed events and temporary memory for kernels (see docs/plugin-abi-changelog.md).
  */
 #define DPP_ABI_MINOR 4
 
@@ -120,9 +120,15 @@
 #define DPP_HOST_API_STRUCT_SIZE_1_1 112
 
 /**
- * Size of `dpp_host_api_t` in ABI 1.2 to 1.4.
+ * Size of `dpp_host_api_t` in ABI 1.2 and 1.3 (what a plugin may rely on for `register_op`
+ * and `attr_string`).
  */
-#define DPP_HOST_API_STRUCT_SIZE 128
+#define DPP_HOST_API_STRUCT_SIZE_1_2 128
+
+/**
+ * Size of `dpp_host_api_t` in ABI 1.4 (`allocate_temp`).
+ */
+#define DPP_HOST_API_STRUCT_SIZE 136
 
 /**
  * Size of `dpp_op_def_t` in ABI 1.2 to 1.4.
@@ -780,6 +786,19 @@ typedef struct dpp_host_api_t {
                               const char *name,
                               const char **out_data,
                               size_t *out_len);
+  /**
+   * (1.4) Allocates `size` bytes (> 0) of device memory on the kernel's device, for the
+   * kernel's own use during one launch: call it during `compute`, with the context `compute`
+   * got, and use the memory in the work `compute` enqueues on `context->stream`. The host
+   * takes it back by itself once the stream has reached that work (stream order, like the
+   * inputs and outputs; do not free it); it comes from the host's allocator and counts
+   * against the device's memory limit. `DPP_RESOURCE_EXHAUSTED` when there is no memory,
+   * `DPP_INVALID_ARGUMENT` for a size of 0, a NULL out-pointer or a context the host did
+   * not pass (nothing written on failure). `*out_addr` is 256-byte aligned.
+   */
+  dpp_status_t (*allocate_temp)(const struct dpp_kernel_context_t *context,
+                                uint64_t size,
+                                dpp_addr_t *out_addr);
 } dpp_host_api_t;
 
 /**

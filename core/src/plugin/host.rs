@@ -17,6 +17,13 @@ thread_local! {
     static PLUGIN_ERROR: RefCell<Option<String>> = const { RefCell::new(None) };
 }
 
+/// Says why a host function the plugin called failed, as if the plugin had said it through
+/// `set_error`: a plugin that passes the status on passes the reason on too (one it sets
+/// itself afterwards wins).
+pub(crate) fn set_thread_error(message: &str) {
+    PLUGIN_ERROR.with(|e| *e.borrow_mut() = Some(message.to_owned()));
+}
+
 /// Takes the message the plugin last gave on this thread.
 pub(crate) fn take_plugin_error() -> Option<String> {
     PLUGIN_ERROR.with(|e| e.borrow_mut().take())
@@ -172,6 +179,7 @@ impl HostContext {
             attr_dtype: Some(crate::plugin::kernel::attr_dtype),
             register_op: Some(host_register_op),
             attr_string: Some(crate::plugin::kernel::attr_string),
+            allocate_temp: Some(crate::plugin::kernel::allocate_temp),
         }
     }
 

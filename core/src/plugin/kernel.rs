@@ -7,12 +7,15 @@ use std::sync::Arc;
 
 use devplug_plugin_abi as abi;
 
+use parking_lot::Mutex;
+
+use crate::device::Device;
 use crate::error::Result;
 use crate::kernel::{KernelContext, KernelDef, KernelFn};
 use crate::op::{AttrValue, Attrs};
 use crate::plugin::executor::check_with;
 use crate::plugin::host::{LoadedPlugin, PendingKernel};
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 /// What a plugin kernel's closure owns.
 struct PluginKernel {
@@ -71,6 +74,20 @@ fn with_described<R>(
     }
 }
 
+/// What a plugin kernel's `context->attrs` points to during one launch: the attributes (read by
+/// the `attr_*` functions) and what `allocate_temp` needs.
+struct KernelLaunch<'a> {
+    /// [`LAUNCH_TAG`]: `allocate_temp` refuses a pointer that does not start so.
+    tag: u64,
+    attrs: &'a Attrs,
+    device: &'a Arc<Device>,
+    /// Temporary memory the kernel asked for (ABI 1.4), as byte tensors: marked used by the
+    /// launch on the stream, then dropped, like the kernel's inputs and outputs.
+    temps: Mutex<Vec<Tensor>>,
+}
+
+const LAUNCH_TAG: u64 = u64::from_le_bytes(*b"dpLaunch");
+
 impl PluginKernel {
     fn run(&self, cx: &KernelContext) -> Result<()> {
         let device = cx.device;
@@ -83,6 +100,12 @@ impl PluginKernel {
             ))
         })?;
         device.default_stream_used();
+        let launch = KernelLaunch {
+            tag: LAUNCH_TAG,
+            attrs: cx.attrs,
+            device,
+            temps: Mutex::new(Vec::new()),
+        };
         let status = with_described(cx.inputs, cx.outputs, |inputs, outputs| {
             let context = abi::dpp_kernel_context_t {
                 struct_size: abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE,
@@ -93,17 +116,24 @@ impl PluginKernel {
                 inputs: inputs.as_ptr(),
                 num_outputs: outputs.len(),
                 outputs: outputs.as_ptr(),
-                attrs: cx.attrs as *const Attrs as *const c_void,
+                attrs: &launch as *const KernelLaunch as *const c_void,
                 kernel_data: self.kernel_data,
             };
             // SAFETY: the plugin's compute with a context valid for the call (the tensor
             // descriptions and the shapes they point to outlive it).
             unsafe { (self.compute)(&context) }
         });
-        check_with(&self.plugin, || format!("kernel {}", self.name), status)?;
+        let temps = launch.temps.into_inner();
+        if let Err(e) = check_with(&self.plugin, || format!("kernel {}", self.name), status) {
+            if !temps.is_empty() {
+                // Work the kernel enqueued before it failed may still use them.
+                device.launched_on_default_stream(&[&temps]);
+            }
+            return Err(e);
+        }
         // The stream may still be working on these: their memory is reused and freed in
         // stream order from now on.
-        device.launched_on_default_stream(&[cx.inputs, cx.outputs]);
+        device.launched_on_default_stream(&[cx.inputs, cx.outputs, &temps]);
         Ok(())
     }
 }
@@ -137,8 +167,8 @@ unsafe fn lookup<'a>(
     if attrs.is_null() || name.is_null() {
         return Err(abi::DPP_INVALID_ARGUMENT);
     }
-    // SAFETY: the caller's contract: `attrs` points to the Attrs of the running kernel.
-    let attrs = unsafe { &*(attrs as *const Attrs) };
+    // SAFETY: the caller's contract: `attrs` points to the running kernel's launch.
+    let attrs = unsafe { (*(attrs as *const KernelLaunch)).attrs };
     // SAFETY: a NUL-terminated name from the plugin.
     let name = unsafe { CStr::from_ptr(name) }
         .to_str()
@@ -264,5 +294,59 @@ pub(crate) unsafe extern "C" fn attr_dtype(
         Ok(AttrValue::DType(d)) => unsafe { put(out, *d as i32) },
         Ok(_) => abi::DPP_INVALID_ARGUMENT,
         Err(s) => s,
+    }
+}
+
+/// `dpp_host_api_t::allocate_temp` (ABI 1.4): device memory for one launch of a kernel, taken
+/// back in stream order after it.
+///
+/// # Safety
+/// `context` is NULL or the context of a running `compute` (or a copy of it); `out_addr` is
+/// NULL or writable.
+pub(crate) unsafe extern "C" fn allocate_temp(
+    context: *const abi::dpp_kernel_context_t,
+    size: u64,
+    out_addr: *mut abi::dpp_addr_t,
+) -> abi::dpp_status_t {
+    let refuse = |status: abi::dpp_status_t, why: &str| {
+        crate::plugin::host::set_thread_error(&format!("allocate_temp: {why}"));
+        status
+    };
+    // SAFETY: NULL or a kernel context, by the caller's contract.
+    let Some(attrs) = (unsafe { context.as_ref() }).map(|c| c.attrs as *const KernelLaunch) else {
+        return refuse(abi::DPP_INVALID_ARGUMENT, "the context is NULL");
+    };
+    // SAFETY: `attrs` of a context the host passed points to a live KernelLaunch; anything
+    // else is refused by its tag (as far as a read can tell).
+    let Some(launch) = (unsafe { attrs.as_ref() }).filter(|l| l.tag == LAUNCH_TAG) else {
+        return refuse(
+            abi::DPP_INVALID_ARGUMENT,
+            "the context is not one the host passed to compute",
+        );
+    };
+    if size == 0 {
+        return refuse(abi::DPP_INVALID_ARGUMENT, "size is 0");
+    }
+    if out_addr.is_null() {
+        return refuse(abi::DPP_INVALID_ARGUMENT, "out_addr is NULL");
+    }
+    let Ok(len) = i64::try_from(size) else {
+        return refuse(
+            abi::DPP_RESOURCE_EXHAUSTED,
+            &format!("{size} bytes are more than a device can hold"),
+        );
+    };
+    match Tensor::output(launch.device, DType::U8, &[len]) {
+        Ok(t) => {
+            // SAFETY: non-NULL and writable by the caller's contract.
+            unsafe { out_addr.write(t.buffer().ptr().0) };
+            launch.temps.lock().push(t);
+            abi::DPP_OK
+        }
+        // The ABI's status values are the host API's codes.
+        Err(e) => refuse(
+            e.code as abi::dpp_status_t,
+            &format!("{size} bytes on {}: {}", launch.device.name(), e.message),
+        ),
     }
 }

@@ -57,8 +57,9 @@
  *
  * Kernels (ABI 1.1): after registering a platform, init may register kernels for ops. A
  * kernel receives a KernelContext: the vendor's Device and Stream (typed, checked), the inputs
- * and outputs as Tensor views, the op's attributes; it checks its arguments and enqueues the
- * work on the device's stream. Exceptions become statuses as everywhere else.
+ * and outputs as Tensor views, the op's attributes, and (ABI 1.4) temporary device memory for
+ * the launch (KernelContext::allocate_temp()); it checks its arguments and enqueues the work on
+ * the device's stream. Exceptions become statuses as everywhere else.
  *
  * @code
  * host.register_kernel({"Add", "GPU", std::nullopt, {dp::DType::F32}, 0}, [](dp::KernelContext& cx) {
@@ -568,7 +569,8 @@ struct PluginState {
         attr_ints(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_ints)),
         attr_dtype(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_dtype)),
         register_op(DEVPLUG_PLUGIN_HOST_FN_(host_api, register_op)),
-        attr_string(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_string)) {}
+        attr_string(DEVPLUG_PLUGIN_HOST_FN_(host_api, attr_string)),
+        allocate_temp(DEVPLUG_PLUGIN_HOST_FN_(host_api, allocate_temp)) {}
   const dpp_host_api_t* api;
   std::atomic<bool> in_init{true};
   std::atomic<int> live_platforms{0};
@@ -582,6 +584,8 @@ struct PluginState {
   // ABI 1.2; NULL for an older host.
   decltype(dpp_host_api_t::register_op) register_op;
   decltype(dpp_host_api_t::attr_string) attr_string;
+  // ABI 1.4; NULL for an older host.
+  decltype(dpp_host_api_t::allocate_temp) allocate_temp;
   std::mutex mu;  // guards the two lists below
   std::vector<PlatformRecord> platforms;
   /** Kernels the host holds until shutdown. They hold the state (through their Host): the
@@ -1173,7 +1177,8 @@ class Platform {
 
 /**
  * @brief What a kernel gets (`dpp_kernel_context_t`): its device and the device's default
- *        stream, typed; the inputs and outputs; the op's attributes.
+ *        stream, typed; the inputs and outputs; the op's attributes; temporary device memory
+ *        for the launch (allocate_temp(), ABI 1.4).
  *
  * Valid during the kernel call only. The host guarantees: the device belongs to the platform
  * the kernel is bound to; the stream is that device's default stream, where the kernel
@@ -1296,6 +1301,18 @@ class KernelContext {
     });
     return static_cast<DType>(v);
   }
+
+  /**
+   * @brief @p size bytes (> 0) of device memory on the kernel's device, for this launch only
+   *        (ABI 1.4, the host's `allocate_temp`; TensorFlow's `TF_AllocateTemp`): use it in the
+   *        work enqueued on stream(). The host takes it back by itself once the stream has
+   *        reached that work (do not deallocate it); it comes from the host's allocator and
+   *        counts against the device's memory limit. The address is 256-byte aligned.
+   * @throws Error `DPP_UNIMPLEMENTED` when the host is older than ABI 1.4; otherwise the
+   *         host's status, e.g. `DPP_RESOURCE_EXHAUSTED` when the device has no memory left or
+   *         `DPP_INVALID_ARGUMENT` for a size of 0 (messages name the op and the size).
+   */
+  Addr allocate_temp(uint64_t size) const;
 
   /** @brief The host's struct, for what this class does not wrap. */
   const dpp_kernel_context_t& raw() const noexcept { return *raw_; }
@@ -2098,6 +2115,24 @@ void KernelContext::read_attr(const std::string& name, const char* kind, F&& cal
     default:
       throw Error(status, "kernel " + op() + ": reading attribute '" + name + "' failed (" + status_name(status) + ")");
   }
+}
+
+inline Addr KernelContext::allocate_temp(uint64_t size) const {
+  const detail::PluginState& st = *kernel_->host.state_;
+  if (st.allocate_temp == nullptr) {
+    throw Error::unimplemented("kernel " + op() + ": allocate_temp needs plugin ABI 1.4; the host has " +
+                               std::to_string(st.api->abi_major) + "." + std::to_string(st.api->abi_minor) +
+                               " (a " + std::to_string(st.api->struct_size) +
+                               "-byte dpp_host_api_t without allocate_temp)");
+  }
+  Addr addr = 0;
+  const dpp_status_t status = st.allocate_temp(raw_, size, &addr);
+  if (status != DPP_OK) {
+    throw Error(status, "kernel " + op() + ": the host's allocate_temp of " + std::to_string(size) +
+                            " bytes failed (" + status_name(status) + ")");
+  }
+  if (addr == 0) throw Error::internal("kernel " + op() + ": the host's allocate_temp gave address 0");
+  return addr;
 }
 
 }  // namespace plugin

@@ -24,7 +24,7 @@ use std::ffi::{c_char, c_void};
 pub const DPP_ABI_MAJOR: u32 = 1;
 /// The ABI minor version this header describes. A host refuses plugins with a newer minor.
 /// 1.1 appended kernel registration, 1.2 op registration, 1.3 the f16 and bf16 dtypes, 1.4
-/// timed events (see docs/plugin-abi-changelog.md).
+/// timed events and temporary memory for kernels (see docs/plugin-abi-changelog.md).
 pub const DPP_ABI_MINOR: u32 = 4;
 
 /// A status code. The values are the host API's `DP_*` codes.
@@ -213,6 +213,21 @@ pub struct dpp_host_api_t {
             name: *const c_char,
             out_data: *mut *const c_char,
             out_len: *mut usize,
+        ) -> dpp_status_t,
+    >,
+    /// (1.4) Allocates `size` bytes (> 0) of device memory on the kernel's device, for the
+    /// kernel's own use during one launch: call it during `compute`, with the context `compute`
+    /// got, and use the memory in the work `compute` enqueues on `context->stream`. The host
+    /// takes it back by itself once the stream has reached that work (stream order, like the
+    /// inputs and outputs; do not free it); it comes from the host's allocator and counts
+    /// against the device's memory limit. `DPP_RESOURCE_EXHAUSTED` when there is no memory,
+    /// `DPP_INVALID_ARGUMENT` for a size of 0, a NULL out-pointer or a context the host did
+    /// not pass (nothing written on failure). `*out_addr` is 256-byte aligned.
+    pub allocate_temp: Option<
+        unsafe extern "C" fn(
+            context: *const dpp_kernel_context_t,
+            size: u64,
+            out_addr: *mut dpp_addr_t,
         ) -> dpp_status_t,
     >,
 }
@@ -675,8 +690,11 @@ pub struct dpp_stream_executor_t {
 pub const DPP_HOST_API_STRUCT_SIZE_1_0: usize = 64;
 /// Size of `dpp_host_api_t` in ABI 1.1 (what a 1.1 plugin may rely on).
 pub const DPP_HOST_API_STRUCT_SIZE_1_1: usize = 112;
-/// Size of `dpp_host_api_t` in ABI 1.2 to 1.4.
-pub const DPP_HOST_API_STRUCT_SIZE: usize = 128;
+/// Size of `dpp_host_api_t` in ABI 1.2 and 1.3 (what a plugin may rely on for `register_op`
+/// and `attr_string`).
+pub const DPP_HOST_API_STRUCT_SIZE_1_2: usize = 128;
+/// Size of `dpp_host_api_t` in ABI 1.4 (`allocate_temp`).
+pub const DPP_HOST_API_STRUCT_SIZE: usize = 136;
 /// Size of `dpp_op_def_t` in ABI 1.2 to 1.4.
 pub const DPP_OP_DEF_STRUCT_SIZE: usize = 64;
 /// Size of `dpp_tensor_t` in ABI 1.1.
@@ -715,8 +733,12 @@ mod tests {
             offset_of!(dpp_host_api_t, attr_dtype) + 8
         );
         assert_eq!(
-            DPP_HOST_API_STRUCT_SIZE,
+            DPP_HOST_API_STRUCT_SIZE_1_2,
             offset_of!(dpp_host_api_t, attr_string) + 8
+        );
+        assert_eq!(
+            DPP_HOST_API_STRUCT_SIZE,
+            offset_of!(dpp_host_api_t, allocate_temp) + 8
         );
         assert_eq!(DPP_OP_DEF_STRUCT_SIZE, offset_of!(dpp_op_def_t, body) + 8);
         assert_eq!(

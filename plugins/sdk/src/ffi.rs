@@ -115,7 +115,8 @@ pub(crate) struct HostShared {
     log: Option<LogFn>,
     get_option: Option<GetOptionFn>,
     register_platform: Option<RegisterPlatformFn>,
-    /// ABI 1.1 and 1.2 functions: `None` when the host's table is too small to hold them.
+    /// The functions of ABI 1.1 and later: `None` when the host's table is too small to hold
+    /// them.
     kernel_fns: kernel::HostKernelFns,
     /// The platforms registered through this host (during init).
     platforms: Mutex<Vec<OwnPlatform>>,

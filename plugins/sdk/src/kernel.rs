@@ -24,7 +24,10 @@
 //!   work enqueued now (later work on the same stream may reuse it: run the work in the
 //!   stream's order); copy what the work needs (addresses, shapes) into it, the [`Tensor`]
 //!   views are valid only during the call;
-//! - the attributes are the op's, defaults filled in.
+//! - the attributes are the op's, defaults filled in;
+//! - (plugin ABI 1.4) scratch memory on the device, for the work enqueued now, comes from
+//!   [`KernelArgs::allocate_temp`]; the host takes it back in stream order, as it does the
+//!   inputs and outputs.
 //!
 //! A kernel that returns `Err` fails the op with the error's code and message; a kernel that
 //! panics fails it with `INTERNAL` and the panic message. Neither reaches the host as an

@@ -31,6 +31,8 @@ pub(crate) struct Probe {
     pub(crate) attr_reads: Mutex<Vec<String>>,
     /// Calls of the `Count` kernel (bound to ANY), with its number of inputs.
     any_calls: Mutex<Vec<usize>>,
+    /// Live allocations on the devices (allocate minus deallocate).
+    allocations: AtomicI64,
 }
 
 /// Captured by every test kernel: counts the drops of the kernel closures.
@@ -64,6 +66,7 @@ fn init(host: &Host) -> Result<()> {
         devices: host.option_or("devices", 2)?,
         callback_mode: host.option("callback_mode").unwrap_or_default(),
         timing: host.option("timing").is_some(),
+        misalign: host.option("misalign").is_some(),
         probe: Arc::clone(&probe),
         logger: host.logger(),
     };
@@ -104,7 +107,10 @@ fn init(host: &Host) -> Result<()> {
     Ok(())
 }
 
-devplug_plugin!(name: "sdk_test", version: "1.2.3", init: init);
+// Declares ABI 1.1 (kernels), the oldest host it loads into, so that tests can load it into
+// older hosts (`TestHost::with_abi_minor`); it reaches what later minors added by the host's
+// table, as the SDK does.
+devplug_plugin!(name: "sdk_test", version: "1.2.3", abi_minor: 1, init: init);
 
 // ---- the test plugin's kernels (load option `kernels=<mode>`) -------------------------------
 
@@ -174,6 +180,46 @@ fn attrs_kernel(cx: &KernelContext<'_, TDevice>, probe: &Probe) -> Result<()> {
     ));
     let wrong = cx.attr_bool("i").expect_err("an int");
     r.push(format!("i as bool={:?}: {}", wrong.code(), wrong.message()));
+    Ok(())
+}
+
+/// `TempCopy` (mode `temp`): copies its input to its output on the stream through two
+/// temporary buffers (`allocate_temp`): x → t1 → t2 → y. Attributes: `temp_size` asks for
+/// buffers of another size (default: the input's bytes); `fail` makes it fail after it has
+/// enqueued its copies.
+fn temp_copy_kernel(cx: &KernelContext<'_, TDevice>) -> Result<()> {
+    cx.check_arity(1, 1)?;
+    let (x, y) = (cx.input(0)?, cx.output(0)?);
+    let n = x.byte_size();
+    if y.byte_size() != n {
+        return Err(Error::invalid_argument(format!(
+            "TempCopy: {x:?} -> {y:?}: not the same size"
+        )));
+    }
+    let size = match cx.attr_int("temp_size") {
+        Ok(v) => u64::try_from(v)
+            .map_err(|_| Error::invalid_argument(format!("TempCopy: temp_size {v}")))?,
+        Err(e) if e.code() == Status::NotFound => n,
+        Err(e) => return Err(e),
+    };
+    let t1 = cx.allocate_temp(size)?;
+    let t2 = cx.allocate_temp(size)?;
+    for t in [t1, t2] {
+        if !t.get().is_multiple_of(256) {
+            return Err(Error::internal(format!(
+                "TempCopy: allocate_temp gave {t}, not 256-byte aligned"
+            )));
+        }
+    }
+    let (dev, s) = (cx.device(), cx.stream());
+    dev.memcpy_dtod_async(s, t1, x.addr(), n)?;
+    dev.memcpy_dtod_async(s, t2, t1, n)?;
+    dev.memcpy_dtod_async(s, y.addr(), t2, n)?;
+    if cx.attr_bool("fail").unwrap_or(false) {
+        return Err(Error::failed_precondition(
+            "TempCopy fails on purpose after enqueuing its copies",
+        ));
+    }
     Ok(())
 }
 
@@ -264,6 +310,7 @@ fn register_test_kernels(host: &Host, mode: &str, probe: &Arc<Probe>) -> Result<
             KernelSpec::new("Sub", "TPU"),
             |_cx: &KernelContext<'_, TDevice>| Ok(()),
         ),
+        "temp" => host.register_kernel(KernelSpec::new("TempCopy", "TPU"), temp_copy_kernel),
         _ => Ok(()),
     }
 }
@@ -344,6 +391,8 @@ struct TPlatform {
     callback_mode: String,
     /// Load option `timing`: the devices time their events.
     timing: bool,
+    /// Load option `misalign`: the devices' allocations are 16 bytes past a multiple of 256.
+    misalign: bool,
     probe: Arc<Probe>,
     logger: Logger,
 }
@@ -355,6 +404,7 @@ impl TPlatform {
             devices: self.devices,
             callback_mode: self.callback_mode.clone(),
             timing: self.timing,
+            misalign: self.misalign,
             probe: Arc::clone(&self.probe),
             logger: self.logger.clone(),
         }
@@ -405,6 +455,7 @@ impl Platform for TPlatform {
             streams: Mutex::new(Vec::new()),
             callback_mode: self.callback_mode.clone(),
             timing: self.timing,
+            misalign: self.misalign,
             clock: Arc::new(AtomicI64::new(0)),
             probe: Arc::clone(&self.probe),
         })
@@ -495,6 +546,8 @@ struct TDevice {
     callback_mode: String,
     /// Whether the device times its events (load option `timing`).
     timing: bool,
+    /// Load option `misalign`.
+    misalign: bool,
     /// The device's clock (ns), shared with its streams.
     clock: Arc<AtomicI64>,
     probe: Arc<Probe>,
@@ -527,10 +580,12 @@ impl Device for TDevice {
                 MEMORY - m.used
             )));
         }
-        let addr = m.next;
-        m.next += size.next_multiple_of(256);
+        let skew = if self.misalign { 16 } else { 0 };
+        let addr = m.next + skew;
+        m.next += (size + skew).next_multiple_of(256);
         m.used += size;
         m.blocks.insert(addr, vec![0; size as usize]);
+        self.probe.allocations.fetch_add(1, Ordering::SeqCst);
         Ok(DeviceAddr(addr))
     }
 
@@ -538,6 +593,7 @@ impl Device for TDevice {
         let mut m = self.mem.lock();
         if m.blocks.remove(&addr.get()).is_some() {
             m.used -= size;
+            self.probe.allocations.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -1527,4 +1583,208 @@ fn refused_op_registrations_say_why() {
         .expect_err("nul");
     assert_eq!(err.code(), Status::InvalidArgument);
     assert_eq!(err.message(), "op sdk_test.Bad: body contains a NUL");
+}
+
+// ---- temporary memory (ABI 1.4) -------------------------------------------------------------
+
+/// Loads the test plugin with the `TempCopy` kernel into `host`, tagged `tag`.
+fn temp_host(tag: &str) -> TestHost {
+    TestHost::new()
+        .with_option("tag", tag)
+        .with_option("kernels", "temp")
+}
+
+fn allocations(tag: &str) -> i64 {
+    probe(tag).allocations.load(Ordering::SeqCst)
+}
+
+#[test]
+fn a_kernel_computes_through_temporary_memory_freed_once_the_stream_reaches_it() {
+    for (tag, host) in [
+        ("ktemp", temp_host("ktemp")),
+        // The device's allocations are not 256-byte aligned: the host pads them.
+        (
+            "ktemp_skew",
+            temp_host("ktemp_skew").with_option("misalign", "1"),
+        ),
+    ] {
+        let plugin = host.load(devplug_plugin_entry).expect("load");
+        let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+        let s = dev.create_stream().expect("stream");
+        let data: Vec<u8> = (1..=24).collect();
+        let (x, y) = (dev.allocate(24).expect("x"), dev.allocate(24).expect("y"));
+        dev.memcpy_htod(x, &data).expect("upload");
+        let (tx, ty) = (
+            KernelTensor::new(DType::U8, &[24], x),
+            KernelTensor::new(DType::U8, &[24], y),
+        );
+        assert_eq!(allocations(tag), 2);
+        let read_y = || {
+            let mut out = vec![0u8; 24];
+            dev.memcpy_dtoh(&mut out, y).expect("read");
+            out
+        };
+
+        s.run_kernel(
+            "TempCopy",
+            std::slice::from_ref(&tx),
+            std::slice::from_ref(&ty),
+            &TestAttrs::new(),
+        )
+        .expect("TempCopy");
+        assert_eq!(
+            allocations(tag),
+            4,
+            "{tag}: the two temporaries live until the stream reaches the copies"
+        );
+        assert_eq!(read_y(), [0; 24], "{tag}: nothing ran inside compute");
+        s.synchronize()
+            .expect("the copies found their temporaries alive");
+        assert_eq!(read_y(), data, "{tag}");
+        assert_eq!(
+            allocations(tag),
+            2,
+            "{tag}: freed after the synchronization"
+        );
+        assert_eq!(
+            dev.memory_usage().expect("usage").free,
+            MEMORY - 48,
+            "{tag}: every byte came back"
+        );
+
+        // A kernel that fails after enqueuing work that uses its temporaries: they are kept
+        // until the stream has run that work, then freed.
+        dev.memset(y, 0, 24).expect("clear y");
+        let fail = TestAttrs::new().with("fail", AttrValue::Bool(true));
+        let err = s
+            .run_kernel(
+                "TempCopy",
+                std::slice::from_ref(&tx),
+                std::slice::from_ref(&ty),
+                &fail,
+            )
+            .expect_err("fails on purpose");
+        assert_eq!(err.code(), Status::FailedPrecondition);
+        assert_eq!(allocations(tag), 4, "{tag}");
+        s.synchronize().expect("sync");
+        assert_eq!(read_y(), data, "{tag}: the enqueued copies ran");
+        assert_eq!(allocations(tag), 2, "{tag}");
+
+        // A stream destroyed without a synchronization frees them too.
+        s.run_kernel("TempCopy", &[tx], &[ty], &TestAttrs::new())
+            .expect("TempCopy");
+        assert_eq!(allocations(tag), 4, "{tag}");
+        drop(s);
+        assert_eq!(
+            allocations(tag),
+            2,
+            "{tag}: freed when the stream was destroyed"
+        );
+        dev.deallocate(x, 24);
+        dev.deallocate(y, 24);
+        assert_eq!(allocations(tag), 0, "{tag}: no leak");
+    }
+}
+
+#[test]
+fn allocate_temp_errors_reach_the_kernel() {
+    let tag = "ktemp_errors";
+    let host = temp_host(tag);
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    let s = dev.create_stream().expect("stream");
+    let (x, y) = (dev.allocate(8).expect("x"), dev.allocate(8).expect("y"));
+    let (tx, ty) = (
+        KernelTensor::new(DType::U8, &[8], x),
+        KernelTensor::new(DType::U8, &[8], y),
+    );
+    let run = |temp_size: i64| {
+        let attrs = TestAttrs::new().with("temp_size", AttrValue::Int(temp_size));
+        s.run_kernel(
+            "TempCopy",
+            std::slice::from_ref(&tx),
+            std::slice::from_ref(&ty),
+            &attrs,
+        )
+        .expect_err("refused")
+    };
+
+    let err = run(0);
+    assert_eq!(err.code(), Status::InvalidArgument);
+    assert_eq!(
+        err.message(),
+        "kernel TempCopy: allocate_temp: the size is 0"
+    );
+    assert_eq!(allocations(tag), 2);
+
+    // More than the device holds: the device's own RESOURCE_EXHAUSTED.
+    let err = run(2 * MEMORY as i64);
+    assert_eq!(err.code(), Status::ResourceExhausted);
+    assert_eq!(
+        err.message(),
+        format!(
+            "kernel TempCopy: allocate_temp: the device has no {} bytes free for temporary memory",
+            2 * MEMORY
+        )
+    );
+    assert_eq!(allocations(tag), 2, "nothing allocated on failure");
+
+    // The first of the two fits, the second does not: the first is freed all the same.
+    let err = run(MEMORY as i64 * 3 / 5);
+    assert_eq!(err.code(), Status::ResourceExhausted);
+    assert_eq!(
+        allocations(tag),
+        3,
+        "the first temporary, until the stream is synchronized"
+    );
+    s.synchronize().expect("sync");
+    assert_eq!(allocations(tag), 2);
+    assert_eq!(dev.memory_usage().expect("usage").free, MEMORY - 16);
+    dev.deallocate(x, 8);
+    dev.deallocate(y, 8);
+}
+
+/// A host of ABI 1.3 has no allocate_temp: the kernel gets `Unimplemented`, saying so; its
+/// other functions still work there.
+#[test]
+fn allocate_temp_is_unimplemented_in_an_abi_1_3_host() {
+    let tag = "ktemp13";
+    let host = temp_host(tag).with_abi_minor(3);
+    let plugin = host
+        .load(devplug_plugin_entry)
+        .expect("the plugin declares 1.1");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    let s = dev.create_stream().expect("stream");
+    let (x, y) = (dev.allocate(8).expect("x"), dev.allocate(8).expect("y"));
+    let err = s
+        .run_kernel(
+            "TempCopy",
+            &[KernelTensor::new(DType::U8, &[8], x)],
+            &[KernelTensor::new(DType::U8, &[8], y)],
+            &TestAttrs::new(),
+        )
+        .expect_err("no allocate_temp");
+    assert_eq!(err.code(), Status::Unimplemented);
+    assert_eq!(
+        err.message(),
+        "kernel TempCopy: the host has no allocate_temp function (plugin ABI 1.3, a 128-byte \
+         dpp_host_api_t); temporary memory needs ABI 1.4"
+    );
+    s.synchronize().expect("sync");
+    assert_eq!(allocations(tag), 2);
+
+    // A 1.4 host has it.
+    let host = temp_host("ktemp14").with_abi_minor(4);
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    let s = dev.create_stream().expect("stream");
+    let (x, y) = (dev.allocate(8).expect("x"), dev.allocate(8).expect("y"));
+    s.run_kernel(
+        "TempCopy",
+        &[KernelTensor::new(DType::U8, &[8], x)],
+        &[KernelTensor::new(DType::U8, &[8], y)],
+        &TestAttrs::new(),
+    )
+    .expect("TempCopy");
+    s.synchronize().expect("sync");
 }

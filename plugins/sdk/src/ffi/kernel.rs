@@ -1,5 +1,6 @@
-//! Kernels at the boundary (ABI 1.1): the host's `register_kernel` and `attr_*` functions,
-//! the `compute` trampolines, and the kernel context's views of the host's tensors.
+//! Kernels at the boundary (ABI 1.1): the host's `register_kernel` and `attr_*` functions
+//! (and, from ABI 1.4, `allocate_temp`), the `compute` trampolines, and the kernel context's
+//! views of the host's tensors.
 //!
 //! A kernel's `kernel_data` is a boxed [`KernelEntry`] (the plugin's closure, its op name and
 //! the host it was registered with). The host keeps it until shutdown; `HostShared` owns it
@@ -40,10 +41,15 @@ type AttrStringFn = unsafe extern "C" fn(
     *mut *const c_char,
     *mut usize,
 ) -> abi::dpp_status_t;
+type AllocateTempFn = unsafe extern "C" fn(
+    *const abi::dpp_kernel_context_t,
+    u64,
+    *mut abi::dpp_addr_t,
+) -> abi::dpp_status_t;
 type ComputeFn = unsafe extern "C" fn(*const abi::dpp_kernel_context_t) -> abi::dpp_status_t;
 
-/// The ABI 1.1 functions of the host table, each `None` when the host's table is too short to
-/// hold it (an ABI 1.0 host) or the host left it NULL.
+/// The functions added to the host table after ABI 1.0, each `None` when the host's table is
+/// too short to hold it (an older host) or the host left it NULL.
 #[derive(Default)]
 pub(crate) struct HostKernelFns {
     register_kernel: Option<RegisterKernelFn>,
@@ -56,6 +62,8 @@ pub(crate) struct HostKernelFns {
     pub(crate) register_op: Option<RegisterOpFn>,
     /// ABI 1.2.
     attr_string: Option<AttrStringFn>,
+    /// ABI 1.4.
+    allocate_temp: Option<AllocateTempFn>,
 }
 
 type RegisterOpFn =
@@ -86,6 +94,7 @@ impl HostKernelFns {
             attr_dtype: field!(attr_dtype),
             register_op: field!(register_op),
             attr_string: field!(attr_string),
+            allocate_temp: field!(allocate_temp),
         }
     }
 
@@ -271,13 +280,15 @@ unsafe fn shape_slice<'a>(shape: *const i64, rank: usize) -> &'a [i64] {
 // ---------------------------------------------------------------------------------------------
 // Kernel contexts
 
-/// What every kernel gets: its inputs and outputs, the op's attributes, and logging.
-/// Valid during the kernel call only.
+/// What every kernel gets: its inputs and outputs, the op's attributes, temporary device
+/// memory, and logging. Valid during the kernel call only.
 pub struct KernelArgs<'a> {
     op: &'a str,
     inputs: Tensors<'a>,
     outputs: Tensors<'a>,
     attrs: *const c_void,
+    /// The host's context, as the host passed it (`allocate_temp` wants it back).
+    context: *const abi::dpp_kernel_context_t,
     host: &'a Arc<HostShared>,
 }
 
@@ -296,6 +307,7 @@ impl<'a> KernelArgs<'a> {
             // SAFETY: as above.
             outputs: unsafe { Tensors::new(raw.outputs, raw.num_outputs, "outputs", op) }?,
             attrs: raw.attrs,
+            context: ptr::from_ref(raw),
             host,
         })
     }
@@ -491,6 +503,63 @@ impl<'a> KernelArgs<'a> {
             Some(unsafe { f(self.attrs, n, &mut out) })
         })?;
         Ok(DType::from_code(out))
+    }
+
+    /// `size` bytes of device memory on the kernel's device, 256-byte aligned, for this
+    /// launch's own use (scratch space; TensorFlow's `allocate_temp`). Use it in the work the
+    /// kernel enqueues now on its stream ([`KernelContext::stream`]), like the inputs and
+    /// outputs: the host takes it back by itself once the stream has reached that work
+    /// (stream order; later work on the stream may reuse it), so do not free it, and do not
+    /// keep the address past that work. It comes from the host's allocator and counts against
+    /// the device's memory limit. Plugin ABI 1.4 (the host's `allocate_temp`).
+    ///
+    /// ```text
+    /// let scratch = cx.allocate_temp(n)?;
+    /// cx.device().memcpy_dtod_async(cx.stream(), scratch, x.addr(), n)?;
+    /// // … work that reads and writes `scratch`, then fills the output, on cx.stream() …
+    /// ```
+    ///
+    /// Errors, each naming the op: `Unimplemented` from a host older than ABI 1.4 (a kernel
+    /// that must run there too can fall back to the device's own allocation, freed by stream
+    /// work of its own); `InvalidArgument` for a size of 0; `ResourceExhausted` when the
+    /// device has no memory left; another code when the host refuses otherwise. Nothing is
+    /// allocated on failure.
+    pub fn allocate_temp(&self, size: u64) -> Result<DeviceAddr> {
+        let op = self.op;
+        let Some(f) = self.host.kernel_fns.allocate_temp else {
+            let (major, minor) = self.host.abi_version();
+            return Err(Error::unimplemented(format!(
+                "kernel {op}: the host has no allocate_temp function (plugin ABI \
+                 {major}.{minor}, a {}-byte dpp_host_api_t); temporary memory needs ABI 1.4",
+                self.host.table_size()
+            )));
+        };
+        if size == 0 {
+            return Err(Error::invalid_argument(format!(
+                "kernel {op}: allocate_temp: the size is 0"
+            )));
+        }
+        let mut addr: abi::dpp_addr_t = 0;
+        // SAFETY: the host's function with the context the host passed to this compute call
+        // (valid during it: 'a) and an out-pointer valid for the call.
+        let status = unsafe { f(self.context, size, &mut addr) };
+        match status {
+            abi::DPP_OK => Ok(DeviceAddr(addr)),
+            abi::DPP_RESOURCE_EXHAUSTED => Err(Error::resource_exhausted(format!(
+                "kernel {op}: allocate_temp: the device has no {size} bytes free for \
+                 temporary memory"
+            ))),
+            other => {
+                let code = Status::from_code(other).unwrap_or(Status::Internal);
+                Err(Error::new(
+                    code,
+                    format!(
+                        "kernel {op}: allocate_temp of {size} bytes failed ({code}, status \
+                         {other})"
+                    ),
+                ))
+            }
+        }
     }
 }
 

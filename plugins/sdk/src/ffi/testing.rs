@@ -15,14 +15,17 @@
 //! It checks what the runtime checks (ABI version, struct sizes, required function pointers,
 //! duplicate platform names, kernel bindings and conflicts), keeps `set_error` messages per
 //! thread and returns them in the [`Error`] of a failed call, records log lines, owns the host
-//! buffers of stream-ordered copies until the stream is synchronized, and tears everything
-//! down in order on drop (events and streams, devices, platforms, then `shutdown`). It works
-//! with any plugin that speaks the ABI, not only SDK-built ones.
+//! buffers of stream-ordered copies and the kernels' temporary device memory until the stream
+//! is synchronized, and tears everything down in order on drop (events and streams, devices,
+//! platforms, then `shutdown`). It works with any plugin that speaks the ABI, not only
+//! SDK-built ones.
 //!
 //! Kernels (ABI 1.1) are listed by [`TestPlugin::kernels`] and run with
 //! [`TestStream::run_kernel`], which picks the kernel as the runtime does (op, device type,
 //! the device's platform or `ANY`, the first input's dtype, the highest priority) and calls
-//! it with that stream as the device's default stream:
+//! it with that stream as the device's default stream. A kernel's `allocate_temp` (ABI 1.4)
+//! allocates with the device's own `allocate`; the stream frees those allocations
+//! (`deallocate`) when it is next synchronized, or destroyed:
 //!
 //! ```text
 //! let s = dev.create_stream()?;
@@ -584,8 +587,104 @@ unsafe extern "C" fn th_register_kernel(
     })
 }
 
+/// What a kernel context's `attrs` points to while [`TestStream::run_kernel`] runs a kernel:
+/// the test's attributes (read by the `attr_*` functions) and what `allocate_temp` needs.
+struct Launch<'a> {
+    attrs: &'a TestAttrs,
+    device: &'a TestDevice<'a>,
+    /// The launch's temporary memory: `(address from allocate, its size)`, for `deallocate`.
+    temps: Mutex<Vec<(DeviceAddr, u64)>>,
+}
+
+/// The addresses of the [`Launch`]es whose kernel is running: `allocate_temp` takes no other
+/// `attrs` (a context the host did not pass, or one of a launch that has ended).
+static LAUNCHES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+impl Launch<'_> {
+    /// `size` bytes (> 0) on the device, 256-byte aligned as the ABI promises: the device's
+    /// own allocation when it is aligned, else one of `size + 255` bytes, aligned up.
+    /// Returns `(address for the kernel, allocation, its size)`.
+    fn allocate(&self, size: u64) -> Result<(DeviceAddr, DeviceAddr, u64)> {
+        const ALIGN: u64 = 256;
+        let dev = self.device;
+        let a = dev.allocate(size)?;
+        if a.get().is_multiple_of(ALIGN) {
+            return Ok((a, a, size));
+        }
+        dev.deallocate(a, size);
+        let padded = size.checked_add(ALIGN - 1).ok_or_else(|| {
+            Error::resource_exhausted(format!("{size} bytes do not fit the address space"))
+        })?;
+        let base = dev.allocate(padded)?;
+        // The next multiple of 256 is at most 255 bytes on: `size` bytes from it fit.
+        match base.get().checked_next_multiple_of(ALIGN) {
+            Some(x) => Ok((DeviceAddr(x), base, padded)),
+            None => {
+                dev.deallocate(base, padded);
+                Err(Error::internal(format!(
+                    "the device's allocate gave {base} for {padded} bytes, at the end of the \
+                     address space"
+                )))
+            }
+        }
+    }
+}
+
+unsafe extern "C" fn th_allocate_temp(
+    context: *const abi::dpp_kernel_context_t,
+    size: u64,
+    out_addr: *mut abi::dpp_addr_t,
+) -> abi::dpp_status_t {
+    boundary(abi::DPP_INTERNAL, || {
+        if context.is_null() {
+            return abi::DPP_INVALID_ARGUMENT;
+        }
+        // SAFETY: non-NULL: a kernel context, by the ABI's contract; `struct_size` first.
+        let context_size = unsafe { ptr::addr_of!((*context).struct_size).read() };
+        if context_size < abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE {
+            return abi::DPP_INVALID_ARGUMENT;
+        }
+        // SAFETY: a context of at least the ABI 1.1 size, which holds `attrs`.
+        let attrs = unsafe { ptr::addr_of!((*context).attrs).read() };
+        // Held until the end: the launch stays listed, hence alive, meanwhile.
+        let launches = LAUNCHES.lock();
+        if !launches.contains(&(attrs as usize)) {
+            return abi::DPP_INVALID_ARGUMENT;
+        }
+        // SAFETY: a listed launch: `compute_with` lists it while the kernel runs and delists
+        // it (under this lock) before it drops it.
+        let launch = unsafe { &*attrs.cast::<Launch<'_>>() };
+        let refuse = |code: Status, why: String| {
+            // Like the runtime, the host says why on the calling thread.
+            launch
+                .device
+                .host()
+                .state
+                .errors
+                .lock()
+                .insert(thread::current().id(), format!("allocate_temp: {why}"));
+            code.code()
+        };
+        if size == 0 {
+            return refuse(Status::InvalidArgument, "size is 0".into());
+        }
+        if out_addr.is_null() {
+            return refuse(Status::InvalidArgument, "out_addr is NULL".into());
+        }
+        match launch.allocate(size) {
+            Ok((addr, base, len)) => {
+                // SAFETY: non-NULL and writable, by the ABI's contract.
+                unsafe { out_addr.write(addr.get()) };
+                launch.temps.lock().push((base, len));
+                abi::DPP_OK
+            }
+            Err(e) => refuse(e.code(), format!("{size} bytes: {}", e.message())),
+        }
+    })
+}
+
 /// # Safety
-/// `attrs` is NULL or the `TestAttrs` of a kernel context of this host; `name` is NULL or a C
+/// `attrs` is NULL or the `Launch` of a kernel context of this host; `name` is NULL or a C
 /// string.
 unsafe fn attr_lookup<'a>(
     attrs: *const c_void,
@@ -595,8 +694,9 @@ unsafe fn attr_lookup<'a>(
         return Err(abi::DPP_INVALID_ARGUMENT);
     }
     // SAFETY: per the caller.
-    let (attrs, name) = unsafe { (&*attrs.cast::<TestAttrs>(), CStr::from_ptr(name)) };
-    attrs
+    let (launch, name) = unsafe { (&*attrs.cast::<Launch<'a>>(), CStr::from_ptr(name)) };
+    launch
+        .attrs
         .values
         .iter()
         .find(|(n, _)| n.as_c_str() == name)
@@ -674,7 +774,7 @@ unsafe extern "C" fn th_attr_ints(
     match unsafe { attr_lookup(attrs, name) } {
         Ok(AttrValue::Ints(v)) => {
             // SAFETY: non-NULL out-pointers of the plugin; the values live in the TestAttrs,
-            // which outlives the kernel call.
+            // which outlive the kernel call.
             unsafe {
                 out_data.write(v.as_ptr());
                 out_len.write(v.len());
@@ -699,7 +799,7 @@ unsafe extern "C" fn th_attr_string(
     match unsafe { attr_lookup(attrs, name) } {
         Ok(AttrValue::Str(v)) => {
             // SAFETY: non-NULL out-pointers of the plugin; the bytes live in the TestAttrs,
-            // which outlives the kernel call.
+            // which outlive the kernel call.
             unsafe {
                 out_data.write(v.as_ptr().cast());
                 out_len.write(v.len());
@@ -763,6 +863,7 @@ impl TestHost {
             attr_dtype: Some(th_attr_dtype),
             register_op: Some(th_register_op),
             attr_string: Some(th_attr_string),
+            allocate_temp: Some(th_allocate_temp),
         });
         TestHost { state, api }
     }
@@ -774,7 +875,7 @@ impl TestHost {
         self
     }
 
-    /// Acts as a host of plugin ABI `1.minor` (0, 1 or 2), as the runtime of that version
+    /// Acts as a host of plugin ABI `1.minor` (0 to 4), as the runtime of that version
     /// would: its table declares that version and ends where that version's table ends (the
     /// functions added later are out of the plugin's reach), and it refuses a plugin that
     /// declares a newer minor. Tests that a plugin loads, and degrades as it documents, in
@@ -786,8 +887,9 @@ impl TestHost {
         self.api.struct_size = match minor {
             0 => abi::DPP_HOST_API_STRUCT_SIZE_1_0,
             1 => abi::DPP_HOST_API_STRUCT_SIZE_1_1,
-            2 => abi::DPP_HOST_API_STRUCT_SIZE,
-            _ => panic!("TestHost::with_abi_minor({minor}): this SDK knows plugin ABI 1.0 to 1.2"),
+            2 | 3 => abi::DPP_HOST_API_STRUCT_SIZE_1_2,
+            4 => abi::DPP_HOST_API_STRUCT_SIZE,
+            _ => panic!("TestHost::with_abi_minor({minor}): this SDK knows plugin ABI 1.0 to 1.4"),
         };
         self.api.abi_minor = minor;
         self
@@ -1352,10 +1454,14 @@ struct StreamBuffers {
     in_flight: Vec<RawBuf>,
     reads: Vec<(ReadTicket, RawBuf)>,
     done: HashMap<ReadTicket, Vec<u8>>,
+    /// The kernels' temporary device memory (`allocate_temp`): `(address, size)` to
+    /// `deallocate` once the stream has reached the work that uses it.
+    temps: Vec<(DeviceAddr, u64)>,
 }
 
-/// A stream. Host memory of its copies is owned here until [`TestStream::synchronize`] (or
-/// the drop, which destroys the stream first).
+/// A stream. Host memory of its copies, and the device memory its kernels took with
+/// `allocate_temp`, is owned here until [`TestStream::synchronize`] (or the drop, which
+/// destroys the stream first).
 pub struct TestStream<'d> {
     device: &'d TestDevice<'d>,
     handle: *mut c_void,
@@ -1468,7 +1574,9 @@ impl<'d> TestStream<'d> {
     /// type, bound to its platform or `ANY`, accepting the first input's dtype (the first
     /// output's when there are no inputs), with the highest priority (a platform-bound one
     /// before an `ANY` one). `NotFound` when there is none. The tensors' memory must stay
-    /// alive until the stream is synchronized (the test owns it).
+    /// alive until the stream is synchronized (the test owns it); the kernel's temporary
+    /// memory (`allocate_temp`) is freed when the stream is next synchronized (or destroyed),
+    /// whether the kernel succeeded or not.
     pub fn run_kernel(
         &self,
         op: &str,
@@ -1520,6 +1628,12 @@ impl<'d> TestStream<'d> {
     ) -> Result<()> {
         let ins: Vec<abi::dpp_tensor_t> = inputs.iter().map(KernelTensor::raw).collect();
         let outs: Vec<abi::dpp_tensor_t> = outputs.iter().map(KernelTensor::raw).collect();
+        let launch = Launch {
+            attrs,
+            device: self.device,
+            temps: Mutex::new(Vec::new()),
+        };
+        let key = ptr::from_ref(&launch) as usize;
         let ctx = abi::dpp_kernel_context_t {
             struct_size: std::mem::size_of::<abi::dpp_kernel_context_t>(),
             ext: ptr::null_mut(),
@@ -1529,13 +1643,23 @@ impl<'d> TestStream<'d> {
             inputs: ins.as_ptr(),
             num_outputs: outs.len(),
             outputs: outs.as_ptr(),
-            attrs: ptr::from_ref(attrs).cast(),
+            attrs: ptr::from_ref(&launch).cast(),
             kernel_data,
         };
         self.device.host().clear_error();
+        LAUNCHES.lock().push(key);
         // SAFETY: the plugin's compute with its own kernel_data and a context (arrays, shapes,
-        // attributes) valid for the call.
+        // attributes, the launch) valid for the call. (It cannot unwind: `extern "C"`.)
         let status = unsafe { compute(&ctx) };
+        {
+            let mut launches = LAUNCHES.lock();
+            if let Some(i) = launches.iter().position(|&k| k == key) {
+                launches.swap_remove(i);
+            }
+        }
+        // Work the kernel enqueued may use them, even when it then failed.
+        let temps = launch.temps.into_inner();
+        self.state.lock().temps.extend(temps);
         self.device.host().check(&format!("kernel {op}"), status)
     }
 
@@ -1554,9 +1678,10 @@ impl<'d> TestStream<'d> {
         se_call!(self.device, stream_wait_event, self.handle, event.handle)
     }
 
-    /// `synchronize_stream`; afterwards the buffers of the work so far are released and the
-    /// reads are available. (Holds the stream's buffer lock meanwhile: a host callback of
-    /// this stream must not call into the same `TestStream`.)
+    /// `synchronize_stream`; afterwards the buffers of the work so far are released, the
+    /// kernels' temporary memory is deallocated and the reads are available. (Holds the
+    /// stream's buffer lock meanwhile: a host callback of this stream must not call into the
+    /// same `TestStream`.)
     pub fn synchronize(&self) -> Result<()> {
         let mut st = self.state.lock();
         let r = se_call!(self.device, synchronize_stream, self.handle);
@@ -1564,6 +1689,9 @@ impl<'d> TestStream<'d> {
         st.in_flight.clear();
         for (ticket, buf) in std::mem::take(&mut st.reads) {
             st.done.insert(ticket, buf.into_vec());
+        }
+        for (addr, size) in std::mem::take(&mut st.temps) {
+            self.device.deallocate(addr, size);
         }
         r
     }
@@ -1579,8 +1707,12 @@ impl std::fmt::Debug for TestStream<'_> {
 
 impl Drop for TestStream<'_> {
     fn drop(&mut self) {
-        // destroy_stream waits for the work; the buffers are freed after it (field drop).
+        // destroy_stream waits for the work; the buffers are freed after it (field drop), and
+        // so is the kernels' temporary memory.
         se_call_void!(self.device, destroy_stream, self.handle);
+        for (addr, size) in std::mem::take(&mut self.state.get_mut().temps) {
+            self.device.deallocate(addr, size);
+        }
     }
 }
 
@@ -1991,7 +2123,7 @@ mod abuse_tests {
         let mut host = TestHost::new()
             .with_option("tag", "kattrs11")
             .with_option("kernels", "1");
-        host.api.struct_size = abi::DPP_HOST_API_STRUCT_SIZE - 8;
+        host.api.struct_size = abi::DPP_HOST_API_STRUCT_SIZE_1_2 - 8;
         let plugin = host.load(test_entry).expect("load");
         let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
         let s = dev.create_stream().expect("stream");
@@ -2006,6 +2138,122 @@ mod abuse_tests {
             line.contains("Unimplemented")
                 && line.contains("kernel Attrs: the host has no attr_string function"),
             "{line}"
+        );
+    }
+
+    /// The host's `allocate_temp` called directly: it refuses a NULL or foreign context, a
+    /// launch that has ended, a size of 0 and a NULL out-pointer (writing nothing), says why
+    /// on the thread, and records what it gives for the stream to free.
+    #[test]
+    fn allocate_temp_refuses_bad_arguments() {
+        let host = TestHost::new();
+        let plugin = host.load(test_entry).expect("load");
+        let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+        let stream = dev.create_stream().expect("stream");
+        let f = host.api.allocate_temp.expect("a 1.4 table");
+        let attrs = TestAttrs::new();
+        let launch = Launch {
+            attrs: &attrs,
+            device: &dev,
+            temps: Mutex::new(Vec::new()),
+        };
+        let mut ctx = context(dev.device_data(), stream.handle(), &[], ptr::null_mut());
+        let call = |ctx: *const abi::dpp_kernel_context_t, size: u64, out: *mut u64| {
+            host.clear_error();
+            // SAFETY: the host's function with a context that is NULL or valid for the call
+            // and an out-pointer that is NULL or writable: what it must sort out.
+            let status = unsafe { f(ctx, size, out) };
+            (status, host.last_error())
+        };
+        let mut out: u64 = 7;
+        assert_eq!(
+            call(ptr::null(), 8, &mut out),
+            (abi::DPP_INVALID_ARGUMENT, None)
+        );
+        assert_eq!(
+            call(&ctx, 8, &mut out).0,
+            abi::DPP_INVALID_ARGUMENT,
+            "NULL attrs"
+        );
+        // The launch, not yet (or no longer) running.
+        ctx.attrs = ptr::from_ref(&launch).cast();
+        assert_eq!(
+            call(&ctx, 8, &mut out).0,
+            abi::DPP_INVALID_ARGUMENT,
+            "not running"
+        );
+        ctx.struct_size = 16;
+        assert_eq!(
+            call(&ctx, 8, &mut out).0,
+            abi::DPP_INVALID_ARGUMENT,
+            "short context"
+        );
+        ctx.struct_size = abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE;
+
+        let key = ptr::from_ref(&launch) as usize;
+        LAUNCHES.lock().push(key);
+        let (status, message) = call(&ctx, 0, &mut out);
+        let (status_null, message_null) = call(&ctx, 8, ptr::null_mut());
+        let (huge, message_huge) = call(&ctx, 1 << 30, &mut out);
+        assert_eq!(out, 7, "nothing written on failure");
+        let (ok, _) = call(&ctx, 8, &mut out);
+        // A copy of the context names the same launch.
+        let copy = ctx;
+        let mut out2: u64 = 0;
+        let (ok2, _) = call(&copy, 300, &mut out2);
+        LAUNCHES.lock().retain(|&k| k != key);
+
+        assert_eq!(status, abi::DPP_INVALID_ARGUMENT);
+        assert_eq!(message.as_deref(), Some("allocate_temp: size is 0"));
+        assert_eq!(status_null, abi::DPP_INVALID_ARGUMENT);
+        assert_eq!(
+            message_null.as_deref(),
+            Some("allocate_temp: out_addr is NULL")
+        );
+        assert_eq!(huge, abi::DPP_RESOURCE_EXHAUSTED);
+        assert!(message_huge
+            .unwrap_or_default()
+            .starts_with("allocate_temp: 1073741824 bytes: out of device memory"));
+        assert_eq!((ok, ok2), (abi::DPP_OK, abi::DPP_OK));
+        assert!(out != 7 && out.is_multiple_of(256) && out2.is_multiple_of(256) && out != out2);
+        let temps = launch.temps.into_inner();
+        assert_eq!(temps, [(DeviceAddr(out), 8), (DeviceAddr(out2), 300)]);
+        for (a, n) in temps {
+            dev.deallocate(a, n);
+        }
+        assert_eq!(
+            dev.memory_usage().expect("usage").free,
+            dev.info().total_memory
+        );
+    }
+
+    /// A full-size table whose allocate_temp is NULL: `Unimplemented`, as from an older host.
+    #[test]
+    fn a_null_allocate_temp_is_unimplemented() {
+        let mut host = TestHost::new()
+            .with_option("kernels", "temp")
+            .with_option("tag", "ktemp_null");
+        host.api.allocate_temp = None;
+        let plugin = host.load(test_entry).expect("load");
+        let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+        let s = dev.create_stream().expect("stream");
+        let t = KernelTensor::new(DType::U8, &[4], dev.allocate(4).expect("x"));
+        let err = s
+            .run_kernel(
+                "TempCopy",
+                std::slice::from_ref(&t),
+                std::slice::from_ref(&t),
+                &TestAttrs::new(),
+            )
+            .expect_err("no allocate_temp");
+        assert_eq!(err.code(), Status::Unimplemented);
+        assert_eq!(
+            err.message(),
+            format!(
+                "kernel TempCopy: the host has no allocate_temp function (plugin ABI 1.{}, a \
+                 136-byte dpp_host_api_t); temporary memory needs ABI 1.4",
+                abi::DPP_ABI_MINOR
+            )
         );
     }
 }
