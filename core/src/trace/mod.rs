@@ -80,7 +80,8 @@ pub struct TraceEvent {
     pub kernel_source: String,
     /// The bytes a copy moved; 0 for other spans.
     pub bytes: u64,
-    /// The host thread, numbered from 1 in the order threads first traced something.
+    /// The host thread, numbered from 1 in the order threads first traced something; 0 for a
+    /// [`SpanKind::Device`] span.
     pub thread: u64,
     /// Decomposition depth: 0 for an op the host ran.
     pub depth: u32,
