@@ -75,7 +75,8 @@
  *                                  (DPP_FAILED_PRECONDITION, with a message)
  *   ZOO_KERNEL_TEMP                ... instead, a right Reshape that copies through memory from
  *                                  the host's allocate_temp (ABI 1.4); ZOO_KERNEL_TEMP_BYTES=n
- *                                  asks for n bytes instead of the input's size
+ *                                  asks for n bytes instead of the input's size;
+ *                                  ZOO_KERNEL_TEMP_OWN_MESSAGE sets its own message on a refusal
  *   ZOO_KERNEL_ALL_DTYPES          ... for every dtype (no dtype list)
  *   ZOO_KERNEL_STRUCT_SIZE=n       ... with dpp_kernel_t.struct_size n
  *   ZOO_KERNEL_COMPUTE_NULL        ... with dpp_kernel_t.compute NULL
@@ -915,7 +916,11 @@ static dpp_status_t zoo_kernel_temp(const dpp_kernel_context_t *cx) {
   dpp_addr_t tmp = 0;
   dpp_status_t st = host->allocate_temp(&copy, bytes ? bytes : 1, &tmp);
   if (st != DPP_OK) {
+#if defined(ZOO_KERNEL_TEMP_OWN_MESSAGE)
+    return zoo_fail(d, st, "zoo: no temporary memory for the copy"); /* replaces the host's */
+#else
     return st;
+#endif
   }
   if (tmp % 256 != 0) {
     return zoo_fail(d, DPP_INTERNAL, "zoo: allocate_temp gave an address that is not 256-byte aligned");

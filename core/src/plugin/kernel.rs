@@ -81,9 +81,19 @@ struct KernelLaunch<'a> {
     tag: u64,
     attrs: &'a Attrs,
     device: &'a Arc<Device>,
-    /// Temporary memory the kernel asked for (ABI 1.4), as byte tensors: marked used by the
-    /// launch on the stream, then dropped, like the kernel's inputs and outputs.
-    temps: Mutex<Vec<Tensor>>,
+    /// Temporary memory the kernel asked for (ABI 1.4).
+    temps: Mutex<Temps>,
+}
+
+/// A launch's temporary memory.
+#[derive(Default)]
+struct Temps {
+    /// As byte tensors: marked used by the launch on the stream, then dropped, like the
+    /// kernel's inputs and outputs.
+    tensors: Vec<Tensor>,
+    /// Why the host last refused one: added to the kernel's error when it fails, in case the
+    /// plugin's own message (an SDK's, say) replaced the host's.
+    refused: Option<String>,
 }
 
 const LAUNCH_TAG: u64 = u64::from_le_bytes(*b"dpLaunch");
@@ -104,7 +114,7 @@ impl PluginKernel {
             tag: LAUNCH_TAG,
             attrs: cx.attrs,
             device,
-            temps: Mutex::new(Vec::new()),
+            temps: Mutex::new(Temps::default()),
         };
         let status = with_described(cx.inputs, cx.outputs, |inputs, outputs| {
             let context = abi::dpp_kernel_context_t {
@@ -123,11 +133,17 @@ impl PluginKernel {
             // descriptions and the shapes they point to outlive it).
             unsafe { (self.compute)(&context) }
         });
-        let temps = launch.temps.into_inner();
-        if let Err(e) = check_with(&self.plugin, || format!("kernel {}", self.name), status) {
+        let Temps {
+            tensors: temps,
+            refused,
+        } = launch.temps.into_inner();
+        if let Err(mut e) = check_with(&self.plugin, || format!("kernel {}", self.name), status) {
             if !temps.is_empty() {
                 // Work the kernel enqueued before it failed may still use them.
                 device.launched_on_default_stream(&[&temps]);
+            }
+            if let Some(why) = refused.filter(|why| !e.message.contains(why.as_str())) {
+                e.message = format!("{} (the host had refused: {why})", e.message);
             }
             return Err(e);
         }
@@ -308,13 +324,17 @@ pub(crate) unsafe extern "C" fn allocate_temp(
     size: u64,
     out_addr: *mut abi::dpp_addr_t,
 ) -> abi::dpp_status_t {
-    let refuse = |status: abi::dpp_status_t, why: &str| {
-        crate::plugin::host::set_thread_error(&format!("allocate_temp: {why}"));
+    let refuse = |status: abi::dpp_status_t, why: &str, launch: Option<&KernelLaunch>| {
+        let why = format!("allocate_temp: {why}");
+        crate::plugin::host::set_thread_error(&why);
+        if let Some(l) = launch {
+            l.temps.lock().refused = Some(why);
+        }
         status
     };
     // SAFETY: NULL or a kernel context, by the caller's contract.
     let Some(attrs) = (unsafe { context.as_ref() }).map(|c| c.attrs as *const KernelLaunch) else {
-        return refuse(abi::DPP_INVALID_ARGUMENT, "the context is NULL");
+        return refuse(abi::DPP_INVALID_ARGUMENT, "the context is NULL", None);
     };
     // SAFETY: `attrs` of a context the host passed points to a live KernelLaunch; anything
     // else is refused by its tag (as far as a read can tell).
@@ -322,31 +342,34 @@ pub(crate) unsafe extern "C" fn allocate_temp(
         return refuse(
             abi::DPP_INVALID_ARGUMENT,
             "the context is not one the host passed to compute",
+            None,
         );
     };
     if size == 0 {
-        return refuse(abi::DPP_INVALID_ARGUMENT, "size is 0");
+        return refuse(abi::DPP_INVALID_ARGUMENT, "size is 0", Some(launch));
     }
     if out_addr.is_null() {
-        return refuse(abi::DPP_INVALID_ARGUMENT, "out_addr is NULL");
+        return refuse(abi::DPP_INVALID_ARGUMENT, "out_addr is NULL", Some(launch));
     }
     let Ok(len) = i64::try_from(size) else {
         return refuse(
             abi::DPP_RESOURCE_EXHAUSTED,
             &format!("{size} bytes are more than a device can hold"),
+            Some(launch),
         );
     };
     match Tensor::output(launch.device, DType::U8, &[len]) {
         Ok(t) => {
             // SAFETY: non-NULL and writable by the caller's contract.
             unsafe { out_addr.write(t.buffer().ptr().0) };
-            launch.temps.lock().push(t);
+            launch.temps.lock().tensors.push(t);
             abi::DPP_OK
         }
         // The ABI's status values are the host API's codes.
         Err(e) => refuse(
             e.code as abi::dpp_status_t,
-            &format!("{size} bytes on {}: {}", launch.device.name(), e.message),
+            &e.message, // "allocating N bytes on DEVICE: …"
+            Some(launch),
         ),
     }
 }
