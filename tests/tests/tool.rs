@@ -84,6 +84,7 @@ fn bench_measures_a_plugin_next_to_the_cpu() {
         "copy device -> host, 64 MiB",
         "eager Add, 16 f32, per op",
         "MatMul 256^3 f32",
+        "MatMul 256^3 f32, device's clock",
     ] {
         let line = out
             .lines()

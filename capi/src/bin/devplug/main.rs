@@ -32,7 +32,8 @@ const USAGE: &str = "usage: devplug check PLUGIN [-o KEY=VALUE]... [--timeout SE
            device says why there. Exit status 1 when a PLUGIN named here failed to load.
   bench    load PLUGIN and measure, on the first device of each of its platforms, copies of
            64 MiB (against memcpy), an eager Add of 16 f32 per op and MatMul 256^3 f32
-           (against the CPU device), medians of several rounds in this process.";
+           (against the CPU device), and MatMul by the device's own clock (against the
+           host's, same rounds), medians of several rounds in this process.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
