@@ -436,11 +436,6 @@ impl Device {
         Ok(())
     }
 
-    /// Whether the default stream runs work inline on the calling thread (the CPU's).
-    pub(crate) fn default_stream_is_inline(&self) -> bool {
-        self.default_stream_inline
-    }
-
     /// The device's default stream. On the CPU it runs work inline on the calling thread.
     pub fn default_stream(self: &Arc<Self>) -> Stream {
         Stream::default_of(self.clone())

@@ -4,7 +4,7 @@
 //! Stream-ordered operations keep the buffers they touch alive until the stream has reached
 //! them, so a host may drop its references right after enqueueing.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -13,7 +13,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::memory::{copy_between, Buffer};
 use crate::platform::{EventStatus, HostFn, RawEvent, RawStream};
-use crate::trace::{traced, SpanKind};
+use crate::trace::{traced, DeviceSpanInfo, DeviceSpanStart, SpanKind};
 
 enum StreamKind {
     /// The device's default stream (owned by the device).
@@ -108,6 +108,9 @@ impl AsyncError {
 pub struct Stream {
     device: Arc<Device>,
     kind: StreamKind,
+    /// 0 for a device's default stream; streams the host creates are numbered from 1, in the
+    /// order they were created in this process (their device tracks in a trace).
+    id: u32,
     /// Where host work the runtime enqueued records its failure (the device's, for its
     /// default stream).
     error: AsyncError,
@@ -119,6 +122,7 @@ impl Stream {
             error: device.default_stream_error().clone(),
             device,
             kind: StreamKind::Default,
+            id: 0,
         }
     }
 
@@ -129,11 +133,19 @@ impl Stream {
             .map_err(|e| e.context(format!("creating a stream on {}", device.name())))?;
         let error = AsyncError::default();
         device.track_stream_error(&error);
+        static NEXT_ID: AtomicU32 = AtomicU32::new(1);
         Ok(Stream {
             device,
             kind: StreamKind::Owned(raw),
             error,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         })
+    }
+
+    /// 0 for a device's default stream; streams the host creates are numbered from 1, in the
+    /// order they were created in this process.
+    pub fn id(&self) -> u32 {
+        self.id
     }
 
     pub fn device(&self) -> &Arc<Device> {
@@ -161,7 +173,7 @@ impl Stream {
         }
     }
 
-    fn is_synchronous(&self) -> bool {
+    pub(crate) fn is_synchronous(&self) -> bool {
         self.device
             .executor()
             .stream_is_synchronous(self.raw_stream())
@@ -177,6 +189,37 @@ impl Stream {
                 self.device.name()
             )))
         }
+    }
+
+    /// Enqueues the work `enqueue` enqueues on this stream, bracketed by two events while a
+    /// trace is on and the device times them: a device span named `name` (see
+    /// [`crate::trace`]).
+    fn on_device_traced(
+        &self,
+        name: &str,
+        bytes: u64,
+        enqueue: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let tracer = self.device.tracer();
+        if !tracer.on() {
+            return enqueue();
+        }
+        let begun = std::time::Instant::now();
+        let start = DeviceSpanStart::begin(self);
+        enqueue()?;
+        let info = || DeviceSpanInfo {
+            name: name.to_owned(),
+            device: self.device.qualified_name(),
+            reason: None,
+            kernel_source: String::new(),
+            bytes,
+            stream: self.id,
+            depth: 0,
+        };
+        if let Some(pending) = start.and_then(|s| s.end(self, info())) {
+            tracer.record_device(begun, pending);
+        }
+        Ok(())
     }
 
     /// Keeps `keep` alive until the stream has reached this point.
@@ -200,12 +243,14 @@ impl Stream {
     ) -> Result<()> {
         self.check_device(dst, "the destination buffer")?;
         let d = dst.range(offset, size)?;
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            self.device
-                .executor()
-                .memcpy_htod_async(&self.raw(), d, src, size)?
-        };
+        self.on_device_traced("write", size, || {
+            // SAFETY: forwarded from the caller.
+            unsafe {
+                self.device
+                    .executor()
+                    .memcpy_htod_async(&self.raw(), d, src, size)
+            }
+        })?;
         self.hold(dst.clone())
     }
 
@@ -223,12 +268,14 @@ impl Stream {
     ) -> Result<()> {
         self.check_device(src, "the source buffer")?;
         let s = src.range(offset, size)?;
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            self.device
-                .executor()
-                .memcpy_dtoh_async(&self.raw(), dst, s, size)?
-        };
+        self.on_device_traced("read", size, || {
+            // SAFETY: forwarded from the caller.
+            unsafe {
+                self.device
+                    .executor()
+                    .memcpy_dtoh_async(&self.raw(), dst, s, size)
+            }
+        })?;
         self.hold(src.clone())
     }
 
@@ -256,9 +303,11 @@ impl Stream {
         let on_dst = Arc::ptr_eq(dst.device(), &self.device);
         let on_src = Arc::ptr_eq(src.device(), &self.device);
         if on_dst && on_src {
-            self.device
-                .executor()
-                .memcpy_dtod_async(&self.raw(), d, s, size)?;
+            self.on_device_traced("copy", size, || {
+                self.device
+                    .executor()
+                    .memcpy_dtod_async(&self.raw(), d, s, size)
+            })?;
             return self.hold((dst.clone(), src.clone()));
         }
         if !on_dst && !on_src {
@@ -270,18 +319,20 @@ impl Stream {
             )));
         }
         let (dst, src) = (dst.clone(), src.clone());
-        self.host_callback_with_status(move || {
-            let other = if on_dst { src.device() } else { dst.device() };
-            other
-                .synchronize_default_stream()
-                .and_then(|_| copy_between(dst.device(), d, src.device(), s, size))
-                .map_err(|e| {
-                    e.context(format!(
-                        "stream copy of {size} bytes from {} to {}",
-                        src.device().name(),
-                        dst.device().name()
-                    ))
-                })
+        self.on_device_traced("copy", size, || {
+            self.host_callback_with_status(move || {
+                let other = if on_dst { src.device() } else { dst.device() };
+                other
+                    .synchronize_default_stream()
+                    .and_then(|_| copy_between(dst.device(), d, src.device(), s, size))
+                    .map_err(|e| {
+                        e.context(format!(
+                            "stream copy of {size} bytes from {} to {}",
+                            src.device().name(),
+                            dst.device().name()
+                        ))
+                    })
+            })
         })
     }
 
@@ -289,9 +340,11 @@ impl Stream {
     pub fn memset(&self, dst: &Arc<Buffer>, offset: u64, value: u8, size: u64) -> Result<()> {
         self.check_device(dst, "the buffer")?;
         let d = dst.range(offset, size)?;
-        self.device
-            .executor()
-            .memset_async(&self.raw(), d, value, size)?;
+        self.on_device_traced("memset", size, || {
+            self.device
+                .executor()
+                .memset_async(&self.raw(), d, value, size)
+        })?;
         self.hold(dst.clone())
     }
 

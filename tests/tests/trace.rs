@@ -449,3 +449,69 @@ fn traces_stopped_while_threads_launch_on_a_timed_device_stay_consistent() {
     );
     sim.synchronize().unwrap();
 }
+
+/// Copies and memsets the host enqueues on a stream of a device that times events are device
+/// spans too, with their bytes, on the track of that device and stream, in the order the
+/// stream ran them; a copy to another device (host work on the stream) as well.
+#[test]
+fn work_enqueued_on_a_stream_is_device_spans_on_the_streams_track() {
+    let (rt, cpu, sim, _x) = with_sim(&[1.0]);
+    let q = sim.create_stream().unwrap();
+    assert!(q.id() > 0 && sim.default_stream().id() == 0);
+    let (b, c) = (sim.allocate(4096).unwrap(), sim.allocate(4096).unwrap());
+    let h = cpu.allocate(4096).unwrap();
+    let mut back = vec![0u8; 4096];
+    rt.start_trace();
+    q.write(&b, 0, vec![7u8; 4096]).unwrap();
+    q.memset(&b, 0, 1, 100).unwrap();
+    q.copy(&c, 0, &b, 0, 4096).unwrap();
+    q.copy(&h, 0, &c, 0, 4096).unwrap();
+    // SAFETY: `back` is neither read nor moved before the synchronize below.
+    unsafe { q.read_raw(&c, 0, back.as_mut_ptr(), 4096).unwrap() };
+    q.synchronize().unwrap();
+    let trace = rt.stop_trace();
+    assert_eq!(trace.dropped, 0);
+    assert_eq!(back[..100], [1u8; 100]);
+    assert_eq!(back[100..], [7u8; 3996]);
+
+    let spans: Vec<&TraceEvent> = trace
+        .events
+        .iter()
+        .filter(|e| e.kind == SpanKind::Device)
+        .collect();
+    let got: Vec<(&str, &str, u64, u32)> = spans
+        .iter()
+        .map(|e| (e.name.as_str(), e.device.as_str(), e.bytes, e.stream))
+        .collect();
+    let id = q.id();
+    assert_eq!(
+        got,
+        [
+            ("write", "SIM:0", 4096, id),
+            ("memset", "SIM:0", 100, id),
+            ("copy", "SIM:0", 4096, id),
+            ("copy", "SIM:0", 4096, id),
+            ("read", "SIM:0", 4096, id),
+        ],
+        "{spans:#?}"
+    );
+    let slack = std::time::Duration::from_millis(1);
+    for w in spans.windows(2) {
+        assert!(
+            w[1].start + slack >= end(w[0]),
+            "one at a time, in order: {w:#?}"
+        );
+    }
+    assert!(spans
+        .iter()
+        .all(|e| e.reason.is_none() && e.kernel_source.is_empty()));
+
+    let json = trace.to_chrome_json();
+    for needle in [
+        format!(r#""args":{{"name":"SIM:0 stream {id}"}}"#),
+        r#""cat":"device","ph":"X","pid":2,"tid":1,"#.to_string(),
+        format!(r#""args":{{"device":"SIM:0","bytes":100,"stream":{id},"depth":0}}"#),
+    ] {
+        assert!(json.contains(&needle), "{needle} not in {json}");
+    }
+}

@@ -6,7 +6,7 @@
 //!
 //! The hot path parses nothing and hashes no string: hosts hold an [`OpHandle`], and the
 //! choice for (op, device, dtype) is cached in a table readers load without locking
-//! ([`plan`]), recomputed when kernels are registered.
+//! (`plan`), recomputed when kernels are registered.
 
 mod plan;
 
@@ -309,7 +309,8 @@ fn run_kernel(
     for o in outputs {
         out.push(Tensor::output(device, o.dtype, &o.shape)?);
     }
-    let on_device = begun.and_then(|_| DeviceSpanStart::begin(device));
+    let default_stream = begun.map(|_| device.default_stream());
+    let on_device = default_stream.as_ref().and_then(DeviceSpanStart::begin);
     (kernel.func)(&KernelContext {
         device,
         inputs,
@@ -340,10 +341,14 @@ fn run_kernel(
             device: name.clone(),
             reason: Some(reason),
             kernel_source: kernel.source.to_string(),
+            bytes: 0,
+            stream: 0,
             depth: depth as u32,
         };
-        if let Some(pending) = on_device.and_then(|s| s.end(info())) {
-            rt.tracer().record_device(begun, pending);
+        if let (Some(start), Some(stream)) = (on_device, &default_stream) {
+            if let Some(pending) = start.end(stream, info()) {
+                rt.tracer().record_device(begun, pending);
+            }
         }
     }
     if reason != Reason::SoftPlaced {

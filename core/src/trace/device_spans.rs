@@ -1,11 +1,12 @@
-//! Kernels as their device ran them: while a trace is on, a kernel launched on an
-//! asynchronous device whose platform times events (the CPU's created streams, SIM, CUDA;
-//! ABI 1.4's `event_elapsed_ns`) is bracketed by two events on the device's default stream.
-//! When the trace stops, the device's clock says when the stream reached each of them; those
-//! times are placed on the host's timeline through one more event per device (an *anchor*),
-//! recorded at the stop and waited for: the host reads the clock when the wait returns, which
-//! is when the device reached the anchor, give or take a wake-up. The spans land on a track of
-//! their own per device.
+//! Work as its device ran it: while a trace is on, a kernel launched on an asynchronous device
+//! whose platform times events (the CPU's created streams, SIM, CUDA; ABI 1.4's
+//! `event_elapsed_ns`) is bracketed by two events on the device's default stream, and so is
+//! a copy or memset the host enqueues on one of the device's streams. When the trace stops,
+//! the runtime waits for the last of those events, and the device's clock says when its
+//! streams reached each of them; those times are placed on the host's timeline through one
+//! more event per device (an *anchor*), recorded then on its default stream and waited for: the
+//! host reads its clock when the wait returns, which is when the device reached the anchor,
+//! give or take a wake-up. The spans land on a track of their own per device and stream.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,29 +14,30 @@ use std::time::{Duration, Instant};
 use super::{SpanKind, TraceEvent};
 use crate::device::Device;
 use crate::placement::Reason;
-use crate::stream::Event;
+use crate::stream::{Event, Stream};
 
-/// The event recorded before a kernel's launch, on a device whose kernel spans are timed.
+/// The event recorded on a stream before work whose device span is timed.
 pub(crate) struct DeviceSpanStart(Event);
 
 impl DeviceSpanStart {
-    /// Records the start of a kernel on `device`'s default stream; `None` when the device's
-    /// kernels run inline (their host span is the kernel) or its events are not timed, or the
-    /// event could not be made.
-    pub(crate) fn begin(device: &Arc<Device>) -> Option<DeviceSpanStart> {
-        if device.default_stream_is_inline() || !device.executor().times_events() {
+    /// Records the start of work on `stream`; `None` when the stream runs work inline (the
+    /// host's span is the work) or its device does not time events, or the event could not be
+    /// made.
+    pub(crate) fn begin(stream: &Stream) -> Option<DeviceSpanStart> {
+        let device = stream.device();
+        if stream.is_synchronous() || !device.executor().times_events() {
             return None;
         }
         let e = device.create_event().ok()?;
-        e.record(&device.default_stream()).ok()?;
+        e.record(stream).ok()?;
         Some(DeviceSpanStart(e))
     }
 
-    /// Records the end of the kernel, after its launch.
-    pub(crate) fn end(self, span: DeviceSpanInfo) -> Option<PendingDeviceSpan> {
-        let device = self.0.device().clone();
-        let end = device.create_event().ok()?;
-        end.record(&device.default_stream()).ok()?;
+    /// Records the end of the work, once it is enqueued on `stream` (the one given to
+    /// [`begin`](Self::begin)).
+    pub(crate) fn end(self, stream: &Stream, span: DeviceSpanInfo) -> Option<PendingDeviceSpan> {
+        let end = stream.device().create_event().ok()?;
+        end.record(stream).ok()?;
         Some(PendingDeviceSpan {
             start: self.0,
             end,
@@ -44,12 +46,16 @@ impl DeviceSpanStart {
     }
 }
 
-/// What a device span says besides its times (as the host span of the same kernel).
+/// What a device span says besides its times (as the host span of the same kernel; for a
+/// copy or memset, its bytes and no reason or kernel).
 pub(crate) struct DeviceSpanInfo {
     pub name: String,
     pub device: String,
     pub reason: Option<Reason>,
     pub kernel_source: String,
+    pub bytes: u64,
+    /// [`Stream::id`]: 0 for the default stream.
+    pub stream: u32,
     pub depth: u32,
 }
 
@@ -62,11 +68,14 @@ pub(crate) struct PendingDeviceSpan {
 
 /// The device spans of `pending`, on the timeline that began at `epoch`; and how many could
 /// not be timed (a stream that failed before reaching an event, a device that failed to say).
-/// Waits for each device's default stream.
+/// Waits for the streams the spans are on.
 pub(super) fn resolve(pending: Vec<PendingDeviceSpan>, epoch: Instant) -> (Vec<TraceEvent>, u64) {
     let mut events = Vec::with_capacity(pending.len());
-    let mut untimed = 0u64;
-    let mut rest = pending;
+    // Every span's end reached (so before its device's anchor, recorded after this).
+    let (mut rest, failed): (Vec<_>, Vec<_>) = pending
+        .into_iter()
+        .partition(|p| p.end.synchronize().is_ok());
+    let mut untimed = failed.len() as u64;
     while let Some(first) = rest.first() {
         let device = first.start.device().clone();
         let (mine, others): (Vec<_>, Vec<_>) = rest
@@ -94,8 +103,9 @@ pub(super) fn resolve(pending: Vec<PendingDeviceSpan>, epoch: Instant) -> (Vec<T
                         device: p.info.device,
                         reason: p.info.reason,
                         kernel_source: p.info.kernel_source,
-                        bytes: 0,
+                        bytes: p.info.bytes,
                         thread: 0,
+                        stream: p.info.stream,
                         depth: p.info.depth,
                         start,
                         duration: Duration::from_nanos((before_start - before_end) as u64),
@@ -109,8 +119,9 @@ pub(super) fn resolve(pending: Vec<PendingDeviceSpan>, epoch: Instant) -> (Vec<T
     (events, untimed)
 }
 
-/// An event the device's default stream reached after everything enqueued on it before, and
-/// the host's time when it did; `None` when the stream failed.
+/// An event the device's default stream reached after everything enqueued on it before (and
+/// after the spans' ends, which were waited for), and the host's time when it did; `None`
+/// when the stream failed.
 fn anchor(device: &Arc<Device>) -> Option<(Event, Instant)> {
     let anchor = device.create_event().ok()?;
     anchor.record(&device.default_stream()).ok()?;

@@ -13,8 +13,9 @@
 //! Spans are host time. On the CPU device's default stream a kernel runs inline, so its span is
 //! the kernel; on an asynchronous device (a plugin's GPU) it is the launch, and when the
 //! device's platform times events (ABI 1.4) the kernel as the device ran it is a second span,
-//! of kind [`SpanKind::Device`], on the device's own track ([`device_spans`]). Off, tracing
-//! costs one atomic load per kernel, copy or wait.
+//! of kind [`SpanKind::Device`], on the device's own track (see `device_spans`), as are the
+//! copies and memsets the host enqueues on the device's streams. Off, tracing costs one atomic
+//! load per kernel, copy, wait or stream operation.
 
 mod device_spans;
 
@@ -46,9 +47,11 @@ pub enum SpanKind {
     Copy,
     /// A wait the host asked for (`synchronize` of a device, a stream or an event).
     Wait,
-    /// A kernel as its asynchronous device ran it: from when the device's default stream
-    /// reached the kernel to when it finished, by the device's clock (devices whose platform
-    /// times events). On the device's track; `thread` is 0.
+    /// Work as its asynchronous device ran it, by the device's clock (devices whose platform
+    /// times events): a kernel, from when the device's default stream reached it to when it
+    /// finished; or a copy (`write`, `read`, `copy`, with its bytes) or `memset` the host
+    /// enqueued on one of the device's streams. On the track of the device and stream;
+    /// `thread` is 0.
     Device,
 }
 
@@ -83,6 +86,9 @@ pub struct TraceEvent {
     /// The host thread, numbered from 1 in the order threads first traced something; 0 for a
     /// [`SpanKind::Device`] span.
     pub thread: u64,
+    /// For a [`SpanKind::Device`] span, the stream it ran on ([`Stream::id`](crate::Stream::id):
+    /// 0 for the device's default stream, where kernels run); 0 for the host's spans.
+    pub stream: u32,
     /// Decomposition depth: 0 for an op the host ran.
     pub depth: u32,
     /// Since the trace started.
@@ -129,11 +135,12 @@ impl Trace {
                  \"args\":{{\"name\":\"host thread {t}\"}}}}"
             );
         }
-        let mut devices: Vec<&str> = self
+        // One track per device and stream.
+        let mut devices: Vec<(&str, u32)> = self
             .events
             .iter()
             .filter(on_device)
-            .map(|e| e.device.as_str())
+            .map(|e| (e.device.as_str(), e.stream))
             .collect();
         devices.sort_unstable();
         devices.dedup();
@@ -143,20 +150,24 @@ impl Trace {
                  \"args\":{\"name\":\"devices\"}}",
             );
         }
-        for (i, d) in devices.iter().enumerate() {
+        for (i, (d, stream)) in devices.iter().enumerate() {
             let _ = write!(
                 s,
                 ",{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":2,\"tid\":{},\"args\":{{\"name\":",
                 i + 1
             );
-            json_string(&mut s, d);
+            if *stream == 0 {
+                json_string(&mut s, d);
+            } else {
+                json_string(&mut s, &format!("{d} stream {stream}"));
+            }
             s.push_str("}}");
         }
         for e in &self.events {
             s.push_str(",{\"name\":");
             json_string(&mut s, &e.name);
             let cat = e.kind.name();
-            let (pid, tid) = match devices.binary_search(&e.device.as_str()) {
+            let (pid, tid) = match devices.binary_search(&(e.device.as_str(), e.stream)) {
                 Ok(i) if e.kind == SpanKind::Device => (2, i as u64 + 1),
                 _ => (1, e.thread),
             };
@@ -172,12 +183,15 @@ impl Trace {
                 s.push_str(",\"reason\":");
                 json_string(&mut s, &reason.to_string());
             }
-            if matches!(e.kind, SpanKind::Kernel | SpanKind::Device) {
+            if e.kind == SpanKind::Kernel || (e.kind == SpanKind::Device && e.reason.is_some()) {
                 s.push_str(",\"kernel\":");
                 json_string(&mut s, &e.kernel_source);
             }
-            if e.kind == SpanKind::Copy {
+            if e.kind == SpanKind::Copy || (e.kind == SpanKind::Device && e.reason.is_none()) {
                 let _ = write!(s, ",\"bytes\":{}", e.bytes);
+            }
+            if e.kind == SpanKind::Device {
+                let _ = write!(s, ",\"stream\":{}", e.stream);
             }
             let _ = write!(s, ",\"depth\":{}}}}}", e.depth);
         }
@@ -226,7 +240,7 @@ pub struct Tracer {
 struct State {
     epoch: Instant,
     events: Vec<TraceEvent>,
-    /// Kernels on asynchronous devices, to be timed when the trace stops.
+    /// Work on asynchronous devices, to be timed when the trace stops.
     device_spans: Vec<PendingDeviceSpan>,
     dropped: u64,
 }
@@ -292,7 +306,7 @@ impl Tracer {
         drop(discarded);
     }
 
-    /// Keeps a kernel's device span to time when the trace stops (ignored, as
+    /// Keeps a device span to time when the trace stops (ignored, as
     /// [`record`](Self::record), if the trace stopped or restarted since `begun`).
     pub(crate) fn record_device(&self, begun: Instant, span: PendingDeviceSpan) {
         let mut st = self.state.lock();
@@ -332,6 +346,7 @@ impl Tracer {
             kernel_source: span.kernel_source.to_owned(),
             bytes: span.bytes,
             thread,
+            stream: 0,
             depth: span.depth,
             start,
             duration: end - begun,
@@ -465,6 +480,7 @@ mod tests {
                 kernel_source: String::new(),
                 bytes: 0,
                 thread: 3,
+                stream: 0,
                 depth: 1,
                 start: Duration::from_nanos(1500),
                 duration: Duration::from_nanos(250),
@@ -499,6 +515,7 @@ mod tests {
                 kernel_source: "built-in".into(),
                 bytes: 0,
                 thread: 1,
+                stream: 0,
                 depth: 0,
                 start: Duration::ZERO,
                 duration: Duration::ZERO,
