@@ -59,7 +59,7 @@ pub(crate) struct DeviceSpanInfo {
     pub depth: u32,
 }
 
-/// A kernel's two events, waiting for the trace to stop.
+/// A span's two events, waiting for the trace to stop.
 pub(crate) struct PendingDeviceSpan {
     start: Event,
     end: Event,
