@@ -141,6 +141,23 @@ pub unsafe extern "C" fn dp_stream_device(stream: *const dp_stream_t) -> *mut dp
     })
 }
 
+/// Writes the stream's id into `*out_id`: 0 for a device's default stream; streams created
+/// with `dp_stream_create` are numbered from 1 in the order they were created in this
+/// process. A trace names a stream's device track by it (`SIM:0 stream 3`; docs/placement.md).
+///
+/// # Safety
+/// `stream` is a stream handle; `out_id` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_stream_id(stream: *const dp_stream_t, out_id: *mut u32) -> dp_status_t {
+    guard("dp_stream_id", || {
+        // SAFETY: the caller's contract.
+        let s = unsafe { self::stream(stream, "stream")? };
+        check_out(out_id, "out_id")?;
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_id, "out_id", s.stream.id()) }
+    })
+}
+
 /// Blocks until all work enqueued on the stream so far is done. Returns the stream's first
 /// failure since its last synchronize, also that of work that failed after its call had
 /// returned (a copy between devices, a wait for another device's event), once.

@@ -153,6 +153,11 @@ static void test_stream(dp_test_fixture *fx) {
     SECTION("destroyed stream");
     s = dead_stream(fx->d0);
     CHECK(dp_stream_device(s) == NULL);
+    {
+        uint32_t id = 99;
+        CHECK_STATUS_MSG(dp_stream_id(s, &id), DP_INVALID_ARGUMENT, "stream");
+        CHECK(id == 99);
+    }
     s = dead_stream(fx->d0);
     CHECK_STATUS_MSG(dp_stream_synchronize(s), DP_INVALID_ARGUMENT, "stream");
     s = dead_stream(fx->d0);

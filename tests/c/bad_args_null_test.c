@@ -131,6 +131,12 @@ static void test_stream(dp_test_fixture *fx) {
 
     dp_stream_destroy(NULL);
     CHECK(dp_stream_device(NULL) == NULL);
+    {
+        uint32_t id = 99;
+        CHECK_STATUS_MSG(dp_stream_id(NULL, &id), DP_INVALID_ARGUMENT, "stream");
+        CHECK(id == 99);
+        CHECK_STATUS_MSG(dp_stream_id(fx->s0, NULL), DP_INVALID_ARGUMENT, "out_id");
+    }
     CHECK_STATUS_MSG(dp_stream_synchronize(NULL), DP_INVALID_ARGUMENT, "stream");
 
     CHECK_STATUS_MSG(dp_stream_wait_event(NULL, fx->e0), DP_INVALID_ARGUMENT, "stream");

@@ -109,6 +109,11 @@ static void test_stream(dp_test_fixture *fx) {
     callback_runs = 0;
     CHECK(dp_stream_device(e_as_s) == NULL);
     CHECK(dp_stream_device(b_as_s) == NULL);
+    {
+        uint32_t id = 99;
+        CHECK_STATUS_MSG(dp_stream_id(e_as_s, &id), DP_INVALID_ARGUMENT, "stream");
+        CHECK(id == 99);
+    }
     CHECK_STATUS_MSG(dp_stream_synchronize(e_as_s), DP_INVALID_ARGUMENT, "stream");
     CHECK_STATUS_MSG(dp_stream_wait_event(e_as_s, fx->e0), DP_INVALID_ARGUMENT, "stream");
     CHECK_STATUS_MSG(dp_stream_wait_stream(e_as_s, fx->s0), DP_INVALID_ARGUMENT, "stream");

@@ -297,6 +297,17 @@ static void test_event_timing(dp_device_t *dev, dp_device_t *other) {
     SECTION("events: dp_event_elapsed_ns times the work between two events");
     CHECK_OK(dp_stream_create(dev, &s));
     CHECK_OK(dp_stream_create(dev, &s2));
+    {
+        /* stream ids (what a trace names device tracks by): 0 for the default stream, created
+         * streams numbered from 1 in creation order */
+        dp_stream_t *ds = NULL;
+        uint32_t id0 = 99, id1 = 0, id2 = 0;
+        CHECK_OK(dp_device_default_stream(dev, &ds));
+        CHECK_OK(dp_stream_id(ds, &id0));
+        CHECK_OK(dp_stream_id(s, &id1));
+        CHECK_OK(dp_stream_id(s2, &id2));
+        CHECKF(id0 == 0 && id1 >= 1 && id2 > id1, "stream ids %u, %u, %u", id0, id1, id2);
+    }
     CHECK_OK(dp_event_create(dev, &a));
     CHECK_OK(dp_event_create(dev, &b));
     CHECK_OK(dp_event_create(dev, &c));

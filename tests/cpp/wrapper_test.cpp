@@ -347,6 +347,8 @@ void test_streams_events_callbacks(const Runtime& rt) {
   Stream def = d0.default_stream();
   CHECK(def);
   CHECK(!def.owned());
+  CHECK_EQ(def.id(), 0u);
+  CHECK(producer.id() >= 1 && consumer.id() > producer.id());
   CHECK(def.device() == d0);
   bool inline_ran = false;
   def.host_callback([&] { inline_ran = true; });

@@ -1105,6 +1105,16 @@ dp_status_t dp_device_default_stream(dp_device_t *device, dp_stream_t **out_stre
 dp_device_t *dp_stream_device(const dp_stream_t *stream);
 
 /**
+ * Writes the stream's id into `*out_id`: 0 for a device's default stream; streams created
+ * with `dp_stream_create` are numbered from 1 in the order they were created in this
+ * process. A trace names a stream's device track by it (`SIM:0 stream 3`; docs/placement.md).
+ *
+ * # Safety
+ * `stream` is a stream handle; `out_id` is writable.
+ */
+dp_status_t dp_stream_id(const dp_stream_t *stream, uint32_t *out_id);
+
+/**
  * Blocks until all work enqueued on the stream so far is done. Returns the stream's first
  * failure since its last synchronize, also that of work that failed after its call had
  * returned (a copy between devices, a wait for another device's event), once.

@@ -1039,6 +1039,13 @@ class Stream {
     if (d == nullptr) detail::throw_invalid_handle("stream");
     return Device(d);
   }
+  /** @brief The stream's id (`dp_stream_id()`): 0 for a default stream, created streams from
+   *         1; what a trace's device tracks are named by. */
+  uint32_t id() const {
+    uint32_t v = 0;
+    check(dp_stream_id(handle_, &v));
+    return v;
+  }
 
   /** @brief Enqueues a host→device copy of @p size bytes from @p src (keep it valid!);
    *         @p dst must live on the stream's device. */
