@@ -13,7 +13,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::memory::{copy_between, Buffer};
 use crate::platform::{EventStatus, HostFn, RawEvent, RawStream};
-use crate::trace::{traced, DeviceSpanInfo, DeviceSpanStart, SpanKind};
+use crate::trace::{traced, DeviceSpanStart, Span, SpanKind};
 
 enum StreamKind {
     /// The device's default stream (owned by the device).
@@ -207,17 +207,13 @@ impl Stream {
         let begun = std::time::Instant::now();
         let start = DeviceSpanStart::begin(self);
         enqueue()?;
-        let info = || DeviceSpanInfo {
-            name: name.to_owned(),
-            device: self.device.qualified_name(),
-            reason: None,
-            kernel_source: String::new(),
-            bytes,
-            stream: self.id,
-            depth: 0,
-        };
-        if let Some(pending) = start.and_then(|s| s.end(self, info())) {
-            tracer.record_device(begun, pending);
+        if let Some(start) = start {
+            let device = self.device.qualified_name();
+            start.end(
+                self,
+                begun,
+                Span::host(name, SpanKind::Device, &device, bytes),
+            );
         }
         Ok(())
     }

@@ -21,7 +21,7 @@ use crate::op::{Attrs, Emitter, InferContext, OpHandle, Outputs, SpecRef};
 use crate::placement::{PlacementEvent, Reason};
 use crate::runtime::Runtime;
 use crate::tensor::{DType, Tensor};
-use crate::trace::{DeviceSpanInfo, DeviceSpanStart, Span, SpanKind};
+use crate::trace::{DeviceSpanStart, Span, SpanKind};
 
 /// How deep decompositions may nest before dispatch gives up (a cycle guard).
 const MAX_DEPTH: usize = 32;
@@ -309,8 +309,11 @@ fn run_kernel(
     for o in outputs {
         out.push(Tensor::output(device, o.dtype, &o.shape)?);
     }
-    let default_stream = begun.map(|_| device.default_stream());
-    let on_device = default_stream.as_ref().and_then(DeviceSpanStart::begin);
+    // While tracing, the kernel's device span (where the device times events) starts here.
+    let on_device = begun.and_then(|_| {
+        let stream = device.default_stream();
+        DeviceSpanStart::begin(&stream).map(|start| (stream, start))
+    });
     (kernel.func)(&KernelContext {
         device,
         inputs,
@@ -336,19 +339,8 @@ fn run_kernel(
             depth,
         );
         rt.tracer().record(begun, span);
-        let info = || DeviceSpanInfo {
-            name: op.name().to_owned(),
-            device: name.clone(),
-            reason: Some(reason),
-            kernel_source: kernel.source.to_string(),
-            bytes: 0,
-            stream: 0,
-            depth: depth as u32,
-        };
-        if let (Some(start), Some(stream)) = (on_device, &default_stream) {
-            if let Some(pending) = start.end(stream, info()) {
-                rt.tracer().record_device(begun, pending);
-            }
+        if let Some((stream, start)) = on_device {
+            start.end(&stream, begun, span);
         }
     }
     if reason != Reason::SoftPlaced {

@@ -11,9 +11,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{SpanKind, TraceEvent};
+use super::{Span, SpanKind, TraceEvent};
 use crate::device::Device;
-use crate::placement::Reason;
 use crate::stream::{Event, Stream};
 
 /// The event recorded on a stream before work whose device span is timed.
@@ -34,36 +33,37 @@ impl DeviceSpanStart {
     }
 
     /// Records the end of the work, once it is enqueued on `stream` (the one given to
-    /// [`begin`](Self::begin)).
-    pub(crate) fn end(self, stream: &Stream, span: DeviceSpanInfo) -> Option<PendingDeviceSpan> {
-        let end = stream.device().create_event().ok()?;
-        end.record(stream).ok()?;
-        Some(PendingDeviceSpan {
+    /// [`begin`](Self::begin)), and keeps the span for the trace to time when it stops: as
+    /// `span` says (of kind [`SpanKind::Device`], on `stream`'s track), ignored if the trace
+    /// stopped or restarted since `begun`.
+    pub(crate) fn end(self, stream: &Stream, begun: Instant, span: Span<'_>) {
+        let device = stream.device();
+        let Some(end) = device
+            .create_event()
+            .ok()
+            .filter(|e| e.record(stream).is_ok())
+        else {
+            return;
+        };
+        let span = Span {
+            kind: SpanKind::Device,
+            ..span
+        };
+        let pending = PendingDeviceSpan {
             start: self.0,
             end,
-            info: span,
-        })
+            event: span.event(0, stream.id(), Duration::ZERO, Duration::ZERO),
+        };
+        device.tracer().record_device(begun, pending);
     }
-}
-
-/// What a device span says besides its times (as the host span of the same kernel; for a
-/// copy or memset, its bytes and no reason or kernel).
-pub(crate) struct DeviceSpanInfo {
-    pub name: String,
-    pub device: String,
-    pub reason: Option<Reason>,
-    pub kernel_source: String,
-    pub bytes: u64,
-    /// [`Stream::id`]: 0 for the default stream.
-    pub stream: u32,
-    pub depth: u32,
 }
 
 /// A span's two events, waiting for the trace to stop.
 pub(crate) struct PendingDeviceSpan {
     start: Event,
     end: Event,
-    info: DeviceSpanInfo,
+    /// The span but its times.
+    event: TraceEvent,
 }
 
 /// The device spans of `pending`, on the timeline that began at `epoch`; and how many could
@@ -98,17 +98,9 @@ pub(super) fn resolve(pending: Vec<PendingDeviceSpan>, epoch: Instant) -> (Vec<T
                         .checked_sub(Duration::from_nanos(before_start as u64))
                         .map_or(Duration::ZERO, |t| t.saturating_duration_since(epoch));
                     events.push(TraceEvent {
-                        name: p.info.name,
-                        kind: SpanKind::Device,
-                        device: p.info.device,
-                        reason: p.info.reason,
-                        kernel_source: p.info.kernel_source,
-                        bytes: p.info.bytes,
-                        thread: 0,
-                        stream: p.info.stream,
-                        depth: p.info.depth,
                         start,
                         duration: Duration::from_nanos((before_start - before_end) as u64),
+                        ..p.event
                     });
                 }
                 _ => untimed += 1,

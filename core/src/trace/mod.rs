@@ -29,7 +29,8 @@ use parking_lot::Mutex;
 use crate::error::{Code, Error, Result};
 use crate::placement::Reason;
 
-pub(crate) use device_spans::{DeviceSpanInfo, DeviceSpanStart, PendingDeviceSpan};
+pub(crate) use device_spans::DeviceSpanStart;
+use device_spans::PendingDeviceSpan;
 
 /// Spans kept per trace; later ones are counted as dropped (about 200 bytes each).
 pub const MAX_EVENTS: usize = 1 << 20;
@@ -308,20 +309,14 @@ impl Tracer {
 
     /// Keeps a device span to time when the trace stops (ignored, as
     /// [`record`](Self::record), if the trace stopped or restarted since `begun`).
-    pub(crate) fn record_device(&self, begun: Instant, span: PendingDeviceSpan) {
+    fn record_device(&self, begun: Instant, span: PendingDeviceSpan) {
         let mut st = self.state.lock();
-        if !self.on() || begun < st.epoch {
-            drop(st);
+        if st.admit(self.on(), begun) {
+            st.device_spans.push(span);
+        } else {
+            drop(st); // its events' destruction calls the plugin: not under the lock
             drop(span);
-            return;
         }
-        if st.events.len() + st.device_spans.len() >= MAX_EVENTS {
-            st.dropped += 1;
-            drop(st);
-            drop(span);
-            return;
-        }
-        st.device_spans.push(span);
     }
 
     /// Records a span that began at `begun` and ends now (ignored if the trace stopped, or was
@@ -330,31 +325,31 @@ impl Tracer {
         let end = Instant::now();
         let thread = thread_number();
         let mut st = self.state.lock();
-        if !self.on() || begun < st.epoch {
-            return;
+        if st.admit(self.on(), begun) {
+            let start = begun - st.epoch;
+            st.events.push(span.event(thread, 0, start, end - begun));
         }
-        if st.events.len() + st.device_spans.len() >= MAX_EVENTS {
-            st.dropped += 1;
-            return;
+    }
+}
+
+impl State {
+    /// Whether a span that began at `begun` belongs in the trace (it is `on` and was not
+    /// restarted since) and there is room for it; a span beyond [`MAX_EVENTS`] is counted
+    /// as dropped.
+    fn admit(&mut self, on: bool, begun: Instant) -> bool {
+        if !on || begun < self.epoch {
+            return false;
         }
-        let start = begun - st.epoch;
-        st.events.push(TraceEvent {
-            name: span.name.to_owned(),
-            kind: span.kind,
-            device: span.device.to_owned(),
-            reason: span.reason,
-            kernel_source: span.kernel_source.to_owned(),
-            bytes: span.bytes,
-            thread,
-            stream: 0,
-            depth: span.depth,
-            start,
-            duration: end - begun,
-        });
+        if self.events.len() + self.device_spans.len() >= MAX_EVENTS {
+            self.dropped += 1;
+            return false;
+        }
+        true
     }
 }
 
 /// What [`Tracer::record`] is told about a span.
+#[derive(Clone, Copy)]
 pub(crate) struct Span<'a> {
     pub name: &'a str,
     pub kind: SpanKind,
@@ -396,6 +391,23 @@ impl Span<'_> {
             kernel_source: "",
             bytes,
             depth: 0,
+        }
+    }
+
+    /// The span as a trace keeps it.
+    fn event(&self, thread: u64, stream: u32, start: Duration, duration: Duration) -> TraceEvent {
+        TraceEvent {
+            name: self.name.to_owned(),
+            kind: self.kind,
+            device: self.device.to_owned(),
+            reason: self.reason,
+            kernel_source: self.kernel_source.to_owned(),
+            bytes: self.bytes,
+            thread,
+            stream,
+            depth: self.depth,
+            start,
+            duration,
         }
     }
 }
