@@ -47,17 +47,47 @@ pub fn parse(args: &[String]) -> std::result::Result<BenchCommand, String> {
     })
 }
 
+/// What `f` gives in 7 rounds after one warm-up round.
+fn rounds<T>(mut f: impl FnMut() -> Result<T>) -> Result<Vec<T>> {
+    f()?;
+    (0..7).map(|_| f()).collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// Median seconds of `f` over 7 timed rounds after one warm-up round.
 fn median_secs(mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-    f()?;
-    let mut v = Vec::with_capacity(7);
-    for _ in 0..7 {
+    let secs = rounds(|| {
         let t = Instant::now();
         f()?;
-        v.push(t.elapsed().as_secs_f64());
-    }
-    v.sort_by(f64::total_cmp);
-    Ok(v[v.len() / 2])
+        Ok(t.elapsed().as_secs_f64())
+    })?;
+    Ok(median(secs))
+}
+
+/// A function that runs `op` strictly on `dev` `n` times, on copies of `inputs` there.
+fn strict_runs<'a>(
+    rt: &'a Runtime,
+    dev: &'a Arc<Device>,
+    op: &str,
+    inputs: &[Tensor],
+) -> Result<impl FnMut(usize) -> Result<()> + 'a> {
+    let h = rt.op(op)?;
+    let ins: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| t.copy_to(dev))
+        .collect::<Result<_>>()?;
+    let (attrs, mut out) = (Attrs::new(), Outputs::new());
+    Ok(move |n| {
+        for _ in 0..n {
+            rt.run_into_on(&h, &ins, &attrs, Some(dev), Some(false), &mut out)?;
+            out.clear();
+        }
+        Ok(())
+    })
 }
 
 /// A row: the device's figure, the baseline's, and their ratio.
@@ -104,18 +134,9 @@ fn copy_rates(dev: &Arc<Device>) -> (Result<f64>, Result<f64>, f64) {
 
 /// Per-op seconds of `n` strict runs of `op` on `dev` (then one synchronize).
 fn per_op(rt: &Runtime, dev: &Arc<Device>, op: &str, inputs: &[Tensor], n: usize) -> Result<f64> {
-    let h = rt.op(op)?;
-    let ins: Vec<Tensor> = inputs
-        .iter()
-        .map(|t| t.copy_to(dev))
-        .collect::<Result<_>>()?;
-    let attrs = Attrs::new();
-    let mut out = Outputs::new();
+    let mut runs = strict_runs(rt, dev, op, inputs)?;
     let secs = median_secs(|| {
-        for _ in 0..n {
-            rt.run_into_on(&h, &ins, &attrs, Some(dev), Some(false), &mut out)?;
-            out.clear();
-        }
+        runs(n)?;
         dev.synchronize()
     })?;
     Ok(secs / n as f64)
@@ -132,38 +153,25 @@ fn per_op_both_clocks(
     inputs: &[Tensor],
     n: usize,
 ) -> Result<(f64, f64)> {
-    let h = rt.op(op)?;
-    let ins: Vec<Tensor> = inputs
-        .iter()
-        .map(|t| t.copy_to(dev))
-        .collect::<Result<_>>()?;
-    let (attrs, mut out) = (Attrs::new(), Outputs::new());
+    let mut runs = strict_runs(rt, dev, op, inputs)?;
     let (stream, start, end) = (
         dev.default_stream(),
         dev.create_event()?,
         dev.create_event()?,
     );
-    let mut round = || -> Result<(f64, f64)> {
+    let both = rounds(|| {
         let t = Instant::now();
         start.record(&stream)?;
-        for _ in 0..n {
-            rt.run_into_on(&h, &ins, &attrs, Some(dev), Some(false), &mut out)?;
-            out.clear();
-        }
+        runs(n)?;
         end.record(&stream)?;
         end.synchronize()?;
         let host = t.elapsed().as_secs_f64();
         Ok((start.elapsed_ns(&end)? as f64 * 1e-9, host))
-    };
-    round()?;
-    let rounds = (0..7).map(|_| round()).collect::<Result<Vec<_>>>()?;
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2] / n as f64
-    };
+    })?;
+    let per_op = |v: Vec<f64>| median(v) / n as f64;
     Ok((
-        median(rounds.iter().map(|r| r.0).collect()),
-        median(rounds.iter().map(|r| r.1).collect()),
+        per_op(both.iter().map(|r| r.0).collect()),
+        per_op(both.iter().map(|r| r.1).collect()),
     ))
 }
 
