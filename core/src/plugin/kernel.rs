@@ -324,52 +324,94 @@ pub(crate) unsafe extern "C" fn allocate_temp(
     size: u64,
     out_addr: *mut abi::dpp_addr_t,
 ) -> abi::dpp_status_t {
-    let refuse = |status: abi::dpp_status_t, why: &str, launch: Option<&KernelLaunch>| {
-        let why = format!("allocate_temp: {why}");
-        crate::plugin::host::set_thread_error(&why);
-        if let Some(l) = launch {
-            l.temps.lock().refused = Some(why);
-        }
-        status
-    };
-    // SAFETY: NULL or a kernel context, by the caller's contract.
-    let Some(attrs) = (unsafe { context.as_ref() }).map(|c| c.attrs as *const KernelLaunch) else {
-        return refuse(abi::DPP_INVALID_ARGUMENT, "the context is NULL", None);
-    };
-    // SAFETY: `attrs` of a context the host passed points to a live KernelLaunch; anything
-    // else is refused by its tag (as far as a read can tell).
-    let Some(launch) = (unsafe { attrs.as_ref() }).filter(|l| l.tag == LAUNCH_TAG) else {
-        return refuse(
+    // SAFETY: NULL or a kernel context, by the caller's contract; its `attrs` then points to a
+    // live KernelLaunch, and anything else is refused by its tag (as far as a read can tell).
+    let launch = unsafe {
+        context
+            .as_ref()
+            .and_then(|c| (c.attrs as *const KernelLaunch).as_ref())
+    }
+    .filter(|l| l.tag == LAUNCH_TAG);
+    // SAFETY: the caller's contract for `out_addr`.
+    let result = match launch {
+        Some(launch) => unsafe { temp_for(launch, size, out_addr) },
+        None => Err((
             abi::DPP_INVALID_ARGUMENT,
-            "the context is not one the host passed to compute",
-            None,
-        );
+            "the context is NULL or not one the host passed to compute".to_owned(),
+        )),
     };
+    match result {
+        Ok(()) => abi::DPP_OK,
+        Err((status, why)) => {
+            // As set_error would; kept by the launch too, for the kernel's error.
+            let why = format!("allocate_temp: {why}");
+            crate::plugin::host::set_thread_error(&why);
+            if let Some(l) = launch {
+                l.temps.lock().refused = Some(why);
+            }
+            status
+        }
+    }
+}
+
+/// `size` bytes of temporary memory for `launch`, its address written to `out_addr`; the
+/// status and reason of a refusal.
+///
+/// # Safety
+/// `out_addr` is NULL or writable.
+unsafe fn temp_for(
+    launch: &KernelLaunch,
+    size: u64,
+    out_addr: *mut abi::dpp_addr_t,
+) -> std::result::Result<(), (abi::dpp_status_t, String)> {
     if size == 0 {
-        return refuse(abi::DPP_INVALID_ARGUMENT, "size is 0", Some(launch));
+        return Err((abi::DPP_INVALID_ARGUMENT, "size is 0".into()));
     }
     if out_addr.is_null() {
-        return refuse(abi::DPP_INVALID_ARGUMENT, "out_addr is NULL", Some(launch));
+        return Err((abi::DPP_INVALID_ARGUMENT, "out_addr is NULL".into()));
     }
-    let Ok(len) = i64::try_from(size) else {
-        return refuse(
-            abi::DPP_RESOURCE_EXHAUSTED,
-            &format!("{size} bytes are more than a device can hold"),
-            Some(launch),
-        );
-    };
-    match Tensor::output(launch.device, DType::U8, &[len]) {
-        Ok(t) => {
-            // SAFETY: non-NULL and writable by the caller's contract.
-            unsafe { out_addr.write(t.buffer().ptr().0) };
-            launch.temps.lock().tensors.push(t);
-            abi::DPP_OK
+    let len = i64::try_from(size).map_err(|_| {
+        let why = format!("{size} bytes are more than a device can hold");
+        (abi::DPP_RESOURCE_EXHAUSTED, why)
+    })?;
+    // The ABI's status values are the host API's codes; the message says "allocating N bytes
+    // on DEVICE: …".
+    let t = Tensor::output(launch.device, DType::U8, &[len])
+        .map_err(|e| (e.code as abi::dpp_status_t, e.message))?;
+    // SAFETY: non-NULL and writable by the caller's contract.
+    unsafe { out_addr.write(t.buffer().ptr().0) };
+    launch.temps.lock().tensors.push(t);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A context that is NULL, or whose `attrs` is not a launch the host made, is refused
+    /// with nothing written and the reason on the thread.
+    #[test]
+    fn allocate_temp_refuses_a_context_the_host_did_not_pass() {
+        let foreign = [0u64; 8];
+        let context = abi::dpp_kernel_context_t {
+            struct_size: abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE,
+            ext: std::ptr::null_mut(),
+            device: std::ptr::null_mut(),
+            stream: std::ptr::null_mut(),
+            num_inputs: 0,
+            inputs: std::ptr::null(),
+            num_outputs: 0,
+            outputs: std::ptr::null(),
+            attrs: foreign.as_ptr().cast(),
+            kernel_data: std::ptr::null_mut(),
+        };
+        for cx in [std::ptr::null(), &context as *const _] {
+            let mut addr: abi::dpp_addr_t = 7;
+            // SAFETY: NULL, or a context whose attrs points to readable memory.
+            let status = unsafe { allocate_temp(cx, 64, &mut addr) };
+            assert_eq!((status, addr), (abi::DPP_INVALID_ARGUMENT, 7));
+            let why = crate::plugin::host::take_plugin_error().unwrap_or_default();
+            assert!(why.contains("not one the host passed to compute"), "{why}");
         }
-        // The ABI's status values are the host API's codes.
-        Err(e) => refuse(
-            e.code as abi::dpp_status_t,
-            &e.message, // "allocating N bytes on DEVICE: …"
-            Some(launch),
-        ),
     }
 }
