@@ -258,10 +258,11 @@ impl CpuEvent {
     }
 
     fn reach(&self, generation: u64) {
+        let now = Instant::now(); // not under the lock waiters and recorders take
         let mut st = self.inner.0.lock();
         if generation > st.reached {
             st.reached = generation;
-            st.reached_at = Some(Instant::now());
+            st.reached_at = Some(now);
         }
         drop(st);
         self.inner.1.notify_all();
