@@ -17,6 +17,7 @@ pub mod check;
 pub mod device;
 pub mod dispatch;
 pub mod error;
+pub mod graph;
 pub mod host;
 pub mod kernel;
 pub mod log;
@@ -33,10 +34,12 @@ pub mod tensor;
 #[cfg(test)]
 mod testing;
 pub mod trace;
+pub mod variable;
 
 pub use device::{Device, DeviceProperties, MemoryUsage, PlatformEntry};
 pub use dispatch::RunOptions;
 pub use error::{Code, Error, Result};
+pub use graph::{Graph, GraphRunOptions, NodeOutput};
 /// The `half` crate, whose `f16` and `bf16` are the element types of [`DType::F16`] and
 /// [`DType::BF16`] tensors.
 pub use half;
@@ -53,3 +56,4 @@ pub use spec::DeviceSpec;
 pub use stream::{Event, Stream};
 pub use tensor::{DType, Element, Shape, Tensor};
 pub use trace::{SpanKind, Trace, TraceEvent};
+pub use variable::Variable;

@@ -31,9 +31,8 @@ use crate::runtime::Runtime;
 pub enum OpKind {
     /// An op computing outputs from inputs: every eager op.
     Compute,
-    /// The creation of a variable (a persistent tensor). Nothing in devplug 0.1 places
-    /// variables yet (the graph API that creates them is not built); setters should handle it
-    /// so that they keep working when it is.
+    /// The creation of a variable (a persistent tensor, [`crate::Variable`]): a setter can
+    /// keep variables on one device and computation on another.
     Variable,
 }
 
@@ -205,17 +204,28 @@ pub(crate) fn place(rt: &Runtime, op: &str) -> Result<Option<(Arc<Device>, Reaso
     if STACK.with(|s| s.borrow().is_empty()) {
         return Ok(None);
     }
-    place_scoped(rt, op)
+    place_scoped(
+        rt,
+        &OpInfo {
+            name: op,
+            op,
+            kind: OpKind::Compute,
+        },
+    )
+}
+
+/// [`place`] for an op described in full: a graph node (its name in the graph) or a variable.
+pub(crate) fn place_op(rt: &Runtime, info: &OpInfo) -> Result<Option<(Arc<Device>, Reason)>> {
+    if STACK.with(|s| s.borrow().is_empty()) {
+        return Ok(None);
+    }
+    place_scoped(rt, info)
 }
 
 #[inline(never)]
-fn place_scoped(rt: &Runtime, op: &str) -> Result<Option<(Arc<Device>, Reason)>> {
+fn place_scoped(rt: &Runtime, info: &OpInfo) -> Result<Option<(Arc<Device>, Reason)>> {
     let id = rt.id();
-    let info = OpInfo {
-        name: op,
-        op,
-        kind: OpKind::Compute,
-    };
+    let op = info.name;
     // Innermost first. Each entry's scope is cloned out of the stack before a setter runs, so
     // that a setter may itself run ops, or enter and exit scopes.
     let mut depth = 0;
@@ -235,8 +245,8 @@ fn place_scoped(rt: &Runtime, op: &str) -> Result<Option<(Arc<Device>, Reason)>>
             match frame {
                 Frame::Device(d) => return Ok(Some((d.clone(), Reason::Scope))),
                 Frame::Setter(f) => {
-                    if let Some(d) = f(&info)
-                        .map_err(|e| e.context(format!("{op}: the device setter failed")))?
+                    if let Some(d) =
+                        f(info).map_err(|e| e.context(format!("{op}: the device setter failed")))?
                     {
                         if !rt.owns(&d) {
                             return Err(Error::invalid_argument(format!(

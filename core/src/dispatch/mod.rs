@@ -130,6 +130,27 @@ pub(crate) fn run_on(
     r
 }
 
+/// Runs `op` on a device placement already chose (a graph node's), logging `reason` for it;
+/// the fallback order applies as for any op. Outputs are appended to `out` (nothing on error).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_placed(
+    rt: &Runtime,
+    op: &OpHandle,
+    device: &Arc<Device>,
+    reason: Reason,
+    inputs: &[Tensor],
+    attrs: &Attrs,
+    soft: bool,
+    out: &mut Outputs,
+) -> Result<()> {
+    let start = out.len();
+    let r = execute(rt, op, device, inputs, attrs, soft, reason, 0, out);
+    if r.is_err() {
+        out.truncate(start);
+    }
+    r
+}
+
 #[allow(clippy::too_many_arguments)]
 fn execute(
     rt: &Runtime,

@@ -1,0 +1,230 @@
+//! Running a graph: the plan for a fetch list (which nodes, how often each output is used),
+//! feeds, the nodes in order, and the assignments made at the end.
+
+use std::sync::Arc;
+
+use smallvec::smallvec;
+
+use super::{Graph, NodeKind, NodeOutput};
+use crate::error::{Error, Result};
+use crate::op::Outputs;
+use crate::runtime::Runtime;
+use crate::tensor::Tensor;
+use crate::variable::Variable;
+
+/// How many fetch lists a graph keeps plans for before it starts over.
+const MAX_PLANS: usize = 64;
+
+/// Options of one graph run.
+#[derive(Clone, Debug, Default)]
+pub struct GraphRunOptions {
+    /// Overrides the runtime's soft-placement setting for this run's ops (`Some(false)`:
+    /// strict).
+    pub soft_placement: Option<bool>,
+}
+
+/// What a fetch list needs: computed once per fetch list, kept until a node is added.
+pub(crate) struct Plan {
+    /// The nodes to run, in graph order.
+    order: Vec<u32>,
+    /// Per node of the graph: how many times this run takes its outputs (as inputs of the
+    /// nodes in `order`, or as fetches).
+    uses: Vec<u32>,
+}
+
+impl Graph {
+    /// Runs the nodes `fetches` need, with `feeds` for the placeholders among them, and
+    /// returns the fetched tensors in order (see [`crate::graph`]).
+    pub fn run(
+        &self,
+        rt: &Runtime,
+        feeds: &[(NodeOutput, Tensor)],
+        fetches: &[NodeOutput],
+    ) -> Result<Vec<Tensor>> {
+        self.run_with(rt, feeds, fetches, &GraphRunOptions::default())
+    }
+
+    /// [`Graph::run`] with options. Errors: `INVALID_ARGUMENT` for an output of another graph,
+    /// a feed that is no placeholder's, fed twice or of the wrong dtype or shape, a placeholder
+    /// the fetches need and no feed gives, one variable assigned twice in a run, or a runtime
+    /// other than the graph's; otherwise the failing node's error, with its name, op and
+    /// device. On error no variable changes.
+    pub fn run_with(
+        &self,
+        rt: &Runtime,
+        feeds: &[(NodeOutput, Tensor)],
+        fetches: &[NodeOutput],
+        options: &GraphRunOptions,
+    ) -> Result<Vec<Tensor>> {
+        if self.runtime.is_some_and(|r| r != rt.id()) {
+            return Err(Error::invalid_argument(
+                "graph run: the graph's nodes belong to another runtime",
+            ));
+        }
+        let plan = self.plan(fetches)?;
+        let mut values: Vec<Option<Outputs>> = Vec::new();
+        values.resize_with(self.nodes.len(), || None);
+        for (i, (output, tensor)) in feeds.iter().enumerate() {
+            self.feed(&mut values, *output, tensor)
+                .map_err(|e| e.context(format!("graph run: feed {i}")))?;
+        }
+        let mut uses = plan.uses.clone();
+        let mut assigns: Vec<(&Variable, Tensor)> = Vec::new();
+        let soft = options
+            .soft_placement
+            .unwrap_or_else(|| rt.soft_placement());
+        let mut inputs: Vec<Tensor> = Vec::new();
+        for &i in &plan.order {
+            let i = i as usize;
+            let node = &self.nodes[i];
+            inputs.clear();
+            inputs.extend(node.inputs.iter().map(|o| {
+                // Every input ran before (graph order) and is held until its last use.
+                values[o.node()].as_ref().expect("input computed")[o.index()].clone()
+            }));
+            let out: Outputs = match &node.kind {
+                NodeKind::Placeholder { .. } => {
+                    if values[i].is_some() {
+                        continue;
+                    }
+                    return Err(Error::invalid_argument(format!(
+                        "graph run: placeholder '{}' is needed by the fetches but not fed",
+                        node.name
+                    )));
+                }
+                NodeKind::Constant(t) => smallvec![t.clone()],
+                NodeKind::Read(v) => smallvec![v.read()],
+                NodeKind::Assign(v) => {
+                    let copy = v
+                        .prepare(&inputs[0])
+                        .map_err(|e| e.context(format!("graph node '{}' (Assign)", node.name)))?;
+                    assigns.push((v, copy.clone()));
+                    smallvec![copy]
+                }
+                NodeKind::Op {
+                    op,
+                    attrs,
+                    device,
+                    reason,
+                } => {
+                    let mut out = Outputs::new();
+                    crate::dispatch::run_placed(
+                        rt, op, device, *reason, &inputs, attrs, soft, &mut out,
+                    )
+                    .map_err(|e| {
+                        e.context(format!(
+                            "graph node '{}' ({} on {})",
+                            node.name,
+                            op.name(),
+                            device.qualified_name()
+                        ))
+                    })?;
+                    out
+                }
+            };
+            values[i] = Some(out);
+            // Inputs whose last use this was are released now (their buffers go back to the
+            // pool for the nodes that follow).
+            for o in &node.inputs {
+                let u = &mut uses[o.node()];
+                *u -= 1;
+                if *u == 0 {
+                    values[o.node()] = None;
+                }
+            }
+        }
+        let results = fetches
+            .iter()
+            .map(|f| values[f.node()].as_ref().expect("fetch computed")[f.index()].clone())
+            .collect();
+        for (v, t) in assigns {
+            v.commit(t);
+        }
+        Ok(results)
+    }
+
+    fn feed(&self, values: &mut [Option<Outputs>], output: NodeOutput, t: &Tensor) -> Result<()> {
+        let node = self.node(output, "the fed output")?;
+        let NodeKind::Placeholder { dtype, shape } = &node.kind else {
+            return Err(Error::invalid_argument(format!(
+                "node '{}' is not a placeholder; only placeholders are fed",
+                node.name
+            )));
+        };
+        let i = output.node();
+        if values[i].is_some() {
+            return Err(Error::invalid_argument(format!(
+                "placeholder '{}' is fed twice",
+                node.name
+            )));
+        }
+        let shape_fits = shape.as_ref().is_none_or(|s| {
+            s.len() == t.rank() && s.iter().zip(t.shape()).all(|(&w, &d)| w == -1 || w == d)
+        });
+        if t.dtype() != *dtype || !shape_fits {
+            let want = shape
+                .as_ref()
+                .map_or("any shape".to_string(), |s| format!("{s:?}"));
+            return Err(Error::invalid_argument(format!(
+                "placeholder '{}' takes {dtype} {want}; fed {} {:?}",
+                node.name,
+                t.dtype(),
+                t.shape()
+            )));
+        }
+        values[i] = Some(smallvec![t.clone()]);
+        Ok(())
+    }
+
+    /// The plan for `fetches`, from the cache or made now.
+    fn plan(&self, fetches: &[NodeOutput]) -> Result<Arc<Plan>> {
+        if let Some(p) = self.plans.lock().get(fetches) {
+            return Ok(p.clone());
+        }
+        let plan = Arc::new(self.make_plan(fetches)?);
+        let mut plans = self.plans.lock();
+        if plans.len() >= MAX_PLANS {
+            plans.clear();
+        }
+        plans.insert(fetches.to_vec(), plan.clone());
+        Ok(plan)
+    }
+
+    fn make_plan(&self, fetches: &[NodeOutput]) -> Result<Plan> {
+        let n = self.nodes.len();
+        let mut needed = vec![false; n];
+        let mut uses = vec![0u32; n];
+        for (i, f) in fetches.iter().enumerate() {
+            self.node(*f, &format!("fetch {i}"))
+                .map_err(|e| e.context("graph run"))?;
+            needed[f.node()] = true;
+            uses[f.node()] += 1;
+        }
+        // Inputs come before their consumers, so one backward pass marks everything needed.
+        for i in (0..n).rev() {
+            if needed[i] {
+                for o in &self.nodes[i].inputs {
+                    needed[o.node()] = true;
+                    uses[o.node()] += 1;
+                }
+            }
+        }
+        let order: Vec<u32> = (0..n as u32).filter(|&i| needed[i as usize]).collect();
+        let mut assigned: Vec<(u64, &str)> = Vec::new();
+        for &i in &order {
+            let node = &self.nodes[i as usize];
+            if let NodeKind::Assign(v) = &node.kind {
+                if let Some((_, other)) = assigned.iter().find(|(id, _)| *id == v.id()) {
+                    return Err(Error::invalid_argument(format!(
+                        "graph run: variable '{}' is assigned by nodes '{other}' and '{}' in \
+                         one run",
+                        v.name(),
+                        node.name
+                    )));
+                }
+                assigned.push((v.id(), &node.name));
+            }
+        }
+        Ok(Plan { order, uses })
+    }
+}
