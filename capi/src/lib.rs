@@ -5,6 +5,7 @@
 //! boundary ([`status::guard`]); raw pointers become references only in [`handle`].
 #![allow(non_camel_case_types)]
 
+pub mod graph;
 pub mod handle;
 pub mod memory;
 pub mod op;

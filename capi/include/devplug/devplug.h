@@ -21,6 +21,11 @@ typedef struct dp_tensor_t dp_tensor_t;   /**< shared: dp_tensor_retain / dp_ten
 typedef struct dp_op_t dp_op_t;           /**< borrowed from its runtime: dp_runtime_find_op */
 typedef struct dp_attrs_t dp_attrs_t;     /**< owned: dp_attrs_create / dp_attrs_destroy */
 typedef struct dp_scope_t dp_scope_t;     /**< owned: dp_scope_create_* / dp_scope_destroy */
+typedef struct dp_graph_t dp_graph_t;     /**< owned: dp_graph_create / dp_graph_destroy */
+typedef struct dp_variable_t dp_variable_t; /**< shared: dp_variable_retain / dp_variable_release */
+
+/** The `rank` of dp_graph_add_placeholder for a placeholder that takes any shape. */
+#define DP_GRAPH_ANY_RANK SIZE_MAX
 
 
 /**
@@ -88,6 +93,40 @@ typedef int32_t dp_status_t;
  * An element type: one of the `DP_DTYPE_*` values.
  */
 typedef int32_t dp_dtype_t;
+
+/**
+ * One output of a graph node, by value: what later nodes take as input and runs feed or
+ * fetch. It names its graph; another graph refuses it. Write no fields by hand: take it from
+ * the `dp_graph_add_*` functions or [`dp_graph_find`].
+ */
+typedef struct dp_graph_output_t {
+  /**
+   * The graph's number.
+   */
+  uint64_t graph;
+  /**
+   * The node's position in the graph.
+   */
+  uint32_t node;
+  /**
+   * Which of the node's outputs.
+   */
+  uint32_t index;
+} dp_graph_output_t;
+
+/**
+ * Options of [`dp_graph_run`]. Initialize with [`dp_graph_run_options_init`].
+ */
+typedef struct dp_graph_run_options_t {
+  /**
+   * Set by the init function.
+   */
+  size_t struct_size;
+  /**
+   * `DP_SOFT_PLACEMENT_DEFAULT` (default), `_OFF` (strict) or `_ON`, for every op node.
+   */
+  int32_t soft_placement;
+} dp_graph_run_options_t;
 
 /**
  * Options of [`dp_op_run`]. Initialize with [`dp_run_options_init`].
@@ -533,6 +572,226 @@ typedef dp_status_t (*dp_host_status_fn)(void *user_data);
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Creates an empty graph.
+ *
+ * # Safety
+ * `out_graph` is writable.
+ */
+dp_status_t dp_graph_create(dp_graph_t **out_graph);
+
+/**
+ * Destroys a graph (the variables and tensors it holds are released). NULL is a no-op.
+ *
+ * # Safety
+ * `graph` is NULL or a graph handle no other thread is using.
+ */
+void dp_graph_destroy(dp_graph_t *graph);
+
+/**
+ * Adds a placeholder that each run feeds with a tensor of `dtype` and shape
+ * `shape[0..rank]`, where a dimension of -1 takes any size; `rank` `DP_GRAPH_ANY_RANK` (with
+ * `shape` NULL) takes any shape. `name` NULL or empty: one is made up. Node names are unique
+ * (`DP_INVALID_ARGUMENT` for a taken one).
+ *
+ * # Safety
+ * `graph` is a graph handle; `name` NULL or a C string; `shape` readable for `rank` values
+ * (unless `rank` is 0 or `DP_GRAPH_ANY_RANK`); `out_output` writable.
+ */
+dp_status_t dp_graph_add_placeholder(dp_graph_t *graph,
+                                     const char *name,
+                                     dp_dtype_t dtype,
+                                     const int64_t *shape,
+                                     size_t rank,
+                                     struct dp_graph_output_t *out_output);
+
+/**
+ * Adds a constant node holding `value` (the graph keeps a reference; the tensor stays on its
+ * device).
+ *
+ * # Safety
+ * `graph` is a graph handle; `name` NULL or a C string; `value` a tensor handle;
+ * `out_output` writable.
+ */
+dp_status_t dp_graph_add_constant(dp_graph_t *graph,
+                                  const char *name,
+                                  const dp_tensor_t *value,
+                                  struct dp_graph_output_t *out_output);
+
+/**
+ * Adds a node running `op` (of `runtime`) on `inputs[0..num_inputs]` with `attrs` (NULL:
+ * none), on `device`, or with `device` NULL where the scopes entered on this thread place it
+ * now (a setter sees the node's name), else on the runtime's default device. Its outputs are
+ * written to `outputs[0..n]`, `n` (the op's output count, at most `capacity`) to
+ * `*out_count` (may be NULL). Where the inputs' dtypes and shapes are known the node is
+ * checked now: `DP_INVALID_ARGUMENT` naming the node and the op for inputs or attributes the
+ * op refuses, an output of another graph, a taken name, an op or device of another runtime.
+ *
+ * # Safety
+ * `graph` is a graph handle, `runtime` a runtime handle, `op` an op handle; `name` NULL or a
+ * C string; `inputs` readable for `num_inputs` outputs; `attrs` NULL or an attrs handle;
+ * `device` NULL or a device handle; `outputs` writable for `capacity` outputs.
+ */
+dp_status_t dp_graph_add_op(dp_graph_t *graph,
+                            const dp_runtime_t *runtime,
+                            const char *name,
+                            const dp_op_t *op,
+                            const struct dp_graph_output_t *inputs,
+                            size_t num_inputs,
+                            const dp_attrs_t *attrs,
+                            dp_device_t *device,
+                            struct dp_graph_output_t *outputs,
+                            size_t capacity,
+                            size_t *out_count);
+
+/**
+ * Adds a read of `variable`: its value as the run starts.
+ *
+ * # Safety
+ * `graph` is a graph handle, `variable` a variable handle; `name` NULL or a C string;
+ * `out_output` writable.
+ */
+dp_status_t dp_graph_add_read(dp_graph_t *graph,
+                              const char *name,
+                              const dp_variable_t *variable,
+                              struct dp_graph_output_t *out_output);
+
+/**
+ * Adds an assignment of `value` to `variable`; its output is the value assigned. It runs when
+ * a run fetches it (or a node that needs it), and takes effect only when that whole run
+ * succeeds. A value whose dtype and shape are known now is checked against the variable's.
+ *
+ * # Safety
+ * `graph` is a graph handle, `variable` a variable handle; `name` NULL or a C string;
+ * `out_output` writable.
+ */
+dp_status_t dp_graph_add_assign(dp_graph_t *graph,
+                                const char *name,
+                                const dp_variable_t *variable,
+                                struct dp_graph_output_t value,
+                                struct dp_graph_output_t *out_output);
+
+/**
+ * Writes the number of nodes to `*out_count`.
+ *
+ * # Safety
+ * `graph` is a graph handle; `out_count` writable.
+ */
+dp_status_t dp_graph_node_count(const dp_graph_t *graph, size_t *out_count);
+
+/**
+ * Writes output `index` of the node named `name` to `*out_output`; `DP_NOT_FOUND` when the
+ * graph has no such node or output.
+ *
+ * # Safety
+ * `graph` is a graph handle; `name` a C string; `out_output` writable.
+ */
+dp_status_t dp_graph_find(const dp_graph_t *graph,
+                          const char *name,
+                          size_t index,
+                          struct dp_graph_output_t *out_output);
+
+/**
+ * Sets `*options` to the defaults, writing at most `struct_size` bytes (the caller's
+ * `sizeof(dp_graph_run_options_t)`). NULL or a too small size is a no-op.
+ *
+ * # Safety
+ * `options` is NULL or writable for `struct_size` bytes.
+ */
+void dp_graph_run_options_init(struct dp_graph_run_options_t *options, size_t struct_size);
+
+/**
+ * Runs the nodes `fetches[0..num_fetches]` need, feeding placeholder `feed_outputs[i]` with
+ * `feed_tensors[i]` (`num_feeds` pairs), and writes the fetched tensors (new references the
+ * caller releases) to `results[0..num_fetches]` — nothing on error. Each op runs on the
+ * device its node was placed on, with the fallback order of `dp_op_run`; intermediates are
+ * released after their last use; assignments take effect only when the run succeeds.
+ * Errors: `DP_INVALID_ARGUMENT` for an output of another graph, a feed that is no
+ * placeholder's, fed twice or of the wrong dtype or shape, a needed placeholder not fed, one
+ * variable assigned twice, or another runtime than the graph's; otherwise the failing node's
+ * error, naming the node, its op and its device.
+ *
+ * # Safety
+ * `graph` is a graph handle, `runtime` a runtime handle; `feed_outputs` and `feed_tensors`
+ * readable for `num_feeds` entries (tensor handles); `fetches` readable and `results` writable
+ * for `num_fetches` entries; `options` NULL or initialized.
+ */
+dp_status_t dp_graph_run(const dp_graph_t *graph,
+                         const dp_runtime_t *runtime,
+                         const struct dp_graph_output_t *feed_outputs,
+                         dp_tensor_t *const *feed_tensors,
+                         size_t num_feeds,
+                         const struct dp_graph_output_t *fetches,
+                         size_t num_fetches,
+                         const struct dp_graph_run_options_t *options,
+                         dp_tensor_t **results);
+
+/**
+ * Creates a variable named `name` (not empty) holding a copy of `initial`, on `device`, or
+ * with `device` NULL where the scopes entered on this thread place a variable of that name
+ * (a setter is asked with `DP_OP_KIND_VARIABLE`), else on the runtime's default device.
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `name` a C string; `initial` a tensor handle; `device` NULL
+ * or a device handle; `out_variable` writable.
+ */
+dp_status_t dp_variable_create(const dp_runtime_t *runtime,
+                               const char *name,
+                               const dp_tensor_t *initial,
+                               dp_device_t *device,
+                               dp_variable_t **out_variable);
+
+/**
+ * Adds a reference to a variable.
+ *
+ * # Safety
+ * `variable` is a variable handle.
+ */
+void dp_variable_retain(dp_variable_t *variable);
+
+/**
+ * Drops a reference to a variable (graphs keep their own). NULL is a no-op.
+ *
+ * # Safety
+ * `variable` is NULL or a variable handle.
+ */
+void dp_variable_release(dp_variable_t *variable);
+
+/**
+ * The variable's name, valid while the handle lives; NULL for an invalid handle.
+ *
+ * # Safety
+ * `variable` is a variable handle.
+ */
+const char *dp_variable_name(const dp_variable_t *variable);
+
+/**
+ * Writes the device the variable lives on (borrowed from the runtime) to `*out_device`.
+ *
+ * # Safety
+ * `variable` is a variable handle; `out_device` writable.
+ */
+dp_status_t dp_variable_device(const dp_variable_t *variable, dp_device_t **out_device);
+
+/**
+ * Writes the current value (a new tensor reference the caller releases; later assignments
+ * leave it as it is) to `*out_tensor`.
+ *
+ * # Safety
+ * `variable` is a variable handle; `out_tensor` writable.
+ */
+dp_status_t dp_variable_read(const dp_variable_t *variable, dp_tensor_t **out_tensor);
+
+/**
+ * Copies `value` onto the variable's device and makes it the current value.
+ * `DP_INVALID_ARGUMENT` naming the variable when the dtype or shape differs; on any error the
+ * variable keeps its value.
+ *
+ * # Safety
+ * `variable` is a variable handle; `value` a tensor handle.
+ */
+dp_status_t dp_variable_assign(const dp_variable_t *variable, const dp_tensor_t *value);
 
 /**
  * Allocates `size` bytes of device memory (contents unspecified).

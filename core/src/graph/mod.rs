@@ -66,6 +66,18 @@ impl NodeOutput {
     pub fn index(&self) -> usize {
         self.index as usize
     }
+
+    /// The parts an output is made of (its graph's number, the node, the index): for bindings
+    /// that pass outputs by value, as the C API does.
+    pub fn to_raw(self) -> (u64, u32, u32) {
+        (self.graph, self.node, self.index)
+    }
+
+    /// An output from [`NodeOutput::to_raw`]'s parts. Graphs refuse one that names nothing of
+    /// theirs, so a made-up value is an error, never another graph's node.
+    pub fn from_raw(graph: u64, node: u32, index: u32) -> NodeOutput {
+        NodeOutput { graph, node, index }
+    }
 }
 
 pub(crate) enum NodeKind {

@@ -1418,7 +1418,7 @@ class Tensor {
 enum class OpKind : int32_t {
   /** @brief An op computing outputs from inputs: every eager op. */
   Compute = DP_OP_KIND_COMPUTE,
-  /** @brief The creation of a variable (nothing in devplug 0.1 places variables yet). */
+  /** @brief The creation of a variable (`Runtime::variable()`). */
   Variable = DP_OP_KIND_VARIABLE,
 };
 
@@ -1727,6 +1727,8 @@ struct OpDef {
   std::string body;       ///< `"z = Mul(x, @k)"`, statements separated by `;` or newlines
 };
 
+class Variable;  // devplug/graph.hpp
+
 /**
  * @brief The host object: owns the devices and their memory (`dp_runtime_t`).
  *
@@ -1892,6 +1894,14 @@ class Runtime {
                                  detail::devplug_cxx_device_setter_drop, &h));
     return DeviceScope::adopt(h);
   }
+  /**
+   * @brief Creates a variable named @p name holding a copy of @p initial
+   *        (`dp_variable_create()`), on @p device or, when it is empty, where placement puts a
+   *        variable (a setter is asked with `OpKind::Variable`). Defined in devplug/graph.hpp.
+   */
+  Variable variable(const std::string& name, const Tensor& initial,
+                    const Device& device = Device()) const;
+
   /** @brief The placement context in force on this thread, captured (`dp_scope_capture()`):
    *  entered later, on any thread, it places ops as they would have been placed here. */
   DeviceScope current_scope() const {
@@ -2015,5 +2025,8 @@ inline Stream Device::default_stream() const { return Stream::default_for(*this)
 inline Event Device::create_event() const { return Event::create(*this); }
 
 }  // namespace devplug
+
+// Graphs and variables (Graph, Variable, Runtime::variable).
+#include <devplug/graph.hpp>
 
 #endif  // DEVPLUG_DEVPLUG_HPP

@@ -1,0 +1,238 @@
+/**
+ * @file graph.hpp
+ * @brief devplug's graphs and variables for C++17 (wraps `dp_graph_*` and `dp_variable_*`).
+ *
+ * Included by `devplug/devplug.hpp`; see docs/c-api.md ("Graphs and variables").
+ *
+ * @code
+ * devplug::Variable w = rt.variable("w", devplug::Tensor::from_vector<float>(cpu, {2}, {2, 3}));
+ * devplug::Graph g;
+ * auto x = g.placeholder("x", devplug::DType::F32, {-1, 2});
+ * auto y = g.op(rt, "y", rt.op("Mul"), {x, g.read("w_read", w)});
+ * std::vector<devplug::Tensor> out = g.run(rt, {{x, &batch}}, {y});
+ * @endcode
+ */
+#ifndef DEVPLUG_GRAPH_HPP
+#define DEVPLUG_GRAPH_HPP
+
+#include <devplug/devplug.hpp>
+
+#include <utility>
+#include <vector>
+
+namespace devplug {
+
+/**
+ * @brief A persistent tensor on a device (`dp_variable_t`), made by `Runtime::variable()`.
+ *        Copies share the variable (they hold references). Graphs that read or assign it hold
+ *        their own.
+ */
+class Variable {
+ public:
+  /** @brief Empty. */
+  Variable() noexcept = default;
+  /** @brief Wraps @p handle, taking over the caller's reference. */
+  static Variable adopt(dp_variable_t* handle) noexcept { return Variable(handle); }
+
+  ~Variable() { dp_variable_release(handle_); }
+  /** @brief Another reference to the same variable. */
+  Variable(const Variable& other) noexcept : handle_(other.handle_) {
+    if (handle_ != nullptr) dp_variable_retain(handle_);
+  }
+  Variable& operator=(const Variable& other) noexcept {
+    if (this != &other) {
+      if (other.handle_ != nullptr) dp_variable_retain(other.handle_);
+      dp_variable_release(handle_);
+      handle_ = other.handle_;
+    }
+    return *this;
+  }
+  Variable(Variable&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Variable& operator=(Variable&& other) noexcept {
+    if (this != &other) {
+      dp_variable_release(handle_);
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+
+  /** @brief The C handle. */
+  dp_variable_t* get() const noexcept { return handle_; }
+  /** @brief Whether this holds a variable. */
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
+
+  /** @brief The variable's name. */
+  std::string name() const {
+    const char* n = dp_variable_name(handle_);
+    if (n == nullptr) throw Error::from_last_error(DP_INVALID_ARGUMENT);
+    return n;
+  }
+  /** @brief The device it lives on. */
+  Device device() const {
+    dp_device_t* d = nullptr;
+    check(dp_variable_device(handle_, &d));
+    return Device(d);
+  }
+  /** @brief The current value; later assignments leave the returned tensor as it is. */
+  Tensor read() const {
+    dp_tensor_t* t = nullptr;
+    check(dp_variable_read(handle_, &t));
+    return Tensor::adopt(t);
+  }
+  /**
+   * @brief Copies @p value onto the variable's device and makes it the current value.
+   * @throws Error `DP_INVALID_ARGUMENT` naming the variable when the dtype or shape differs
+   *         (the value stays).
+   */
+  void assign(const Tensor& value) { check(dp_variable_assign(handle_, value.get())); }
+
+ private:
+  explicit Variable(dp_variable_t* handle) noexcept : handle_(handle) {}
+  dp_variable_t* handle_ = nullptr;
+};
+
+/** @brief One output of a graph node (`dp_graph_output_t`), a plain value. */
+using GraphOutput = dp_graph_output_t;
+
+/**
+ * @brief A graph (`dp_graph_t`): placeholders, constants, ops, variable reads and
+ *        assignments, built once and run many times. Move-only. Each op node is placed when
+ *        it is added (its device, else the scopes entered on this thread, else the default
+ *        device); a run executes only what its fetches need, and its assignments take effect
+ *        only when it succeeds.
+ */
+class Graph {
+ public:
+  /** @brief An empty graph (`dp_graph_create()`). */
+  Graph() { check(dp_graph_create(&handle_)); }
+  ~Graph() { dp_graph_destroy(handle_); }
+  Graph(Graph&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Graph& operator=(Graph&& other) noexcept {
+    if (this != &other) {
+      dp_graph_destroy(handle_);
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  /** @brief The C handle. */
+  dp_graph_t* get() const noexcept { return handle_; }
+
+  /** @brief A placeholder of @p dtype and @p shape (a dimension of -1 takes any size). An
+   *  empty name: one is made up. */
+  GraphOutput placeholder(const std::string& name, DType dtype, const Shape& shape) {
+    static const int64_t scalar_shape = 0;  // a valid pointer for rank 0
+    GraphOutput o{};
+    check(dp_graph_add_placeholder(handle_, name.c_str(), to_c(dtype),
+                                   shape.empty() ? &scalar_shape : shape.data(), shape.size(),
+                                   &o));
+    return o;
+  }
+  /** @brief A placeholder of @p dtype that takes any shape. */
+  GraphOutput placeholder(const std::string& name, DType dtype) {
+    GraphOutput o{};
+    check(dp_graph_add_placeholder(handle_, name.c_str(), to_c(dtype), nullptr,
+                                   DP_GRAPH_ANY_RANK, &o));
+    return o;
+  }
+  /** @brief A constant holding @p value. */
+  GraphOutput constant(const std::string& name, const Tensor& value) {
+    GraphOutput o{};
+    check(dp_graph_add_constant(handle_, name.c_str(), value.get(), &o));
+    return o;
+  }
+  /**
+   * @brief A node running @p op on @p inputs, on @p device or, when it is empty, where
+   *        placement puts it now; returns its outputs.
+   * @throws Error `DP_INVALID_ARGUMENT` naming the node for inputs the op refuses (where their
+   *         shapes are known), a taken name, outputs of another graph.
+   */
+  std::vector<GraphOutput> op(const Runtime& rt, const std::string& name, const Op& op,
+                              const std::vector<GraphOutput>& inputs,
+                              const Attrs* attrs = nullptr, const Device& device = Device()) {
+    GraphOutput out[8] = {};
+    size_t n = 0;
+    check(dp_graph_add_op(handle_, rt.get(), name.c_str(), op.get(), inputs.data(),
+                          inputs.size(), attrs != nullptr ? attrs->get() : nullptr,
+                          device.get(), out, 8, &n));
+    return std::vector<GraphOutput>(out, out + n);
+  }
+  /** @brief op() for ops with one output. */
+  GraphOutput op1(const Runtime& rt, const std::string& name, const Op& op,
+                  const std::vector<GraphOutput>& inputs, const Attrs* attrs = nullptr,
+                  const Device& device = Device()) {
+    std::vector<GraphOutput> r = this->op(rt, name, op, inputs, attrs, device);
+    if (r.size() != 1) throw Error(DP_INVALID_ARGUMENT, op.name() + " does not have exactly one output");
+    return r.front();
+  }
+  /** @brief A read of @p variable (its value as the run starts). */
+  GraphOutput read(const std::string& name, const Variable& variable) {
+    GraphOutput o{};
+    check(dp_graph_add_read(handle_, name.c_str(), variable.get(), &o));
+    return o;
+  }
+  /** @brief An assignment of @p value to @p variable; its output is the value assigned. */
+  GraphOutput assign(const std::string& name, const Variable& variable, GraphOutput value) {
+    GraphOutput o{};
+    check(dp_graph_add_assign(handle_, name.c_str(), variable.get(), value, &o));
+    return o;
+  }
+  /** @brief Output @p index of the node named @p name. @throws Error `DP_NOT_FOUND`. */
+  GraphOutput find(const std::string& name, size_t index = 0) const {
+    GraphOutput o{};
+    check(dp_graph_find(handle_, name.c_str(), index, &o));
+    return o;
+  }
+  /** @brief How many nodes the graph has. */
+  size_t node_count() const {
+    size_t n = 0;
+    check(dp_graph_node_count(handle_, &n));
+    return n;
+  }
+
+  /**
+   * @brief Runs what @p fetches need with @p feeds (placeholder, tensor) and returns the
+   *        fetched tensors (`dp_graph_run()`).
+   * @param soft_placement `DP_SOFT_PLACEMENT_DEFAULT`, `_OFF` (strict) or `_ON`.
+   * @throws Error naming the node, its op and device when one fails; nothing is assigned then.
+   */
+  std::vector<Tensor> run(const Runtime& rt,
+                          const std::vector<std::pair<GraphOutput, const Tensor*>>& feeds,
+                          const std::vector<GraphOutput>& fetches,
+                          int32_t soft_placement = DP_SOFT_PLACEMENT_DEFAULT) const {
+    std::vector<GraphOutput> feed_outputs;
+    std::vector<dp_tensor_t*> feed_tensors;
+    feed_outputs.reserve(feeds.size());
+    feed_tensors.reserve(feeds.size());
+    for (const auto& f : feeds) {
+      feed_outputs.push_back(f.first);
+      feed_tensors.push_back(f.second != nullptr ? f.second->get() : nullptr);
+    }
+    dp_graph_run_options_t o;
+    dp_graph_run_options_init(&o, sizeof o);
+    o.soft_placement = soft_placement;
+    std::vector<dp_tensor_t*> results(fetches.size(), nullptr);
+    check(dp_graph_run(handle_, rt.get(), feed_outputs.data(), feed_tensors.data(), feeds.size(),
+                       fetches.data(), fetches.size(), &o, results.data()));
+    std::vector<Tensor> out;
+    out.reserve(results.size());
+    for (dp_tensor_t* t : results) out.push_back(Tensor::adopt(t));
+    return out;
+  }
+
+ private:
+  dp_graph_t* handle_ = nullptr;
+};
+
+inline Variable Runtime::variable(const std::string& name, const Tensor& initial,
+                                  const Device& device) const {
+  dp_variable_t* v = nullptr;
+  check(dp_variable_create(handle_, name.c_str(), initial.get(), device.get(), &v));
+  return Variable::adopt(v);
+}
+
+}  // namespace devplug
+
+#endif  // DEVPLUG_GRAPH_HPP
