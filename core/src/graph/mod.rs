@@ -113,7 +113,7 @@ pub struct Graph {
     nodes: Vec<Node>,
     names: HashMap<String, usize>,
     /// Run plans by fetch list; cleared when a node is added.
-    plans: Mutex<HashMap<Vec<NodeOutput>, Arc<run::Plan>>>,
+    plans: Mutex<run::Plans>,
 }
 
 impl Default for Graph {
@@ -135,7 +135,7 @@ impl Graph {
             runtime: None,
             nodes: Vec::new(),
             names: HashMap::new(),
-            plans: Mutex::new(HashMap::new()),
+            plans: Mutex::new(run::Plans::default()),
         }
     }
 
@@ -451,7 +451,7 @@ impl Graph {
             inputs,
             specs,
         });
-        self.plans.get_mut().clear();
+        *self.plans.get_mut() = run::Plans::default();
         Ok(self.output(index, 0))
     }
 }

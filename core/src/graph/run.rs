@@ -1,9 +1,10 @@
 //! Running a graph: the plan for a fetch list (which nodes, how often each output is used),
 //! feeds, the nodes in order, and the assignments made at the end.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use smallvec::smallvec;
+use smallvec::{smallvec, SmallVec};
 
 use super::{Graph, NodeKind, NodeOutput};
 use crate::error::{Error, Result};
@@ -21,6 +22,15 @@ pub struct GraphRunOptions {
     /// Overrides the runtime's soft-placement setting for this run's ops (`Some(false)`:
     /// strict).
     pub soft_placement: Option<bool>,
+}
+
+/// The plans of a graph, by fetch list; cleared when a node is added.
+#[derive(Default)]
+pub(crate) struct Plans {
+    /// The plan of the latest lookup: a loop that runs one fetch list finds it with a
+    /// compare, without hashing.
+    last: Option<(Vec<NodeOutput>, Arc<Plan>)>,
+    by_fetches: HashMap<Vec<NodeOutput>, Arc<Plan>>,
 }
 
 /// What a fetch list needs: computed once per fetch list, kept until a node is added.
@@ -62,18 +72,20 @@ impl Graph {
             ));
         }
         let plan = self.plan(fetches)?;
-        let mut values: Vec<Option<Outputs>> = Vec::new();
+        // On the stack for small graphs: a run allocates nothing else of its own but the
+        // fetched list.
+        let mut values: SmallVec<[Option<Outputs>; 8]> = SmallVec::new();
         values.resize_with(self.nodes.len(), || None);
         for (i, (output, tensor)) in feeds.iter().enumerate() {
             self.feed(&mut values, *output, tensor)
                 .map_err(|e| e.context(format!("graph run: feed {i}")))?;
         }
-        let mut uses = plan.uses.clone();
+        let mut uses: SmallVec<[u32; 16]> = SmallVec::from_slice(&plan.uses);
         let mut assigns: Vec<(&Variable, Tensor)> = Vec::new();
         let soft = options
             .soft_placement
             .unwrap_or_else(|| rt.soft_placement());
-        let mut inputs: Vec<Tensor> = Vec::new();
+        let mut inputs: SmallVec<[Tensor; 4]> = SmallVec::new();
         for &i in &plan.order {
             let i = i as usize;
             let node = &self.nodes[i];
@@ -176,17 +188,28 @@ impl Graph {
         Ok(())
     }
 
-    /// The plan for `fetches`, from the cache or made now.
+    /// The plan for `fetches`: the last one used when it is for the same fetches (a compare,
+    /// no hashing), else from the cache, else made now.
     fn plan(&self, fetches: &[NodeOutput]) -> Result<Arc<Plan>> {
-        if let Some(p) = self.plans.lock().get(fetches) {
-            return Ok(p.clone());
+        {
+            let mut plans = self.plans.lock();
+            if let Some((last, p)) = &plans.last {
+                if last.as_slice() == fetches {
+                    return Ok(p.clone());
+                }
+            }
+            if let Some(p) = plans.by_fetches.get(fetches).cloned() {
+                plans.last = Some((fetches.to_vec(), p.clone()));
+                return Ok(p);
+            }
         }
         let plan = Arc::new(self.make_plan(fetches)?);
         let mut plans = self.plans.lock();
-        if plans.len() >= MAX_PLANS {
-            plans.clear();
+        if plans.by_fetches.len() >= MAX_PLANS {
+            plans.by_fetches.clear();
         }
-        plans.insert(fetches.to_vec(), plan.clone());
+        plans.by_fetches.insert(fetches.to_vec(), plan.clone());
+        plans.last = Some((fetches.to_vec(), plan.clone()));
         Ok(plan)
     }
 
