@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use devplug_core::{Attrs, Device, Graph, GraphRunOptions, NodeOutput, Tensor, Variable};
+use devplug_core::{Attrs, Device, Error, Graph, GraphRunOptions, NodeOutput, Tensor, Variable};
 
 use crate::handle::{self, check_out, get, handle, write_out};
 use crate::op::{dp_attrs_t, dp_op_t, DP_SOFT_PLACEMENT_DEFAULT};
@@ -472,7 +472,12 @@ pub unsafe extern "C" fn dp_graph_run(
         let mut feeds = Vec::with_capacity(num_feeds);
         for (i, (&o, &t)) in fo.iter().zip(ft).enumerate() {
             // SAFETY: the caller's contract.
-            let t = unsafe { tensor(t, &format!("feed_tensors[{i}]"))? };
+            let t = unsafe { tensor(t, "feed_tensors[i]") }.map_err(|e| {
+                Error::new(
+                    e.code,
+                    e.message.replace("feed_tensors[i]", &format!("feed_tensors[{i}]")),
+                )
+            })?;
             feeds.push((NodeOutput::from(o), t.tensor.clone()));
         }
         let fetch: Vec<NodeOutput> = fetch.iter().map(|&o| o.into()).collect();
@@ -611,7 +616,8 @@ pub unsafe extern "C" fn dp_variable_device(
 }
 
 /// Writes the current value (a new tensor reference the caller releases; later assignments
-/// leave it as it is) to `*out_tensor`.
+/// leave it as it is) to `*out_tensor`. It is the variable's tensor, not a copy: writing into
+/// its buffer (`dp_tensor_buffer`) writes into the variable.
 ///
 /// # Safety
 /// `variable` is a variable handle; `out_tensor` writable.

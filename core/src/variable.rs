@@ -126,7 +126,9 @@ impl Variable {
     }
 
     /// The current value: a tensor on the variable's device that later assignments leave as
-    /// it is.
+    /// it is. It is the variable's tensor, not a copy (devplug never changes a tensor in place;
+    /// a host that writes into its buffer through [`Tensor::buffer`] writes into the
+    /// variable).
     pub fn read(&self) -> Tensor {
         self.0.value.read().clone()
     }

@@ -776,7 +776,8 @@ dp_status_t dp_variable_device(const dp_variable_t *variable, dp_device_t **out_
 
 /**
  * Writes the current value (a new tensor reference the caller releases; later assignments
- * leave it as it is) to `*out_tensor`.
+ * leave it as it is) to `*out_tensor`. It is the variable's tensor, not a copy: writing into
+ * its buffer (`dp_tensor_buffer`) writes into the variable.
  *
  * # Safety
  * `variable` is a variable handle; `out_tensor` writable.
