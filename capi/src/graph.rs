@@ -11,7 +11,6 @@ use devplug_core::{Attrs, Device, Error, Graph, GraphRunOptions, NodeOutput, Ten
 
 use crate::handle::{self, check_out, get, handle, write_out};
 use crate::op::{dp_attrs_t, dp_op_t, DP_SOFT_PLACEMENT_DEFAULT};
-use crate::op::{DP_SOFT_PLACEMENT_OFF, DP_SOFT_PLACEMENT_ON};
 use crate::runtime::{device, dp_device_t, dp_runtime_t, runtime_obj, DevicePtr, RuntimeObj};
 use crate::status::{bad_arg, dp_status_t, guard, guard_value};
 use crate::tensor::{dp_dtype_t, dp_tensor_t, dtype, tensor, TensorObj};
@@ -475,36 +474,22 @@ pub unsafe extern "C" fn dp_graph_run(
             let t = unsafe { tensor(t, "feed_tensors[i]") }.map_err(|e| {
                 Error::new(
                     e.code,
-                    e.message.replace("feed_tensors[i]", &format!("feed_tensors[{i}]")),
+                    e.message
+                        .replace("feed_tensors[i]", &format!("feed_tensors[{i}]")),
                 )
             })?;
             feeds.push((NodeOutput::from(o), t.tensor.clone()));
         }
         let fetch: Vec<NodeOutput> = fetch.iter().map(|&o| o.into()).collect();
-        let o = if options.is_null() {
-            dp_graph_run_options_t::default()
-        } else {
-            // SAFETY: the caller's contract.
-            unsafe {
-                handle::read_sized(
-                    options,
-                    dp_graph_run_options_t::default(),
-                    std::mem::size_of::<dp_graph_run_options_t>(),
-                    "options",
-                )?
-            }
+        // SAFETY: the caller's contract.
+        let o = unsafe {
+            handle::read_options(
+                options,
+                std::mem::size_of::<dp_graph_run_options_t>(),
+                "options",
+            )?
         };
-        let soft_placement = match o.soft_placement {
-            DP_SOFT_PLACEMENT_DEFAULT => None,
-            DP_SOFT_PLACEMENT_OFF => Some(false),
-            DP_SOFT_PLACEMENT_ON => Some(true),
-            other => {
-                return Err(bad_arg(
-                    "options->soft_placement",
-                    &format!("is {other}, not a DP_SOFT_PLACEMENT_* value"),
-                ))
-            }
-        };
+        let soft_placement = crate::op::soft_placement(o.soft_placement)?;
         let out = g.read().run_with(
             rt.runtime(),
             &feeds,

@@ -456,6 +456,19 @@ pub unsafe fn read_sized<T: Copy>(ptr: *const T, default: T, min: usize, arg: &s
     Ok(out)
 }
 
+/// The caller's optional options struct: its defaults when `ptr` is NULL, else as
+/// [`read_sized`] reads it.
+///
+/// # Safety
+/// As for [`read_sized`].
+pub unsafe fn read_options<T: Copy + Default>(ptr: *const T, min: usize, arg: &str) -> Result<T> {
+    if ptr.is_null() {
+        return Ok(T::default());
+    }
+    // SAFETY: forwarded.
+    unsafe { read_sized(ptr, T::default(), min, arg) }
+}
+
 /// Writes a versioned struct into the caller's, up to the size the caller declared (at least
 /// `min`): a caller built against an older, shorter struct gets the fields it knows. The
 /// caller's `struct_size` is left as it was.

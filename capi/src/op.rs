@@ -253,6 +253,19 @@ pub const DP_SOFT_PLACEMENT_OFF: i32 = 0;
 /// An op its device cannot run falls back to the CPU.
 pub const DP_SOFT_PLACEMENT_ON: i32 = 1;
 
+/// An options struct's `soft_placement` (`DP_SOFT_PLACEMENT_*`) as the core takes it.
+pub(crate) fn soft_placement(v: i32) -> devplug_core::Result<Option<bool>> {
+    match v {
+        DP_SOFT_PLACEMENT_DEFAULT => Ok(None),
+        DP_SOFT_PLACEMENT_OFF => Ok(Some(false)),
+        DP_SOFT_PLACEMENT_ON => Ok(Some(true)),
+        other => Err(bad_arg(
+            "options->soft_placement",
+            &format!("is {other}, not a DP_SOFT_PLACEMENT_* value"),
+        )),
+    }
+}
+
 /// Options of [`dp_op_run`]. Initialize with [`dp_run_options_init`].
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -367,18 +380,9 @@ pub unsafe extern "C" fn dp_op_run(
             // SAFETY: the caller's contract.
             unsafe { get(attrs, "attrs")? }
         };
-        let o = if options.is_null() {
-            dp_run_options_t::default()
-        } else {
-            // SAFETY: the caller's contract.
-            unsafe {
-                handle::read_sized(
-                    options,
-                    dp_run_options_t::default(),
-                    std::mem::size_of::<dp_run_options_t>(),
-                    "options",
-                )?
-            }
+        // SAFETY: the caller's contract.
+        let o = unsafe {
+            handle::read_options(options, std::mem::size_of::<dp_run_options_t>(), "options")?
         };
         // The device is borrowed from its handle: no `Arc` clone per op. Dispatch refuses a
         // device of another runtime (a compare, no lock).
@@ -388,17 +392,7 @@ pub unsafe extern "C" fn dp_op_run(
             // SAFETY: the caller's contract.
             Some(unsafe { device(o.device, "options->device")? })
         };
-        let soft_placement = match o.soft_placement {
-            DP_SOFT_PLACEMENT_DEFAULT => None,
-            DP_SOFT_PLACEMENT_OFF => Some(false),
-            DP_SOFT_PLACEMENT_ON => Some(true),
-            other => {
-                return Err(bad_arg(
-                    "options->soft_placement",
-                    &format!("is {other}, not a DP_SOFT_PLACEMENT_* value"),
-                ))
-            }
-        };
+        let soft_placement = soft_placement(o.soft_placement)?;
         let n = op.op.def().outputs.len();
         if capacity < n {
             return Err(bad_arg(

@@ -245,19 +245,14 @@ pub unsafe extern "C" fn dp_runtime_create(
 ) -> dp_status_t {
     guard("dp_runtime_create", || {
         check_out(out_runtime, "out_runtime")?;
-        let o = if options.is_null() {
-            dp_runtime_options_t::default()
-        } else {
-            // SAFETY: the caller's contract.
-            unsafe {
-                handle::read_sized(
-                    options,
-                    dp_runtime_options_t::default(),
-                    // The 0.1 layout without the plugin fields is still accepted.
-                    std::mem::offset_of!(dp_runtime_options_t, plugin_path),
-                    "options",
-                )?
-            }
+        // SAFETY: the caller's contract.
+        let o: dp_runtime_options_t = unsafe {
+            handle::read_options(
+                options,
+                // The 0.1 layout without the plugin fields is still accepted.
+                std::mem::offset_of!(dp_runtime_options_t, plugin_path),
+                "options",
+            )?
         };
         let plugin_path = if o.plugin_path.is_null() {
             None

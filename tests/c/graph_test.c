@@ -337,7 +337,7 @@ static void errors_name_the_node(void) {
 }
 
 static void bad_arguments(void) {
-    dp_graph_t *g = NULL, *dead_g = NULL, *g_out = SENTINEL(dp_graph_t);
+    dp_graph_t *g = NULL, *dead_g = NULL;
     dp_variable_t *v = NULL, *dead_v = NULL, *v_out = SENTINEL(dp_variable_t);
     dp_tensor_t *t, *t_out = SENTINEL(dp_tensor_t);
     dp_device_t *d_out = SENTINEL(dp_device_t);

@@ -8,6 +8,8 @@
 
 #include <devplug/devplug.hpp>
 
+#include "counting_check.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -16,25 +18,6 @@
 
 namespace {
 
-int g_passed = 0;
-int g_failed = 0;
-
-void report(bool ok, const char* file, int line, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    std::printf("FAIL %s:%d: %s\n", file, line, what.c_str());
-    std::fflush(stdout);
-  }
-}
-
-#define CHECK(cond) report(static_cast<bool>(cond), __FILE__, __LINE__, #cond)
-
-void section(const char* name) {
-  std::printf("-- %s\n", name);
-  std::fflush(stdout);
-}
 
 // The error `f` throws (code DP_OK and an empty message when it throws none).
 template <class F>
@@ -201,6 +184,5 @@ int main() {
   } catch (const std::exception& e) {
     report(false, __FILE__, __LINE__, std::string("unexpected exception: ") + e.what());
   }
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 ? 0 : 1;
+  return summary("graph_wrapper_test");
 }

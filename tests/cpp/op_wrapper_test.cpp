@@ -9,6 +9,8 @@
 
 #include <devplug/devplug.hpp>
 
+#include "counting_check.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -40,26 +42,6 @@ static_assert(can_set<bool>::value && can_set<int>::value && can_set<int64_t>::v
                   can_set<devplug::DType>::value,
               "every attribute kind of the C API can be set");
 
-int g_passed = 0;
-int g_failed = 0;
-
-void report(bool ok, const char* file, int line, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    std::printf("FAIL %s:%d: %s\n", file, line, what.c_str());
-    std::fflush(stdout);
-  }
-}
-
-#define CHECK(cond) report(static_cast<bool>(cond), __FILE__, __LINE__, #cond)
-#define CHECK_MSG(cond, msg) report(static_cast<bool>(cond), __FILE__, __LINE__, std::string(#cond ": ") + (msg))
-
-void section(const char* name) {
-  std::printf("-- %s\n", name);
-  std::fflush(stdout);
-}
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
@@ -644,6 +626,5 @@ int main() {
   } catch (const std::exception& e) {
     report(false, __FILE__, __LINE__, std::string("unexpected exception: ") + e.what());
   }
-  std::printf("%s: %d passed, %d failed\n", __FILE__, g_passed, g_failed);
-  return g_failed == 0 && g_passed > 0 ? 0 : 1;
+  return summary(__FILE__);
 }

@@ -8,6 +8,8 @@
 
 #include <devplug/devplug.hpp>
 
+#include "counting_check.hpp"
+
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -17,25 +19,6 @@
 
 namespace {
 
-int g_passed = 0;
-int g_failed = 0;
-
-void report(bool ok, const char* file, int line, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    std::printf("FAIL %s:%d: %s\n", file, line, what.c_str());
-    std::fflush(stdout);
-  }
-}
-
-#define CHECK(cond) report(static_cast<bool>(cond), __FILE__, __LINE__, #cond)
-
-void section(const char* name) {
-  std::printf("-- %s\n", name);
-  std::fflush(stdout);
-}
 
 // Runs `op` on two 1x1 f32 tensors of `input` with no device named; the output's device.
 devplug::Device run(devplug::Runtime& rt, const devplug::Device& input, const char* op) {
@@ -156,6 +139,5 @@ int main() {
   }
   CHECK(run(rt, cpu0, "Add") == cpu0);
 
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 ? 0 : 1;
+  return summary("scope_wrapper_test");
 }
