@@ -13,10 +13,10 @@ use crate::op::dp_drop_fn;
 use crate::runtime::{device, dp_device_t, dp_runtime_t, runtime_obj};
 use crate::status::{bad_arg, dp_status_t, guard, DP_OK};
 
-/// An op computing outputs from inputs: every eager op.
+/// An op computing outputs from inputs: every eager op and graph op node.
 pub const DP_OP_KIND_COMPUTE: i32 = 0;
-/// The creation of a variable. Nothing in devplug 0.1 places variables yet; setters should
-/// handle it.
+/// The creation of a variable (`dp_variable_create`): the query's `name` is the
+/// variable's, its `op` is `"Variable"`.
 pub const DP_OP_KIND_VARIABLE: i32 = 1;
 
 /// What a device setter is asked about. Strings are valid during the call only.

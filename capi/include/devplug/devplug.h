@@ -44,13 +44,13 @@ typedef struct dp_variable_t dp_variable_t; /**< shared: dp_variable_retain / dp
 #define DP_SOFT_PLACEMENT_ON 1
 
 /**
- * An op computing outputs from inputs: every eager op.
+ * An op computing outputs from inputs: every eager op and graph op node.
  */
 #define DP_OP_KIND_COMPUTE 0
 
 /**
- * The creation of a variable. Nothing in devplug 0.1 places variables yet; setters should
- * handle it.
+ * The creation of a variable (`dp_variable_create`): the query's `name` is the
+ * variable's, its `op` is `"Variable"`.
  */
 #define DP_OP_KIND_VARIABLE 1
 
