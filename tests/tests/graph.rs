@@ -272,6 +272,48 @@ fn one_graph_runs_on_several_devices() {
     assert!(has("Neg", "HOST:0", Reason::InputCopied), "{l:?}");
 }
 
+/// A constant on the CPU that feeds a node on SIM is copied there by the first run and the
+/// copy is reused: over three runs the log shows one copy.
+#[test]
+fn a_constant_is_copied_to_another_device_once() {
+    let rt = with_sim();
+    let log = logged(&rt);
+    let sim = rt.find_device("SIM:0").unwrap();
+    let cpu = rt.default_device().clone();
+    let add = rt.op("Add").unwrap();
+    let mut g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Some(&[2])).unwrap();
+    let b = g
+        .constant("b", &Tensor::from_slice(&cpu, &[2], &[10f32, 20.]).unwrap())
+        .unwrap();
+    let y = g
+        .op(&rt, "y", &add, &[x, b], &Attrs::new(), Some(&sim))
+        .unwrap()[0];
+    for i in 0..3 {
+        let xt = Tensor::from_slice(&sim, &[2], &[i as f32, 1.]).unwrap();
+        let out = g.run(&rt, &[(x, xt)], &[y, b]).unwrap();
+        assert_eq!(f32s(&out[0]), [10. + i as f32, 21.]);
+        assert_eq!(
+            out[1].device().qualified_name(),
+            "HOST:0",
+            "a fetched constant is itself"
+        );
+    }
+    let l = log.lock().unwrap();
+    let copies: Vec<_> = l
+        .iter()
+        .filter(|e| e.reason == Reason::InputCopied)
+        .collect();
+    assert_eq!(copies.len(), 1, "{l:?}");
+    assert_eq!(copies[0].device, "SIM:0");
+    assert!(
+        copies[0]
+            .detail
+            .contains("constant 'b' copied from HOST:0 once"),
+        "{copies:?}"
+    );
+}
+
 /// Placement is decided when a node is added, under the scopes entered then: a graph built
 /// inside a scope runs there later, outside any scope. A setter sees each node's name, and a
 /// variable's kind: variables on the CPU, computation on SIM.

@@ -26,6 +26,7 @@
 //! run that fails names the node, its op and its device. Runs of one graph may proceed on
 //! several threads at once.
 
+mod constant;
 mod run;
 
 use std::collections::HashMap;
@@ -86,7 +87,7 @@ pub(crate) enum NodeKind {
         /// `None`: any shape; a dimension of -1: any size.
         shape: Option<Vec<i64>>,
     },
-    Constant(Tensor),
+    Constant(constant::Constant),
     Op {
         op: OpHandle,
         attrs: Attrs,
@@ -200,14 +201,15 @@ impl Graph {
     }
 
     /// Adds a constant holding `value` (the tensor itself: it stays on its device, and tensors
-    /// are not changed in place by devplug's API).
+    /// are not changed in place by devplug's API). A node on another device that takes it gets
+    /// a copy made by the first run that needs it and kept with the graph for later runs.
     pub fn constant(&mut self, name: &str, value: &Tensor) -> Result<NodeOutput> {
         self.bind(value.device().runtime_id(), name)?;
         let spec = TensorSpec::new(value.dtype(), value.shape())?;
         self.push(
             name,
             "Constant",
-            NodeKind::Constant(value.clone()),
+            NodeKind::Constant(constant::Constant::new(value.clone())),
             Vec::new(),
             vec![Some(spec)],
         )

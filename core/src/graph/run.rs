@@ -90,10 +90,19 @@ impl Graph {
             let i = i as usize;
             let node = &self.nodes[i];
             inputs.clear();
-            inputs.extend(node.inputs.iter().map(|o| {
-                // Every input ran before (graph order) and is held until its last use.
-                values[o.node()].as_ref().expect("input computed")[o.index()].clone()
-            }));
+            for o in &node.inputs {
+                let input = match (&self.nodes[o.node()].kind, &node.kind) {
+                    // A constant for an op on another device: its copy there, made once.
+                    (NodeKind::Constant(c), NodeKind::Op { op, device, .. }) => c
+                        .on(rt, device, &self.nodes[o.node()].name, op.name())
+                        .map_err(|e| {
+                            e.context(format!("graph node '{}' ({})", node.name, op.name()))
+                        })?,
+                    // Every input ran before (graph order) and is held until its last use.
+                    _ => values[o.node()].as_ref().expect("input computed")[o.index()].clone(),
+                };
+                inputs.push(input);
+            }
             let out: Outputs = match &node.kind {
                 NodeKind::Placeholder { .. } => {
                     if values[i].is_some() {
@@ -104,7 +113,7 @@ impl Graph {
                         node.name
                     )));
                 }
-                NodeKind::Constant(t) => smallvec![t.clone()],
+                NodeKind::Constant(c) => smallvec![c.value.clone()],
                 NodeKind::Read(v) => smallvec![v.read()],
                 NodeKind::Assign(v) => {
                     let copy = v
