@@ -323,6 +323,45 @@ fn read_all(b: &Arc<devplug_core::Buffer>) -> Vec<u8> {
     v
 }
 
+/// The plugin declares ABI 1.1 (it needs kernels): hosts of 1.1 to 1.4 load it, and below
+/// 1.3, where a host knows no half dtypes and refuses kernels that name them, its kernels name
+/// none; a 1.0 host refuses it. (The kernels register only with a device, hence a GPU test.)
+#[test]
+fn gpu_the_plugin_loads_into_hosts_of_older_abis() {
+    use devplug_plugin_sdk::testing::TestHost;
+    use devplug_plugin_sdk::DType as SdkDType;
+    if gpu().is_none() {
+        return;
+    }
+    for minor in 1..=4 {
+        let host = TestHost::new().with_abi_minor(minor);
+        let plugin = host
+            .load(devplug_cuda::devplug_plugin_entry)
+            .unwrap_or_else(|e| panic!("a host of ABI 1.{minor}: {e}"));
+        let kernels = plugin.kernels();
+        assert!(kernels.len() >= 30, "1.{minor}: {} kernels", kernels.len());
+        let halves = kernels
+            .iter()
+            .filter(|k| {
+                k.dtypes
+                    .iter()
+                    .any(|d| matches!(*d, SdkDType::F16 | SdkDType::BF16))
+            })
+            .count();
+        if minor >= 3 {
+            assert!(halves >= 20, "1.{minor}: {halves} kernels take halves");
+        } else {
+            assert_eq!(halves, 0, "1.{minor}");
+        }
+    }
+    let e = TestHost::new()
+        .with_abi_minor(0)
+        .load(devplug_cuda::devplug_plugin_entry)
+        .err()
+        .expect("a 1.0 host refuses a 1.1 plugin");
+    assert!(e.message().contains("plugin ABI 1.1, host ABI 1.0"), "{e}");
+}
+
 #[test]
 fn gpu_memory_copies_streams_and_events_keep_order() {
     let Some((rt, gpu)) = gpu() else { return };

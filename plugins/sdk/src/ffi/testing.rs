@@ -234,6 +234,9 @@ struct HostState {
     /// it apart from the plugin's own `set_error` message and reports both).
     refused: Mutex<Option<Error>>,
     names: Mutex<Vec<String>>,
+    /// The ABI minor this host acts as ([`TestHost::with_abi_minor`]): below 3 it knows no
+    /// half dtypes and refuses them in kernels, as hosts of 1.0–1.2 do.
+    abi_minor: std::sync::atomic::AtomicU32,
 }
 
 /// A fake host. Set load options with [`TestHost::with_option`], then [`TestHost::load`]
@@ -545,7 +548,9 @@ unsafe extern "C" fn th_register_kernel(
         for i in 0..k.num_dtypes.min(64) {
             // SAFETY: `num_dtypes` values (non-NULL, checked).
             let d = DType::from_code(unsafe { *k.dtypes.add(i) });
-            if !d.is_known() {
+            let host_minor = state.abi_minor.load(std::sync::atomic::Ordering::Relaxed);
+            let half = matches!(d, DType::F16 | DType::BF16);
+            if !d.is_known() || (half && host_minor < 3) {
                 return fail(
                     Status::InvalidArgument,
                     format!(
@@ -844,6 +849,7 @@ impl TestHost {
             kernels: Mutex::new(Vec::new()),
             refused: Mutex::new(None),
             names: Mutex::new(Vec::new()),
+            abi_minor: std::sync::atomic::AtomicU32::new(abi::DPP_ABI_MINOR),
         });
         let api = Box::new(abi::dpp_host_api_t {
             struct_size: std::mem::size_of::<abi::dpp_host_api_t>(),
@@ -877,9 +883,10 @@ impl TestHost {
 
     /// Acts as a host of plugin ABI `1.minor` (0 to 4), as the runtime of that version
     /// would: its table declares that version and ends where that version's table ends (the
-    /// functions added later are out of the plugin's reach), and it refuses a plugin that
-    /// declares a newer minor. Tests that a plugin loads, and degrades as it documents, in
-    /// older hosts.
+    /// functions added later are out of the plugin's reach), it refuses a plugin that
+    /// declares a newer minor, and below 1.3 it refuses kernels that name the half dtypes it
+    /// does not know. Tests that a plugin loads, and degrades as it documents, in older
+    /// hosts.
     ///
     /// # Panics
     /// For a minor this SDK does not know.
@@ -892,6 +899,9 @@ impl TestHost {
             _ => panic!("TestHost::with_abi_minor({minor}): this SDK knows plugin ABI 1.0 to 1.4"),
         };
         self.api.abi_minor = minor;
+        self.state
+            .abi_minor
+            .store(minor, std::sync::atomic::Ordering::Relaxed);
         self
     }
 
