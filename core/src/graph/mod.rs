@@ -150,7 +150,7 @@ impl Graph {
         Ok(&self.node(output, "output")?.name)
     }
 
-    /// NodeOutput `index` of the node named `name`; `NOT_FOUND` when there is none.
+    /// The output `index` of the node named `name`; `NOT_FOUND` when there is none.
     pub fn find(&self, name: &str, index: usize) -> Result<NodeOutput> {
         let not_found = || {
             Error::new(
@@ -278,26 +278,8 @@ impl Graph {
                 out.into_iter().map(Some).collect()
             }
             None => {
-                // Unknown shapes: the arity at least is checked now.
-                let variadic = def.inputs.last().is_some_and(|a| a.list);
-                let fixed = def.inputs.len() - usize::from(variadic);
-                let fits = if variadic {
-                    inputs.len() > fixed
-                } else {
-                    inputs.len() == fixed
-                };
-                if !fits {
-                    let want = if variadic {
-                        format!("at least {}", fixed + 1)
-                    } else {
-                        fixed.to_string()
-                    };
-                    return Err(context(Error::invalid_argument(format!(
-                        "{}: expected {want} input(s), got {}",
-                        def.name,
-                        inputs.len()
-                    ))));
-                }
+                // Unknown shapes: the arity and the attributes are checked now.
+                crate::op::check_arity(def, inputs.len()).map_err(context)?;
                 attrs.complete(&def.name, &def.attrs).map_err(context)?;
                 vec![None; def.outputs.len()]
             }

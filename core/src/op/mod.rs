@@ -449,14 +449,15 @@ fn same_name(a: &str, b: &str) -> bool {
     std::ptr::eq(a, b) || a == b
 }
 
-pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DType>> {
-    let op = &def.name;
+/// Whether `def` takes `count` inputs; `INVALID_ARGUMENT` naming the op when not. Returns
+/// how many inputs come before a variadic list (all of them when there is none).
+pub(crate) fn check_arity(def: &OpDef, count: usize) -> Result<usize> {
     let variadic = def.inputs.last().is_some_and(|a| a.list);
     let fixed = def.inputs.len() - usize::from(variadic);
     let arity_ok = if variadic {
-        inputs.len() > fixed
+        count > fixed
     } else {
-        inputs.len() == fixed
+        count == fixed
     };
     if !arity_ok {
         let want = if variadic {
@@ -465,10 +466,16 @@ pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DTy
             fixed.to_string()
         };
         return Err(Error::invalid_argument(format!(
-            "{op}: expected {want} input(s), got {}",
-            inputs.len()
+            "{}: expected {want} input(s), got {count}",
+            def.name
         )));
     }
+    Ok(fixed)
+}
+
+pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DType>> {
+    let op = &def.name;
+    let fixed = check_arity(def, inputs.len())?;
     // The bindings of the type variables: (variable, dtype, index of the input that bound it).
     // Ops have one or two variables; no allocation on this path.
     let mut bound: [(&'static str, DType, usize); 4] = [("", DType::F32, 0); 4];
