@@ -504,6 +504,47 @@ static void bad_arguments(void) {
     dp_graph_destroy(g);
 }
 
+/* Teardown in the "wrong" order: the runtime first, then the graph and the variable that
+ * hold its devices, ops and tensors (SIM's included). Nothing crashes or leaks (the ASan run). */
+static void runtime_destroyed_before_its_graph(void) {
+    const char *opts[] = {"devices=1"};
+    dp_runtime_t *r = make_runtime();
+    dp_device_t *sim = NULL, *cpu = NULL;
+    dp_op_t *add = NULL;
+    dp_graph_t *g = NULL;
+    dp_variable_t *v = NULL;
+    dp_graph_output_t rd, sum, ins[2];
+    dp_tensor_t *t, *res = NULL;
+    int64_t s2[1] = {2};
+    float v0[2] = {1.f, 2.f}, twice[2] = {2.f, 4.f};
+    SECTION("the runtime destroyed before its graph and variable");
+    DP_TEST_MUST(dp_runtime_load_plugin(r, SIM, opts, 1));
+    DP_TEST_MUST(dp_runtime_find_device(r, "SIM:0", &sim));
+    DP_TEST_MUST(dp_runtime_find_device(r, "CPU:0", &cpu));
+    DP_TEST_MUST(dp_runtime_find_op(r, "Add", &add));
+    t = f32(cpu, s2, 1, v0, 2);
+    CHECK_OK(dp_variable_create(r, "v", t, sim, &v));
+    CHECK_OK(dp_graph_create(&g));
+    CHECK_OK(dp_graph_add_read(g, "r", v, &rd));
+    ins[0] = rd;
+    ins[1] = rd;
+    CHECK_OK(dp_graph_add_op(g, r, "sum", add, ins, 2, NULL, sim, &sum, 1, NULL));
+    CHECK_OK(dp_graph_add_constant(g, "c", t, &ins[0]));
+    CHECK_OK(dp_graph_run(g, r, NULL, NULL, 0, &sum, 1, NULL, &res));
+    CHECK(holds(res, twice, 2));
+    dp_runtime_destroy(r);
+    /* What is left still reads: the result and the variable hold their memory. */
+    CHECK(holds(res, twice, 2));
+    dp_tensor_release(res);
+    res = NULL;
+    CHECK_OK(dp_variable_read(v, &res));
+    CHECK(holds(res, v0, 2));
+    dp_tensor_release(res);
+    dp_graph_destroy(g);
+    dp_variable_release(v);
+    dp_tensor_release(t);
+}
+
 int main(void) {
     setup();
     build_once_run_twice();
@@ -511,6 +552,7 @@ int main(void) {
     placed_by_a_setter();
     errors_name_the_node();
     bad_arguments();
+    runtime_destroyed_before_its_graph();
     dp_runtime_destroy(rt);
     return DP_TEST_SUMMARY();
 }
