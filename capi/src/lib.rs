@@ -7,6 +7,8 @@
 
 pub mod graph;
 pub mod handle;
+mod host_fn;
+pub mod log;
 pub mod memory;
 pub mod op;
 pub mod op_def;

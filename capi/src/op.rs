@@ -7,6 +7,7 @@ use std::sync::Arc;
 use devplug_core::{AttrValue, Attrs, Device, Error, OpHandle, PlacementEvent, Tensor};
 
 use crate::handle::{self, check_out, get, handle, write_out};
+use crate::host_fn::HostFn;
 use crate::runtime::{device, dp_device_t, dp_runtime_t, runtime_obj, DevicePtr};
 use crate::status::{bad_arg, dp_status_t, guard, guard_value};
 use crate::tensor::{dp_tensor_t, dtype, tensor, TensorObj};
@@ -460,44 +461,26 @@ pub type dp_placement_fn =
 /// Called exactly once when a callback is replaced or its runtime destroyed.
 pub type dp_drop_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
 
-struct Callback {
-    func: unsafe extern "C" fn(*const dp_placement_event_t, *mut c_void),
-    user_data: *mut c_void,
-    drop: dp_drop_fn,
-}
-// SAFETY: the host promises its callback may run on any thread with this user data.
-unsafe impl Send for Callback {}
-// SAFETY: as above.
-unsafe impl Sync for Callback {}
+type Callback = HostFn<unsafe extern "C" fn(*const dp_placement_event_t, *mut c_void)>;
 
-impl Drop for Callback {
-    fn drop(&mut self) {
-        if let Some(d) = self.drop {
-            // SAFETY: the host's drop function, called exactly once.
-            unsafe { d(self.user_data) };
-        }
-    }
-}
-
-impl Callback {
-    fn call(&self, e: &PlacementEvent) {
-        let c = |s: &str| CString::new(s.replace('\0', "")).unwrap_or_default();
-        let (op, device, reason, detail) = (
-            c(&e.op),
-            c(&e.device),
-            c(&e.reason.to_string()),
-            c(&e.detail),
-        );
-        let ev = dp_placement_event_t {
-            struct_size: std::mem::size_of::<dp_placement_event_t>(),
-            op: op.as_ptr(),
-            device: device.as_ptr(),
-            reason: reason.as_ptr(),
-            detail: detail.as_ptr(),
-        };
-        // SAFETY: the host's callback with an event valid for the call.
-        unsafe { (self.func)(&ev, self.user_data) };
-    }
+/// Calls the host's placement callback with `e`.
+fn call(cb: &Callback, e: &PlacementEvent) {
+    let c = |s: &str| CString::new(s.replace('\0', "")).unwrap_or_default();
+    let (op, device, reason, detail) = (
+        c(&e.op),
+        c(&e.device),
+        c(&e.reason.to_string()),
+        c(&e.detail),
+    );
+    let ev = dp_placement_event_t {
+        struct_size: std::mem::size_of::<dp_placement_event_t>(),
+        op: op.as_ptr(),
+        device: device.as_ptr(),
+        reason: reason.as_ptr(),
+        detail: detail.as_ptr(),
+    };
+    // SAFETY: the host's callback with an event valid for the call.
+    unsafe { (cb.func)(&ev, cb.user_data) };
 }
 
 /// Installs the placement-log callback (`fn` NULL removes it). The previous callback's `drop`
@@ -517,13 +500,9 @@ pub unsafe extern "C" fn dp_runtime_set_placement_callback(
         // SAFETY: the caller's contract.
         let rt = unsafe { runtime_obj(runtime)? };
         let cb = r#fn.map(|func| {
-            let c = Arc::new(Callback {
-                func,
-                user_data,
-                drop,
-            });
+            let c = Arc::new(Callback::new(func, user_data, drop));
             let f: devplug_core::placement::PlacementCallback =
-                Arc::new(move |e: &PlacementEvent| c.call(e));
+                Arc::new(move |e: &PlacementEvent| call(&c, e));
             f
         });
         if cb.is_none() {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use devplug_core::{Code, DeviceScope, Error, OpInfo, OpKind, ScopeGuard};
 
 use crate::handle::{self, check_out, get, handle, write_out};
+use crate::host_fn::HostFn;
 use crate::op::dp_drop_fn;
 use crate::runtime::{device, dp_device_t, dp_runtime_t, runtime_obj};
 use crate::status::{bad_arg, dp_status_t, guard, DP_OK};
@@ -78,28 +79,13 @@ thread_local! {
     static ENTERED: RefCell<Vec<Entered>> = const { RefCell::new(Vec::new()) };
 }
 
-struct Setter {
-    func: unsafe extern "C" fn(
+type Setter = HostFn<
+    unsafe extern "C" fn(
         *const dp_placement_query_t,
         *mut c_void,
         *mut *mut dp_device_t,
     ) -> dp_status_t,
-    user_data: *mut c_void,
-    drop: dp_drop_fn,
-}
-// SAFETY: the host promises its setter may run on any thread with this user data.
-unsafe impl Send for Setter {}
-// SAFETY: as above.
-unsafe impl Sync for Setter {}
-
-impl Drop for Setter {
-    fn drop(&mut self) {
-        if let Some(d) = self.drop {
-            // SAFETY: the host's drop function, called exactly once.
-            unsafe { d(self.user_data) };
-        }
-    }
-}
+>;
 
 impl Setter {
     fn call(&self, op: &OpInfo) -> devplug_core::Result<Option<Arc<devplug_core::Device>>> {
@@ -168,14 +154,7 @@ pub unsafe extern "C" fn dp_scope_create_setter(
     drop: dp_drop_fn,
     out_scope: *mut *mut dp_scope_t,
 ) -> dp_status_t {
-    let owned = Setter {
-        func: match setter {
-            Some(f) => f,
-            None => noop_setter,
-        },
-        user_data,
-        drop,
-    };
+    let owned = Setter::new(setter.unwrap_or(noop_setter), user_data, drop);
     guard("dp_scope_create_setter", move || {
         // SAFETY: the caller's contract.
         let rt = unsafe { runtime_obj(runtime)? };

@@ -29,6 +29,36 @@ typedef struct dp_variable_t dp_variable_t; /**< shared: dp_variable_retain / dp
 
 
 /**
+ * `dp_log_set_level`: back to what `DEVPLUG_LOG` says (default: warnings and errors).
+ */
+#define DP_LOG_DEFAULT 0
+
+/**
+ * An error: something failed.
+ */
+#define DP_LOG_ERROR 1
+
+/**
+ * A warning: something went wrong and the runtime went on (a plugin that failed to load).
+ */
+#define DP_LOG_WARN 2
+
+/**
+ * What the runtime and its plugins found (`cuda: no devices: …`).
+ */
+#define DP_LOG_INFO 3
+
+/**
+ * Details for debugging.
+ */
+#define DP_LOG_DEBUG 4
+
+/**
+ * Everything.
+ */
+#define DP_LOG_TRACE 5
+
+/**
  * Soft placement for one run: the runtime's setting.
  */
 #define DP_SOFT_PLACEMENT_DEFAULT -1
@@ -129,6 +159,41 @@ typedef struct dp_graph_run_options_t {
 } dp_graph_run_options_t;
 
 /**
+ * One log message, as the log callback receives it. The strings are valid during the call
+ * only.
+ */
+typedef struct dp_log_record_t {
+  /**
+   * `sizeof(dp_log_record_t)` as the library was compiled.
+   */
+  size_t struct_size;
+  /**
+   * `DP_LOG_ERROR` … `DP_LOG_TRACE`.
+   */
+  int32_t level;
+  /**
+   * Who said it: `"devplug"` for the runtime, `"plugin 'sim'"` for a plugin.
+   */
+  const char *source;
+  /**
+   * The message, without a trailing newline.
+   */
+  const char *message;
+} dp_log_record_t;
+
+/**
+ * A log callback. It runs on the thread that logs, which may be any thread (a plugin's worker,
+ * a stream's); it may call devplug, but what those calls log while it runs goes to standard
+ * error instead of back into it.
+ */
+typedef void (*dp_log_fn)(const struct dp_log_record_t *record, void *user_data);
+
+/**
+ * Called exactly once when a callback is replaced or its runtime destroyed.
+ */
+typedef void (*dp_drop_fn)(void *user_data);
+
+/**
  * Options of [`dp_op_run`]. Initialize with [`dp_run_options_init`].
  */
 typedef struct dp_run_options_t {
@@ -178,11 +243,6 @@ typedef struct dp_placement_event_t {
  * A placement-log callback; runs on the thread that ran the op.
  */
 typedef void (*dp_placement_fn)(const struct dp_placement_event_t *event, void *user_data);
-
-/**
- * Called exactly once when a callback is replaced or its runtime destroyed.
- */
-typedef void (*dp_drop_fn)(void *user_data);
 
 /**
  * An op a host defines: the fields of a plugin's `dpp_op_def_t`, in the same notation
@@ -793,6 +853,29 @@ dp_status_t dp_variable_read(const dp_variable_t *variable, dp_tensor_t **out_te
  * `variable` is a variable handle; `value` a tensor handle.
  */
 dp_status_t dp_variable_assign(const dp_variable_t *variable, const dp_tensor_t *value);
+
+/**
+ * Sends devplug's log (the runtime's and its plugins' messages at or above the level,
+ * `dp_log_set_level`) to `fn` instead of standard error, for the whole process; `fn` NULL
+ * returns it to standard error. The previous callback's `drop` is called once no thread runs
+ * it any more; this one's when it is replaced (or at once, when `fn` is NULL).
+ *
+ * # Safety
+ * `fn` may be called from any thread with `user_data` until replaced.
+ */
+dp_status_t dp_log_set_callback(dp_log_fn fn, void *user_data, dp_drop_fn drop);
+
+/**
+ * Sets the level for the whole process: messages at it and more severe are logged
+ * (`DP_LOG_ERROR` … `DP_LOG_TRACE`); `DP_LOG_DEFAULT` returns to `DEVPLUG_LOG`'s (default
+ * `DP_LOG_WARN`). `DP_INVALID_ARGUMENT` for another value.
+ */
+dp_status_t dp_log_set_level(int32_t level);
+
+/**
+ * The level in force (`DP_LOG_ERROR` … `DP_LOG_TRACE`).
+ */
+int32_t dp_log_level(void);
 
 /**
  * Allocates `size` bytes of device memory (contents unspecified).

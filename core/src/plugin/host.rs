@@ -561,22 +561,20 @@ unsafe extern "C" fn host_set_error(_context: *mut c_void, message: *const c_cha
 }
 
 unsafe extern "C" fn host_log(context: *mut c_void, level: i32, message: *const c_char) {
-    if message.is_null() {
-        return;
-    }
-    // SAFETY: see `context`.
-    let plugin = unsafe { self::context(context) }
-        .map_or("?", |c| c.plugin.as_str())
-        .to_string();
-    // SAFETY: a string from the plugin, read up to a bound.
-    let text = unsafe { bounded_str(message, 4096) }.unwrap_or_default();
     let level = match level {
         abi::DPP_LOG_ERROR => crate::log::Level::Error,
         abi::DPP_LOG_WARN => crate::log::Level::Warn,
         abi::DPP_LOG_INFO => crate::log::Level::Info,
         _ => crate::log::Level::Debug,
     };
-    crate::log::log(level, &format!("plugin '{plugin}': {text}"));
+    if message.is_null() || !crate::log::enabled(level) {
+        return;
+    }
+    // SAFETY: see `context`.
+    let plugin = unsafe { self::context(context) }.map_or("?", |c| c.plugin.as_str());
+    // SAFETY: a string from the plugin, read up to a bound.
+    let text = unsafe { bounded_str(message, 4096) }.unwrap_or_default();
+    crate::log::log_from(level, &format!("plugin '{plugin}'"), &text);
 }
 
 unsafe extern "C" fn host_get_option(context: *mut c_void, key: *const c_char) -> *const c_char {

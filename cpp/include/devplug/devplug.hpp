@@ -2028,5 +2028,7 @@ inline Event Device::create_event() const { return Event::create(*this); }
 
 // Graphs and variables (Graph, Variable, Runtime::variable).
 #include <devplug/graph.hpp>
+// The log (set_log_callback, set_log_level).
+#include <devplug/log.hpp>
 
 #endif  // DEVPLUG_DEVPLUG_HPP

@@ -1,0 +1,93 @@
+//! The log as a Rust host uses it (`devplug_core::log`): a callback receives the runtime's
+//! warning and a plugin's message with their sources; the level filters; a callback that logs
+//! (through devplug) is not re-entered; one that panics does not take the process down. The log
+//! is process-wide, so this file holds one test: nothing else in its process logs meanwhile.
+
+use std::sync::{Arc, Mutex};
+
+use devplug_core::log::{self, Level, Record};
+use devplug_core::Runtime;
+use devplug_tests::{options, plugin_path};
+
+type Seen = Arc<Mutex<Vec<(Level, String, String)>>>;
+
+fn collect(seen: &Seen) -> log::LogCallback {
+    let s = seen.clone();
+    Arc::new(move |r: &Record| {
+        s.lock()
+            .unwrap()
+            .push((r.level, r.source.to_string(), r.message.to_string()))
+    })
+}
+
+#[test]
+fn the_log_reaches_the_hosts_callback_at_its_level() {
+    let rt = Runtime::new(options()).unwrap();
+    let seen: Seen = Arc::default();
+    log::set_level(Some(Level::Warn));
+    assert!(log::set_callback(Some(collect(&seen))).is_none());
+
+    // The runtime's warning.
+    assert!(rt
+        .load_plugin("/no/such/dir/libmissing_rs.so", &[])
+        .is_err());
+    {
+        let s = seen.lock().unwrap();
+        assert_eq!(s.len(), 1, "{s:?}");
+        assert_eq!((s[0].0, s[0].1.as_str()), (Level::Warn, "devplug"));
+        assert!(s[0].2.contains("libmissing_rs.so"), "{s:?}");
+    }
+    seen.lock().unwrap().clear();
+
+    // A plugin's message, with the plugin as its source, at Info.
+    log::set_level(Some(Level::Info));
+    assert!(log::enabled(Level::Info) && !log::enabled(Level::Debug));
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    {
+        let s = seen.lock().unwrap();
+        assert!(
+            s.iter().any(|(l, src, m)| *l == Level::Info
+                && src.starts_with("plugin '")
+                && m.contains("SIM: platform SIM")),
+            "{s:?}"
+        );
+    }
+    seen.lock().unwrap().clear();
+
+    // Below the level: nothing.
+    log::set_level(Some(Level::Error));
+    assert!(rt
+        .load_plugin("/no/such/dir/libmissing_rs.so", &[])
+        .is_err());
+    assert!(seen.lock().unwrap().is_empty());
+    log::set_level(Some(Level::Warn));
+
+    // A callback that logs through devplug is not re-entered: its own message goes to
+    // standard error.
+    let calls = Arc::new(Mutex::new(0));
+    let (c, rt2) = (calls.clone(), Arc::new(Runtime::new(options()).unwrap()));
+    let rt3 = rt2.clone();
+    let old = log::set_callback(Some(Arc::new(move |_: &Record| {
+        *c.lock().unwrap() += 1;
+        let _ = rt3.load_plugin("/no/such/dir/libinner_rs.so", &[]);
+    })));
+    assert!(old.is_some());
+    assert!(rt.load_plugin("/no/such/dir/libouter_rs.so", &[]).is_err());
+    assert_eq!(*calls.lock().unwrap(), 1);
+
+    // A panicking callback is caught; the load still reports its own error.
+    log::set_callback(Some(Arc::new(|_: &Record| {
+        panic!("the host's logger broke")
+    })));
+    let e = rt
+        .load_plugin("/no/such/dir/libmissing_rs.so", &[])
+        .unwrap_err();
+    assert!(e.message.contains("libmissing_rs.so"), "{e}");
+
+    // Back to standard error and DEVPLUG_LOG's level; the collecting callback got nothing more.
+    log::set_callback(None);
+    log::set_level(None);
+    assert!(seen.lock().unwrap().is_empty());
+    assert!(Level::from_i32(0).is_none() && Level::from_i32(6).is_none());
+    assert_eq!(Level::from_i32(3), Some(Level::Info));
+}
