@@ -8,7 +8,9 @@
 //! - `DEVPLUG_SOURCE_DIR`: the workspace root.
 //!
 //! The CMake build is skipped under `cargo clippy`, and when `DEVPLUG_TESTS_SKIP_CMAKE=1` (for
-//! an IDE's `cargo check`): the variables are still emitted, the tests just cannot pass.
+//! an IDE's `cargo check`): the variables are still emitted, the tests just cannot pass. With
+//! `DEVPLUG_TESTS_BUILD_DIR=<dir>` the tests use plugins built elsewhere (`<dir>/plugins`, as
+//! `tests/tsan.sh` builds them) and nothing is built here.
 use std::env;
 use std::path::{Path, PathBuf};
 
@@ -58,6 +60,11 @@ fn main() {
     ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
+    // A tree built elsewhere instead of the CMake build (tests/tsan.sh: plugins built with
+    // ThreadSanitizer): the tests load plugins from `<dir>/plugins`, and nothing is built here.
+    println!("cargo:rerun-if-env-changed=DEVPLUG_TESTS_BUILD_DIR");
+    let prebuilt = env::var_os("DEVPLUG_TESTS_BUILD_DIR").filter(|v| !v.is_empty());
+    let build_dir = prebuilt.clone().map_or(build_dir, PathBuf::from);
     println!(
         "cargo:rustc-env=DEVPLUG_TEST_BUILD_DIR={}",
         build_dir.display()
@@ -68,7 +75,7 @@ fn main() {
         source_dir.display()
     );
 
-    if under_clippy() {
+    if under_clippy() || prebuilt.is_some() {
         return;
     }
     if env::var_os("DEVPLUG_TESTS_SKIP_CMAKE").is_some_and(|v| !v.is_empty() && v != "0") {
