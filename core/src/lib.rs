@@ -17,6 +17,8 @@ pub mod check;
 pub mod device;
 pub mod dispatch;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod graph;
 pub mod host;
 pub mod kernel;

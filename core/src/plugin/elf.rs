@@ -22,7 +22,7 @@ pub(crate) fn check(path: &Path) -> Result<(), String> {
 const MAX_PROGRAM_HEADERS_BYTES: u64 = 1 << 20;
 
 /// [`check`] of the contents `f` (of `len` bytes).
-fn check_contents(f: &mut (impl Read + std::io::Seek), len: u64) -> Result<(), String> {
+pub(crate) fn check_contents(f: &mut (impl Read + std::io::Seek), len: u64) -> Result<(), String> {
     let mut head = [0u8; 64];
     let n = read_up_to(f, &mut head).map_err(|e| format!("cannot read the file: {e}"))?;
     if n < 4 || head[..4] != *b"\x7fELF" {

@@ -5,7 +5,7 @@
 //! refusal names the plugin, the struct and the field; the runtime keeps a list of failures.
 
 mod discovery;
-mod elf;
+pub(crate) mod elf;
 mod executor;
 mod host;
 mod kernel;
