@@ -49,6 +49,8 @@ impl From<dp_graph_output_t> for NodeOutput {
 #[doc(hidden)]
 pub struct GraphObj {
     graph: RwLock<Graph>,
+    /// Node names handed out as C strings ([`dp_graph_node_name`]), by node.
+    names: parking_lot::Mutex<Vec<Option<CString>>>,
 }
 
 handle!(
@@ -137,6 +139,7 @@ pub unsafe extern "C" fn dp_graph_create(out_graph: *mut *mut dp_graph_t) -> dp_
         check_out(out_graph, "out_graph")?;
         let h = handle::new::<dp_graph_t>(GraphObj {
             graph: RwLock::new(Graph::new()),
+            names: parking_lot::Mutex::new(Vec::new()),
         });
         // SAFETY: the caller's contract.
         unsafe { write_out(out_graph, "out_graph", h) }
@@ -391,6 +394,88 @@ pub unsafe extern "C" fn dp_graph_find(
         let o = g.read().find(name, index)?;
         // SAFETY: the caller's contract.
         unsafe { write_out(out_output, "out_output", o.into()) }
+    })
+}
+
+/// The dtype and shape of `output` where they are known before running (see
+/// [`dp_graph_add_op`]): writes the dtype to `*out_dtype`, the rank to `*out_rank` and the
+/// dimensions to `shape[0..rank]` (`capacity` must hold them: `DP_INVALID_ARGUMENT` naming
+/// `capacity` otherwise, nothing written). Where only a run tells, writes `0` to `*out_dtype`
+/// and `DP_GRAPH_ANY_RANK` to `*out_rank`. `DP_INVALID_ARGUMENT` for an output of another
+/// graph or one the node does not have.
+///
+/// # Safety
+/// `graph` is a graph handle; `out_dtype` and `out_rank` writable; `shape` writable for
+/// `capacity` values (may be NULL when `capacity` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn dp_graph_output_spec(
+    graph: *const dp_graph_t,
+    output: dp_graph_output_t,
+    out_dtype: *mut dp_dtype_t,
+    shape: *mut i64,
+    capacity: usize,
+    out_rank: *mut usize,
+) -> dp_status_t {
+    guard("dp_graph_output_spec", || {
+        // SAFETY: the caller's contract.
+        let g = unsafe { self::graph(graph)? };
+        check_out(out_dtype, "out_dtype")?;
+        check_out(out_rank, "out_rank")?;
+        if capacity > 0 && shape.is_null() {
+            return Err(bad_arg(
+                "shape",
+                &format!("is NULL but capacity is {capacity}"),
+            ));
+        }
+        let spec = g.read().spec(output.into())?;
+        let Some(spec) = spec else {
+            // SAFETY: both checked writable (the caller's contract).
+            unsafe {
+                out_dtype.write(0);
+                out_rank.write(DP_GRAPH_ANY_RANK);
+            }
+            return Ok(());
+        };
+        let dims: &[i64] = &spec.shape;
+        if dims.len() > capacity {
+            return Err(bad_arg(
+                "capacity",
+                &format!("is {capacity}, but the output has rank {}", dims.len()),
+            ));
+        }
+        // SAFETY: writable for `capacity >= dims.len()` values, and the out-pointers checked.
+        unsafe {
+            std::ptr::copy_nonoverlapping(dims.as_ptr(), shape, dims.len());
+            out_dtype.write(spec.dtype as dp_dtype_t);
+            out_rank.write(dims.len());
+        }
+        Ok(())
+    })
+}
+
+/// The name of the node `output` belongs to, valid while the graph lives; NULL for an invalid
+/// handle or an output the graph does not have.
+///
+/// # Safety
+/// `graph` is a graph handle.
+#[no_mangle]
+pub unsafe extern "C" fn dp_graph_node_name(
+    graph: *const dp_graph_t,
+    output: dp_graph_output_t,
+) -> *const c_char {
+    guard_value("dp_graph_node_name", std::ptr::null(), || {
+        // SAFETY: the caller's contract.
+        let obj = unsafe { get(graph, "graph")? };
+        let output = NodeOutput::from(output);
+        let name = CString::new(obj.graph.read().node_name(output)?).unwrap_or_default();
+        // Kept with the graph, one per node asked about: a CString's bytes do not move when
+        // the list grows, so the pointer stays valid while the graph lives.
+        let mut names = obj.names.lock();
+        let i = output.node();
+        if names.len() <= i {
+            names.resize_with(i + 1, || None);
+        }
+        Ok(names[i].get_or_insert(name).as_ptr())
     })
 }
 

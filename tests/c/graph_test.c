@@ -90,6 +90,23 @@ static void build_once_run_twice(void) {
     CHECK(n == 5);
     CHECK_OK(dp_graph_find(g, "prod", 0, &found));
     CHECK(found.graph == prod.graph && found.node == prod.node && found.index == prod.index);
+    CHECK_STR(dp_graph_node_name(g, prod), "prod");
+    CHECK_STR(dp_graph_node_name(g, x), "x");
+    {
+        /* x has a dimension of any size: prod's shape is known only when it runs; b's is. */
+        dp_dtype_t dt = 99;
+        int64_t dims[4] = {-7, -7, -7, -7};
+        size_t rank = 42;
+        CHECK_OK(dp_graph_output_spec(g, prod, &dt, dims, 4, &rank));
+        CHECK(dt == 0 && rank == DP_GRAPH_ANY_RANK);
+        CHECK_OK(dp_graph_output_spec(g, b, &dt, dims, 4, &rank));
+        CHECK(dt == DP_DTYPE_F32 && rank == 1 && dims[0] == 2);
+        dt = 99;
+        rank = 42;
+        CHECK_STATUS_MSG(dp_graph_output_spec(g, wr, &dt, NULL, 0, &rank), DP_INVALID_ARGUMENT,
+                         "capacity");
+        CHECK(dt == 99 && rank == 42);
+    }
 
     fetch[0] = y;
     fetch[1] = prod;
@@ -387,6 +404,21 @@ static void bad_arguments(void) {
     CHECK_STATUS_MSG(dp_graph_find(NULL, "x", 0, &out), DP_INVALID_ARGUMENT, "graph");
     CHECK_STATUS_MSG(dp_graph_find(g, NULL, 0, &out), DP_INVALID_ARGUMENT, "name");
     CHECK_STATUS_MSG(dp_graph_find(g, "x", 0, NULL), DP_INVALID_ARGUMENT, "out_output");
+    {
+        dp_dtype_t dt = 99;
+        int64_t dims[1];
+        size_t rank = 42;
+        CHECK_STATUS_MSG(dp_graph_output_spec(NULL, x, &dt, dims, 1, &rank), DP_INVALID_ARGUMENT,
+                         "graph");
+        CHECK_STATUS_MSG(dp_graph_output_spec(g, x, NULL, dims, 1, &rank), DP_INVALID_ARGUMENT,
+                         "out_dtype");
+        CHECK_STATUS_MSG(dp_graph_output_spec(g, x, &dt, NULL, 1, &rank), DP_INVALID_ARGUMENT,
+                         "shape");
+        CHECK_STATUS_MSG(dp_graph_output_spec(g, x, &dt, dims, 1, NULL), DP_INVALID_ARGUMENT,
+                         "out_rank");
+        CHECK(dt == 99 && rank == 42);
+        CHECK(dp_graph_node_name(NULL, x) == NULL);
+    }
     dp_graph_run_options_init(NULL, sizeof o);
     CHECK_STATUS_MSG(dp_graph_run(NULL, rt, &x, &t, 1, &x, 1, NULL, &t_out),
                      DP_INVALID_ARGUMENT, "graph");
@@ -441,6 +473,14 @@ static void bad_arguments(void) {
         forged.node = 1000;
         CHECK_STATUS_MSG(dp_graph_run(g, rt, NULL, NULL, 0, &forged, 1, NULL, &t_out),
                          DP_INVALID_ARGUMENT, "does not have");
+        CHECK(dp_graph_node_name(g, forged) == NULL);
+        {
+            dp_dtype_t dt = 99;
+            size_t rank = 42;
+            CHECK_STATUS_MSG(dp_graph_output_spec(g, forged, &dt, NULL, 0, &rank),
+                             DP_INVALID_ARGUMENT, "does not have");
+            CHECK(dt == 99 && rank == 42);
+        }
         forged = x;
         forged.index = 1;
         CHECK_STATUS_MSG(dp_graph_add_assign(g, "a", v, forged, &out), DP_INVALID_ARGUMENT,
@@ -463,6 +503,7 @@ static void bad_arguments(void) {
     CHECK_STATUS_MSG(dp_graph_add_constant(g, "c", (dp_tensor_t *)g, &out), DP_INVALID_ARGUMENT,
                      "dp_graph_t");
     CHECK(dp_variable_name((dp_variable_t *)g) == NULL);
+    CHECK(dp_graph_node_name((dp_graph_t *)t, x) == NULL);
     CHECK(out.node == 0x5e5e5e5eu);
     CHECK_UNTOUCHED(dp_tensor_t, t_out);
     CHECK_UNTOUCHED(dp_variable_t, v_out);
@@ -481,6 +522,7 @@ static void bad_arguments(void) {
     CHECK_STATUS_MSG(dp_variable_read(dead_v, &t_out), DP_INVALID_ARGUMENT, "destroyed");
     CHECK_STATUS_MSG(dp_variable_assign(dead_v, t), DP_INVALID_ARGUMENT, "destroyed");
     CHECK(dp_variable_name(dead_v) == NULL);
+    CHECK(dp_graph_node_name(dead_g, x) == NULL);
     dp_graph_destroy(dead_g); /* a second destroy is a no-op */
     dp_variable_release(dead_v);
     CHECK(out.node == 0x5e5e5e5eu);

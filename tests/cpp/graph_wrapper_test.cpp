@@ -72,6 +72,10 @@ void mlp(devplug::Runtime& rt, const devplug::Device& sim) {
   const auto probs = g.op1(rt, "probs", softmax, {logits}, &axis);
   CHECK(g.node_count() == 9);
   CHECK(g.find("probs").node == probs.node);
+  CHECK(g.node_name(probs) == "probs");
+  CHECK(!g.spec(h));  // x has a dimension of any size
+  const auto w1_spec = g.spec(g.find("w1_read"));
+  CHECK(w1_spec && w1_spec->first == devplug::DType::F32 && w1_spec->second == (devplug::Shape{4, 8}));
 
   for (int64_t rows : {2, 5}) {
     const devplug::Tensor xt = devplug::Tensor::from_vector<float>(

@@ -753,6 +753,34 @@ dp_status_t dp_graph_find(const dp_graph_t *graph,
                           struct dp_graph_output_t *out_output);
 
 /**
+ * The dtype and shape of `output` where they are known before running (see
+ * [`dp_graph_add_op`]): writes the dtype to `*out_dtype`, the rank to `*out_rank` and the
+ * dimensions to `shape[0..rank]` (`capacity` must hold them: `DP_INVALID_ARGUMENT` naming
+ * `capacity` otherwise, nothing written). Where only a run tells, writes `0` to `*out_dtype`
+ * and `DP_GRAPH_ANY_RANK` to `*out_rank`. `DP_INVALID_ARGUMENT` for an output of another
+ * graph or one the node does not have.
+ *
+ * # Safety
+ * `graph` is a graph handle; `out_dtype` and `out_rank` writable; `shape` writable for
+ * `capacity` values (may be NULL when `capacity` is 0).
+ */
+dp_status_t dp_graph_output_spec(const dp_graph_t *graph,
+                                 struct dp_graph_output_t output,
+                                 dp_dtype_t *out_dtype,
+                                 int64_t *shape,
+                                 size_t capacity,
+                                 size_t *out_rank);
+
+/**
+ * The name of the node `output` belongs to, valid while the graph lives; NULL for an invalid
+ * handle or an output the graph does not have.
+ *
+ * # Safety
+ * `graph` is a graph handle.
+ */
+const char *dp_graph_node_name(const dp_graph_t *graph, struct dp_graph_output_t output);
+
+/**
  * Sets `*options` to the defaults, writing at most `struct_size` bytes (the caller's
  * `sizeof(dp_graph_run_options_t)`). NULL or a too small size is a no-op.
  *

@@ -17,6 +17,8 @@
 
 #include <devplug/devplug.hpp>
 
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -184,6 +186,25 @@ class Graph {
     GraphOutput o{};
     check(dp_graph_find(handle_, name.c_str(), index, &o));
     return o;
+  }
+  /** @brief The name of the node @p output belongs to (`dp_graph_node_name()`). */
+  std::string node_name(GraphOutput output) const {
+    const char* n = dp_graph_node_name(handle_, output);
+    if (n == nullptr) throw Error::from_last_error(DP_INVALID_ARGUMENT);
+    return n;
+  }
+  /**
+   * @brief The dtype and shape of @p output where they are known before running
+   *        (`dp_graph_output_spec()`); empty where only a run tells.
+   */
+  std::optional<std::pair<DType, Shape>> spec(GraphOutput output) const {
+    dp_dtype_t dtype = 0;
+    size_t rank = 0;
+    Shape shape(DP_MAX_RANK);
+    check(dp_graph_output_spec(handle_, output, &dtype, shape.data(), shape.size(), &rank));
+    if (rank == DP_GRAPH_ANY_RANK) return std::nullopt;
+    shape.resize(rank);
+    return std::make_pair(static_cast<DType>(dtype), shape);
   }
   /** @brief How many nodes the graph has. */
   size_t node_count() const {
