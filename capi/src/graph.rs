@@ -3,15 +3,16 @@
 //! `devplug_core::variable`); docs/c-api.md explains them for C.
 
 use std::ffi::{c_char, CString};
-use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use devplug_core::{Attrs, Device, Error, Graph, GraphRunOptions, NodeOutput, Tensor, Variable};
+use devplug_core::{Attrs, Error, Graph, GraphRunOptions, NodeOutput, Tensor, Variable};
 
 use crate::handle::{self, check_out, get, handle, write_out};
 use crate::op::{dp_attrs_t, dp_op_t, DP_SOFT_PLACEMENT_DEFAULT};
-use crate::runtime::{device, dp_device_t, dp_runtime_t, runtime_obj, DevicePtr, RuntimeObj};
+use crate::runtime::{
+    dp_device_t, dp_runtime_t, optional_device, runtime_obj, DevicePtr, RuntimeObj,
+};
 use crate::status::{bad_arg, dp_status_t, guard, guard_value};
 use crate::tensor::{dp_dtype_t, dp_tensor_t, dtype, tensor, TensorObj};
 
@@ -268,22 +269,9 @@ pub unsafe extern "C" fn dp_graph_add_op(
             // SAFETY: the caller's contract.
             unsafe { get(attrs, "attrs")? }
         };
-        let dev: Option<&Arc<Device>> = if device.is_null() {
-            None
-        } else {
-            // SAFETY: the caller's contract.
-            Some(unsafe { self::device(device, "device")? })
-        };
-        let n = op.op.def().outputs.len();
-        if capacity < n {
-            return Err(bad_arg(
-                "capacity",
-                &format!("is {capacity}, but {} has {n} output(s)", op.op.name()),
-            ));
-        }
-        if n > 0 && outputs.is_null() {
-            return Err(bad_arg("outputs", "is NULL"));
-        }
+        // SAFETY: the caller's contract.
+        let dev = unsafe { optional_device(device, "device")? };
+        crate::op::output_room(op, outputs.is_null(), capacity)?;
         let outs = g.write().op(rt.runtime(), name, &op.op, &ins, attrs, dev)?;
         for (i, o) in outs.iter().enumerate() {
             // SAFETY: writable for `capacity >= n` outputs (the caller's contract).
@@ -613,12 +601,8 @@ pub unsafe extern "C" fn dp_variable_create(
                 tensor(initial, "initial")?,
             )
         };
-        let dev: Option<&Arc<Device>> = if device.is_null() {
-            None
-        } else {
-            // SAFETY: the caller's contract.
-            Some(unsafe { self::device(device, "device")? })
-        };
+        // SAFETY: the caller's contract.
+        let dev = unsafe { optional_device(device, "device")? };
         check_out(out_variable, "out_variable")?;
         let v = rt.runtime().variable(name, &t.tensor, dev)?;
         let dev = rt.handle_of(v.device()).unwrap_or(std::ptr::null_mut());

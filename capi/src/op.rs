@@ -4,11 +4,11 @@ use std::ffi::{c_char, c_void, CString};
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use devplug_core::{AttrValue, Attrs, Device, Error, OpHandle, PlacementEvent, Tensor};
+use devplug_core::{AttrValue, Attrs, Error, OpHandle, PlacementEvent, Tensor};
 
 use crate::handle::{self, check_out, get, handle, write_out};
 use crate::host_fn::HostFn;
-use crate::runtime::{device, dp_device_t, dp_runtime_t, runtime_obj, DevicePtr};
+use crate::runtime::{dp_device_t, dp_runtime_t, optional_device, runtime_obj, DevicePtr};
 use crate::status::{bad_arg, dp_status_t, guard, guard_value};
 use crate::tensor::{dp_tensor_t, dtype, tensor, TensorObj};
 
@@ -254,6 +254,26 @@ pub const DP_SOFT_PLACEMENT_OFF: i32 = 0;
 /// An op its device cannot run falls back to the CPU.
 pub const DP_SOFT_PLACEMENT_ON: i32 = 1;
 
+/// Checks that a caller's output list (`capacity` entries; `is_null`: its pointer is NULL)
+/// holds `op`'s outputs; returns how many it has.
+pub(crate) fn output_room(
+    op: &OpObj,
+    is_null: bool,
+    capacity: usize,
+) -> devplug_core::Result<usize> {
+    let n = op.op.def().outputs.len();
+    if capacity < n {
+        return Err(bad_arg(
+            "capacity",
+            &format!("is {capacity}, but {} has {n} output(s)", op.op.name()),
+        ));
+    }
+    if n > 0 && is_null {
+        return Err(bad_arg("outputs", "is NULL"));
+    }
+    Ok(n)
+}
+
 /// An options struct's `soft_placement` (`DP_SOFT_PLACEMENT_*`) as the core takes it.
 pub(crate) fn soft_placement(v: i32) -> devplug_core::Result<Option<bool>> {
     match v {
@@ -387,23 +407,10 @@ pub unsafe extern "C" fn dp_op_run(
         };
         // The device is borrowed from its handle: no `Arc` clone per op. Dispatch refuses a
         // device of another runtime (a compare, no lock).
-        let run_device: Option<&Arc<Device>> = if o.device.is_null() {
-            None
-        } else {
-            // SAFETY: the caller's contract.
-            Some(unsafe { device(o.device, "options->device")? })
-        };
+        // SAFETY: the caller's contract.
+        let run_device = unsafe { optional_device(o.device, "options->device")? };
         let soft_placement = soft_placement(o.soft_placement)?;
-        let n = op.op.def().outputs.len();
-        if capacity < n {
-            return Err(bad_arg(
-                "capacity",
-                &format!("is {capacity}, but {} has {n} output(s)", op.op.name()),
-            ));
-        }
-        if n > 0 && outputs.is_null() {
-            return Err(bad_arg("outputs", "is NULL"));
-        }
+        let n = output_room(op, outputs.is_null(), capacity)?;
         // The handle of the device the op was placed on, known without a lookup; outputs
         // elsewhere (soft placement) are looked up.
         let placed = match run_device {

@@ -365,6 +365,21 @@ pub(crate) unsafe fn device<'a>(
     Ok(&unsafe { get(device, arg) }?.device)
 }
 
+/// [`device`] for an optional device argument: NULL is `None`.
+///
+/// # Safety
+/// As for [`device`].
+pub(crate) unsafe fn optional_device<'a>(
+    device: *const dp_device_t,
+    arg: &str,
+) -> devplug_core::Result<Option<&'a Arc<Device>>> {
+    if device.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: forwarded.
+    Ok(Some(unsafe { self::device(device, arg)? }))
+}
+
 /// Writes the number of devices of all platforms into `*out_count`.
 ///
 /// # Safety
