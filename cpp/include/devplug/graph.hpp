@@ -8,7 +8,7 @@
  * devplug::Variable w = rt.variable("w", devplug::Tensor::from_vector<float>(cpu, {2}, {2, 3}));
  * devplug::Graph g;
  * auto x = g.placeholder("x", devplug::DType::F32, {-1, 2});
- * auto y = g.op(rt, "y", rt.op("Mul"), {x, g.read("w_read", w)});
+ * devplug::GraphOutput y = g.op1(rt, "y", rt.op("Mul"), {x, g.read("w_read", w)});
  * std::vector<devplug::Tensor> out = g.run(rt, {{x, &batch}}, {y});
  * @endcode
  */
