@@ -47,9 +47,86 @@ impl From<dp_graph_output_t> for NodeOutput {
     }
 }
 
+/// A graph behind its lock, which knows the graphs the calling thread holds: a callback that
+/// runs while this thread adds to or runs a graph (a device setter, the placement or the log
+/// callback) and calls back into that same graph gets `DP_FAILED_PRECONDITION`, where taking
+/// the lock again would deadlock.
+#[doc(hidden)]
+pub struct GraphCell(RwLock<Graph>);
+
+thread_local! {
+    /// The graphs (by address) this thread holds locked.
+    static HELD: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A lock guard of a [`GraphCell`], marked as held by this thread while it lives.
+struct Held<G> {
+    guard: G,
+    key: usize,
+}
+
+impl<G> Drop for Held<G> {
+    fn drop(&mut self) {
+        let _ = HELD.try_with(|h| {
+            let mut h = h.borrow_mut();
+            if let Some(i) = h.iter().rposition(|k| *k == self.key) {
+                h.swap_remove(i);
+            }
+        });
+    }
+}
+
+impl<G: std::ops::Deref> std::ops::Deref for Held<G> {
+    type Target = G::Target;
+    fn deref(&self) -> &G::Target {
+        &self.guard
+    }
+}
+
+impl<G: std::ops::DerefMut> std::ops::DerefMut for Held<G> {
+    fn deref_mut(&mut self) -> &mut G::Target {
+        &mut self.guard
+    }
+}
+
+impl GraphCell {
+    fn mark(&self) -> devplug_core::Result<usize> {
+        let key = self as *const GraphCell as usize;
+        HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            if h.contains(&key) {
+                return Err(Error::new(
+                    devplug_core::Code::FailedPrecondition,
+                    "the graph is in use on this thread: a callback that runs while a node is \
+                     added to it or while it runs (a device setter, the placement or the log \
+                     callback) cannot call into the same graph",
+                ));
+            }
+            h.push(key);
+            Ok(key)
+        })
+    }
+
+    fn read(&self) -> devplug_core::Result<Held<parking_lot::RwLockReadGuard<'_, Graph>>> {
+        let key = self.mark()?;
+        Ok(Held {
+            guard: self.0.read(),
+            key,
+        })
+    }
+
+    fn write(&self) -> devplug_core::Result<Held<parking_lot::RwLockWriteGuard<'_, Graph>>> {
+        let key = self.mark()?;
+        Ok(Held {
+            guard: self.0.write(),
+            key,
+        })
+    }
+}
+
 #[doc(hidden)]
 pub struct GraphObj {
-    graph: RwLock<Graph>,
+    graph: GraphCell,
     /// Node names handed out as C strings ([`dp_graph_node_name`]), by node.
     names: parking_lot::Mutex<Vec<Option<CString>>>,
 }
@@ -79,7 +156,7 @@ handle!(
 
 /// # Safety
 /// `g` is a graph handle (the C API contract).
-unsafe fn graph<'a>(g: *const dp_graph_t) -> devplug_core::Result<&'a RwLock<Graph>> {
+unsafe fn graph<'a>(g: *const dp_graph_t) -> devplug_core::Result<&'a GraphCell> {
     // SAFETY: forwarded.
     Ok(&unsafe { get(g, "graph")? }.graph)
 }
@@ -139,7 +216,7 @@ pub unsafe extern "C" fn dp_graph_create(out_graph: *mut *mut dp_graph_t) -> dp_
     guard("dp_graph_create", || {
         check_out(out_graph, "out_graph")?;
         let h = handle::new::<dp_graph_t>(GraphObj {
-            graph: RwLock::new(Graph::new()),
+            graph: GraphCell(RwLock::new(Graph::new())),
             names: parking_lot::Mutex::new(Vec::new()),
         });
         // SAFETY: the caller's contract.
@@ -187,7 +264,7 @@ pub unsafe extern "C" fn dp_graph_add_placeholder(
             Some(unsafe { crate::tensor::shape(shape, rank)? })
         };
         check_out(out_output, "out_output")?;
-        let o = g.write().placeholder(name, d, shape)?;
+        let o = g.write()?.placeholder(name, d, shape)?;
         // SAFETY: the caller's contract.
         unsafe { write_out(out_output, "out_output", o.into()) }
     })
@@ -216,7 +293,7 @@ pub unsafe extern "C" fn dp_graph_add_constant(
             )
         };
         check_out(out_output, "out_output")?;
-        let o = g.write().constant(name, &t.tensor)?;
+        let o = g.write()?.constant(name, &t.tensor)?;
         // SAFETY: the caller's contract.
         unsafe { write_out(out_output, "out_output", o.into()) }
     })
@@ -272,7 +349,9 @@ pub unsafe extern "C" fn dp_graph_add_op(
         // SAFETY: the caller's contract.
         let dev = unsafe { optional_device(device, "device")? };
         crate::op::output_room(op, outputs.is_null(), capacity)?;
-        let outs = g.write().op(rt.runtime(), name, &op.op, &ins, attrs, dev)?;
+        let outs = g
+            .write()?
+            .op(rt.runtime(), name, &op.op, &ins, attrs, dev)?;
         for (i, o) in outs.iter().enumerate() {
             // SAFETY: writable for `capacity >= n` outputs (the caller's contract).
             unsafe { outputs.add(i).write((*o).into()) };
@@ -307,7 +386,7 @@ pub unsafe extern "C" fn dp_graph_add_read(
             )
         };
         check_out(out_output, "out_output")?;
-        let o = g.write().read(name, &v.variable)?;
+        let o = g.write()?.read(name, &v.variable)?;
         // SAFETY: the caller's contract.
         unsafe { write_out(out_output, "out_output", o.into()) }
     })
@@ -338,7 +417,7 @@ pub unsafe extern "C" fn dp_graph_add_assign(
             )
         };
         check_out(out_output, "out_output")?;
-        let o = g.write().assign(name, &v.variable, value.into())?;
+        let o = g.write()?.assign(name, &v.variable, value.into())?;
         // SAFETY: the caller's contract.
         unsafe { write_out(out_output, "out_output", o.into()) }
     })
@@ -357,7 +436,7 @@ pub unsafe extern "C" fn dp_graph_node_count(
         // SAFETY: the caller's contract.
         let g = unsafe { self::graph(graph)? };
         check_out(out_count, "out_count")?;
-        let n = g.read().node_count();
+        let n = g.read()?.node_count();
         // SAFETY: the caller's contract.
         unsafe { write_out(out_count, "out_count", n) }
     })
@@ -379,7 +458,7 @@ pub unsafe extern "C" fn dp_graph_find(
         // SAFETY: the caller's contract.
         let (g, name) = unsafe { (self::graph(graph)?, handle::c_str(name, "name")?) };
         check_out(out_output, "out_output")?;
-        let o = g.read().find(name, index)?;
+        let o = g.read()?.find(name, index)?;
         // SAFETY: the caller's contract.
         unsafe { write_out(out_output, "out_output", o.into()) }
     })
@@ -415,7 +494,7 @@ pub unsafe extern "C" fn dp_graph_output_spec(
                 &format!("is NULL but capacity is {capacity}"),
             ));
         }
-        let spec = g.read().spec(output.into())?;
+        let spec = g.read()?.spec(output.into())?;
         let Some(spec) = spec else {
             // SAFETY: both checked writable (the caller's contract).
             unsafe {
@@ -455,7 +534,7 @@ pub unsafe extern "C" fn dp_graph_node_name(
         // SAFETY: the caller's contract.
         let obj = unsafe { get(graph, "graph")? };
         let output = NodeOutput::from(output);
-        let name = CString::new(obj.graph.read().node_name(output)?).unwrap_or_default();
+        let name = CString::new(obj.graph.read()?.node_name(output)?).unwrap_or_default();
         // Kept with the graph, one per node asked about: a CString's bytes do not move when
         // the list grows, so the pointer stays valid while the graph lives.
         let mut names = obj.names.lock();
@@ -563,7 +642,7 @@ pub unsafe extern "C" fn dp_graph_run(
             )?
         };
         let soft_placement = crate::op::soft_placement(o.soft_placement)?;
-        let out = g.read().run_with(
+        let out = g.read()?.run_with(
             rt.runtime(),
             &feeds,
             &fetch,

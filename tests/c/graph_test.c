@@ -546,6 +546,42 @@ static void bad_arguments(void) {
     dp_graph_destroy(g);
 }
 
+/* A device setter that calls into the graph being built (the graph is locked by this thread
+ * then): refused with DP_FAILED_PRECONDITION instead of a deadlock; the node is added. */
+static dp_graph_t *reentered_graph;
+static dp_status_t reentry_status = DP_OK;
+static char reentry_message[256];
+static dp_status_t setter_calling_the_graph(const dp_placement_query_t *q, void *user_data,
+                                            dp_device_t **out_device) {
+    size_t n = 0;
+    (void)q;
+    (void)user_data;
+    (void)out_device;
+    reentry_status = dp_graph_node_count(reentered_graph, &n);
+    snprintf(reentry_message, sizeof reentry_message, "%s", dp_last_error_message());
+    return DP_OK;
+}
+
+static void a_setter_calling_the_graph_it_places_for(void) {
+    dp_scope_t *scope = NULL;
+    dp_graph_output_t x, y;
+    size_t n = 0;
+    SECTION("a setter calling into the graph being built");
+    CHECK_OK(dp_graph_create(&reentered_graph));
+    CHECK_OK(dp_graph_add_placeholder(reentered_graph, "x", DP_DTYPE_F32, NULL, DP_GRAPH_ANY_RANK,
+                                      &x));
+    CHECK_OK(dp_scope_create_setter(rt, setter_calling_the_graph, NULL, NULL, &scope));
+    CHECK_OK(dp_scope_enter(scope));
+    CHECK_OK(dp_graph_add_op(reentered_graph, rt, "y", sqrt_op, &x, 1, NULL, NULL, &y, 1, NULL));
+    CHECK_OK(dp_scope_exit(scope));
+    CHECK(reentry_status == DP_FAILED_PRECONDITION);
+    CHECK(strstr(reentry_message, "in use on this thread") != NULL);
+    CHECK_OK(dp_graph_node_count(reentered_graph, &n)); /* and afterwards it answers */
+    CHECK(n == 2);
+    dp_scope_destroy(scope);
+    dp_graph_destroy(reentered_graph);
+}
+
 /* Teardown in the "wrong" order: the runtime first, then the graph and the variable that
  * hold its devices, ops and tensors (SIM's included). Nothing crashes or leaks (the ASan run). */
 static void runtime_destroyed_before_its_graph(void) {
@@ -595,6 +631,7 @@ int main(void) {
     errors_name_the_node();
     bad_arguments();
     runtime_destroyed_before_its_graph();
+    a_setter_calling_the_graph_it_places_for();
     dp_runtime_destroy(rt);
     return DP_TEST_SUMMARY();
 }
