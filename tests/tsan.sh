@@ -5,7 +5,8 @@
 #
 # Needs a nightly toolchain with rust-src (`rustup component add rust-src --toolchain nightly`:
 # the standard library is rebuilt with the sanitizer) and gcc. Not part of CI: it rebuilds the
-# standard library and every dependency (about 10 minutes on 2 cores). Any report fails it.
+# standard library and every dependency (about 5 minutes on 2 cores, 12 GB in target/tsan). Any
+# report fails it.
 #
 #   tests/tsan.sh
 #
