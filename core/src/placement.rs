@@ -98,6 +98,26 @@ impl PlacementLog {
         self.enabled.store(on, Ordering::Relaxed);
     }
 
+    /// Records that `op` runs on `device` for `reason` when the log is on; `detail` is built
+    /// only then (the log costs one atomic load when off).
+    #[inline]
+    pub(crate) fn note(
+        &self,
+        op: &str,
+        device: &crate::device::Device,
+        reason: Reason,
+        detail: impl FnOnce() -> String,
+    ) {
+        if self.enabled() {
+            self.record(PlacementEvent {
+                op: op.to_string(),
+                device: device.qualified_name(),
+                reason,
+                detail: detail(),
+            });
+        }
+    }
+
     pub fn record(&self, event: PlacementEvent) {
         if self.to_stderr {
             eprintln!("[devplug placement] {event}");

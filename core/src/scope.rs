@@ -222,6 +222,28 @@ pub(crate) fn place_op(rt: &Runtime, info: &OpInfo) -> Result<Option<(Arc<Device
     place_scoped(rt, info)
 }
 
+/// Where `info`'s op goes: `device` when given (`INVALID_ARGUMENT` for a device of another
+/// runtime), else where the scopes entered on this thread place it, else the runtime's default
+/// device — and why. For ops placed once and run later (graph nodes) and variables; eager
+/// dispatch borrows the device instead (`dispatch::run_on`).
+pub(crate) fn decide(
+    rt: &Runtime,
+    device: Option<&Arc<Device>>,
+    info: &OpInfo,
+) -> Result<(Arc<Device>, Reason)> {
+    match device {
+        Some(d) if !rt.owns(d) => Err(Error::invalid_argument(format!(
+            "device {} is a device of another runtime",
+            d.qualified_name()
+        ))),
+        Some(d) => Ok((d.clone(), Reason::Explicit)),
+        None => {
+            Ok(place_op(rt, info)?
+                .unwrap_or_else(|| (rt.default_device().clone(), Reason::Default)))
+        }
+    }
+}
+
 #[inline(never)]
 fn place_scoped(rt: &Runtime, info: &OpInfo) -> Result<Option<(Arc<Device>, Reason)>> {
     let id = rt.id();

@@ -18,7 +18,6 @@ use parking_lot::RwLock;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::placement::{PlacementEvent, Reason};
 use crate::runtime::Runtime;
 use crate::scope::{OpInfo, OpKind};
 use crate::tensor::{DType, Tensor};
@@ -63,36 +62,18 @@ impl Runtime {
         if name.is_empty() {
             return Err(Error::invalid_argument("variable: the name is empty"));
         }
-        let (device, reason) = match device {
-            Some(d) => (d.clone(), Reason::Explicit),
-            None => {
-                let info = OpInfo {
-                    name,
-                    op: "Variable",
-                    kind: OpKind::Variable,
-                };
-                crate::scope::place_op(self, &info)?
-                    .unwrap_or_else(|| (self.default_device().clone(), Reason::Default))
-            }
+        let info = OpInfo {
+            name,
+            op: "Variable",
+            kind: OpKind::Variable,
         };
-        if !self.owns(&device) {
-            return Err(Error::invalid_argument(format!(
-                "variable '{name}': device {} is a device of another runtime",
-                device.qualified_name()
-            )));
-        }
+        let (device, reason) = crate::scope::decide(self, device, &info)
+            .map_err(|e| e.context(format!("variable '{name}'")))?;
         let value = initial
             .copy_to(&device)
             .map_err(|e| e.context(format!("variable '{name}': its initial value")))?;
-        let p = self.placement();
-        if p.enabled() {
-            p.record(PlacementEvent {
-                op: name.to_string(),
-                device: device.qualified_name(),
-                reason,
-                detail: "variable".into(),
-            });
-        }
+        self.placement()
+            .note(name, &device, reason, || "variable".into());
         Ok(Variable(Arc::new(Inner {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             name: name.to_string(),

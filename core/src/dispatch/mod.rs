@@ -18,7 +18,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernel::{KernelContext, KernelDef};
 use crate::op::{Attrs, Emitter, InferContext, OpHandle, Outputs, SpecRef};
-use crate::placement::{PlacementEvent, Reason};
+use crate::placement::Reason;
 use crate::runtime::Runtime;
 use crate::tensor::{DType, Tensor};
 use crate::trace::{DeviceSpanStart, Span, SpanKind};
@@ -380,15 +380,7 @@ fn log(
     reason: Reason,
     detail: impl FnOnce() -> String,
 ) {
-    let p = rt.placement();
-    if p.enabled() {
-        p.record(PlacementEvent {
-            op: op.name().to_string(),
-            device: device.qualified_name(),
-            reason,
-            detail: detail(),
-        });
-    }
+    rt.placement().note(op.name(), device, reason, detail);
 }
 
 /// Runs a decomposition's ops on one device.

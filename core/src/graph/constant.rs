@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 
 use crate::device::Device;
 use crate::error::Result;
-use crate::placement::{PlacementEvent, Reason};
+use crate::placement::Reason;
 use crate::runtime::Runtime;
 use crate::tensor::Tensor;
 
@@ -44,18 +44,12 @@ impl Constant {
             return Ok(t.clone());
         }
         let copy = self.value.copy_to(device)?;
-        let p = rt.placement();
-        if p.enabled() {
-            p.record(PlacementEvent {
-                op: op.to_string(),
-                device: device.qualified_name(),
-                reason: Reason::InputCopied,
-                detail: format!(
-                    "constant '{name}' copied from {} once; later runs reuse the copy",
-                    self.value.device().qualified_name()
-                ),
-            });
-        }
+        rt.placement().note(op, device, Reason::InputCopied, || {
+            format!(
+                "constant '{name}' copied from {} once; later runs reuse the copy",
+                self.value.device().qualified_name()
+            )
+        });
         copies.push(copy.clone());
         Ok(copy)
     }

@@ -240,25 +240,12 @@ impl Graph {
         for (i, input) in inputs.iter().enumerate() {
             self.node(*input, &format!("input {i}")).map_err(context)?;
         }
-        let (device, reason) = match device {
-            Some(d) => (d.clone(), Reason::Explicit),
-            None => {
-                let info = OpInfo {
-                    name: &name,
-                    op: op.name(),
-                    kind: OpKind::Compute,
-                };
-                crate::scope::place_op(rt, &info)
-                    .map_err(context)?
-                    .unwrap_or_else(|| (rt.default_device().clone(), Reason::Default))
-            }
+        let info = OpInfo {
+            name: &name,
+            op: op.name(),
+            kind: OpKind::Compute,
         };
-        if !rt.owns(&device) {
-            return Err(context(Error::invalid_argument(format!(
-                "device {} is a device of another runtime",
-                device.qualified_name()
-            ))));
-        }
+        let (device, reason) = crate::scope::decide(rt, device, &info).map_err(context)?;
         let def = op.def();
         let known: Option<Vec<TensorSpec>> = inputs
             .iter()
