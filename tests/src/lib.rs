@@ -35,6 +35,19 @@ pub fn runtime() -> devplug_core::Runtime {
     devplug_core::Runtime::new(options()).expect("a runtime")
 }
 
+/// The placement events a runtime has recorded, in order (see [`record_placements`]).
+pub type PlacementLog = std::sync::Arc<std::sync::Mutex<Vec<devplug_core::PlacementEvent>>>;
+
+/// Turns on `rt`'s placement log and collects every event it records from now on.
+pub fn record_placements(rt: &devplug_core::Runtime) -> PlacementLog {
+    let log: PlacementLog = Default::default();
+    let l = log.clone();
+    rt.set_placement_callback(Some(std::sync::Arc::new(
+        move |e: &devplug_core::PlacementEvent| l.lock().unwrap().push(e.clone()),
+    )));
+    log
+}
+
 /// The CMake build directory of the whole project (where ctest runs).
 pub fn build_dir() -> PathBuf {
     PathBuf::from(env!("DEVPLUG_TEST_BUILD_DIR"))

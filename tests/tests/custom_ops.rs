@@ -4,23 +4,10 @@
 //! are the op's; a host cannot take its name. Malformed definitions are in the zoo
 //! (tests/tests/zoo.rs, `op_*`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use devplug_core::{
-    Attrs, Code, Device, OpDef, PlacementEvent, Reason, RunOptions, Runtime, Tensor,
-};
-use devplug_tests::{plugin_path, runtime};
-
-type Log = Arc<Mutex<Vec<PlacementEvent>>>;
-
-fn record(rt: &Runtime) -> Log {
-    let log: Log = Arc::default();
-    let l = log.clone();
-    rt.set_placement_callback(Some(Arc::new(move |e: &PlacementEvent| {
-        l.lock().unwrap().push(e.clone())
-    })));
-    log
-}
+use devplug_core::{Attrs, Code, Device, OpDef, Reason, RunOptions, Runtime, Tensor};
+use devplug_tests::{plugin_path, record_placements, runtime};
 
 fn on(device: &Arc<Device>, strict: bool) -> RunOptions {
     RunOptions {
@@ -77,7 +64,7 @@ fn the_plugins_op_is_registered_with_its_signature() {
 #[test]
 fn the_native_kernel_runs_on_simdml_and_the_body_everywhere_else() {
     let rt = with_plugins();
-    let log = record(&rt);
+    let log = record_placements(&rt);
     let none = Attrs::new();
     let cpu = rt.find_device("CPU:0").unwrap();
     let x = Tensor::from_slice(&cpu, &[2, 3], &X).unwrap();
@@ -230,7 +217,7 @@ fn a_hosts_op_in_text_runs_through_its_body_on_a_plugin_device() {
         })
         .unwrap();
     assert_eq!(rt.op("app.Scale").unwrap().name(), "app.Scale");
-    let log = record(&rt);
+    let log = record_placements(&rt);
     let k = Attrs::new().with("k", AttrValue::Float(0.5));
     let mut got = Vec::new();
     for spec in ["SIM:0", "CPU:0"] {

@@ -7,20 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use devplug_core::{
     AttrValue, Attrs, Binding, Code, DType, Graph, GraphRunOptions, KernelDef, NodeOutput, OpKind,
-    OpText, PlacementEvent, Reason, Runtime, Tensor,
+    OpText, Reason, Runtime, Tensor,
 };
-use devplug_tests::{options, plugin_path};
-
-type Log = Arc<Mutex<Vec<PlacementEvent>>>;
-
-fn logged(rt: &Runtime) -> Log {
-    let log: Log = Arc::default();
-    let l = log.clone();
-    rt.set_placement_callback(Some(Arc::new(move |e: &PlacementEvent| {
-        l.lock().unwrap().push(e.clone())
-    })));
-    log
-}
+use devplug_tests::{options, plugin_path, record_placements};
 
 fn with_sim() -> Runtime {
     let rt = Runtime::new(options()).unwrap();
@@ -243,7 +232,7 @@ fn bad_feeds_and_fetches_are_refused_with_the_node_named() {
 #[test]
 fn one_graph_runs_on_several_devices() {
     let rt = with_sim();
-    let log = logged(&rt);
+    let log = record_placements(&rt);
     let sim = rt.find_device("SIM:0").unwrap();
     let cpu = rt.default_device().clone();
     let (mul, neg) = (rt.op("Mul").unwrap(), rt.op("Neg").unwrap());
@@ -277,7 +266,7 @@ fn one_graph_runs_on_several_devices() {
 #[test]
 fn a_constant_is_copied_to_another_device_once() {
     let rt = with_sim();
-    let log = logged(&rt);
+    let log = record_placements(&rt);
     let sim = rt.find_device("SIM:0").unwrap();
     let cpu = rt.default_device().clone();
     let add = rt.op("Add").unwrap();
@@ -320,7 +309,7 @@ fn a_constant_is_copied_to_another_device_once() {
 #[test]
 fn nodes_are_placed_by_the_scopes_in_force_when_they_are_added() {
     let rt = with_sim();
-    let log = logged(&rt);
+    let log = record_placements(&rt);
     let sim = rt.find_device("SIM:0").unwrap();
     let cpu = rt.default_device().clone();
     let seen: Arc<Mutex<Vec<(String, String, OpKind)>>> = Arc::default();

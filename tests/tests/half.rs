@@ -3,14 +3,13 @@
 //! kernel for either dtype: its data round-trips bit for bit, and ops follow the fallback order
 //! (soft placement to the CPU, or an error naming where kernels exist in strict mode).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use devplug_core::half::{bf16, f16};
 use devplug_core::{
-    AttrValue, Attrs, Code, DType, Device, Element, PlacementEvent, Reason, RunOptions, Runtime,
-    Tensor,
+    AttrValue, Attrs, Code, DType, Device, Element, Reason, RunOptions, Runtime, Tensor,
 };
-use devplug_tests::{plugin_path, runtime};
+use devplug_tests::{plugin_path, record_placements, runtime};
 
 fn on(device: &Arc<Device>, soft: bool) -> RunOptions {
     RunOptions {
@@ -206,11 +205,7 @@ fn on_sim<H: Half>() {
     let rt: Runtime = runtime();
     rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
     let (cpu, sim) = (rt.cpu_device().unwrap(), rt.find_device("SIM:0").unwrap());
-    let log: Arc<Mutex<Vec<PlacementEvent>>> = Arc::default();
-    let l = log.clone();
-    rt.set_placement_callback(Some(Arc::new(move |e: &PlacementEvent| {
-        l.lock().unwrap().push(e.clone())
-    })));
+    let log = record_placements(&rt);
     // Every bit pattern survives SIM's memory.
     let bits: Vec<u16> = (0..=u16::MAX).step_by(7).collect();
     let h: Vec<u8> = bits.iter().flat_map(|b| b.to_ne_bytes()).collect();

@@ -2,23 +2,10 @@
 //! plugin's own kernels, and ops on SIM (native or through the fallback order) giving the
 //! CPU's results.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use devplug_core::{
-    AttrValue, Attrs, Code, Device, PlacementEvent, Reason, RunOptions, Runtime, Tensor,
-};
-use devplug_tests::{plugin_path, runtime};
-
-type Log = Arc<Mutex<Vec<PlacementEvent>>>;
-
-fn record(rt: &Runtime) -> Log {
-    let log: Log = Arc::default();
-    let l = log.clone();
-    rt.set_placement_callback(Some(Arc::new(move |e: &PlacementEvent| {
-        l.lock().unwrap().push(e.clone())
-    })));
-    log
-}
+use devplug_core::{AttrValue, Attrs, Code, Device, Reason, RunOptions, Tensor};
+use devplug_tests::{plugin_path, record_placements, runtime};
 
 fn on(device: &Arc<Device>, strict: bool) -> RunOptions {
     RunOptions {
@@ -60,7 +47,7 @@ fn the_override_scenario_runs_each_platforms_own_kernels() {
         let gpu0 = rt.find_device("GPU:0").unwrap();
         let cuda0 = rt.find_device("SIMCUDA:0").unwrap();
         assert_eq!(gpu0.platform().info.name, "SIMDML");
-        let log = record(&rt);
+        let log = record_placements(&rt);
         let (a, b) = (
             f32s(&gpu0, &[4], &[1., 2., 3., 4.]),
             f32s(&gpu0, &[4], &[10., 20., 30., 40.]),
@@ -137,7 +124,7 @@ fn a_native_kernel_runs_before_the_decomposition() {
     let rt = runtime();
     rt.load_plugin(plugin_path("devplug_simdml"), &[]).unwrap();
     let gpu = rt.find_device("GPU:0").unwrap();
-    let log = record(&rt);
+    let log = record_placements(&rt);
     let x = f32s(&gpu, &[3], &[-1., 0., 2.]);
     let y = rt
         .run_named("Relu", &[x], &Attrs::new(), &on(&gpu, true))
@@ -269,7 +256,7 @@ fn native_composite_kernels_agree_with_their_decompositions() {
         rt.find_device("CPU").unwrap(),
         rt.find_device("SIM").unwrap(),
     );
-    let log = record(&rt);
+    let log = record_placements(&rt);
     let vals: Vec<f32> = (0..24).map(|i| ((i * 7) % 11) as f32 * 0.5 - 2.5).collect();
     let x = f32s(&cpu, &[4, 6], &vals);
     let w = f32s(&cpu, &[6, 3], &vals[..18]);

@@ -2,7 +2,7 @@
 //! through the same loader as C and C++ plugins, and a panic in its init is an error.
 
 use devplug_core::{Code, Tensor};
-use devplug_tests::{plugin_path, runtime};
+use devplug_tests::{plugin_path, record_placements, runtime};
 
 #[test]
 fn rsim_devices_work_through_the_loader() {
@@ -38,17 +38,13 @@ fn rsim_devices_work_through_the_loader() {
 #[test]
 fn rsims_f16_add_runs_natively_and_equals_the_cpus() {
     use devplug_core::half::f16;
-    use devplug_core::{Attrs, PlacementEvent, RunOptions};
-    use std::sync::{Arc, Mutex};
+    use devplug_core::{Attrs, RunOptions};
+    use std::sync::Arc;
     let rt = runtime();
     rt.load_plugin(plugin_path("devplug_rust_example"), &[])
         .unwrap();
     let (cpu, npu) = (rt.cpu_device().unwrap(), rt.find_device("NPU:0").unwrap());
-    let log: Arc<Mutex<Vec<PlacementEvent>>> = Arc::default();
-    let l = log.clone();
-    rt.set_placement_callback(Some(Arc::new(move |e: &PlacementEvent| {
-        l.lock().unwrap().push(e.clone())
-    })));
+    let log = record_placements(&rt);
     // Values whose sums round: f16 has 11 bits, so 2049 + 1 and 0.1 + 0.2 are inexact.
     let x: Vec<f16> = [2049.0, 0.1, -7.25, 65504.0, 1e-7, 3.0]
         .iter()

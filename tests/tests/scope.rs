@@ -5,12 +5,11 @@
 use std::sync::{Arc, Mutex};
 
 use devplug_core::{
-    Attrs, Code, Device, Error, OpInfo, OpKind, PlacementEvent, Reason, RunOptions, Runtime,
-    RuntimeOptions, Tensor,
+    Attrs, Code, Device, Error, OpInfo, OpKind, Reason, RunOptions, Runtime, RuntimeOptions, Tensor,
 };
-use devplug_tests::{options, plugin_path};
+use devplug_tests::{options, plugin_path, record_placements, PlacementLog};
 
-type Log = Arc<Mutex<Vec<PlacementEvent>>>;
+type Log = PlacementLog;
 
 /// A runtime with three CPU devices and a placement log.
 fn setup() -> (Runtime, Log) {
@@ -19,11 +18,7 @@ fn setup() -> (Runtime, Log) {
         ..options()
     })
     .unwrap();
-    let log: Log = Arc::default();
-    let l = log.clone();
-    rt.set_placement_callback(Some(Arc::new(move |e: &PlacementEvent| {
-        l.lock().unwrap().push(e.clone())
-    })));
+    let log = record_placements(&rt);
     (rt, log)
 }
 
