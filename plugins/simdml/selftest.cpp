@@ -10,7 +10,8 @@
 // errors and exceptions become statuses with messages; kernels=0 registers none; an ABI 1.0
 // host table gets a clear error. A small in-process plugin built from plugin.hpp checks the
 // header's kernel API where SIMDML does not reach (attributes, ANY binding, every kind of
-// exception, refusals, a newer host's larger dpp_tensor_t).
+// exception, refusals, a newer host's larger dpp_tensor_t, half dtypes left out for a host older
+// than ABI 1.3).
 //
 // Timed events (ABI 1.4): SIMDML's event_elapsed_ns around work with latency, reversed, the
 // same event, never recorded, pending, after a stream error, bad arguments; and plugin.hpp's
@@ -1164,6 +1165,12 @@ void init(dp::Host& host) {
       host.register_kernel(any, std::unique_ptr<dp::Kernel>());
       return std::string("registered");
     });
+  } else if (mode == "halves") {
+    using dp::DType;
+    host.register_kernel({"HalfSub", "GPU", std::string("ANY"), {DType::F16, DType::F32, DType::BF16}, 0},
+                         [](dp::KernelContext&) {});
+    host.register_kernel({"HalfMul", "GPU", std::string("ANY"), {DType::BF16, DType::F16}, 0},
+                         [](dp::KernelContext&) {});
   } else {
     host.register_kernel(any, std::make_unique<Probe>());  // refused or not: the host decides
   }
@@ -1672,6 +1679,35 @@ void test_header_kernels() {
     }
     hdr::g_saved = devplug::plugin::Host();
     api->shutdown(data);
+  }
+  {
+    // A host older than ABI 1.3 knows no half dtypes: the header leaves them out of a kernel's
+    // list, and leaves out a kernel that takes nothing else, saying so; a 1.3 host gets them.
+    for (uint32_t minor : {2u, 3u}) {
+      FakeHost host;
+      host.api.abi_minor = minor;
+      host.options = {{"mode", "halves"}};
+      void* data = nullptr;
+      CHECK_OK(host.init(api, &data));
+      const RegisteredKernel* sub = host.kernel("HalfSub");
+      const RegisteredKernel* mul = host.kernel("HalfMul");
+      CHECK(sub != nullptr);
+      if (minor < 3) {
+        CHECK(sub != nullptr && sub->dtypes == std::vector<int32_t>{DPP_DTYPE_F32});
+        CHECK(mul == nullptr);
+        bool said = false;
+        for (const auto& l : host.logs) {
+          said = said || (l.first == DPP_LOG_INFO &&
+                          l.second == "kernel HalfMul for GPU takes only f16/bf16, which a host of plugin ABI 1.2 "
+                                      "does not know: not registered");
+        }
+        CHECK(said);
+      } else {
+        CHECK(sub != nullptr && sub->dtypes == (std::vector<int32_t>{DPP_DTYPE_F16, DPP_DTYPE_F32, DPP_DTYPE_BF16}));
+        CHECK(mul != nullptr && mul->dtypes == (std::vector<int32_t>{DPP_DTYPE_BF16, DPP_DTYPE_F16}));
+      }
+      api->shutdown(data);
+    }
   }
   {
     FakeHost host;

@@ -96,6 +96,7 @@
 
 #include <devplug/plugin.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -769,6 +770,10 @@ class Host {
    *         `DPP_ALREADY_EXISTS` for a kernel with the same op, type, binding, overlapping
    *         dtypes and priority; the host keeps its own detailed message). A refused kernel is
    *         destroyed at once.
+   *
+   * A host older than ABI 1.3 knows no f16 or bf16: with one, those dtypes are left out of
+   * `spec.dtypes`, and a kernel that takes nothing else is not registered (no error; an info
+   * log says so; the kernel is destroyed at once).
    */
   void register_kernel(const KernelSpec& spec, KernelFn kernel) const;
 
@@ -2015,6 +2020,17 @@ struct Trampolines {
       binding = found->name;
     }
     auto k = std::make_shared<KernelHolder>(host, spec, bound, binding, std::move(fn));
+    // A host older than ABI 1.3 knows no half dtypes (and never has such tensors): the kernel
+    // goes in without them, or not at all when it took nothing else.
+    if (api->abi_major == 1 && api->abi_minor < 3) {
+      auto half = [](int32_t d) { return d == DPP_DTYPE_F16 || d == DPP_DTYPE_BF16; };
+      k->dtypes.erase(std::remove_if(k->dtypes.begin(), k->dtypes.end(), half), k->dtypes.end());
+      if (k->dtypes.empty() && !spec.dtypes.empty()) {
+        host.info(what + " takes only f16/bf16, which a host of plugin ABI 1." + std::to_string(api->abi_minor) +
+                  " does not know: not registered");
+        return;
+      }
+    }
     dpp_kernel_t& desc = k->desc;
     desc.struct_size = DPP_KERNEL_STRUCT_SIZE;
     desc.ext = nullptr;

@@ -10,23 +10,13 @@ use devplug_plugin_sdk::{DType, Error, Host, KernelContext, KernelSpec, Result, 
 
 use crate::device::RsimDevice;
 
-/// The dtypes RSIM's `Add` accepts: f16 only from a host of ABI 1.3 or newer (the first to
-/// have it).
+/// The dtypes RSIM's `Add` accepts. (A host older than ABI 1.3 knows no f16: the SDK registers
+/// the kernel without it there.)
 pub const ADD_DTYPES: [DType; 3] = [DType::F32, DType::I64, DType::F16];
-
-/// The dtypes `Add` is registered for with a host of ABI `(major, minor)`.
-pub fn add_dtypes((_, minor): (u32, u32)) -> &'static [DType] {
-    if minor >= 3 {
-        &ADD_DTYPES
-    } else {
-        &ADD_DTYPES[..2]
-    }
-}
 
 /// Registers RSIM's kernels for its platform (device type `device_type`).
 pub fn register(host: &Host, device_type: &str) -> Result<()> {
-    let dtypes = add_dtypes(host.abi_version());
-    host.register_kernel(KernelSpec::new("Add", device_type).dtypes(dtypes), add)
+    host.register_kernel(KernelSpec::new("Add", device_type).dtypes(&ADD_DTYPES), add)
 }
 
 /// The broadcast shape of `a` and `b` (NumPy rules), or `None` when they do not broadcast.

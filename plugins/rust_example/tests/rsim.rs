@@ -48,7 +48,7 @@ fn it_loads_into_an_abi_1_1_host() {
         .into_iter()
         .find(|k| k.op == "Add")
         .unwrap();
-    // A 1.1 host has no f16: RSIM does not name it.
+    // A 1.1 host has no f16: the SDK leaves it out of the list RSIM gives.
     assert_eq!(add.dtypes, [DType::F32, DType::I64]);
     let new_host = TestHost::new();
     let current = new_host.load(devplug_plugin_entry).expect("load");

@@ -127,6 +127,10 @@ impl Host {
     /// work goes), the inputs and outputs and the op's attributes. It may be called from any
     /// thread, concurrently, until the plugin shuts down; it is dropped then.
     ///
+    /// A host older than ABI 1.3 knows no f16 or bf16: with one, those dtypes are left out of
+    /// `spec.dtypes`, and a kernel that takes nothing else is not registered (`Ok`, an info
+    /// log says so, `compute` is dropped at once).
+    ///
     /// Errors, before asking the host: `InvalidArgument` when the platform is not one of
     /// this plugin's of that type, its devices are not `D`, or `spec.platform` is `"ANY"`
     /// (use [`Host::register_any_kernel`]); `Unimplemented` when the host is older than

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 
-use crate::testing::{AttrValue, KernelDesc, KernelTensor, TestAttrs, TestHost};
+use crate::testing::{AttrValue, KernelDesc, KernelTensor, TestAttrs, TestHost, TestPlugin};
 use crate::{
     devplug_plugin, DType, Device, DeviceAddr, DeviceInfo, Error, EventStatus, Host, HostBuf,
     HostBufMut, HostCallback, KernelArgs, KernelContext, KernelSpec, Logger, MemoryUsage, OpDef,
@@ -311,6 +311,24 @@ fn register_test_kernels(host: &Host, mode: &str, probe: &Arc<Probe>) -> Result<
             |_cx: &KernelContext<'_, TDevice>| Ok(()),
         ),
         "temp" => host.register_kernel(KernelSpec::new("TempCopy", "TPU"), temp_copy_kernel),
+        "halves" => {
+            let g = guard();
+            host.register_kernel(
+                KernelSpec::new("Sub", "TPU").dtypes(&[DType::F16, DType::F32, DType::BF16]),
+                move |_cx: &KernelContext<'_, TDevice>| {
+                    let _ = &g;
+                    Ok(())
+                },
+            )?;
+            let g = guard();
+            host.register_kernel(
+                KernelSpec::new("Mul", "TPU").dtypes(&[DType::BF16, DType::F16]),
+                move |_cx: &KernelContext<'_, TDevice>| {
+                    let _ = &g;
+                    Ok(())
+                },
+            )
+        }
         _ => Ok(()),
     }
 }
@@ -1272,6 +1290,53 @@ fn f32s(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4)
         .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
+}
+
+/// A host older than ABI 1.3 refuses dtypes it does not know: the SDK registers a kernel
+/// without f16 and bf16 there, leaves out (and drops) one that takes nothing else, and says so;
+/// a 1.3 host gets the lists as given.
+#[test]
+fn half_dtypes_are_left_out_of_kernels_for_hosts_older_than_abi_1_3() {
+    let dtypes = |plugin: &TestPlugin<'_>, op: &str| {
+        plugin
+            .kernels()
+            .into_iter()
+            .find(|k| k.op == op)
+            .map(|k| k.dtypes)
+    };
+    let host = TestHost::new()
+        .with_option("tag", "khalf12")
+        .with_option("kernels", "halves")
+        .with_abi_minor(2);
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    assert_eq!(dtypes(&plugin, "Sub"), Some(vec![DType::F32]));
+    assert_eq!(dtypes(&plugin, "Mul"), None, "Mul takes only halves");
+    assert!(
+        host.logs().iter().any(|(_, m)| m
+            == "sdk_test: kernel Mul for TPU takes only f16/bf16, which a host of plugin ABI \
+                1.2 does not know: not registered"),
+        "{:?}",
+        host.logs()
+    );
+    let p = probe("khalf12");
+    assert_eq!(
+        p.kernel_drops.load(Ordering::SeqCst),
+        1,
+        "the Mul left out is dropped at once"
+    );
+    drop(plugin);
+    assert_eq!(p.kernel_drops.load(Ordering::SeqCst), 7);
+
+    let host = TestHost::new()
+        .with_option("tag", "khalf13")
+        .with_option("kernels", "halves")
+        .with_abi_minor(3);
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    assert_eq!(
+        dtypes(&plugin, "Sub"),
+        Some(vec![DType::F16, DType::F32, DType::BF16])
+    );
+    assert_eq!(dtypes(&plugin, "Mul"), Some(vec![DType::BF16, DType::F16]));
 }
 
 #[test]

@@ -201,10 +201,9 @@ pub const TABLE: &[Entry] = &[
 ];
 
 /// Registers the kernels of [`TABLE`] whose needs are met, for the plugin's platform of type
-/// `device_type`. Returns how many. A host older than plugin ABI 1.3 knows no half dtypes:
-/// its kernels are registered without them (such a host never has f16 or bf16 tensors).
+/// `device_type`. Returns how many. (On a host older than plugin ABI 1.3 the SDK registers them
+/// without their f16 and bf16 dtypes, which such a host does not know.)
 pub fn register(host: &Host, device_type: &str, nvrtc: bool, cublas: bool) -> Result<usize> {
-    let halves = host.abi_version().1 >= 3;
     let mut n = 0;
     for e in TABLE {
         let available = match e.needs() {
@@ -214,14 +213,8 @@ pub fn register(host: &Host, device_type: &str, nvrtc: bool, cublas: bool) -> Re
         if !available {
             continue;
         }
-        let dtypes: Vec<DType> = e
-            .dtypes
-            .iter()
-            .copied()
-            .filter(|d| halves || !matches!(*d, DType::F16 | DType::BF16))
-            .collect();
         host.register_kernel(
-            KernelSpec::new(e.op, device_type).dtypes(&dtypes),
+            KernelSpec::new(e.op, device_type).dtypes(e.dtypes),
             move |cx: &Cx<'_>| e.run(cx),
         )?;
         n += 1;

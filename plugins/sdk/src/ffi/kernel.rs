@@ -20,7 +20,7 @@ use devplug_plugin_abi as abi;
 use super::{boundary, device_state, HostShared, Owned};
 use crate::device::{Device, DeviceAddr};
 use crate::error::{Error, Result, Status};
-use crate::host::Logger;
+use crate::host::{LogLevel, Logger};
 use crate::kernel::{DType, KernelSpec, Tensor};
 
 type RegisterKernelFn =
@@ -846,7 +846,30 @@ fn register<F: Send + Sync + 'static>(
     let op = c("op", spec.op)?;
     let device_type = c("device_type", spec.device_type)?;
     let platform = spec.platform.map(|p| c("platform", p)).transpose()?;
-    let dtypes: Vec<i32> = spec.dtypes.iter().map(|d| d.code()).collect();
+    // A host older than ABI 1.3 knows no half dtypes (and never has such tensors): the kernel
+    // goes in without them, or not at all when it took nothing else.
+    let halves = shared.abi_version() >= (1, 3);
+    let dtypes: Vec<i32> = spec
+        .dtypes
+        .iter()
+        .filter(|d| halves || !matches!(**d, DType::F16 | DType::BF16))
+        .map(|d| d.code())
+        .collect();
+    if dtypes.is_empty() && !spec.dtypes.is_empty() {
+        let (major, minor) = shared.abi_version();
+        shared.log(
+            LogLevel::Info,
+            &format!(
+                "{}: kernel {} for {} takes only f16/bf16, which a host of plugin ABI \
+                 {major}.{minor} does not know: not registered",
+                shared.plugin_name(),
+                spec.op,
+                spec.device_type
+            ),
+        );
+        shared.call_void("drop of a kernel left out", move || drop(compute));
+        return Ok(());
+    }
     let entry = Box::into_raw(Box::new(KernelEntry {
         magic: KERNEL_MAGIC,
         host: Arc::clone(shared),
