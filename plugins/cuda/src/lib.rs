@@ -166,9 +166,9 @@ fn init(host: &Host) -> Result<()> {
 }
 
 // Plugin ABI 1.1, the oldest host it needs (kernels): it loads into every devplug host since.
-// What later minors added is used only where the host has it: half dtypes from 1.3
-// (the SDK leaves them out of kernels registered with an older host); the executor's `event_elapsed_ns` (1.4) sits past the 1.0 table's
-// end, where older hosts do not read.
+// What later minors added is used only where the host has it: half dtypes from 1.3 (the SDK
+// leaves them out of kernels registered with an older host); the executor's `event_elapsed_ns`
+// (1.4) sits past the 1.0 table's end, where older hosts do not read.
 devplug_plugin!(
     name: "cuda",
     version: env!("CARGO_PKG_VERSION"),
