@@ -461,6 +461,7 @@ pub unsafe fn read_sized<T: Copy>(ptr: *const T, default: T, min: usize, arg: &s
 ///
 /// # Safety
 /// As for [`read_sized`].
+#[inline]
 pub unsafe fn read_options<T: Copy + Default>(ptr: *const T, min: usize, arg: &str) -> Result<T> {
     if ptr.is_null() {
         return Ok(T::default());

@@ -256,35 +256,52 @@ pub const DP_SOFT_PLACEMENT_ON: i32 = 1;
 
 /// Checks that a caller's output list (`capacity` entries; `is_null`: its pointer is NULL)
 /// holds `op`'s outputs; returns how many it has.
+/// (Inlined: it is on every `dp_op_run`; the errors are built out of line.)
+#[inline]
 pub(crate) fn output_room(
     op: &OpObj,
     is_null: bool,
     capacity: usize,
 ) -> devplug_core::Result<usize> {
     let n = op.op.def().outputs.len();
-    if capacity < n {
-        return Err(bad_arg(
-            "capacity",
-            &format!("is {capacity}, but {} has {n} output(s)", op.op.name()),
-        ));
-    }
-    if n > 0 && is_null {
-        return Err(bad_arg("outputs", "is NULL"));
+    if capacity < n || (n > 0 && is_null) {
+        return Err(no_output_room(op, is_null, capacity));
     }
     Ok(n)
 }
 
+#[cold]
+#[inline(never)]
+fn no_output_room(op: &OpObj, is_null: bool, capacity: usize) -> devplug_core::Error {
+    let n = op.op.def().outputs.len();
+    if capacity < n {
+        return bad_arg(
+            "capacity",
+            &format!("is {capacity}, but {} has {n} output(s)", op.op.name()),
+        );
+    }
+    debug_assert!(is_null);
+    bad_arg("outputs", "is NULL")
+}
+
 /// An options struct's `soft_placement` (`DP_SOFT_PLACEMENT_*`) as the core takes it.
+#[inline]
 pub(crate) fn soft_placement(v: i32) -> devplug_core::Result<Option<bool>> {
     match v {
         DP_SOFT_PLACEMENT_DEFAULT => Ok(None),
         DP_SOFT_PLACEMENT_OFF => Ok(Some(false)),
         DP_SOFT_PLACEMENT_ON => Ok(Some(true)),
-        other => Err(bad_arg(
-            "options->soft_placement",
-            &format!("is {other}, not a DP_SOFT_PLACEMENT_* value"),
-        )),
+        other => Err(bad_soft_placement(other)),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn bad_soft_placement(v: i32) -> devplug_core::Error {
+    bad_arg(
+        "options->soft_placement",
+        &format!("is {v}, not a DP_SOFT_PLACEMENT_* value"),
+    )
 }
 
 /// Options of [`dp_op_run`]. Initialize with [`dp_run_options_init`].
@@ -423,7 +440,9 @@ pub unsafe extern "C" fn dp_op_run(
         // Dispatch returns exactly the op's outputs; last to first, so that each tensor is
         // moved out of the list once, into its handle.
         debug_assert_eq!(results.len(), n, "{}: output count", op.op.name());
-        results.truncate(n);
+        if results.len() > n {
+            results.truncate(n);
+        }
         while let Some(t) = results.pop() {
             let dev = if Arc::ptr_eq(t.device(), placed.0) {
                 placed.1
