@@ -255,8 +255,8 @@ pub const DP_SOFT_PLACEMENT_OFF: i32 = 0;
 pub const DP_SOFT_PLACEMENT_ON: i32 = 1;
 
 /// Checks that a caller's output list (`capacity` entries; `is_null`: its pointer is NULL)
-/// holds `op`'s outputs; returns how many it has.
-/// (Inlined: it is on every `dp_op_run`; the errors are built out of line.)
+/// holds `op`'s outputs; returns how many it has. Inlined (it is on every `dp_op_run`); the
+/// errors are built out of line.
 #[inline]
 pub(crate) fn output_room(
     op: &OpObj,
@@ -265,22 +265,22 @@ pub(crate) fn output_room(
 ) -> devplug_core::Result<usize> {
     let n = op.op.def().outputs.len();
     if capacity < n || (n > 0 && is_null) {
-        return Err(no_output_room(op, is_null, capacity));
+        return Err(no_output_room(op, n, capacity));
     }
     Ok(n)
 }
 
+/// The error of [`output_room`]: `capacity` is below the op's `n` outputs, or else the list is
+/// NULL.
 #[cold]
 #[inline(never)]
-fn no_output_room(op: &OpObj, is_null: bool, capacity: usize) -> devplug_core::Error {
-    let n = op.op.def().outputs.len();
+fn no_output_room(op: &OpObj, n: usize, capacity: usize) -> devplug_core::Error {
     if capacity < n {
         return bad_arg(
             "capacity",
             &format!("is {capacity}, but {} has {n} output(s)", op.op.name()),
         );
     }
-    debug_assert!(is_null);
     bad_arg("outputs", "is NULL")
 }
 

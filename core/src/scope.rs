@@ -200,11 +200,7 @@ pub(crate) fn capture(runtime: u64) -> DeviceScope {
 /// decides (the default device runs it).
 #[inline]
 pub(crate) fn place(rt: &Runtime, op: &str) -> Result<Option<(Arc<Device>, Reason)>> {
-    // The common case, no scope at all, is one thread-local load, inline in dispatch.
-    if STACK.with(|s| s.borrow().is_empty()) {
-        return Ok(None);
-    }
-    place_scoped(
+    place_op(
         rt,
         &OpInfo {
             name: op,
@@ -215,7 +211,9 @@ pub(crate) fn place(rt: &Runtime, op: &str) -> Result<Option<(Arc<Device>, Reaso
 }
 
 /// [`place`] for an op described in full: a graph node (its name in the graph) or a variable.
-pub(crate) fn place_op(rt: &Runtime, info: &OpInfo) -> Result<Option<(Arc<Device>, Reason)>> {
+#[inline]
+fn place_op(rt: &Runtime, info: &OpInfo) -> Result<Option<(Arc<Device>, Reason)>> {
+    // The common case, no scope at all, is one thread-local load, inline in dispatch.
     if STACK.with(|s| s.borrow().is_empty()) {
         return Ok(None);
     }

@@ -9,10 +9,8 @@ use devplug_core::{
 };
 use devplug_tests::{options, plugin_path, record_placements, PlacementLog};
 
-type Log = PlacementLog;
-
 /// A runtime with three CPU devices and a placement log.
-fn setup() -> (Runtime, Log) {
+fn setup() -> (Runtime, PlacementLog) {
     let rt = Runtime::new(RuntimeOptions {
         cpu_device_count: 3,
         ..options()
@@ -24,7 +22,7 @@ fn setup() -> (Runtime, Log) {
 
 /// Runs Add of two small tensors on `CPU:0` with no device named; returns where the output
 /// lives and the reason the log gave.
-fn add(rt: &Runtime, log: &Log) -> (String, Reason) {
+fn add(rt: &Runtime, log: &PlacementLog) -> (String, Reason) {
     let cpu0 = rt.find_device("CPU:0").unwrap();
     let x = Tensor::from_slice(&cpu0, &[2], &[1f32, 2.]).unwrap();
     log.lock().unwrap().clear();

@@ -202,9 +202,10 @@ fn execute(
                         def.name
                     )));
                 }
-                log(rt, op, device, Reason::Decomposed, || {
-                    "no kernel on the device; its decomposition runs there".into()
-                });
+                rt.placement()
+                    .note(op.name(), device, Reason::Decomposed, || {
+                        "no kernel on the device; its decomposition runs there".into()
+                    });
                 let begun = rt.tracer().on().then(std::time::Instant::now);
                 let decomposition = def.decomposition.clone().ok_or_else(|| {
                     Error::internal(format!("{}: planned decomposition is missing", def.name))
@@ -239,13 +240,14 @@ fn execute(
             }
             Plan::SoftPlace(k) if soft => {
                 let cpu = rt.cpu_device()?;
-                log(rt, op, &cpu, Reason::SoftPlaced, || {
-                    format!(
-                        "no kernel or decomposition on {}; kernel from {} on the CPU",
-                        device.qualified_name(),
-                        k.source
-                    )
-                });
+                rt.placement()
+                    .note(op.name(), &cpu, Reason::SoftPlaced, || {
+                        format!(
+                            "no kernel or decomposition on {}; kernel from {} on the CPU",
+                            device.qualified_name(),
+                            k.source
+                        )
+                    });
                 run_kernel(
                     rt,
                     op,
@@ -317,9 +319,10 @@ fn run_kernel(
                 if Arc::ptr_eq(t.device(), device) {
                     Ok(t.clone())
                 } else {
-                    log(rt, op, device, Reason::InputCopied, || {
-                        format!("input copied from {}", t.device().qualified_name())
-                    });
+                    rt.placement()
+                        .note(op.name(), device, Reason::InputCopied, || {
+                            format!("input copied from {}", t.device().qualified_name())
+                        });
                     t.copy_to(device)
                 }
             })
@@ -365,22 +368,11 @@ fn run_kernel(
         }
     }
     if reason != Reason::SoftPlaced {
-        log(rt, op, device, reason, || {
+        rt.placement().note(op.name(), device, reason, || {
             format!("kernel from {}", kernel.source)
         });
     }
     Ok(())
-}
-
-#[inline]
-fn log(
-    rt: &Runtime,
-    op: &OpHandle,
-    device: &Device,
-    reason: Reason,
-    detail: impl FnOnce() -> String,
-) {
-    rt.placement().note(op.name(), device, reason, detail);
 }
 
 /// Runs a decomposition's ops on one device.

@@ -848,7 +848,8 @@ fn register<F: Send + Sync + 'static>(
     let platform = spec.platform.map(|p| c("platform", p)).transpose()?;
     // A host older than ABI 1.3 knows no half dtypes (and never has such tensors): the kernel
     // goes in without them, or not at all when it took nothing else.
-    let halves = shared.abi_version() >= (1, 3);
+    let (major, minor) = shared.abi_version();
+    let halves = (major, minor) >= (1, 3);
     let dtypes: Vec<i32> = spec
         .dtypes
         .iter()
@@ -856,7 +857,6 @@ fn register<F: Send + Sync + 'static>(
         .map(|d| d.code())
         .collect();
     if dtypes.is_empty() && !spec.dtypes.is_empty() {
-        let (major, minor) = shared.abi_version();
         shared.log(
             LogLevel::Info,
             &format!(
