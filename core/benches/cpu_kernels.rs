@@ -413,7 +413,8 @@ fn main() {
         )
         .expect("transpose");
     });
-    // The same at a size whose rows are not 4 KiB apart (1040 = 65 x 16), and in cache; f64 too.
+    // The same at a size whose rows are not 4 KiB apart (1040 = 65 x 16), in cache, beyond L2
+    // (2048², 16 MB); f64 too.
     let transpose_time = |side: usize, dtype: DType| {
         let words = side * side * dtype.size() / 4;
         let src = Buf::new(words, 5);
@@ -442,6 +443,7 @@ fn main() {
         transpose_time(1040, DType::F32),
         transpose_time(256, DType::F32),
         transpose_time(1040, DType::F64),
+        transpose_time(2048, DType::F32),
     ];
     let t_copy4 = time(50, || {
         c.bytes_mut().copy_from_slice(black_box(a.bytes()));
