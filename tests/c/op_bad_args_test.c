@@ -714,8 +714,15 @@ static void test_op_errors(fx_t *f) {
         CHECK_OK(dp_attrs_set_ints(a, "axes", bad_axes, 1));
         OP_ERROR(f, "ReduceSum", ins, 1, a, "ReduceSum;axis", "ReduceSum axis 2 of rank 2");
         CHECK_OK(dp_attrs_set_ints(a, "axes", twice, 2));
-        OP_ERROR(f, "ReduceMax", ins, 1, a, "ReduceMax;axis", "ReduceMax axes 0 and -2");
+        OP_ERROR(f, "ReduceMax", ins, 1, a, "ReduceMax;axis 0 and axis -2 are the same axis (0)",
+                 "ReduceMax axes 0 and -2");
     }
+    dp_attrs_destroy(a);
+    a = A();
+    /* Softmax checks its axis before any kernel or decomposition runs. */
+    CHECK_OK(dp_attrs_set_int(a, "axis", 5));
+    OP_ERROR(f, "Softmax", ins, 1, a, "Softmax;axis 5 is out of range for rank 2", "Softmax axis 5 of rank 2");
+    OP_ERROR(f, "LogSoftmax", ins, 1, a, "LogSoftmax;axis 5 is out of range", "LogSoftmax axis 5 of rank 2");
     dp_attrs_destroy(a);
     a = A();
     {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use devplug_core::{Attrs, Code, Device, EventStatus, RunOptions, Runtime, Tensor};
+use devplug_core::{AttrValue, Attrs, Code, Device, EventStatus, RunOptions, Runtime, Tensor};
 use devplug_tests::{plugin_path, runtime};
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -818,4 +818,34 @@ fn an_allocation_failure_at_any_point_costs_one_step_and_leaks_nothing() {
         surfaced > 0,
         "no injected failure reached the host in {allocs} runs"
     );
+}
+
+/// An op's attribute is checked before any device runs it: Softmax with an axis out of range
+/// is refused alike on the CPU (a native kernel) and on SIM (which has none and would run the
+/// decomposition), naming the op the user called, not an op of its decomposition.
+#[test]
+fn an_attribute_out_of_range_is_refused_alike_on_every_device() {
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let (sim, cpu) = (
+        rt.find_device("SIM").unwrap(),
+        rt.find_device("CPU").unwrap(),
+    );
+    let axis = |a: i64| Attrs::new().with("axis", AttrValue::Int(a));
+    for d in [&cpu, &sim] {
+        let x = Tensor::from_slice(d, &[2, 3], &[1.0f32; 6]).unwrap();
+        for op in ["Softmax", "LogSoftmax"] {
+            let e = sim_op(&rt, d, op, &[&x], axis(5)).unwrap_err();
+            assert_eq!(e.code, Code::InvalidArgument, "{e}");
+            assert!(e.message.starts_with(op), "{e}");
+            assert!(
+                e.message.contains("axis 5 is out of range for rank 2"),
+                "{e}"
+            );
+            assert!(!e.message.contains("Reduce"), "{e}");
+        }
+        // In range (negative counts from the end), it runs.
+        let y = sim_op(&rt, d, "Softmax", &[&x], axis(-2)).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), vec![0.5f32; 6]);
+    }
 }

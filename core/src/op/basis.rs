@@ -314,7 +314,7 @@ fn composites() -> Vec<OpDef> {
         vec![t("y")],
         &FLOAT,
         axis(),
-        shape::same,
+        shape::same_along_axis,
     );
     softmax.decomposition = decomposition(|e, x, a| {
         let axis = a.int("axis")?;
@@ -330,7 +330,7 @@ fn composites() -> Vec<OpDef> {
         vec![t("y")],
         &FLOAT,
         axis(),
-        shape::same,
+        shape::same_along_axis,
     );
     log_softmax.decomposition = decomposition(|e, x, a| {
         let axis = a.int("axis")?;

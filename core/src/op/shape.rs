@@ -103,6 +103,15 @@ pub(crate) fn same(cx: &InferContext) -> Result<Specs> {
     Ok(smallvec![cx.inputs[0].to_spec()?])
 }
 
+/// [`same`], for ops that work along one axis of their input (`axis`, negative counting from
+/// the end): the axis is checked here, before any device runs the op, so that every device
+/// and every decomposition refuses it alike.
+pub(crate) fn same_along_axis(cx: &InferContext) -> Result<Specs> {
+    let axis = cx.attrs.int("axis")?;
+    axes(cx, &[axis], cx.inputs[0].shape.len(), "axis")?;
+    same(cx)
+}
+
 pub(crate) fn cast(cx: &InferContext) -> Result<Specs> {
     Ok(smallvec![TensorSpec::new(
         cx.attrs.dtype("dtype")?,
@@ -198,8 +207,13 @@ pub(crate) fn axes(cx: &InferContext, raw: &[i64], rank: usize, what: &str) -> R
         if n < 0 || n >= r {
             return Err(cx.error(format!("{what} {a} is out of range for rank {rank}")));
         }
-        if out.contains(&(n as usize)) {
-            return Err(cx.error(format!("{what} {a} appears twice")));
+        if let Some(j) = out.iter().position(|&o| o == n as usize) {
+            let first = raw[j];
+            return Err(cx.error(if first == a {
+                format!("{what} {a} appears twice")
+            } else {
+                format!("{what} {first} and {what} {a} are the same axis ({n}) of rank {rank}")
+            }));
         }
         out.push(n as usize);
     }
