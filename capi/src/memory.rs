@@ -6,7 +6,7 @@ use std::sync::Arc;
 use devplug_core::Buffer;
 
 use crate::handle::{self, check_out, get, handle, write_out};
-use crate::runtime::{device, dp_device_t, DevicePtr};
+use crate::runtime::{device, dp_device_t, kept_device_handle, DevicePtr};
 use crate::status::{dp_status_t, guard, guard_value};
 
 #[doc(hidden)]
@@ -93,7 +93,9 @@ pub unsafe extern "C" fn dp_buffer_size(buffer: *const dp_buffer_t) -> usize {
     })
 }
 
-/// The device the buffer lives on; NULL for an invalid handle.
+/// The device the buffer lives on; NULL for an invalid handle, and NULL (the error says why)
+/// once the device's runtime was destroyed: its device handles went with it, though the
+/// buffer can still be read and written.
 ///
 /// # Safety
 /// `buffer` is a buffer handle.
@@ -101,7 +103,9 @@ pub unsafe extern "C" fn dp_buffer_size(buffer: *const dp_buffer_t) -> usize {
 pub unsafe extern "C" fn dp_buffer_device(buffer: *const dp_buffer_t) -> *mut dp_device_t {
     // SAFETY: the caller's contract.
     guard_value("dp_buffer_device", std::ptr::null_mut(), || {
-        Ok(unsafe { self::buffer(buffer, "buffer")? }.device.0)
+        let b = unsafe { self::buffer(buffer, "buffer")? };
+        // SAFETY: a device handle this library made, kept by the buffer.
+        unsafe { kept_device_handle(b.device, b.buffer.device(), "buffer") }
     })
 }
 

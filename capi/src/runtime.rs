@@ -365,6 +365,29 @@ pub(crate) unsafe fn device<'a>(
     Ok(&unsafe { get(device, arg) }?.device)
 }
 
+/// The handle of `of`'s device that a tensor or buffer kept (`handle`), while it still is
+/// that device's handle: its runtime destroys its device handles with it, and the memory may
+/// have gone to another handle since, so it is checked like an argument and compared with the
+/// device `of` lives on. `what` names the holder for the error.
+///
+/// # Safety
+/// `handle` was a device handle made by this library (live or destroyed since).
+pub(crate) unsafe fn kept_device_handle(
+    handle: DevicePtr,
+    of: &Arc<Device>,
+    what: &str,
+) -> devplug_core::Result<*mut dp_device_t> {
+    // SAFETY: forwarded; a destroyed handle or one of another kind is refused.
+    match unsafe { get::<dp_device_t>(handle.0, "device") } {
+        Ok(obj) if Arc::ptr_eq(&obj.device, of) => Ok(handle.0),
+        _ => Err(devplug_core::Error::failed_precondition(format!(
+            "the runtime of the {what}'s device {} was destroyed, and its device handles with it \
+             (the {what} can still be read, copied and used)",
+            of.qualified_name()
+        ))),
+    }
+}
+
 /// [`device`] for an optional device argument: NULL is `None`.
 ///
 /// # Safety

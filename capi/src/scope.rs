@@ -107,7 +107,7 @@ impl Setter {
             let code = Code::from_i32(status).unwrap_or(Code::Unknown);
             return Err(Error::new(
                 code,
-                format!("the setter returned {status} ({code:?})"),
+                format!("the setter returned {status} ({code})"),
             ));
         }
         if out.is_null() {

@@ -7,7 +7,7 @@ use devplug_core::{DType, Tensor};
 
 use crate::handle::{self, check_out, get, handle, write_out};
 use crate::memory::{dp_buffer_t, BufferObj};
-use crate::runtime::{device, dp_device_t, DevicePtr};
+use crate::runtime::{device, dp_device_t, kept_device_handle, DevicePtr};
 use crate::status::{bad_arg, dp_status_t, guard, guard_value};
 
 /// An element type: one of the `DP_DTYPE_*` values.
@@ -257,7 +257,9 @@ pub unsafe extern "C" fn dp_tensor_byte_size(tensor: *const dp_tensor_t) -> usiz
     })
 }
 
-/// The device the tensor lives on; NULL for an invalid handle.
+/// The device the tensor lives on; NULL for an invalid handle, and NULL (the error says why)
+/// once the device's runtime was destroyed: its device handles went with it, though the
+/// tensor can still be read, copied and used as an input.
 ///
 /// # Safety
 /// `tensor` is a tensor handle.
@@ -265,7 +267,9 @@ pub unsafe extern "C" fn dp_tensor_byte_size(tensor: *const dp_tensor_t) -> usiz
 pub unsafe extern "C" fn dp_tensor_device(tensor: *const dp_tensor_t) -> *mut dp_device_t {
     // SAFETY: the caller's contract.
     guard_value("dp_tensor_device", std::ptr::null_mut(), || {
-        Ok(unsafe { self::tensor(tensor, "tensor")? }.device.0)
+        let t = unsafe { self::tensor(tensor, "tensor")? };
+        // SAFETY: a device handle this library made, kept by the tensor.
+        unsafe { kept_device_handle(t.device, t.tensor.device(), "tensor") }
     })
 }
 

@@ -219,6 +219,38 @@ static void test_buffer_is_storage(dp_device_t *d0) {
     dp_tensor_release(c);
 }
 
+/* A tensor and a buffer outlive their runtime: they can still be read, but their device
+ * handles went with the runtime, so asking for the device gives NULL and says why (not a dead
+ * handle that a later device handle could take the place of). */
+static void test_outliving_the_runtime(void) {
+    static const int64_t shape[1] = {3};
+    static const float v[3] = {1.0f, 2.0f, 3.0f};
+    float back[3] = {0};
+    dp_runtime_t *rt = dp_test_runtime(1, 0);
+    dp_device_t *d = dp_test_device(rt, 0);
+    dp_tensor_t *t = NULL;
+    dp_buffer_t *b = NULL;
+    const char *m;
+    SECTION("a tensor and a buffer outliving their runtime");
+    CHECK_OK(dp_tensor_create(d, DP_DTYPE_F32, shape, 1, v, sizeof v, &t));
+    CHECK_OK(dp_buffer_allocate(d, 64, &b));
+    CHECK(dp_tensor_device(t) == d);
+    CHECK(dp_buffer_device(b) == d);
+    dp_runtime_destroy(rt);
+    CHECK(dp_tensor_device(t) == NULL);
+    m = dp_last_error_message();
+    CHECKF(m != NULL && strstr(m, "dp_tensor_device") && strstr(m, "was destroyed"),
+           "dp_tensor_device after the runtime: message '%s'", m ? m : "(null)");
+    CHECK(dp_buffer_device(b) == NULL);
+    m = dp_last_error_message();
+    CHECKF(m != NULL && strstr(m, "dp_buffer_device") && strstr(m, "was destroyed"),
+           "dp_buffer_device after the runtime: message '%s'", m ? m : "(null)");
+    CHECK_OK(dp_tensor_read(t, back, sizeof back));
+    CHECK(back[0] == 1.0f && back[1] == 2.0f && back[2] == 3.0f);
+    dp_tensor_release(t);
+    dp_buffer_release(b);
+}
+
 static void test_retain_release(dp_device_t *d0) {
     static const int64_t shape[1] = {3};
     double v[3] = {1.0, -2.0, 3.5}, w[3] = {0, 0, 0};
@@ -272,5 +304,6 @@ int main(void) {
                (unsigned long long)s.active_allocs);
     }
     dp_runtime_destroy(rt);
+    test_outliving_the_runtime();
     return DP_TEST_SUMMARY();
 }

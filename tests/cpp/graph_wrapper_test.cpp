@@ -3,8 +3,8 @@
 // a two-layer MLP forward built once as a graph with its weights in variables, run with two
 // batch sizes and compared with the same ops run eagerly; a training step through
 // Graph::assign; a setter placing variables and computation apart; Variable as a shared
-// value (copies, moves); and errors as devplug::Error naming the node, after which the graph
-// runs again. Every check is counted; the test fails (exit 1) when any check failed.
+// value (copies, moves); and errors as devplug::Error naming the node (a null feed, an op with
+// more outputs than Graph::op returns), after which the graph runs again. Every check is counted; the test fails (exit 1) when any check failed.
 
 #include <devplug/devplug.hpp>
 
@@ -169,6 +169,18 @@ void errors(devplug::Runtime& rt, const devplug::Device& sim) {
   const auto foreign = other.placeholder("z", devplug::DType::F32);
   e = error_of([&] { g.run(rt, {}, {foreign}); });
   CHECK(e.first == DP_INVALID_ARGUMENT && contains(e.second, "another graph"));
+  e = error_of([&] { g.run(rt, {{a, nullptr}}, {root}); });
+  CHECK(e.first == DP_INVALID_ARGUMENT && contains(e.second, "NULL"));
+  // Graph::op returns up to max_op_outputs outputs; an op with more is a clear error.
+  devplug::OpDef nine{"app.GraphNine", "x: f32", "", "", "", ""};
+  for (size_t k = 0; k <= devplug::max_op_outputs; ++k) {
+    nine.outputs += (k != 0 ? ", o" : "o") + std::to_string(k) + ": f32";
+    nine.body += "o" + std::to_string(k) + " = Neg(x); ";
+  }
+  const devplug::Op nine_op = rt.register_op(nine);
+  e = error_of([&] { g.op(rt, "nine", nine_op, {a}); });
+  CHECK(e.first == DP_INVALID_ARGUMENT && contains(e.second, "Graph::op returns at most 8 outputs") &&
+        contains(e.second, "app.GraphNine has 9 output"));
   devplug::Graph moved = std::move(g);
   CHECK(g.get() == nullptr);
   CHECK(moved.node_count() == 2);

@@ -1,10 +1,11 @@
 // (Named op_wrapper_test, not op_test: tests/c/op_test.c already makes the target op_test.)
 // The eager op API through the C++ wrapper (devplug.hpp): Attrs chaining (lvalue and
 // temporary), Runtime::op / run / run1 / run by name, RunOptions, errors as devplug::Error with
-// their code and message, the placement callback as a std::function (events, replacement and
-// release of the old function, exceptions swallowed), SIM with kernels=0 (soft placement and
-// strict mode), and a small 2-layer MLP forward pass (MatMul + Add(bias) + Relu + MatMul + Add +
-// Softmax, f32) checked against a plain C++ reference, on the CPU and on SIM.
+// their code and message (a null input; an op with more outputs than run() returns), the
+// placement callback as a std::function (events, replacement and release of the old function,
+// exceptions swallowed), SIM with kernels=0 (soft placement and strict mode), and a small
+// 2-layer MLP forward pass (MatMul + Add(bias) + Relu + MatMul + Add + Softmax, f32) checked
+// against a plain C++ reference, on the CPU and on SIM.
 // Every check is counted; the test fails (exit 1) when any check failed.
 
 #include <devplug/devplug.hpp>
@@ -227,6 +228,9 @@ void test_errors() {
   CHECK_THROWS(rt.run1(add, {&x, &x}, nullptr, wrong), DP_INVALID_ARGUMENT,
                std::vector<std::string>({"soft_placement"}));
   CHECK_THROWS(rt.run1(devplug::Op(), {&x, &x}), DP_INVALID_ARGUMENT, std::vector<std::string>({"op"}));
+  // A null input is an error naming it, not a crash.
+  CHECK_THROWS(rt.run(add, {&x, nullptr}), DP_INVALID_ARGUMENT, std::vector<std::string>({"inputs[1]", "NULL"}));
+  CHECK_THROWS(rt.run("Neg", {nullptr}), DP_INVALID_ARGUMENT, std::vector<std::string>({"inputs[0]", "NULL"}));
   // after all that, the runtime still works
   CHECK_VALUES(rt.run1(add, {&x, &x}), devplug::Shape({2, 3}), std::vector<float>({2, 4, 6, 8, 10, 12}), 0);
 }
@@ -248,6 +252,25 @@ void test_register_op() {
   CHECK_THROWS(rt.register_op({"app.Bad", "x: f32", "y: f32", "", "", "y = Neg(x); y = Frobnicate(y)"}),
                DP_INVALID_ARGUMENT, std::vector<std::string>({"app.Bad", "body", "statement 2", "Frobnicate"}));
   CHECK_THROWS(rt.op("app.Bad"), DP_NOT_FOUND, std::vector<std::string>({"app.Bad"}));
+
+  // Runtime::run returns up to max_op_outputs outputs; an op with more is a clear error.
+  auto fan_out = [](const char* name, size_t n) {
+    devplug::OpDef def{name, "x: f32", "", "", "", ""};
+    for (size_t k = 0; k < n; ++k) {
+      def.outputs += (k != 0 ? ", o" : "o") + std::to_string(k) + ": f32";
+      def.body += "o" + std::to_string(k) + " = Neg(x); ";
+    }
+    return def;
+  };
+  static_assert(devplug::max_op_outputs == 8, "the documented limit");
+  const devplug::Op eight = rt.register_op(fan_out("app.Eight", devplug::max_op_outputs));
+  const devplug::Op nine = rt.register_op(fan_out("app.Nine", devplug::max_op_outputs + 1));
+  auto f = devplug::Tensor::from_vector<float>(cpu, {1}, {3});
+  std::vector<devplug::Tensor> outs = rt.run(eight, {&f});
+  CHECK(outs.size() == devplug::max_op_outputs);
+  if (!outs.empty()) CHECK_VALUES(outs.back(), devplug::Shape({1}), std::vector<float>({-3}), 0);
+  CHECK_THROWS(rt.run(nine, {&f}), DP_INVALID_ARGUMENT,
+               std::vector<std::string>({"Runtime::run", "at most 8 outputs", "app.Nine", "9 output"}));
 }
 
 void test_placement_callback() {

@@ -2,8 +2,10 @@
 // Device scopes through the C++ wrapper (devplug.hpp): Runtime::device_scope / setter_scope /
 // current_scope, ScopeGuard as a block-scoped RAII value (nesting, moving a guard), a
 // std::function setter with and without an opinion, a setter throwing devplug::Error (the op
-// fails with its code) or another exception (DP_UNKNOWN), a captured context re-entered on
-// another thread, and errors as devplug::Error (another runtime's device, an empty setter).
+// fails with its code) or another exception (DP_UNKNOWN), what it threw in the error the caller
+// sees (ops, graph nodes, variables), a captured context re-entered on another thread, errors
+// as devplug::Error (another runtime's device, an empty setter), and, at compile time, that a
+// temporary scope cannot be entered (it would be destroyed while entered).
 // Every check is counted; the test fails (exit 1) when any check failed.
 
 #include <devplug/devplug.hpp>
@@ -14,10 +16,38 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace {
+
+// Entering a temporary scope does not compile: the scope would be destroyed while entered
+// (`auto g = rt.device_scope(d).enter();`). Scopes in variables enter.
+template <class S, class = void>
+struct can_enter : std::false_type {};
+template <class S>
+struct can_enter<S, std::void_t<decltype(std::declval<S>().enter())>> : std::true_type {};
+static_assert(can_enter<devplug::DeviceScope&>::value && can_enter<const devplug::DeviceScope&>::value,
+              "a scope in a variable enters");
+static_assert(!can_enter<devplug::DeviceScope>::value && !can_enter<devplug::DeviceScope&&>::value &&
+                  !can_enter<const devplug::DeviceScope&&>::value,
+              "a temporary scope does not enter");
+// The same through the guard's constructor (`devplug::ScopeGuard g(rt.device_scope(d));`),
+// and for every kind of scope, which all are DeviceScopes.
+static_assert(std::is_constructible<devplug::ScopeGuard, devplug::DeviceScope&>::value &&
+                  std::is_constructible<devplug::ScopeGuard, const devplug::DeviceScope&>::value,
+              "a guard enters a scope in a variable");
+static_assert(!std::is_constructible<devplug::ScopeGuard, devplug::DeviceScope>::value &&
+                  !std::is_constructible<devplug::ScopeGuard, const devplug::DeviceScope&&>::value,
+              "a guard does not enter a temporary scope");
+static_assert(std::is_same<decltype(std::declval<devplug::Runtime&>().device_scope(devplug::Device())),
+                           devplug::DeviceScope>::value &&
+                  std::is_same<decltype(std::declval<devplug::Runtime&>().setter_scope(devplug::DeviceSetter())),
+                               devplug::DeviceScope>::value &&
+                  std::is_same<decltype(std::declval<devplug::Runtime&>().current_scope()),
+                               devplug::DeviceScope>::value,
+              "every kind of scope is a DeviceScope, so none enters as a temporary");
 
 
 // Runs `op` on two 1x1 f32 tensors of `input` with no device named; the output's device.
@@ -36,11 +66,39 @@ dp_status_t failure(devplug::Runtime& rt, const devplug::Device& input, const ch
   }
 }
 
+// The error `f` throws: its code and what() (DP_OK and "" when it throws none).
+template <class F>
+std::pair<dp_status_t, std::string> error_of(F&& f) {
+  try {
+    f();
+  } catch (const devplug::Error& e) {
+    return {e.code(), e.what()};
+  }
+  return {DP_OK, ""};
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
 }  // namespace
 
 int main() {
   devplug::Runtime rt(devplug::RuntimeOptions().cpu_device_count(3));
   devplug::Device cpu0 = rt.device("CPU:0"), cpu1 = rt.device("CPU:1"), cpu2 = rt.device("CPU:2");
+
+  section("every kind of scope enters from a variable");
+  {
+    devplug::DeviceScope by_device = rt.device_scope(cpu1);
+    devplug::DeviceScope by_setter = rt.setter_scope([&](const devplug::PlacementQuery&) { return cpu2; });
+    devplug::ScopeGuard g1 = by_device.enter();
+    CHECK(run(rt, cpu0, "Add") == cpu1);
+    devplug::DeviceScope captured = rt.current_scope();
+    const devplug::ScopeGuard g2 = by_setter.enter();
+    CHECK(run(rt, cpu0, "Add") == cpu2);
+    const devplug::DeviceScope& as_const = captured;
+    const devplug::ScopeGuard g3 = as_const.enter();
+    CHECK(run(rt, cpu0, "Add") == cpu1);
+  }
+  CHECK(run(rt, cpu0, "Add") == cpu0);
 
   section("guards nest as blocks do");
   CHECK(run(rt, cpu0, "Add") == cpu0);
@@ -94,6 +152,79 @@ int main() {
       CHECK(failure(rt, cpu0, "Add") == DP_UNKNOWN);
     }
     CHECK(failure(rt, cpu0, "Add") == DP_OK);
+  }
+
+  section("what a throwing setter threw is in the error, for ops, graph nodes and variables");
+  {
+    devplug::DeviceScope denies = rt.setter_scope([](const devplug::PlacementQuery&) -> devplug::Device {
+      throw devplug::Error(DP_PERMISSION_DENIED, "policy says no");
+    });
+    devplug::DeviceScope explodes = rt.setter_scope([](const devplug::PlacementQuery&) -> devplug::Device {
+      throw std::runtime_error("policy exploded");
+    });
+    devplug::DeviceScope throws_int = rt.setter_scope([](const devplug::PlacementQuery&) -> devplug::Device {
+      throw 42;
+    });
+    devplug::DeviceScope throws_ok = rt.setter_scope([](const devplug::PlacementQuery&) -> devplug::Device {
+      throw devplug::Error(DP_OK, "not an error?");
+    });
+    devplug::Tensor x = devplug::Tensor::from_vector<float>(cpu0, {1}, {1.0f});
+    std::pair<dp_status_t, std::string> e;
+    {
+      devplug::ScopeGuard g(denies);
+      e = error_of([&] { run(rt, cpu0, "Add"); });
+      CHECK_MSG(e.first == DP_PERMISSION_DENIED && contains(e.second, "it threw PERMISSION_DENIED: policy says no"),
+                e.second);
+      devplug::Graph graph;
+      const devplug::GraphOutput p = graph.placeholder("p", devplug::DType::F32, {1});
+      e = error_of([&] { graph.op1(rt, "n", rt.op("Neg"), {p}); });
+      CHECK_MSG(e.first == DP_PERMISSION_DENIED && contains(e.second, "graph node 'n'") &&
+                    contains(e.second, "policy says no"),
+                e.second);
+      e = error_of([&] { rt.variable("v", x); });
+      CHECK_MSG(e.first == DP_PERMISSION_DENIED && contains(e.second, "variable 'v'") &&
+                    contains(e.second, "policy says no"),
+                e.second);
+    }
+    {
+      devplug::ScopeGuard g(explodes);
+      e = error_of([&] { run(rt, cpu0, "Add"); });
+      CHECK_MSG(e.first == DP_UNKNOWN && contains(e.second, "it threw: policy exploded"), e.second);
+    }
+    {
+      devplug::ScopeGuard g(throws_int);
+      e = error_of([&] { run(rt, cpu0, "Add"); });
+      CHECK_MSG(e.first == DP_UNKNOWN && contains(e.second, "not a std::exception"), e.second);
+    }
+    {
+      // An Error with DP_OK is still an exception: the op fails rather than succeeding.
+      devplug::ScopeGuard g(throws_ok);
+      e = error_of([&] { run(rt, cpu0, "Add"); });
+      CHECK_MSG(e.first == DP_UNKNOWN && contains(e.second, "not an error?"), e.second);
+    }
+    // The text goes with the failure it caused, not with a later one: a C call that fails
+    // because of the setter, its error never collected, then failures of the wrapper's that
+    // have nothing to do with it, of another code and of the same code.
+    devplug::DeviceScope invalid = rt.setter_scope([](const devplug::PlacementQuery&) -> devplug::Device {
+      throw devplug::Error(DP_INVALID_ARGUMENT, "policy is invalid");
+    });
+    dp_tensor_t* in[2] = {x.get(), x.get()};
+    dp_tensor_t* out[1] = {};
+    const devplug::Op add = rt.op("Add");
+    {
+      devplug::ScopeGuard g(denies);
+      CHECK(dp_op_run(rt.get(), add.get(), in, 2, nullptr, nullptr, out, 1, nullptr) == DP_PERMISSION_DENIED);
+    }
+    e = error_of([&] { rt.device("CPU:9"); });
+    CHECK_MSG(e.first == DP_NOT_FOUND && !contains(e.second, "policy"), e.second);
+    {
+      devplug::ScopeGuard g(invalid);
+      CHECK(dp_op_run(rt.get(), add.get(), in, 2, nullptr, nullptr, out, 1, nullptr) == DP_INVALID_ARGUMENT);
+    }
+    devplug::Tensor y = devplug::Tensor::from_vector<float>(cpu0, {2}, {1.0f, 2.0f});
+    e = error_of([&] { rt.run1(rt.op("MatMul"), {&x, &y}); });
+    CHECK_MSG(e.first == DP_INVALID_ARGUMENT && contains(e.second, "MatMul") && !contains(e.second, "policy"),
+              e.second);
   }
 
   section("a captured context on another thread");

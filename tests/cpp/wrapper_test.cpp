@@ -612,6 +612,14 @@ void test_move_semantics() {
   }
   CHECK_EQ(survivor.read_vector<uint8_t>(4), std::vector<uint8_t>({1, 2, 3, 4}));
   CHECK_EQ(survivor_t.to_vector<int32_t>(), std::vector<int32_t>({7, 8}));
+  // ... but their device handles went with the runtime: device() says so, not a dead handle
+  CHECK_ERROR(survivor.device(), DP_FAILED_PRECONDITION);
+  CHECK_ERROR(survivor_t.device(), DP_FAILED_PRECONDITION);
+  try {
+    (void)survivor_t.device();
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("was destroyed") != std::string::npos);
+  }
   survivor = Buffer();
   survivor_t = Tensor();
 

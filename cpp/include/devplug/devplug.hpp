@@ -16,7 +16,8 @@
  * `Runtime` lives. Declare the `Runtime` first so that it is destroyed last.
  *
  * No exception ever crosses into the C library: the only C++ code the runtime calls is the
- * host-callback trampoline used by `Stream::host_callback()`, which catches everything.
+ * `extern "C"` trampolines of host callbacks, device setters, the placement callback and the
+ * log callback, and each catches everything.
  */
 #ifndef DEVPLUG_DEVPLUG_HPP
 #define DEVPLUG_DEVPLUG_HPP
@@ -57,6 +58,22 @@ inline const char* status_name(dp_status_t status) noexcept {
   return name != nullptr ? name : "UNKNOWN_STATUS";
 }
 
+/** @cond */
+namespace detail {
+// What the C++ device setter that last threw on this thread threw (see
+// devplug_cxx_device_setter_trampoline): a C setter can only return a status, so its
+// exception's text waits here for the Error of the call that failed because of it.
+struct SetterFailure {
+  dp_status_t status = DP_OK;  // what the trampoline returned; DP_OK: nothing waits
+  std::string text;
+};
+inline SetterFailure& setter_failure() noexcept {
+  static thread_local SetterFailure failure;
+  return failure;
+}
+}  // namespace detail
+/** @endcond */
+
 /**
  * @brief A failed devplug call: a status code plus the library's message.
  *
@@ -81,6 +98,14 @@ class Error : public std::runtime_error {
     // Copy the thread-local message before any other devplug call can replace it.
     const char* message = dp_last_error_message();
     std::string text(message != nullptr ? message : "");
+    // A C++ device setter that threw failed this call: add what it threw, which the C library
+    // never saw. Taken either way, so that it cannot attach to a later failure.
+    detail::SetterFailure& setter = detail::setter_failure();
+    if (setter.status != DP_OK) {
+      if (setter.status == code && text.find("setter") != std::string::npos) text += ": " + setter.text;
+      setter.status = DP_OK;
+      setter.text.clear();
+    }
     return Error(code, text);
   }
 
@@ -793,10 +818,13 @@ class Buffer {
 
   /** @brief Size in bytes (0 when empty). */
   size_t size() const noexcept { return handle_ != nullptr ? dp_buffer_size(handle_) : 0; }
-  /** @brief The device that holds the memory. */
+  /** @brief The device that holds the memory. Throws `FAILED_PRECONDITION` once the device's
+   *         runtime was destroyed (its device handles went with it). */
   Device device() const {
+    if (handle_ == nullptr) detail::throw_invalid_handle("buffer");
     dp_device_t* d = dp_buffer_device(handle_);
-    if (d == nullptr) detail::throw_invalid_handle("buffer");
+    // NULL for a live buffer: its device's runtime was destroyed (the message says so).
+    if (d == nullptr) throw Error::from_last_error(DP_FAILED_PRECONDITION);
     return Device(d);
   }
 
@@ -1354,10 +1382,13 @@ class Tensor {
   size_t byte_size() const noexcept {
     return handle_ != nullptr ? dp_tensor_byte_size(handle_) : 0;
   }
-  /** @brief The device that holds the data. */
+  /** @brief The device that holds the data. Throws `FAILED_PRECONDITION` once the device's runtime
+   *         was destroyed (its device handles went with it; the tensor can still be read). */
   Device device() const {
+    if (handle_ == nullptr) detail::throw_invalid_handle("tensor");
     dp_device_t* d = dp_tensor_device(handle_);
-    if (d == nullptr) detail::throw_invalid_handle("tensor");
+    // NULL for a live tensor: its device's runtime was destroyed (the message says so).
+    if (d == nullptr) throw Error::from_last_error(DP_FAILED_PRECONDITION);
     return Device(d);
   }
 
@@ -1434,7 +1465,8 @@ struct PlacementQuery {
 /**
  * @brief A device setter: the device for an op, or an empty `Device` for no opinion (the
  *        scopes around decide). A `devplug::Error` it throws fails the op with its code, any
- *        other exception with `DP_UNKNOWN`.
+ *        other exception with `DP_UNKNOWN`; the `Error` the failed call throws ends with what
+ *        the exception's `what()` said (`"...: it threw PERMISSION_DENIED: no GPU for you"`).
  */
 using DeviceSetter = std::function<Device(const PlacementQuery&)>;
 
@@ -1475,7 +1507,10 @@ class DeviceScope {
 
   /** @brief Enters the scope on this thread until the returned guard is destroyed
    *  (`dp_scope_enter()`). */
-  [[nodiscard]] ScopeGuard enter() const;
+  [[nodiscard]] ScopeGuard enter() const&;
+  /** @brief Refused: a temporary scope would be destroyed while still entered
+   *  (`rt.device_scope(d).enter()`); keep the scope in a variable and enter that. */
+  ScopeGuard enter() const&& = delete;
 
  private:
   explicit DeviceScope(dp_scope_t* handle) noexcept : handle_(handle) {}
@@ -1491,6 +1526,8 @@ class ScopeGuard {
  public:
   /** @brief Enters @p scope (`dp_scope_enter()`). */
   explicit ScopeGuard(const DeviceScope& scope) : handle_(scope.get()) { check(dp_scope_enter(handle_)); }
+  /** @brief Refused: a temporary scope would be destroyed while still entered. */
+  explicit ScopeGuard(const DeviceScope&&) = delete;
   /** @brief Exits the scope. */
   ~ScopeGuard() {
     if (handle_ != nullptr) (void)dp_scope_exit(handle_);
@@ -1505,10 +1542,22 @@ class ScopeGuard {
   dp_scope_t* handle_ = nullptr;
 };
 
-inline ScopeGuard DeviceScope::enter() const { return ScopeGuard(*this); }
+inline ScopeGuard DeviceScope::enter() const& { return ScopeGuard(*this); }
 
 /** @cond detail */
 namespace detail {
+// Keeps what a device setter threw for the Error of the call it fails (Error::from_last_error);
+// returns @p status, the setter's status.
+inline dp_status_t setter_threw(dp_status_t status, const char* what, const char* text) noexcept {
+  SetterFailure& f = setter_failure();
+  try {
+    f.text.assign(what).append(text);
+    f.status = status;
+  } catch (...) {
+    f.status = DP_OK;  // out of memory: the status alone
+  }
+  return status;
+}
 extern "C" {
 inline dp_status_t devplug_cxx_device_setter_trampoline(const dp_placement_query_t* q, void* user,
                                                        dp_device_t** out) noexcept {
@@ -1517,9 +1566,11 @@ inline dp_status_t devplug_cxx_device_setter_trampoline(const dp_placement_query
     *out = (*static_cast<DeviceSetter*>(user))(query).get();
     return DP_OK;
   } catch (const Error& e) {
-    return e.code();
+    return setter_threw(e.code() != DP_OK ? e.code() : DP_UNKNOWN, "it threw ", e.what());
+  } catch (const std::exception& e) {
+    return setter_threw(DP_UNKNOWN, "it threw: ", e.what());
   } catch (...) {
-    return DP_UNKNOWN;
+    return setter_threw(DP_UNKNOWN, "it threw an exception that is not a std::exception", "");
   }
 }
 inline void devplug_cxx_device_setter_drop(void* user) noexcept { delete static_cast<DeviceSetter*>(user); }
@@ -1690,6 +1741,28 @@ struct RunOptions {
   int32_t soft_placement = DP_SOFT_PLACEMENT_DEFAULT;
 };
 
+/**
+ * @brief The most outputs `Runtime::run()` and `Graph::op()` return (the room they give
+ *        `dp_op_run()` / `dp_graph_add_op()`): an op with more fails with `DP_INVALID_ARGUMENT`
+ *        saying so; call the C function with a larger capacity for it.
+ */
+constexpr size_t max_op_outputs = 8;
+
+/** @cond */
+namespace detail {
+// The error of a dp_op_run / dp_graph_add_op call (@p c_function) given room for
+// max_op_outputs outputs: the C library's, in the wrapper's terms when the op has more.
+inline Error op_error(dp_status_t status, const char* where, const char* c_function) {
+  Error e = Error::from_last_error(status);
+  if (status == DP_INVALID_ARGUMENT && std::strstr(e.message(), "`capacity`") != nullptr) {
+    return Error(status, std::string(where) + " returns at most " + std::to_string(max_op_outputs) +
+                             " outputs; call " + c_function + " with room for more (" + e.message() + ")");
+  }
+  return e;
+}
+}  // namespace detail
+/** @endcond */
+
 /** @brief A resolved op (`dp_op_t`), valid while its runtime lives. Cheap to copy. */
 class Op {
  public:
@@ -1836,7 +1909,9 @@ class Runtime {
   /**
    * @brief Runs @p op eagerly (`dp_op_run()`): on `options.device` or the default device,
    *        native kernel → decomposition → soft placement to the CPU → error.
-   * @return the op's outputs.
+   * @param inputs pointers to the inputs; a null one fails with `DP_INVALID_ARGUMENT` naming it.
+   * @return the op's outputs, at most `max_op_outputs` (an op with more fails with
+   *         `DP_INVALID_ARGUMENT`).
    */
   std::vector<Tensor> run(const Op& op, const std::vector<const Tensor*>& inputs, const Attrs* attrs = nullptr,
                           const RunOptions& options = {}) {
@@ -1847,15 +1922,17 @@ class Runtime {
       in_big.resize(inputs.size());
       in = in_big.data();
     }
-    for (size_t i = 0; i < inputs.size(); ++i) in[i] = inputs[i]->get();
+    // A null pointer goes through as a NULL handle, which dp_op_run refuses, naming the input.
+    for (size_t i = 0; i < inputs.size(); ++i) in[i] = inputs[i] != nullptr ? inputs[i]->get() : nullptr;
     dp_run_options_t o;
     dp_run_options_init(&o, sizeof o);
     o.device = options.device.get();
     o.soft_placement = options.soft_placement;
-    dp_tensor_t* out[8] = {};
+    dp_tensor_t* out[max_op_outputs] = {};
     size_t n = 0;
-    check(dp_op_run(handle_, op.get(), in, inputs.size(), attrs != nullptr ? attrs->get() : nullptr, &o, out, 8,
-                    &n));
+    const dp_status_t st = dp_op_run(handle_, op.get(), in, inputs.size(), attrs != nullptr ? attrs->get() : nullptr,
+                                     &o, out, max_op_outputs, &n);
+    if (st != DP_OK) throw detail::op_error(st, "Runtime::run", "dp_op_run");
     std::vector<Tensor> result;
     result.reserve(n);
     for (size_t i = 0; i < n; ++i) result.push_back(Tensor::adopt(out[i]));
@@ -1912,7 +1989,10 @@ class Runtime {
 
   /**
    * @brief Installs a placement-log callback (`dp_runtime_set_placement_callback()`); an empty
-   *        function removes it. Exceptions it throws are caught and dropped.
+   *        function removes it. It runs on the thread that ran the op (on several at once when
+   *        several threads run ops); the event's strings (`op`, `device`, `reason`, `detail`)
+   *        are never NULL (`detail` may be empty) and valid during the call only. Exceptions it
+   *        throws are caught and dropped.
    */
   void set_placement_callback(std::function<void(const dp_placement_event_t&)> fn) {
     if (!fn) {

@@ -147,18 +147,20 @@ class Graph {
   }
   /**
    * @brief A node running @p op on @p inputs, on @p device or, when it is empty, where
-   *        placement puts it now; returns its outputs.
+   *        placement puts it now; returns its outputs, at most `max_op_outputs`.
    * @throws Error `DP_INVALID_ARGUMENT` naming the node for inputs the op refuses (where their
-   *         shapes are known), a taken name, outputs of another graph.
+   *         shapes are known), a taken name, outputs of another graph, an op with more than
+   *         `max_op_outputs` outputs.
    */
   std::vector<GraphOutput> op(const Runtime& rt, const std::string& name, const Op& op,
                               const std::vector<GraphOutput>& inputs,
                               const Attrs* attrs = nullptr, const Device& device = Device()) {
-    GraphOutput out[8] = {};
+    GraphOutput out[max_op_outputs] = {};
     size_t n = 0;
-    check(dp_graph_add_op(handle_, rt.get(), name.c_str(), op.get(), inputs.data(),
-                          inputs.size(), attrs != nullptr ? attrs->get() : nullptr,
-                          device.get(), out, 8, &n));
+    const dp_status_t st = dp_graph_add_op(handle_, rt.get(), name.c_str(), op.get(), inputs.data(),
+                                           inputs.size(), attrs != nullptr ? attrs->get() : nullptr,
+                                           device.get(), out, max_op_outputs, &n);
+    if (st != DP_OK) throw detail::op_error(st, "Graph::op", "dp_graph_add_op");
     return std::vector<GraphOutput>(out, out + n);
   }
   /** @brief op() for ops with one output. */
