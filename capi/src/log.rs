@@ -31,7 +31,8 @@ pub struct dp_log_record_t {
     pub struct_size: usize,
     /// `DP_LOG_ERROR` … `DP_LOG_TRACE`.
     pub level: i32,
-    /// Who said it: `"devplug"` for the runtime, `"plugin 'sim'"` for a plugin.
+    /// Who said it: `"devplug"` for the runtime, `"plugin 'devplug_sim'"` for a plugin (its
+    /// name).
     pub source: *const c_char,
     /// The message, without a trailing newline.
     pub message: *const c_char,

@@ -477,7 +477,8 @@ pub struct dp_placement_event_t {
     /// `"explicit"`, `"scope"`, `"setter"`, `"default"`, `"decomposed"`, `"soft-placed"` or
     /// `"input copied"`.
     pub reason: *const c_char,
-    /// The kernel's source (`"built-in"`, `"plugin 'sim'"`) or a note.
+    /// What ran it: `"kernel from built-in"`, `"kernel from plugin 'devplug_sim'"` (the source
+    /// of the kernel), or a note (a decomposition, a soft placement, a copy). Never NULL.
     pub detail: *const c_char,
 }
 

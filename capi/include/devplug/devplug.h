@@ -172,7 +172,8 @@ typedef struct dp_log_record_t {
    */
   int32_t level;
   /**
-   * Who said it: `"devplug"` for the runtime, `"plugin 'sim'"` for a plugin.
+   * Who said it: `"devplug"` for the runtime, `"plugin 'devplug_sim'"` for a plugin (its
+   * name).
    */
   const char *source;
   /**
@@ -234,7 +235,8 @@ typedef struct dp_placement_event_t {
    */
   const char *reason;
   /**
-   * The kernel's source (`"built-in"`, `"plugin 'sim'"`) or a note.
+   * What ran it: `"kernel from built-in"`, `"kernel from plugin 'devplug_sim'"` (the source
+   * of the kernel), or a note (a decomposition, a soft placement, a copy). Never NULL.
    */
   const char *detail;
 } dp_placement_event_t;
