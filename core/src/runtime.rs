@@ -250,6 +250,19 @@ impl Runtime {
             .iter()
             .find(|r| identity.is_some() && r.identity == identity)
         {
+            let had: Vec<(&str, &str)> = r.plugin.context.options().collect();
+            let mut given = options.to_vec();
+            let mut kept = had.clone();
+            given.sort_unstable();
+            kept.sort_unstable();
+            if given != kept {
+                crate::log::warn(&format!(
+                    "plugin '{}' ({}) is loaded already, with the options {had:?}: the options \
+                     {options:?} given now are ignored (a library is loaded once per runtime)",
+                    r.plugin.name,
+                    path.display()
+                ));
+            }
             return Ok(info_of(r));
         }
         let existing: Vec<ExistingPlatform> = self
@@ -267,21 +280,26 @@ impl Runtime {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let (loaded, platforms, kernels, op_texts) = plugin::load(path, &options, existing)?;
+        let (loaded, platforms, mut kernels, op_texts) = plugin::load(path, &options, existing)?;
         let _registering = self.registering.lock();
         let ops = self
             .plugin_ops(&op_texts)
             .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
-        for k in &kernels {
-            if !ops.iter().any(|d| d.name == k.op) {
-                self.ops.find(&k.op).map_err(|e| {
-                    e.context(format!(
-                        "plugin '{}' registered a kernel for an unknown op",
-                        loaded.name
-                    ))
-                })?;
-            }
-        }
+        let type_var = |def: &OpDef| {
+            def.type_vars
+                .first()
+                .map(|v| (v.name.to_string(), v.allowed.clone()))
+        };
+        let op_type_var = |op: &str| match ops.iter().find(|d| d.name == op) {
+            Some(def) => Ok(type_var(def)),
+            None => self.ops.find(op).map(|h| type_var(h.def())).map_err(|e| {
+                e.context(format!(
+                    "plugin '{}' registered a kernel for an unknown op",
+                    loaded.name
+                ))
+            }),
+        };
+        plugin::commit_kernels(&loaded, &mut kernels, &op_type_var)?;
         self.kernels
             .check_all(&kernels)
             .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;

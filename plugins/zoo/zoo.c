@@ -77,11 +77,20 @@
  *                                  the host's allocate_temp (ABI 1.4); ZOO_KERNEL_TEMP_BYTES=n
  *                                  asks for n bytes instead of the input's size;
  *                                  ZOO_KERNEL_TEMP_OWN_MESSAGE sets its own message on a refusal
+ *   ZOO_KERNEL_REDUCE_SUM          ... instead, a right ReduceSum of f32 (with
+ *                                  ZOO_KERNEL_OP="ReduceSum"), but for ZOO_REDUCE_SUM_BUG=1
+ *                                  (42 for an input of no elements) or 2 (-1 for a rank-0 input)
  *   ZOO_KERNEL_ALL_DTYPES          ... for every dtype (no dtype list)
  *   ZOO_KERNEL_STRUCT_SIZE=n       ... with dpp_kernel_t.struct_size n
  *   ZOO_KERNEL_COMPUTE_NULL        ... with dpp_kernel_t.compute NULL
  *   ZOO_OP_DEF_STRUCT_SIZE=n       with ZOO_OP_BODY: dpp_op_def_t.struct_size n
  *   ZOO_KERNEL_DTYPE=n             ... for dtype n instead of f32
+ *   ZOO_KERNEL_DTYPES_NULL         ... with dtypes NULL but num_dtypes 3
+ *   ZOO_KERNEL_DEVICE_TYPE="..."   ... with that device_type instead of ZOO_DEVICE_TYPE
+ *   ZOO_KERNEL_PLATFORM_NULL       ... with platform NULL instead of ZOO_PLATFORM
+ *   ZOO_KERNEL_FIRST               ... registered before the platform, not after it
+ *   ZOO_MISALIGN=n                 allocate returns addresses n bytes past 256-byte alignment
+ *                                  (each allocation n bytes larger inside, so all of it works)
  *   ZOO_OP_BODY="..."              registers op ZOO_OP_NAME (default "zoo.Op"; x: T -> y: T,
  *                                  T: {f32, f64}) with that body (ABI 1.2), after its platform
  *   ZOO_KERNEL_LABEL               with ZOO_OP_BODY: the op gets attribute `label: string =
@@ -150,6 +159,9 @@
 #define ZOO_ADDR_BASE UINT64_C(0x2000000000000000)
 #define ZOO_ARENA_SIZE (UINT64_C(16) << 20)
 #define ZOO_ALIGN UINT64_C(256)
+#ifndef ZOO_MISALIGN
+#define ZOO_MISALIGN UINT64_C(0)
+#endif
 #define ZOO_MAX_ALLOCS 256
 #define ZOO_MARKER_MAX 1024
 #define ZOO_MSG_MAX 256
@@ -336,7 +348,7 @@ static dpp_status_t zoo_allocate(void *device, uint64_t size, dpp_addr_t *out_ad
     return zoo_fail(d, DPP_RESOURCE_EXHAUSTED, "zoo: allocate(%llu): more than the device's %llu bytes",
                     (unsigned long long)size, (unsigned long long)ZOO_ARENA_SIZE);
   }
-  uint64_t rounded = (size + ZOO_ALIGN - 1) / ZOO_ALIGN * ZOO_ALIGN;
+  uint64_t rounded = (size + ZOO_MISALIGN + ZOO_ALIGN - 1) / ZOO_ALIGN * ZOO_ALIGN;
   zoo_lock(d);
   if (d->nallocs == ZOO_MAX_ALLOCS) {
     zoo_unlock(d);
@@ -364,17 +376,17 @@ static dpp_status_t zoo_allocate(void *device, uint64_t size, dpp_addr_t *out_ad
   d->nallocs++;
   d->in_use += rounded;
   zoo_unlock(d);
-  *out_addr = ZOO_ADDR_BASE + start;
+  *out_addr = ZOO_ADDR_BASE + start + ZOO_MISALIGN;
   return DPP_OK;
 }
 
 static void zoo_deallocate(void *device, dpp_addr_t addr, uint64_t size) {
   (void)size;
   zoo_device *d = zoo_dev(device);
-  if (d == NULL || addr < ZOO_ADDR_BASE) {
+  if (d == NULL || addr < ZOO_ADDR_BASE + ZOO_MISALIGN) {
     return;
   }
-  uint64_t off = addr - ZOO_ADDR_BASE;
+  uint64_t off = addr - ZOO_ADDR_BASE - ZOO_MISALIGN;
   zoo_lock(d);
   for (int i = 0; i < d->nallocs; i++) {
     if (d->allocs[i].offset == off) {
@@ -851,8 +863,9 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_register(const dpp_host_api_t *host, co
   return DPP_OK;
 }
 
-#if (defined(ZOO_KERNEL_ZEROS) + defined(ZOO_KERNEL_COPY) + defined(ZOO_KERNEL_FAIL) + defined(ZOO_KERNEL_TEMP)) > 1
-#error "ZOO_KERNEL_ZEROS, ZOO_KERNEL_COPY, ZOO_KERNEL_FAIL and ZOO_KERNEL_TEMP are kernels for one registration: define one"
+#if (defined(ZOO_KERNEL_ZEROS) + defined(ZOO_KERNEL_COPY) + defined(ZOO_KERNEL_FAIL) + defined(ZOO_KERNEL_TEMP) + \
+     defined(ZOO_KERNEL_REDUCE_SUM)) > 1
+#error "ZOO_KERNEL_ZEROS, _COPY, _FAIL, _TEMP and _REDUCE_SUM are kernels for one registration: define one"
 #endif
 #if defined(ZOO_KERNEL_ZEROS)
 /* A kernel with wrong results: every output is set to zero bytes. */
@@ -868,6 +881,98 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_kernel_zeros(const dpp_kernel_context_t
   return DPP_OK;
 }
 #define ZOO_KERNEL_COMPUTE zoo_kernel_zeros
+#endif
+
+#if defined(ZOO_KERNEL_REDUCE_SUM)
+#ifndef ZOO_REDUCE_SUM_BUG
+#define ZOO_REDUCE_SUM_BUG 0
+#endif
+#define ZOO_MAX_RANK 8
+/* ReduceSum of f32 (register it with ZOO_KERNEL_OP="ReduceSum"): y = the sum of x over `axes`
+ * (none: every axis), `keep_dims` or not. With ZOO_REDUCE_SUM_BUG=1 it writes 42 for an input
+ * of no elements, with 2 it writes -1 for a rank-0 input: right on every other shape. */
+static dpp_status_t zoo_kernel_reduce_sum(const dpp_kernel_context_t *cx) {
+  zoo_device *d = cx ? zoo_dev(cx->device) : NULL;
+  if (d == NULL || cx->num_inputs != 1 || cx->num_outputs != 1) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  const dpp_host_api_t *host = d->platform->host;
+  const dpp_tensor_t *x = &cx->inputs[0], *y = &cx->outputs[0];
+  if (x->dtype != DPP_DTYPE_F32 || y->dtype != DPP_DTYPE_F32 || x->rank > ZOO_MAX_RANK) {
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: ReduceSum: f32 of rank at most %d only", (int)ZOO_MAX_RANK);
+  }
+  const int64_t *axes = NULL;
+  size_t naxes = 0;
+  int32_t keep = 0;
+  if (host->attr_ints(cx->attrs, "axes", &axes, &naxes) != DPP_OK ||
+      host->attr_bool(cx->attrs, "keep_dims", &keep) != DPP_OK) {
+    return zoo_fail(d, DPP_INTERNAL, "zoo: ReduceSum: cannot read its attributes");
+  }
+  const int32_t r = x->rank;
+  int reduced[ZOO_MAX_RANK] = {0};
+  for (int32_t i = 0; i < r; i++) {
+    reduced[i] = naxes == 0;
+  }
+  for (size_t i = 0; i < naxes; i++) {
+    const int64_t a = axes[i] < 0 ? axes[i] + r : axes[i];
+    if (a < 0 || a >= r) {
+      return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: ReduceSum: axis %lld out of range", (long long)axes[i]);
+    }
+    reduced[a] = 1;
+  }
+  /* The output's strides over the input's axes (0 on a reduced one). */
+  int64_t ystride[ZOO_MAX_RANK];
+  uint64_t nx = 1, ny = 1;
+  for (int32_t i = r - 1; i >= 0; i--) {
+    ystride[i] = reduced[i] ? 0 : (int64_t)ny;
+    ny *= reduced[i] ? 1 : (uint64_t)x->shape[i];
+    nx *= (uint64_t)x->shape[i];
+  }
+  if (y->byte_size != ny * sizeof(float)) {
+    return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: ReduceSum: %llu output bytes, expected %llu",
+                    (unsigned long long)y->byte_size, (unsigned long long)(ny * sizeof(float)));
+  }
+  if (ny == 0) {
+    return DPP_OK;
+  }
+  ZOO_RANGE_OR_FAIL(py, d, y->data, y->byte_size, "kernel output");
+  float *out = (float *)(void *)py;
+  if (nx == 0) {
+    for (uint64_t k = 0; k < ny; k++) {
+      out[k] = ZOO_REDUCE_SUM_BUG == 1 ? 42.0f : 0.0f;
+    }
+    return DPP_OK;
+  }
+  ZOO_RANGE_OR_FAIL(px, d, x->data, x->byte_size, "kernel input");
+  double sums[1024] = {0};
+  if (ny > 1024) {
+    return zoo_fail(d, DPP_UNIMPLEMENTED, "zoo: ReduceSum: more than 1024 output elements");
+  }
+  int64_t idx[ZOO_MAX_RANK] = {0};
+  int64_t oy = 0;
+  for (uint64_t k = 0; k < nx; k++) {
+    float v;
+    memcpy(&v, px + k * sizeof v, sizeof v);
+    sums[oy] += v;
+    for (int32_t i = r - 1; i >= 0; i--) { /* the next input index, odometer-wise */
+      idx[i]++;
+      oy += ystride[i];
+      if (idx[i] < x->shape[i]) {
+        break;
+      }
+      oy -= ystride[i] * idx[i];
+      idx[i] = 0;
+    }
+  }
+  for (uint64_t k = 0; k < ny; k++) {
+    out[k] = (float)sums[k];
+  }
+  if (r == 0 && ZOO_REDUCE_SUM_BUG == 2) {
+    out[0] = -1.0f;
+  }
+  return DPP_OK;
+}
+#define ZOO_KERNEL_COMPUTE zoo_kernel_reduce_sum
 #endif
 
 #if defined(ZOO_KERNEL_COPY)
@@ -966,12 +1071,24 @@ static dpp_status_t zoo_register_kernel(const dpp_host_api_t *host) {
   memset(&k, 0, sizeof k);
   k.struct_size = ZOO_KERNEL_STRUCT_SIZE;
   k.op = ZOO_KERNEL_OP;
+#ifdef ZOO_KERNEL_DEVICE_TYPE
+  k.device_type = ZOO_KERNEL_DEVICE_TYPE;
+#else
   k.device_type = ZOO_DEVICE_TYPE;
+#endif
+#ifdef ZOO_KERNEL_PLATFORM_NULL
+  k.platform = NULL;
+#else
   k.platform = ZOO_PLATFORM_NAME;
+#endif
 #if defined(ZOO_KERNEL_ALL_DTYPES)
   (void)f32;
   k.dtypes = NULL; /* every dtype: for a plugin of ABI 1.2 or older, every dtype it knew of */
   k.num_dtypes = 0;
+#elif defined(ZOO_KERNEL_DTYPES_NULL)
+  (void)f32;
+  k.dtypes = NULL;
+  k.num_dtypes = 3;
 #else
   k.dtypes = f32;
   k.num_dtypes = 1;
@@ -1077,6 +1194,16 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_init(const dpp_host_api_t *host, void *
   return ZOO_INIT_FAIL_STATUS;
 #endif
 
+#if defined(ZOO_KERNEL_COMPUTE) && defined(ZOO_KERNEL_FIRST)
+  dpp_status_t st = zoo_register_kernel(host);
+  if (st != DPP_OK) {
+    return st;
+  }
+  st = zoo_register(host, marker);
+  if (st != DPP_OK) {
+    return st;
+  }
+#else
   dpp_status_t st = zoo_register(host, marker);
   if (st != DPP_OK) {
     return st; /* the host's own refusal says why */
@@ -1086,6 +1213,7 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_init(const dpp_host_api_t *host, void *
   if (st != DPP_OK) {
     return st;
   }
+#endif
 #endif
 #if defined(ZOO_OP_BODY)
   st = zoo_register_op(host);

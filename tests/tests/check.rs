@@ -25,7 +25,11 @@ fn the_sample_plugins_conform() {
         "ok      SIM:0: kernel Add (f32) agrees with the CPU",
         "ok      SIM:1: kernel ReduceSum (i64) agrees with the CPU",
         "ok      SIM:0: kernel MatMul (f64) agrees with the CPU on edge shapes (batched [2, 2, 3] x [3, 4], \
-         transpose_a and transpose_b, k = 0: [2, 0] x [0, 3])",
+         transpose_a and transpose_b, k = 0: [2, 0] x [0, 3], m = 0: [0, 3] x [3, 4])",
+        // Reductions of empty and rank-0 inputs.
+        "ok      SIM:1: kernel ReduceSum (i32) agrees with the CPU on edge shapes (every axis, \
+         axis 0 kept (keep_dims), a negative axis of a 3-D input, rank 0, [0, 3] over axis 1, \
+         [0, 3] over axis 0)",
         "ok      SIM:0: kernel Add (i32) agrees with the CPU on edge shapes",
         "ok      unload",
         " 0 failed: conforms",
@@ -79,6 +83,78 @@ fn an_optional_function_left_out_is_noted_not_failed() {
         out.contains("note    ZOO:0: event_elapsed_ns is not provided (optional, ABI 1.4)"),
         "{out}"
     );
+    // A function left out is noted, not said to pass: no "ok" for either check.
+    for check in ["ZOO:0: event timing", "ZOO:0: memory usage"] {
+        assert!(
+            !out.contains(&format!("ok      {check}")),
+            "{check}:\n{out}"
+        );
+    }
+}
+
+/// Device addresses off the 256-byte alignment the guide requires (of a platform under the
+/// host's suballocator) fail the check, although the host works around them.
+#[test]
+fn misaligned_device_addresses_fail_their_check() {
+    let (code, out) = check(&zoo_path("misaligned"), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "FAILED  ZOO:0: allocate returns 256-byte aligned addresses: INTERNAL: allocate(1) \
+             returned 0x"
+        ) && out.contains("8, not 256-byte aligned"),
+        "{out}"
+    );
+    // The rest works, through the host's workaround.
+    assert!(
+        out.contains("ok      ZOO:0: synchronous copies and memset"),
+        "{out}"
+    );
+    assert!(out.contains("1 failed: does NOT conform"), "{out}");
+    let (code, out) = check(&zoo_path("good"), &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("ok      ZOO:0: allocate returns 256-byte aligned addresses"),
+        "{out}"
+    );
+}
+
+/// A reduction kernel right on ordinary shapes but wrong on an input of no elements (42s for a
+/// sum over the empty axis of `[0, 3]`) or on a rank-0 input (-1) fails its edge-shape check,
+/// naming the case; a right one passes every edge shape.
+#[test]
+fn a_reduction_wrong_on_empty_or_rank_0_inputs_fails_its_edge_check() {
+    let edges = "ZOO:0: kernel ReduceSum (f32) agrees with the CPU on edge shapes (every axis, \
+                 axis 0 kept (keep_dims), a negative axis of a 3-D input, rank 0, [0, 3] over \
+                 axis 1, [0, 3] over axis 0)";
+    let (code, out) = check(&zoo_path("reduce_sum"), &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(&format!("ok      {edges}")), "{out}");
+    for (variant, why) in [
+        (
+            "reduce_sum_empty_bug",
+            "[0, 3] over axis 0: output 0[0] is 42, the CPU's 0",
+        ),
+        (
+            "reduce_sum_rank0_bug",
+            "rank 0: output 0[0] is -1, the CPU's 1",
+        ),
+    ] {
+        let (code, out) = check(&zoo_path(variant), &[]);
+        assert_eq!(code, 1, "{variant}: {out}");
+        assert!(
+            out.contains(&format!("FAILED  {edges}: INTERNAL: {why}")),
+            "{variant}: {out}"
+        );
+        assert!(
+            out.contains("ok      ZOO:0: kernel ReduceSum (f32) agrees with the CPU\n"),
+            "{variant}: {out}"
+        );
+        assert!(
+            out.contains("1 failed: does NOT conform"),
+            "{variant}: {out}"
+        );
+    }
 }
 
 #[test]

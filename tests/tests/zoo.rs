@@ -321,9 +321,9 @@ refused! {
 
     // dpp_kernel_t and dpp_op_def_t (ABI 1.1 and 1.2)
     kernel_struct_size_too_small: "kernel_size_small" => InvalidArgument
-        ["dpp_kernel_t.struct_size", "is 8", "80"];
+        ["dpp_kernel_t.struct_size", "is 8", "80", "its op is not read"];
     kernel_compute_null: "kernel_compute_null" => InvalidArgument
-        ["dpp_kernel_t.compute", "NULL"];
+        ["kernel Add on ZOO: dpp_kernel_t.compute is NULL"];
     op_def_struct_size_too_small: "op_def_size_small" => InvalidArgument
         ["dpp_op_def_t.struct_size", "is 16", "64"];
 
@@ -355,9 +355,37 @@ refused! {
         ["op 'Swish'", "namespace"];
     op_name_of_a_core_op: "op_core_name" => InvalidArgument ["op 'Add'", "namespace"];
 
-    // kernels
+    // kernels: every refusal names the kernel (its op and device type, as far as readable)
     kernel_dtype_unknown: "kernel_dtype_unknown" => InvalidArgument
-        ["dpp_kernel_t.dtypes", "[0] is 9", "not a DPP_DTYPE_* value"];
+        ["kernel Add on ZOO: dpp_kernel_t.dtypes[0] is 9, not a DPP_DTYPE_* value"];
+    kernel_dtypes_null: "kernel_dtypes_null" => InvalidArgument
+        ["kernel Add on ZOO: dpp_kernel_t.dtypes is NULL but num_dtypes is 3"];
+    kernel_device_type_lowercase: "kernel_device_type_lower" => InvalidArgument
+        ["kernel Add on 'zoo': dpp_kernel_t.device_type is invalid", "'zoo'"];
+    // a kernel that names no platform of its plugin: the advice is to register the platform
+    // first, or to give the kernel its platform's device type, never to "name one"
+    kernel_registered_before_its_platform: "kernel_before_platform" => InvalidArgument
+        ["kernel Add on ZOO: dpp_kernel_t.platform is NULL, and this plugin has registered no \
+          platform of type ZOO (yet): register the platform before its kernels (it registered: \
+          none)"];
+    kernel_for_a_device_type_without_a_platform: "kernel_device_type_other" => InvalidArgument
+        ["kernel Add on NPU: dpp_kernel_t.platform is NULL, and this plugin has registered no \
+          platform of type NPU (yet): register the platform before its kernels (it registered: \
+          ZOO (type ZOO))"];
+    kernel_naming_its_platform_with_another_type: "kernel_platform_of_other_type" => InvalidArgument
+        ["kernel Add on NPU: dpp_kernel_t.platform is 'ZOO', a platform of type ZOO, not NPU"];
+    // a dtype the op's first type variable does not take: refused when the load commits
+    // (after init, once the plugin's own ops are known), naming the kernel, the op, the dtype
+    // and the dtypes the op takes
+    kernel_dtype_the_op_does_not_take: "kernel_dtype_not_of_op" => InvalidArgument
+        ["kernel Add on ZOO: dpp_kernel_t.dtypes[0] is bool, which op Add does not take (its \
+          type variable T takes f32, f64, i32, i64, u8, f16, bf16)"];
+    kernel_reduce_sum_of_bool: "kernel_reduce_sum_bool" => InvalidArgument
+        ["kernel ReduceSum on ZOO: dpp_kernel_t.dtypes[0] is bool, which op ReduceSum does not \
+          take"];
+    kernel_dtype_its_own_op_does_not_take: "op_kernel_dtype_not_of_op" => InvalidArgument
+        ["kernel zoo.Op on ZOO: dpp_kernel_t.dtypes[0] is i32, which op zoo.Op does not take \
+          (its type variable T takes f32, f64)"];
 }
 
 #[test]
@@ -407,7 +435,7 @@ fn a_plugins_op_runs_through_its_body_and_its_name_is_then_taken() {
 
 /// A kernel for "every dtype" means every dtype the plugin knows of: from a plugin built
 /// against ABI 1.3 it takes f16 and bf16 too; from one of 1.2, which has no such values, only
-/// the six dtypes of its ABI, and an f16 op on its device runs elsewhere (the CPU, by soft
+/// the dtypes of its ABI that the op takes, and an f16 op on its device runs elsewhere (the CPU, by soft
 /// placement), never through a kernel that would read two-byte elements it does not expect.
 /// A plugin declaring 1.2 that names f16 (having read the host's version) gets it.
 #[test]
@@ -434,8 +462,12 @@ fn a_kernel_for_every_dtype_takes_the_dtypes_its_abi_knows() {
         } else if takes_halves {
             assert!(k.dtypes.is_empty(), "{variant}: {:?}", k.dtypes);
         } else {
-            assert_eq!(k.dtypes, DType::BEFORE_HALVES, "{variant}");
-            assert!(!k.dtypes.contains(&DType::F16) && !k.dtypes.contains(&DType::BF16));
+            // The dtypes of ABI 1.0-1.2 that Add takes (bool is not one).
+            assert_eq!(
+                k.dtypes,
+                [DType::F32, DType::F64, DType::I32, DType::I64, DType::U8],
+                "{variant}"
+            );
         }
         let zoo = rt.find_device("ZOO:0").unwrap();
         let x = Tensor::from_slice(&zoo, &[3], &[f16::from_f32(1.5); 3]).unwrap();
@@ -731,6 +763,43 @@ fn failing_allocator_stats_leave_the_hosts_figures() {
     assert_eq!(lines.len(), 1, "logged once:\n{err}");
     assert!(lines[0].contains("ZOO:0"), "{}", lines[0]);
     assert!(lines[0].contains("the firmware is busy"), "{}", lines[0]);
+}
+
+/// A platform whose `allocate` returns addresses off the 256-byte alignment works (the host
+/// frees each such region and allocates it again, 256 bytes larger, to align inside it), and
+/// the host says so once per device, naming the plugin, the platform and the device.
+#[test]
+fn misaligned_device_addresses_are_worked_around_and_warned_about_once() {
+    let rt = runtime();
+    rt.load_plugin(zoo_path("misaligned"), &[]).unwrap();
+    let zoo = rt.find_device("ZOO:0").unwrap();
+    let bufs: Vec<_> = [1000u64, 300, 1 << 20]
+        .iter()
+        .map(|&n| zoo.allocate(n).unwrap())
+        .collect();
+    for b in &bufs {
+        assert_eq!(b.ptr().0 % 256, 0, "{:#x}", b.ptr().0);
+    }
+    drop(bufs);
+    assert_zoo_device_works(&rt, "ZOO:0");
+    if is_child() {
+        return;
+    }
+    let err =
+        warnings_of_child("misaligned_device_addresses_are_worked_around_and_warned_about_once");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("not 256-byte aligned"))
+        .collect();
+    assert_eq!(lines.len(), 1, "warned once:\n{err}");
+    for needle in [
+        "plugin 'zoo_misaligned'",
+        "platform ZOO",
+        "device 0",
+        "allocates 256 bytes more",
+    ] {
+        assert!(lines[0].contains(needle), "{needle}: {}", lines[0]);
+    }
 }
 
 #[test]
@@ -1356,4 +1425,37 @@ fn search_folder_through_devplug_plugin_path() {
     .unwrap();
     drop(var);
     assert_search_outcome(&rt, dir.path());
+}
+
+/// A load option the plugin never asks for during init (a misspelt key) is warned about, naming
+/// the plugin and the key, and the plugin still loads; a library loaded again with other
+/// options keeps its first ones and says so. The zoo reads `marker` only.
+#[test]
+fn load_options_the_plugin_ignores_are_warned_about() {
+    let rt = runtime();
+    let marker = Marker::new("unread_options");
+    let opts = [("marker", marker.option()), ("devcies", "2")];
+    rt.load_plugin(zoo_path("a"), &opts).unwrap();
+    // The same library again: loaded once; the same options say nothing, others are ignored.
+    rt.load_plugin(zoo_path("a"), &opts).unwrap();
+    rt.load_plugin(zoo_path("a"), &[("marker", marker.option())])
+        .unwrap();
+    assert_zoo_device_works(&rt, "ZOOA:0");
+    if is_child() {
+        return;
+    }
+    let err = warnings_of_child("load_options_the_plugin_ignores_are_warned_about");
+    let unread: Vec<&str> = err.lines().filter(|l| l.contains("did not read")).collect();
+    assert_eq!(unread.len(), 1, "warned once, at the load:\n{err}");
+    for needle in ["plugin 'zoo_a'", "load option 'devcies'", "a typo?"] {
+        assert!(unread[0].contains(needle), "{needle}: {}", unread[0]);
+    }
+    assert!(!unread[0].contains("'marker'"), "{}", unread[0]);
+    let again: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("is loaded already"))
+        .collect();
+    assert_eq!(again.len(), 1, "only the load with other options:\n{err}");
+    assert!(again[0].contains("are ignored"), "{}", again[0]);
+    assert!(again[0].contains("devcies"), "{}", again[0]);
 }

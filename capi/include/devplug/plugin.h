@@ -300,7 +300,7 @@ typedef struct dpp_kernel_t {
   /**
    * The platform whose memory it works on: one this plugin registered (of `device_type`).
    * NULL: the plugin's own platform of `device_type` (there must be exactly one). `"ANY"` is
-   * refused in ABI 1.1: the host reserves it for its own memory-agnostic kernels.
+   * refused (ABI 1.1 to 1.4): the host reserves it for its own memory-agnostic kernels.
    */
   const char *platform;
   /**
@@ -482,8 +482,10 @@ typedef struct dpp_stream_executor_t {
                                uint64_t size);
   /**
    * Required. Calls `func(arg)` exactly once after all earlier work of the stream, on any
-   * thread but never inside this call's caller's lock. If it returns an error, `func` must
-   * not be called.
+   * thread: later (from the stream's worker, say), or before this call returns when the
+   * stream's earlier work is already done (a synchronous stream), and then returns
+   * `DPP_OK`. Never while holding a lock that the plugin's own functions take: `func` may
+   * call back into the plugin. If it returns an error, `func` must not be called.
    */
   dpp_status_t (*host_callback)(void *device, void *stream, dpp_host_fn func, void *arg);
   /**
@@ -692,7 +694,9 @@ typedef struct dpp_op_def_t {
  */
 typedef struct dpp_host_api_t {
   /**
-   * `DPP_HOST_API_STRUCT_SIZE` or more.
+   * The size the host filled: `DPP_HOST_API_STRUCT_SIZE_1_0` or more. A host of an older
+   * minor fills less than this header's `DPP_HOST_API_STRUCT_SIZE`: check that it covers a
+   * member added after 1.0 before using it, and never require the full size.
    */
   size_t struct_size;
   /**

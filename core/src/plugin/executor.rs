@@ -3,6 +3,7 @@
 //! status and the plugin's `set_error` message into an [`Error`].
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use devplug_plugin_abi as abi;
@@ -126,7 +127,13 @@ pub(crate) struct PluginExecutor {
     /// The plugin's table as far as its `struct_size` reaches; later fields NULL.
     se: abi::dpp_stream_executor_t,
     description: DeviceDescription,
+    /// Set once `allocate` returned an address off [`ALIGNMENT`] (warned about once).
+    misaligned: AtomicBool,
 }
+
+/// The alignment the guide asks of device addresses of platforms under the host's
+/// suballocator (its own alignment).
+pub(crate) const ALIGNMENT: u64 = 256;
 
 // SAFETY: the device struct and its table are owned by the plugin and callable from any
 // thread (ABI rule); the host never mutates them after creation.
@@ -292,6 +299,7 @@ pub(crate) fn create_device(
         device,
         se,
         description,
+        misaligned: AtomicBool::new(false),
     }))
 }
 
@@ -369,6 +377,18 @@ impl StreamExecutor for PluginExecutor {
                 "plugin '{}': allocate({size}) returned address 0",
                 self.platform.plugin.name
             )));
+        }
+        if !addr.is_multiple_of(ALIGNMENT)
+            && self.platform.info.use_suballocator
+            && !self.misaligned.swap(true, Ordering::Relaxed)
+        {
+            crate::log::warn(&format!(
+                "plugin '{}': platform {}: device {}: allocate({size}) returned {addr:#x}, not \
+                 {ALIGNMENT}-byte aligned as device addresses must be; the host frees such \
+                 regions and allocates {ALIGNMENT} bytes more to align inside them (each region \
+                 is then allocated twice; said once per device)",
+                self.platform.plugin.name, self.platform.info.name, self.device.ordinal
+            ));
         }
         Ok(DevicePtr(addr))
     }

@@ -66,8 +66,10 @@ pub(crate) struct ExistingPlatform {
 pub(crate) struct HostContext {
     pub(crate) plugin: String,
     /// The ABI minor the plugin was built against: which dtypes it knows of.
-    abi_minor: u32,
+    pub(crate) abi_minor: u32,
     options: Vec<(CString, CString)>,
+    /// Whether the plugin asked for each of `options` (by index) during init.
+    options_read: Vec<AtomicBool>,
     existing: Vec<ExistingPlatform>,
     in_init: AtomicBool,
     pub(crate) pending: Mutex<Vec<PendingPlatform>>,
@@ -134,6 +136,7 @@ impl HostContext {
         Ok(HostContext {
             plugin,
             abi_minor,
+            options_read: opts.iter().map(|_| AtomicBool::new(false)).collect(),
             options: opts,
             existing,
             in_init: AtomicBool::new(false),
@@ -142,6 +145,22 @@ impl HostContext {
             pending_ops: Mutex::new(Vec::new()),
             refused: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The load options, as given.
+    pub(crate) fn options(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.options
+            .iter()
+            .map(|(k, v)| (k.to_str().unwrap_or("?"), v.to_str().unwrap_or("?")))
+    }
+
+    /// The keys of the load options the plugin never asked for (`get_option`) during init.
+    pub(crate) fn options_not_read(&self) -> Vec<&str> {
+        self.options()
+            .zip(&self.options_read)
+            .filter(|(_, read)| !read.load(Ordering::Relaxed))
+            .map(|((k, _), _)| k)
+            .collect()
     }
 
     pub(crate) fn set_in_init(&self, v: bool) {
@@ -312,11 +331,22 @@ pub(crate) struct PendingKernel {
 unsafe impl Send for PendingKernel {}
 
 impl HostContext {
+    /// The platforms this plugin registered so far, for messages: `ACME (type NPU), …`, or
+    /// `none`.
+    fn own_platforms(&self) -> String {
+        let pending = self.pending.lock();
+        if pending.is_empty() {
+            return "none".into();
+        }
+        pending
+            .iter()
+            .map(|p| format!("{} (type {})", p.info.name, p.info.device_type))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     fn register_kernel(&self, k: *const abi::dpp_kernel_t) -> crate::Result<()> {
         let plugin = &self.plugin;
-        let err = |field: &str, why: String| {
-            Error::invalid_argument(format!("plugin '{plugin}': dpp_kernel_t.{field} {why}"))
-        };
         if !self.in_init.load(Ordering::Acquire) {
             return Err(Error::failed_precondition(format!(
                 "plugin '{plugin}': register_kernel may only be called during init"
@@ -330,41 +360,79 @@ impl HostContext {
         // SAFETY: non-NULL; struct_size is the first field.
         let size = unsafe { *(k as *const usize) };
         if size < abi::DPP_KERNEL_STRUCT_SIZE {
-            return Err(err(
-                "struct_size",
-                format!(
-                    "is {size}, smaller than the ABI 1.1 size {}",
-                    abi::DPP_KERNEL_STRUCT_SIZE
-                ),
-            ));
+            // Nothing past struct_size may be read, the op's name included.
+            return Err(Error::invalid_argument(format!(
+                "plugin '{plugin}': a kernel's dpp_kernel_t.struct_size is {size}, smaller than \
+                 the ABI 1.1 size {} (its op is not read; set struct_size = \
+                 DPP_KERNEL_STRUCT_SIZE)",
+                abi::DPP_KERNEL_STRUCT_SIZE
+            )));
         }
         // SAFETY: the plugin declared at least the 1.1 size.
         let k = unsafe { &*k };
-        let text = |field: &str, ptr: *const c_char| -> crate::Result<Option<String>> {
+        // A string from the plugin, read up to a bound: `Err` with why it is unreadable.
+        let text = |ptr: *const c_char| -> std::result::Result<Option<String>, String> {
             if ptr.is_null() {
                 return Ok(None);
             }
             // SAFETY: a string from the plugin, read up to a bound.
             unsafe { bounded_str(ptr, 256) }
                 .map(Some)
-                .ok_or_else(|| err(field, "is not NUL-terminated within 256 bytes".into()))
+                .ok_or_else(|| "is not NUL-terminated within 256 bytes".to_string())
         };
-        let op = text("op", k.op)?.ok_or_else(|| err("op", "is NULL".into()))?;
-        let device_type = text("device_type", k.device_type)?
+        // Every refusal names the kernel, as far as its op and device type are readable.
+        let (op, device_type) = (text(k.op), text(k.device_type));
+        let who = format!(
+            "kernel {} on {}",
+            match &op {
+                Ok(Some(op)) => op.as_str(),
+                _ => "(op unreadable)",
+            },
+            match &device_type {
+                Ok(Some(t)) if validate_name("device type", t).is_ok() => t.clone(),
+                Ok(Some(t)) => format!("'{t}'"),
+                _ => "(device type unreadable)".to_string(),
+            }
+        );
+        let err = |field: &str, why: String| {
+            Error::invalid_argument(format!(
+                "plugin '{plugin}': {who}: dpp_kernel_t.{field} {why}"
+            ))
+        };
+        let op = op
+            .map_err(|why| err("op", why))?
+            .ok_or_else(|| err("op", "is NULL".into()))?;
+        let device_type = device_type
+            .map_err(|why| err("device_type", why))?
             .ok_or_else(|| err("device_type", "is NULL".into()))?;
         validate_name("device type", &device_type)
             .map_err(|e| err("device_type", format!("is invalid: {}", e.message)))?;
         let compute = k
             .compute
             .ok_or_else(|| err("compute", "is NULL (required)".into()))?;
-        let own: Vec<String> = self
-            .pending
-            .lock()
-            .iter()
-            .filter(|p| p.info.device_type == device_type)
-            .map(|p| p.info.name.clone())
-            .collect();
-        let binding = match text("platform", k.platform)? {
+        let (own, of_type): (Vec<String>, Option<String>) = {
+            let pending = self.pending.lock();
+            let own = pending
+                .iter()
+                .filter(|p| p.info.device_type == device_type)
+                .map(|p| p.info.name.clone())
+                .collect();
+            let platform = text(k.platform).ok().flatten();
+            let of_type = platform.and_then(|name| {
+                pending
+                    .iter()
+                    .find(|p| p.info.name == name)
+                    .map(|p| p.info.device_type.clone())
+            });
+            (own, of_type)
+        };
+        let register_first = || {
+            format!(
+                "register the platform before its kernels (it registered: {})",
+                self.own_platforms()
+            )
+        };
+        let binding = match text(k.platform).map_err(|why| err("platform", why))? {
             Some(p) if p == "ANY" => {
                 return Err(err(
                     "platform",
@@ -375,18 +443,37 @@ impl HostContext {
             }
             Some(p) if own.contains(&p) => crate::kernel::Binding::Platform(p),
             Some(p) => {
-                return Err(err(
-                    "platform",
-                    format!("is '{p}', which is not a platform of type {device_type} this plugin registered"),
-                ))
+                let why = match &of_type {
+                    Some(t) => format!(
+                        "is '{p}', a platform of type {t}, not {device_type}: give the kernel its \
+                         platform's device type"
+                    ),
+                    None => format!(
+                        "is '{p}', but this plugin has registered no platform '{p}' (yet): {}",
+                        register_first()
+                    ),
+                };
+                return Err(err("platform", why));
             }
             None if own.len() == 1 => crate::kernel::Binding::Platform(own[0].clone()),
+            None if own.is_empty() => {
+                return Err(err(
+                    "platform",
+                    format!(
+                        "is NULL, and this plugin has registered no platform of type \
+                         {device_type} (yet): {}",
+                        register_first()
+                    ),
+                ))
+            }
             None => {
                 return Err(err(
                     "platform",
                     format!(
-                        "is NULL, but the plugin registered {} platforms of type {device_type}: name one",
-                        own.len()
+                        "is NULL, but this plugin registered {} platforms of type {device_type} \
+                         ({}): name one",
+                        own.len(),
+                        own.join(", ")
                     ),
                 ))
             }
@@ -407,18 +494,16 @@ impl HostContext {
         for i in 0..k.num_dtypes {
             // SAFETY: `dtypes` holds `num_dtypes` values (checked non-NULL above).
             let d = unsafe { *k.dtypes.add(i) };
-            dtypes.push(
-                crate::tensor::DType::from_i32(d).ok_or_else(|| {
-                    err("dtypes", format!("[{i}] is {d}, not a DPP_DTYPE_* value"))
-                })?,
-            );
+            dtypes.push(crate::tensor::DType::from_i32(d).ok_or_else(|| {
+                err(
+                    &format!("dtypes[{i}]"),
+                    format!("is {d}, not a DPP_DTYPE_* value"),
+                )
+            })?);
         }
-        // f16 and bf16 came with ABI 1.3. A kernel that takes "every dtype" promised the dtypes
-        // its plugin's header had: from an older plugin, the six of 1.0. (One that names them
-        // is taken at its word, whatever it declared: it read the host's version.)
-        if dtypes.is_empty() && self.abi_minor < 3 {
-            dtypes = crate::tensor::DType::BEFORE_HALVES.to_vec();
-        }
+        // An empty list takes every dtype of the op; from a plugin older than ABI 1.3, every
+        // one but f16 and bf16 (`crate::plugin::commit_kernels` says which, when the load
+        // commits and the op is known).
         self.pending_kernels.lock().push(PendingKernel {
             op,
             device_type,
@@ -587,10 +672,11 @@ unsafe extern "C" fn host_get_option(context: *mut c_void, key: *const c_char) -
     }
     // SAFETY: a NUL-terminated key from the plugin.
     let key = unsafe { CStr::from_ptr(key) };
-    ctx.options
-        .iter()
-        .find(|(k, _)| k.as_c_str() == key)
-        .map_or(std::ptr::null(), |(_, v)| v.as_ptr())
+    let Some(i) = ctx.options.iter().position(|(k, _)| k.as_c_str() == key) else {
+        return std::ptr::null();
+    };
+    ctx.options_read[i].store(true, Ordering::Relaxed);
+    ctx.options[i].1.as_ptr()
 }
 
 unsafe extern "C" fn host_register_platform(

@@ -223,6 +223,21 @@ pub(crate) fn load(
             ),
         });
     }
+    // Options the plugin never asked for are most likely misspelt (`device_count` for
+    // `devices`): a plugin reads the options it knows during init.
+    let unread = plugin.context.options_not_read();
+    if !unread.is_empty() {
+        crate::log::warn(&format!(
+            "plugin '{name}' ({shown}) did not read the load option{} {} during init: a typo? \
+             (a plugin reads the options it knows while it initializes; it documents them)",
+            if unread.len() == 1 { "" } else { "s" },
+            unread
+                .iter()
+                .map(|k| format!("'{k}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     // The plugin went on without what was refused: say so, once each.
     for e in std::mem::take(&mut *plugin.context.refused.lock()) {
         crate::log::warn(&format!(
@@ -249,6 +264,70 @@ pub(crate) fn load(
         .map(|k| kernel::kernel_def(&plugin, k))
         .collect();
     Ok((plugin, platforms, kernels, pending_ops))
+}
+
+/// An op's first type variable: its name and the dtypes it takes.
+pub(crate) type OpTypeVar = (String, Vec<crate::tensor::DType>);
+
+/// Checks a plugin's kernels against their ops when its load commits (the ops are known only
+/// then: a kernel may be for an op the plugin registered after it). `op_type_var(op)` gives
+/// the op's first type variable, the one kernels are chosen by (its name and the dtypes it
+/// takes; `None` for an op without one, like Fill), or the error for an unknown op.
+///
+/// A dtype the kernel names that the op does not take is refused, naming the kernel, the op,
+/// the dtype and the dtypes the op takes (like TensorFlow's check of a kernel's type
+/// constraint): such a kernel could never run. A kernel for every dtype (an empty list) from a
+/// plugin older than ABI 1.3 takes the dtypes of its ABI (no f16, no bf16) that the op takes.
+pub(crate) fn commit_kernels(
+    plugin: &LoadedPlugin,
+    kernels: &mut [KernelDef],
+    op_type_var: &dyn Fn(&str) -> Result<Option<OpTypeVar>>,
+) -> Result<()> {
+    use crate::tensor::DType;
+    let names = |dtypes: &[DType]| {
+        dtypes
+            .iter()
+            .map(|d| d.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for k in kernels.iter_mut() {
+        let type_var = op_type_var(&k.op)?;
+        if k.dtypes.is_empty() && plugin.context.abi_minor < 3 {
+            // Every dtype of its ABI: the six before the halves, those of them the op takes.
+            let known = DType::BEFORE_HALVES.iter().copied();
+            k.dtypes = match &type_var {
+                Some((_, allowed)) => known.filter(|d| allowed.contains(d)).collect(),
+                None => known.collect(),
+            };
+            if k.dtypes.is_empty() {
+                // The op takes only dtypes the plugin does not know: the kernel never runs.
+                k.dtypes = DType::BEFORE_HALVES.to_vec();
+            }
+            continue;
+        }
+        let Some((var, allowed)) = type_var else {
+            continue;
+        };
+        if let Some((i, d)) = k
+            .dtypes
+            .iter()
+            .enumerate()
+            .find(|(_, d)| !allowed.contains(d))
+        {
+            return Err(Error::invalid_argument(format!(
+                "plugin '{}': kernel {} on {}: dpp_kernel_t.dtypes[{i}] is {}, which op {} does \
+                 not take (its type variable {var} takes {}): list only dtypes the op takes",
+                plugin.name,
+                k.op,
+                k.device_type,
+                d.name(),
+                k.op,
+                names(&allowed)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The identity of a file (device and inode), so that one file reached through two paths is

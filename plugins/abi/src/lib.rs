@@ -104,7 +104,9 @@ pub type dpp_host_fn = Option<unsafe extern "C" fn(arg: *mut c_void)>;
 /// `shutdown` returns (the plugin may keep the pointer).
 #[repr(C)]
 pub struct dpp_host_api_t {
-    /// `DPP_HOST_API_STRUCT_SIZE` or more.
+    /// The size the host filled: `DPP_HOST_API_STRUCT_SIZE_1_0` or more. A host of an older
+    /// minor fills less than this header's `DPP_HOST_API_STRUCT_SIZE`: check that it covers a
+    /// member added after 1.0 before using it, and never require the full size.
     pub struct_size: usize,
     /// Reserved; NULL.
     pub ext: *mut c_void,
@@ -324,7 +326,7 @@ pub struct dpp_kernel_t {
     pub device_type: *const c_char,
     /// The platform whose memory it works on: one this plugin registered (of `device_type`).
     /// NULL: the plugin's own platform of `device_type` (there must be exactly one). `"ANY"` is
-    /// refused in ABI 1.1: the host reserves it for its own memory-agnostic kernels.
+    /// refused (ABI 1.1 to 1.4): the host reserves it for its own memory-agnostic kernels.
     pub platform: *const c_char,
     /// The dtypes of the op's first type variable it accepts (`DPP_DTYPE_*`); NULL/0: all (for
     /// a plugin built against ABI 1.0–1.2: all but f16 and bf16, which it does not know).
@@ -623,8 +625,10 @@ pub struct dpp_stream_executor_t {
         ) -> dpp_status_t,
     >,
     /// Required. Calls `func(arg)` exactly once after all earlier work of the stream, on any
-    /// thread but never inside this call's caller's lock. If it returns an error, `func` must
-    /// not be called.
+    /// thread: later (from the stream's worker, say), or before this call returns when the
+    /// stream's earlier work is already done (a synchronous stream), and then returns
+    /// `DPP_OK`. Never while holding a lock that the plugin's own functions take: `func` may
+    /// call back into the plugin. If it returns an error, `func` must not be called.
     pub host_callback: Option<
         unsafe extern "C" fn(
             device: *mut c_void,

@@ -107,8 +107,12 @@ Allocations& g_mem = *new Allocations;
 void* allocate(size_t n, Kind kind) {
   std::lock_guard<std::mutex> lock(g_mem.m);
   if (kind != Kind::Host && g_mem.device_bytes + n > kTotalMemory) return nullptr;
-  void* p = std::calloc(1, n == 0 ? 1 : n);
+  // CUDA's allocations are aligned to at least 256 bytes (cuMemAlloc: "suitably aligned for
+  // any kind of variable"; in practice 256 or more), and hosts rely on it.
+  const size_t rounded = ((n == 0 ? 1 : n) + 255) / 256 * 256;
+  void* p = std::aligned_alloc(256, rounded);
   if (!p) return nullptr;
+  std::memset(p, 0, rounded);
   g_mem.live[reinterpret_cast<uintptr_t>(p)] = {n, kind};
   if (kind != Kind::Host) g_mem.device_bytes += n;
   return p;

@@ -66,7 +66,8 @@ pub fn parse(args: &[String]) -> Result<CheckCommand, String> {
 
 /// The child: runs the checks, one line per step on standard output (flushed at once, so
 /// that the supervisor has every line written before a crash): `begin NAME`, `ok NAME`,
-/// `failed NAME\tWHY`, `note TEXT` (newlines escaped as `\n`).
+/// `failed NAME\tWHY`, `note TEXT` (newlines escaped as `\n`; a note after `begin NAME` ends
+/// that check as skipped).
 pub fn run_child(cmd: &CheckCommand) -> ExitCode {
     let options: Vec<(&str, &str)> = cmd
         .options
@@ -210,7 +211,12 @@ fn report_line(line: &str, p: &mut Progress) {
             let (name, why) = rest.split_once('\t').unwrap_or((rest, ""));
             println!("  FAILED  {name}: {why}");
         }
-        "note" => println!("  note    {rest}"),
+        // A note during a check ends it as skipped (an optional function not provided):
+        // neither passed nor failed.
+        "note" => {
+            p.running = None;
+            println!("  note    {rest}");
+        }
         _ => println!("  {line}"),
     }
 }

@@ -20,10 +20,10 @@ const USAGE: &str = "usage: devplug check PLUGIN [-o KEY=VALUE]... [--timeout SE
        devplug bench PLUGIN [-o KEY=VALUE]...
        devplug --version
 
-  check    load the device plugin PLUGIN (a path to its shared library) with the given load
-           options and check what hosts rely on: its devices' memory, copies, streams, host
-           callbacks, events and memory usage, and its kernels against the CPU device's
-           results. Runs in a child process: a crash or a hang (no answer within SECONDS,
+  check    load the device plugin PLUGIN (a path to its shared library; a relative path is
+           made absolute from the working directory) with the given load options and check
+           what hosts rely on: its devices' memory, copies, streams, host callbacks, events
+           and memory usage, and its kernels against the CPU device's results. Runs in a child process: a crash or a hang (no answer within SECONDS,
            default 60) is reported with the check it happened in.
   info     create a runtime, load the plugins of DEVPLUG_PLUGIN_PATH (unless --no-env) and
            each PLUGIN with the options that follow it, and list the platforms, devices and
