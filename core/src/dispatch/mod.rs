@@ -193,7 +193,7 @@ fn execute(
     rt.plans()
         .with(key, generation, compute, |plan| match plan {
             Plan::Native(k) => run_kernel(
-                rt, op, k, device, inputs, &attrs, &outputs, reason, depth, out,
+                rt, op, k, device, device, inputs, &attrs, &outputs, reason, depth, out,
             ),
             Plan::Decompose => {
                 if depth >= MAX_DEPTH {
@@ -240,19 +240,12 @@ fn execute(
             }
             Plan::SoftPlace(k) if soft => {
                 let cpu = rt.cpu_device()?;
-                rt.placement()
-                    .note(op.name(), &cpu, Reason::SoftPlaced, || {
-                        format!(
-                            "no kernel or decomposition on {}; kernel from {} on the CPU",
-                            device.qualified_name(),
-                            k.source
-                        )
-                    });
                 run_kernel(
                     rt,
                     op,
                     k,
                     &cpu,
+                    device,
                     inputs,
                     &attrs,
                     &outputs,
@@ -294,12 +287,15 @@ fn no_kernel(
     Error::new(crate::error::Code::NotFound, msg)
 }
 
+/// Runs `kernel` on `device` (the op was placed on `placed`: the same device, or the one it
+/// was soft-placed away from) and logs the placement after the input copies, as every op's.
 #[allow(clippy::too_many_arguments)]
 fn run_kernel(
     rt: &Runtime,
     op: &OpHandle,
     kernel: &KernelDef,
     device: &Arc<Device>,
+    placed: &Device,
     inputs: &[Tensor],
     attrs: &Attrs,
     outputs: &[crate::op::TensorSpec],
@@ -367,11 +363,15 @@ fn run_kernel(
             start.end(&stream, begun, span);
         }
     }
-    if reason != Reason::SoftPlaced {
-        rt.placement().note(op.name(), device, reason, || {
-            format!("kernel from {}", kernel.source)
+    rt.placement()
+        .note(op.name(), device, reason, || match reason {
+            Reason::SoftPlaced => format!(
+                "no kernel or decomposition on {}; kernel from {} on the CPU",
+                placed.qualified_name(),
+                kernel.source
+            ),
+            _ => format!("kernel from {}", kernel.source),
         });
-    }
     Ok(())
 }
 
