@@ -941,7 +941,9 @@ void dp_buffer_release(dp_buffer_t *buffer);
 size_t dp_buffer_size(const dp_buffer_t *buffer);
 
 /**
- * The device the buffer lives on; NULL for an invalid handle.
+ * The device the buffer lives on; NULL for an invalid handle, and NULL (the error says why)
+ * once the device's runtime was destroyed: its device handles went with it, though the
+ * buffer can still be read and written.
  *
  * # Safety
  * `buffer` is a buffer handle.
@@ -1744,7 +1746,9 @@ int64_t dp_tensor_num_elements(const dp_tensor_t *tensor);
 size_t dp_tensor_byte_size(const dp_tensor_t *tensor);
 
 /**
- * The device the tensor lives on; NULL for an invalid handle.
+ * The device the tensor lives on; NULL for an invalid handle, and NULL (the error says why)
+ * once the device's runtime was destroyed: its device handles went with it, though the
+ * tensor can still be read, copied and used as an input.
  *
  * # Safety
  * `tensor` is a tensor handle.
