@@ -198,10 +198,17 @@ impl Checker<'_> {
             let e = dev.create_event()?;
             e.record(&s)?;
             e.synchronize()?;
-            expect(
-                e.status()? == crate::EventStatus::Complete,
-                "a synchronized event is not complete",
-            )?;
+            let status = e.status()?;
+            if status != crate::EventStatus::Complete {
+                // Say why: the stream's own error, when it has one.
+                let why = match s.synchronize() {
+                    Err(err) => format!("the stream reports: {err}"),
+                    Ok(()) => "the stream reports no error".to_string(),
+                };
+                return Err(Error::internal(format!(
+                    "an event the host synchronized with is {status:?}, not Complete; {why}"
+                )));
+            }
             s.synchronize()?;
             expect(
                 *order.lock().unwrap() == [0, 1, 2],

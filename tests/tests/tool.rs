@@ -119,3 +119,31 @@ fn bench_without_devices_or_with_a_bad_plugin() {
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("needs the path of a plugin"), "{out}");
 }
+
+/// Output piped into a reader that stops early (`devplug check PLUGIN | head -2`): the tool
+/// ends as `ls` would, by SIGPIPE, without a panic or a poisoned lock on its standard error.
+#[test]
+fn a_closed_pipe_ends_the_tool_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    let sim = plugin_path("devplug_sim");
+    // SIM's slow streams keep the report coming for a second or two, well after the reader
+    // has stopped.
+    let mut child = Command::new(devplug_tests::tool())
+        .args(["check", sim.to_str().unwrap(), "-o", "latency_us=20000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("devplug check "), "{first}");
+    // The read end is closed here, with most of the report still to come.
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.signal(), Some(13), "{:?}: {err}", out.status);
+}

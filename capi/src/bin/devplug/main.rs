@@ -35,7 +35,24 @@ const USAGE: &str = "usage: devplug check PLUGIN [-o KEY=VALUE]... [--timeout SE
            (against the CPU device), and MatMul by the device's own clock (against the
            host's, same rounds), medians of several rounds in this process.";
 
+/// A write to a closed pipe (`devplug check PLUGIN | head`) ends the tool quietly, as it ends
+/// `ls`, instead of a panic in `println!`: Rust starts programs with SIGPIPE ignored.
+fn end_quietly_on_a_closed_pipe() {
+    #[cfg(target_os = "linux")]
+    {
+        extern "C" {
+            fn signal(signum: i32, handler: usize) -> usize;
+        }
+        const SIGPIPE: i32 = 13;
+        const SIG_DFL: usize = 0;
+        // SAFETY: the C library's `signal`, setting one signal back to its default
+        // disposition, before the tool starts any thread or child.
+        unsafe { signal(SIGPIPE, SIG_DFL) };
+    }
+}
+
 fn main() -> ExitCode {
+    end_quietly_on_a_closed_pipe();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("check") => match check::parse(&args[1..]) {
