@@ -128,13 +128,13 @@ fn init(host: &Host) -> Result<()> {
     let memory = host.option_or("memory", ByteSize(DEFAULT_MEMORY))?.0;
     if memory == 0 {
         return Err(Error::invalid_argument(
-            "rust_example: load option `memory` must be more than 0",
+            "load option `memory` must be more than 0",
         ));
     }
     let devices: i32 = host.option_or("devices", 1)?;
     if !(0..=1024).contains(&devices) {
         return Err(Error::invalid_argument(format!(
-            "rust_example: load option `devices` must be 0 to 1024, not {devices}"
+            "load option `devices` must be 0 to 1024, not {devices}"
         )));
     }
     let kernels: u8 = host.option_or("kernels", 1)?;

@@ -264,8 +264,12 @@ pub trait Device: Send + Sync + 'static {
     ) -> Result<()>;
 
     /// Enqueues `callback`: [`HostCallback::call`] it once the stream has done all earlier
-    /// work, on any thread other than the caller's (never inside this method). See
-    /// [`HostCallback`] for what happens when it is dropped instead.
+    /// work, on any thread, holding no lock your methods take. Calling it inside this method
+    /// (then return `Ok`) is allowed when the stream's earlier work is already done, e.g. on
+    /// a synchronous stream; otherwise call it later, from the stream's worker. Returning
+    /// `Err` means the host's function never runs: return `Err` only if you have not called
+    /// it. See [`HostCallback`] for what the SDK does when it is dropped instead, or called
+    /// and then followed by an `Err`.
     fn host_callback(&self, stream: &Self::Stream, callback: HostCallback) -> Result<()>;
 
     // ---- events ------------------------------------------------------------------------

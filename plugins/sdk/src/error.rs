@@ -145,6 +145,26 @@ impl Error {
         Error::new(Status::Unavailable, message)
     }
 
+    /// `Status::Internal` for a panic that [`std::panic::catch_unwind`] caught: the message
+    /// is `panicked: ` and the panic's text (its `&str` or `String` payload). Drops the
+    /// payload.
+    ///
+    /// The SDK reports a panic in a method it called this way; use it where you catch panics
+    /// yourself, e.g. in a stream's worker thread, so that the job's panic becomes the
+    /// stream's error (which `synchronize_stream` returns) instead of killing the worker:
+    ///
+    /// ```
+    /// # use devplug_plugin_sdk::{Error, Result, Status};
+    /// let job = || -> Result<()> { panic!("bad job") };
+    /// let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+    ///     .unwrap_or_else(|payload| Err(Error::from_panic(payload)));
+    /// let err = result.unwrap_err();
+    /// assert_eq!((err.code(), err.message()), (Status::Internal, "panicked: bad job"));
+    /// ```
+    pub fn from_panic(payload: Box<dyn std::any::Any + Send>) -> Error {
+        Error::internal(format!("panicked: {}", crate::ffi::panic_text(payload)))
+    }
+
     /// The code.
     pub fn code(&self) -> Status {
         self.code

@@ -36,7 +36,7 @@ pub mod testing;
 // Panics
 
 /// The text of a panic payload. Drops the payload without letting a panicking `Drop` escape.
-fn panic_text(payload: Box<dyn Any + Send>) -> String {
+pub(crate) fn panic_text(payload: Box<dyn Any + Send>) -> String {
     let text = if let Some(s) = payload.downcast_ref::<&'static str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {
@@ -160,7 +160,7 @@ impl HostShared {
                 };
                 if let Some(set_error) = set_error {
                     let msg = c_string_lossy(&format!(
-                        "{plugin}: the host's dpp_host_api_t.struct_size is {size}, smaller than ABI 1.0's {}",
+                        "the host's dpp_host_api_t.struct_size is {size}, smaller than ABI 1.0's {}",
                         abi::DPP_HOST_API_STRUCT_SIZE_1_0
                     ));
                     // SAFETY: a host function with its own context and a NUL-terminated string.
@@ -195,7 +195,7 @@ impl HostShared {
         let (major, minor) = shared.abi_version;
         if major != abi::DPP_ABI_MAJOR {
             shared.set_error(&format!(
-                "{plugin}: built for plugin ABI {}.{}, the host has {major}.{minor}",
+                "built for plugin ABI {}.{}, the host has {major}.{minor}",
                 abi::DPP_ABI_MAJOR,
                 abi::DPP_ABI_MINOR,
             ));
@@ -278,28 +278,41 @@ impl HostShared {
         error.code().code()
     }
 
-    fn report_panic(&self, what: &str, payload: Box<dyn Any + Send>) -> abi::dpp_status_t {
-        self.set_error(&format!(
-            "{}: panic in {what}: {}",
-            self.plugin,
-            panic_text(payload)
-        ));
-        abi::DPP_INTERNAL
+    /// Reports a panic of plugin code through `set_error`. The host puts the plugin's name and
+    /// the function in front of the message (`plugin 'x': memset: `), so it says neither.
+    fn report_panic(&self, payload: Box<dyn Any + Send>) -> abi::dpp_status_t {
+        self.report(&Error::from_panic(payload))
     }
 
+    /// Logs a panic of plugin code in `what`. The host puts the plugin's name in front of a
+    /// log line (`plugin 'x': `), not the function, so the line names `what`.
     fn log_panic(&self, what: &str, payload: Box<dyn Any + Send>) {
         self.log(
             LogLevel::Error,
-            &format!("{}: panic in {what}: {}", self.plugin, panic_text(payload)),
+            &format!("panic in {what}: {}", panic_text(payload)),
         );
     }
 
-    /// Runs plugin code `f` for the host call `what`: its result or its panic as a status.
-    fn call(&self, what: &str, f: impl FnOnce() -> Result<()>) -> abi::dpp_status_t {
+    /// A registration the SDK refuses itself, before asking the host: logs it as a warning
+    /// now (the host never hears of it otherwise, so a plugin that ignores the `Err` would
+    /// go on without it unseen) and returns the error for the plugin.
+    pub(crate) fn refuse(&self, error: Error) -> Error {
+        self.log(
+            LogLevel::Warn,
+            &format!(
+                "registration refused by the SDK, nothing was registered: {}",
+                error.message()
+            ),
+        );
+        error
+    }
+
+    /// Runs plugin code `f` for a host call: its result or its panic as a status.
+    fn call(&self, f: impl FnOnce() -> Result<()>) -> abi::dpp_status_t {
         match catch_unwind(AssertUnwindSafe(f)) {
             Ok(Ok(())) => abi::DPP_OK,
             Ok(Err(e)) => self.report(&e),
-            Err(payload) => self.report_panic(what, payload),
+            Err(payload) => self.report_panic(payload),
         }
     }
 
@@ -393,12 +406,12 @@ unsafe extern "C" fn plugin_init<P: PluginDef>(
             Err(status) => return status,
         };
         if out_plugin_data.is_null() {
-            shared.set_error(&format!("{}: init: out_plugin_data is NULL", P::NAME));
+            shared.set_error("out_plugin_data is NULL");
             shared.retire();
             return abi::DPP_INVALID_ARGUMENT;
         }
         let host_obj = Host::new(Arc::clone(&shared));
-        let status = shared.call("init", || P::init(&host_obj));
+        let status = shared.call(|| P::init(&host_obj));
         drop(host_obj);
         if status == abi::DPP_OK {
             // SAFETY: checked non-NULL; the host passes a writable pointer. The Arc is
@@ -560,19 +573,18 @@ unsafe fn device_state<'a, D: Device>(device: *mut c_void) -> Option<&'a DeviceS
     Some(unsafe { &*state })
 }
 
-/// Runs `f` on the device for the host call `what`.
+/// Runs `f` on the device for a host call.
 ///
 /// # Safety
 /// As [`device_state`].
 unsafe fn device_call<D: Device>(
     device: *mut c_void,
-    what: &str,
     f: impl FnOnce(&DeviceState<D>) -> Result<()>,
 ) -> abi::dpp_status_t {
     boundary(abi::DPP_INTERNAL, || {
         // SAFETY: forwarded from the caller.
         match unsafe { device_state::<D>(device) } {
-            Some(state) => state.host.call(what, || f(state)),
+            Some(state) => state.host.call(|| f(state)),
             None => abi::DPP_INVALID_ARGUMENT,
         }
     })
@@ -592,10 +604,9 @@ unsafe fn device_call_void<D: Device>(
         if let Some(state) = unsafe { device_state::<D>(device) } {
             state.host.call_void(what, || {
                 if let Err(e) = f(state) {
-                    state.host.log(
-                        LogLevel::Error,
-                        &format!("{}: {what}: {}", state.host.plugin, e.message()),
-                    );
+                    state
+                        .host
+                        .log(LogLevel::Error, &format!("{what}: {}", e.message()));
                 }
             });
         }
@@ -627,12 +638,18 @@ impl<D: Device> DeviceState<D> {
 
 /// Registers `platform` with the host (see [`Host::register_platform`]).
 pub(crate) fn register_platform<P: Platform>(shared: &Arc<HostShared>, platform: P) -> Result<()> {
-    let register = shared
-        .register_platform
-        .ok_or_else(|| Error::failed_precondition("the host table has no register_platform"))?;
+    let register = shared.register_platform.ok_or_else(|| {
+        shared.refuse(Error::failed_precondition(format!(
+            "platform {}: the host table has no register_platform",
+            platform.name()
+        )))
+    })?;
     let c = |what: &str, s: &str| {
-        CString::new(s)
-            .map_err(|_| Error::invalid_argument(format!("platform {what} {s:?} contains a NUL")))
+        CString::new(s).map_err(|_| {
+            shared.refuse(Error::invalid_argument(format!(
+                "platform {what} {s:?} contains a NUL"
+            )))
+        })
     };
     let name_str = platform.name().to_owned();
     let device_type_str = platform.device_type().to_owned();
@@ -684,25 +701,25 @@ pub(crate) fn register_platform<P: Platform>(shared: &Arc<HostShared>, platform:
     let code = Status::from_code(status).unwrap_or(Status::Internal);
     Err(Error::new(
         code,
-        format!(
-            "{}: the host refused platform {name_str} ({code}, status {status})",
-            shared.plugin
-        ),
+        format!("the host refused platform {name_str} ({code}, status {status})"),
     ))
 }
 
 /// Hands an op definition to the host (`register_op`, ABI 1.2).
 pub(crate) fn register_op(shared: &HostShared, def: &crate::op::OpDef<'_>) -> Result<()> {
     let Some(register) = shared.kernel_fns.register_op else {
-        return Err(Error::unimplemented(format!(
-            "{}: cannot register op {}: the host's dpp_host_api_t is {} bytes, without \
+        return Err(shared.refuse(Error::unimplemented(format!(
+            "cannot register op {}: the host's dpp_host_api_t is {} bytes, without \
              register_op; ops need plugin ABI 1.2",
-            shared.plugin, def.name, shared.table_size
-        )));
+            def.name, shared.table_size
+        ))));
     };
     let c = |field: &str, s: &str| {
         CString::new(s).map_err(|_| {
-            Error::invalid_argument(format!("op {}: {field} contains a NUL", def.name))
+            shared.refuse(Error::invalid_argument(format!(
+                "op {}: {field} contains a NUL",
+                def.name
+            )))
         })
     };
     let name = c("name", def.name)?;
@@ -730,10 +747,7 @@ pub(crate) fn register_op(shared: &HostShared, def: &crate::op::OpDef<'_>) -> Re
     let code = Status::from_code(status).unwrap_or(Status::Internal);
     Err(Error::new(
         code,
-        format!(
-            "{}: the host refused op {} ({code}, status {status})",
-            shared.plugin, def.name
-        ),
+        format!("the host refused op {} ({code}, status {status})", def.name),
     ))
 }
 
@@ -764,7 +778,7 @@ unsafe extern "C" fn platform_create_device<P: Platform>(
         let Some(entry) = (unsafe { platform_entry::<P>(platform_data) }) else {
             return abi::DPP_INVALID_ARGUMENT;
         };
-        entry.host.call("create_device", || {
+        entry.host.call(|| {
             if device.is_null() {
                 return Err(Error::invalid_argument("create_device: device is NULL"));
             }
@@ -845,10 +859,9 @@ unsafe extern "C" fn platform_destroy_device<P: Platform>(
         let data = unsafe { ptr::addr_of!((*device).device_data).read() };
         // SAFETY: the device_data create_device wrote (or NULL / already destroyed: refused).
         if unsafe { device_state::<P::Device>(data) }.is_none() {
-            entry.host.log(
-                LogLevel::Error,
-                &format!("{}: destroy_device: not a live device", entry.host.plugin),
-            );
+            entry
+                .host
+                .log(LogLevel::Error, "destroy_device: not a live device");
             return;
         }
         // SAFETY: a live DeviceState from Box::into_raw in create_device, released once.
@@ -1038,14 +1051,24 @@ struct CallbackInner {
 
 /// A host function that a stream calls once it has done all earlier work (`host_callback`).
 ///
-/// Call it with [`HostCallback::call`], on any thread but never inside the
-/// `Device::host_callback` call that received it. The SDK keeps the ABI's promise that the
-/// host's function runs exactly once if `host_callback` succeeded and never if it failed:
+/// Call it with [`HostCallback::call`] once the stream has done all work enqueued before it,
+/// on any thread, holding no lock that your device's methods take (the host's function may
+/// call back into the device). That may be inside the
+/// [`Device::host_callback`](crate::Device::host_callback) call that received it, when the
+/// stream's earlier work is already done (a synchronous stream, or one you synchronized
+/// first), as the ABI allows; otherwise call it later, from the stream's worker.
+///
+/// The SDK keeps the ABI's promise to the host that its function runs exactly once if
+/// `host_callback` succeeded and never if it failed:
 /// - dropped without being called after `host_callback` returned `Ok` (a stream that
-///   discards its queue), it is called by the drop;
+///   discards its queue), it is called by the drop, with a warning in the log;
 /// - dropped without being called before `host_callback` returned `Ok`, the SDK turns the
 ///   `Ok` into an `INTERNAL` error and does not call it;
-/// - called after `host_callback` returned `Err`, the call does nothing.
+/// - called after `host_callback` returned `Err`, the call does nothing (and logs an error);
+/// - called before `host_callback` returned (inline, or by another thread), and then
+///   `host_callback` returns `Err`: a bug in the plugin, since the function already ran. The
+///   host is told `DPP_OK` (an error would make it clean up a second time), and the error
+///   is logged at error level, saying so. Once you called it, return `Ok`.
 pub struct HostCallback {
     inner: Option<CallbackInner>,
 }
@@ -1062,10 +1085,8 @@ impl HostCallback {
             if prev & CB_REFUSED != 0 {
                 inner.host.log(
                     LogLevel::Error,
-                    &format!(
-                        "{}: a host callback was called after host_callback failed; not calling the host",
-                        inner.host.plugin
-                    ),
+                    "a host callback was called after its host_callback call returned an error; \
+                     not calling the host's function (after an error it must never run)",
                 );
                 return;
             }
@@ -1083,10 +1104,8 @@ impl Drop for HostCallback {
             if prev & CB_ACCEPTED != 0 {
                 inner.host.log(
                     LogLevel::Warn,
-                    &format!(
-                        "{}: a host callback was dropped without being called; calling it now",
-                        inner.host.plugin
-                    ),
+                    "a host callback was dropped without being called after host_callback \
+                     returned Ok; calling it now",
                 );
                 // SAFETY: accepted and never called (`inner` was still here): the host's
                 // function with its own argument, exactly once.
@@ -1211,7 +1230,7 @@ unsafe extern "C" fn se_allocate<D: Device>(
         Ok(())
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_deallocate<D: Device>(
@@ -1248,7 +1267,7 @@ unsafe extern "C" fn se_host_allocate<D: Device>(
         Ok(())
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_host_deallocate<D: Device>(
@@ -1285,7 +1304,7 @@ unsafe extern "C" fn se_unified_allocate<D: Device>(
         Ok(())
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_unified_deallocate<D: Device>(
@@ -1322,7 +1341,7 @@ unsafe extern "C" fn se_memory_usage<D: Device>(
         Ok(())
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_allocator_stats<D: Device>(
@@ -1358,7 +1377,7 @@ unsafe extern "C" fn se_allocator_stats<D: Device>(
         Ok(())
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_memcpy_htod<D: Device>(
@@ -1374,7 +1393,7 @@ unsafe extern "C" fn se_memcpy_htod<D: Device>(
         s.device.memcpy_htod(DeviceAddr(dst), src)
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_memcpy_dtoh<D: Device>(
@@ -1390,7 +1409,7 @@ unsafe extern "C" fn se_memcpy_dtoh<D: Device>(
         s.device.memcpy_dtoh(dst, DeviceAddr(src))
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_memcpy_dtod<D: Device>(
@@ -1401,7 +1420,7 @@ unsafe extern "C" fn se_memcpy_dtod<D: Device>(
 ) -> abi::dpp_status_t {
     let f = |s: &DeviceState<D>| s.device.memcpy_dtod(DeviceAddr(dst), DeviceAddr(src), size);
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, "memcpy_dtod", f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_memset<D: Device>(
@@ -1412,7 +1431,7 @@ unsafe extern "C" fn se_memset<D: Device>(
 ) -> abi::dpp_status_t {
     let f = |s: &DeviceState<D>| s.device.memset(DeviceAddr(dst), value, size);
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, "memset", f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_create_stream<D: Device>(
@@ -1430,7 +1449,7 @@ unsafe extern "C" fn se_create_stream<D: Device>(
         Ok(())
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_destroy_stream<D: Device>(device: *mut c_void, stream: *mut c_void) {
@@ -1459,7 +1478,7 @@ unsafe extern "C" fn se_synchronize_stream<D: Device>(
         s.device.synchronize_stream(stream)
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_stream_wait_stream<D: Device>(
@@ -1474,7 +1493,7 @@ unsafe extern "C" fn se_stream_wait_stream<D: Device>(
         s.device.stream_wait_stream(stream, other)
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_memcpy_htod_async<D: Device>(
@@ -1497,7 +1516,7 @@ unsafe extern "C" fn se_memcpy_htod_async<D: Device>(
         s.device.memcpy_htod_async(stream, DeviceAddr(dst), src)
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_memcpy_dtoh_async<D: Device>(
@@ -1520,7 +1539,7 @@ unsafe extern "C" fn se_memcpy_dtoh_async<D: Device>(
         s.device.memcpy_dtoh_async(stream, dst, DeviceAddr(src))
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_memcpy_dtod_async<D: Device>(
@@ -1538,7 +1557,7 @@ unsafe extern "C" fn se_memcpy_dtod_async<D: Device>(
             .memcpy_dtod_async(stream, DeviceAddr(dst), DeviceAddr(src), size)
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_memset_async<D: Device>(
@@ -1555,7 +1574,7 @@ unsafe extern "C" fn se_memset_async<D: Device>(
         s.device.memset_async(stream, DeviceAddr(dst), value, size)
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_host_callback<D: Device>(
@@ -1583,21 +1602,17 @@ unsafe extern "C" fn se_host_callback<D: Device>(
             s.device.host_callback(stream, callback)
         })) {
             Ok(r) => r,
-            Err(payload) => Err(Error::internal(format!(
-                "{}: panic in {W}: {}",
-                s.host.plugin,
-                panic_text(payload)
-            ))),
+            Err(payload) => Err(Error::from_panic(payload)),
         };
         match result {
             Ok(()) => {
                 let prev = state.fetch_or(CB_ACCEPTED, Ordering::AcqRel);
                 if prev & (CB_DROPPED | CB_CALLED) == CB_DROPPED {
                     state.fetch_or(CB_REFUSED, Ordering::AcqRel);
-                    return Err(Error::internal(format!(
-                        "{}: host_callback: the plugin dropped the callback without calling it",
-                        s.host.plugin
-                    )));
+                    return Err(Error::internal(
+                        "the plugin dropped the callback without calling it and returned Ok \
+                         (call it once the stream's earlier work is done, or return Err)",
+                    ));
                 }
                 Ok(())
             }
@@ -1605,12 +1620,16 @@ unsafe extern "C" fn se_host_callback<D: Device>(
                 let prev = state.fetch_or(CB_REFUSED, Ordering::AcqRel);
                 if prev & CB_CALLED != 0 {
                     // The host's function already ran: failing now would make the host clean
-                    // up `arg` a second time.
+                    // up `arg` a second time. The ABI's exactly-once promise wins; the error
+                    // is the plugin's bug, said as such.
                     s.host.log(
                         LogLevel::Error,
                         &format!(
-                            "{}: host_callback failed after calling the callback ({}); reporting success",
-                            s.host.plugin,
+                            "host_callback: a bug in the plugin: it called the callback, then \
+                             returned an error ({}: {}); the host's function ran, so the host \
+                             is told the call succeeded and the error is dropped. Return Ok \
+                             once the callback was called (an error means it never runs)",
+                            e.code(),
                             e.message()
                         ),
                     );
@@ -1621,7 +1640,7 @@ unsafe extern "C" fn se_host_callback<D: Device>(
         }
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_create_event<D: Device>(
@@ -1639,7 +1658,7 @@ unsafe extern "C" fn se_create_event<D: Device>(
         Ok(())
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_destroy_event<D: Device>(device: *mut c_void, event: *mut c_void) {
@@ -1669,7 +1688,7 @@ unsafe extern "C" fn se_record_event<D: Device>(
         s.device.record_event(stream, event)
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_event_status<D: Device>(
@@ -1694,7 +1713,7 @@ unsafe extern "C" fn se_event_status<D: Device>(
         Ok(())
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_stream_wait_event<D: Device>(
@@ -1709,7 +1728,7 @@ unsafe extern "C" fn se_stream_wait_event<D: Device>(
         s.device.stream_wait_event(stream, event)
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_event_synchronize<D: Device>(
@@ -1723,7 +1742,7 @@ unsafe extern "C" fn se_event_synchronize<D: Device>(
         s.device.event_synchronize(event)
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_event_elapsed_ns<D: Device>(
@@ -1750,11 +1769,11 @@ unsafe extern "C" fn se_event_elapsed_ns<D: Device>(
         Ok(())
     };
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, W, f) }
+    unsafe { device_call(device, f) }
 }
 
 unsafe extern "C" fn se_synchronize_all<D: Device>(device: *mut c_void) -> abi::dpp_status_t {
     let f = |s: &DeviceState<D>| s.device.synchronize_all();
     // SAFETY: the ABI's calling contract.
-    unsafe { device_call(device, "synchronize_all", f) }
+    unsafe { device_call(device, f) }
 }

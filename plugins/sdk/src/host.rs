@@ -73,8 +73,7 @@ impl Host {
             None => Ok(None),
             Some(value) => value.trim().parse::<T>().map(Some).map_err(|e| {
                 Error::invalid_argument(format!(
-                    "{}: load option `{key}`: invalid value {value:?}: {e}",
-                    self.plugin_name()
+                    "load option `{key}`: invalid value {value:?}: {e}"
                 ))
             }),
         }
@@ -132,11 +131,16 @@ impl Host {
     /// log says so, `compute` is dropped at once).
     ///
     /// Errors, before asking the host: `InvalidArgument` when the platform is not one of
-    /// this plugin's of that type, its devices are not `D`, or `spec.platform` is `"ANY"`
-    /// (use [`Host::register_any_kernel`]); `Unimplemented` when the host is older than
-    /// ABI 1.1 ([`Host::supports_kernels`]). When the host refuses (e.g. `AlreadyExists` for
-    /// a kernel with the same op, type, binding, overlapping dtypes and priority; it keeps its
-    /// own account of why), the error carries its code and `compute` is dropped at once.
+    /// this plugin's of that type (e.g. a kernel registered before its platform), its devices
+    /// are not `D`, or `spec.platform` is `"ANY"` (use [`Host::register_any_kernel`]);
+    /// `Unimplemented` when the host is older than ABI 1.1 ([`Host::supports_kernels`]). The
+    /// SDK also logs each of these through the host as a warning naming the kernel, when it
+    /// refuses, so a refusal is seen even if init drops the `Err` (`let _ = …`) and loads
+    /// without the kernel. When the host refuses (e.g. `AlreadyExists` for a kernel with the
+    /// same op, type, binding, overlapping dtypes and priority; it keeps, and reports, its own
+    /// account of why), the error carries its code and `compute` is dropped at once. The
+    /// host's messages name the C struct's fields: its `dpp_kernel_t.dtypes[i]` is
+    /// `spec.dtypes[i]`.
     ///
     /// ```text
     /// host.register_kernel(KernelSpec::new("Add", "NPU").dtypes(&[DType::F32]),
@@ -170,11 +174,17 @@ impl Host {
         ffi::register_op(&self.shared, def)
     }
 
-    /// Registers a memory-agnostic kernel, bound to `ANY`: it runs on devices of type
+    /// Registers a memory-agnostic kernel, bound to `ANY`: it would run on devices of type
     /// `spec.device_type` of every platform, other plugins' included, so it sees no device
     /// and no stream, only the [`KernelArgs`] (it does its work at once, on memory it can
     /// reach some other way: e.g. a host-visible platform's). `spec.platform` must be `None`
     /// or `"ANY"`. Otherwise as [`Host::register_kernel`].
+    ///
+    /// **devplug 0.1 refuses it**: its hosts (every plugin ABI so far, 1.1 to 1.4) bind a
+    /// plugin's kernels to the plugin's own platforms, so this returns the host's
+    /// `InvalidArgument` (`dpp_kernel_t.platform is "ANY": …`), and init fails if it passes
+    /// the error on. It exists for a later ABI and for test hosts (`testing::TestHost`
+    /// accepts it); on devplug 0.1 use [`Host::register_kernel`].
     pub fn register_any_kernel<F>(&self, spec: KernelSpec<'_>, compute: F) -> Result<()>
     where
         F: Fn(&KernelArgs<'_>) -> Result<()> + Send + Sync + 'static,

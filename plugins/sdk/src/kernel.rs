@@ -153,7 +153,8 @@ pub struct KernelSpec<'a> {
     /// The platform whose memory it works on: `None` = this plugin's one platform of
     /// `device_type` (an error when it registered several); `Some(name)` = one of its
     /// platforms; `Some("ANY")` = every platform of the type (only with
-    /// [`Host::register_any_kernel`](crate::Host::register_any_kernel)).
+    /// [`Host::register_any_kernel`](crate::Host::register_any_kernel), which devplug 0.1's
+    /// host refuses).
     pub platform: Option<&'a str>,
     /// The dtypes of the op's first type variable it accepts; empty = all.
     pub dtypes: &'a [DType],
@@ -173,7 +174,9 @@ impl<'a> KernelSpec<'a> {
         }
     }
 
-    /// Binds the kernel to platform `platform` (one of this plugin's, or `"ANY"`).
+    /// Binds the kernel to platform `platform` (one of this plugin's, or `"ANY"`, which
+    /// devplug 0.1's host refuses: see
+    /// [`Host::register_any_kernel`](crate::Host::register_any_kernel)).
     pub const fn platform(mut self, platform: &'a str) -> KernelSpec<'a> {
         self.platform = Some(platform);
         self

@@ -311,6 +311,14 @@ fn register_test_kernels(host: &Host, mode: &str, probe: &Arc<Probe>) -> Result<
             |_cx: &KernelContext<'_, TDevice>| Ok(()),
         ),
         "temp" => host.register_kernel(KernelSpec::new("TempCopy", "TPU"), temp_copy_kernel),
+        // A kernel for a device type with no platform of this plugin, its `Err` dropped.
+        "ignored" => {
+            let _ = host.register_kernel(
+                KernelSpec::new("Sub", "GPU"),
+                |_cx: &KernelContext<'_, TDevice>| Ok(()),
+            );
+            Ok(())
+        }
         "halves" => {
             let g = guard();
             host.register_kernel(
@@ -743,6 +751,18 @@ impl Device for TDevice {
                 Ok(())
             }
             "refuse" => Err(Error::unavailable("callbacks refused on purpose")),
+            // Inside the method, once the stream's earlier work is done (as the ABI allows).
+            "inline" => {
+                stream.0.drain();
+                callback.call();
+                Ok(())
+            }
+            // The same, then an error: the plugin's bug.
+            "inline_err" => {
+                stream.0.drain();
+                callback.call();
+                Err(Error::unavailable("failed after calling it"))
+            }
             _ => {
                 stream.0.enqueue(Box::new(move || {
                     callback.call();
@@ -1110,11 +1130,9 @@ fn a_panic_in_a_device_method_is_internal_with_the_message() {
     let a = dev.allocate(16).expect("a");
     let err = dev.memset(a, 0xEE, 16).expect_err("panicked");
     assert_eq!(err.code(), Status::Internal);
-    assert!(
-        err.message()
-            .contains("sdk_test: panic in memset: memset exploded on purpose"),
-        "{err}"
-    );
+    // The host names the plugin and the function (`plugin 'sdk_test': memset: …`): the
+    // message repeats neither.
+    assert_eq!(err.message(), "panicked: memset exploded on purpose");
     // The device is still usable.
     dev.memset(a, 1, 16).expect("memset after the panic");
     dev.deallocate(a, 16);
@@ -1162,10 +1180,7 @@ fn a_panic_in_init_is_internal_with_the_message() {
     let host = TestHost::new().with_option("panic_in_init", "1");
     let err = host.load(devplug_plugin_entry).expect_err("refused");
     assert_eq!(err.code(), Status::Internal);
-    assert_eq!(
-        err.message(),
-        "sdk_test: panic in init: init exploded on purpose"
-    );
+    assert_eq!(err.message(), "panicked: init exploded on purpose");
 }
 
 #[test]
@@ -1178,7 +1193,7 @@ fn a_refused_registration_fails_init_with_the_hosts_code() {
     assert_eq!(
         err.message(),
         "platform TESTP is already registered \
-         (init then failed: sdk_test: the host refused platform TESTP (ALREADY_EXISTS, status 6))",
+         (init then failed: the host refused platform TESTP (ALREADY_EXISTS, status 6))",
         "the host's message, then the plugin's"
     );
     // The refused platform was dropped at once, the registered one by the rollback.
@@ -1232,6 +1247,60 @@ fn host_callbacks_run_once_or_never() {
             1,
             "{mode}: the closure was freed"
         );
+    }
+}
+
+/// A callback called inside `host_callback`, after the stream's earlier work: allowed, it runs
+/// once, in stream order. An `Err` after such a call cannot unrun it: the host is told `Ok`
+/// (an error would make it clean up its argument a second time: the fake host would free
+/// the closure twice) and the log says it is the plugin's bug.
+#[test]
+fn a_host_callback_may_be_called_inline() {
+    for mode in ["inline", "inline_err"] {
+        let host = TestHost::new().with_option("callback_mode", mode);
+        let plugin = host.load(devplug_plugin_entry).expect("load");
+        let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+        let a = dev.allocate(8).expect("a");
+        let s = dev.create_stream().expect("stream");
+        s.memset_async(a, 3, 8).expect("memset");
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = Arc::clone(&calls);
+        s.host_callback(move || {
+            c.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap_or_else(|e| panic!("{mode}: the host is told Ok: {e}"));
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "{mode}: called inline");
+        let mut out = [0; 8];
+        dev.memcpy_dtoh(&mut out, a).expect("dtoh");
+        assert_eq!(out, [3; 8], "{mode}: after the stream's earlier work");
+        s.synchronize().expect("sync");
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "{mode}: exactly once");
+        assert_eq!(
+            Arc::strong_count(&calls),
+            1,
+            "{mode}: the closure was freed"
+        );
+        let errors: Vec<String> = host
+            .logs()
+            .into_iter()
+            .filter(|(level, _)| *level <= crate::abi::DPP_LOG_WARN)
+            .map(|(_, m)| m)
+            .collect();
+        if mode == "inline" {
+            assert!(errors.is_empty(), "{errors:?}");
+        } else {
+            assert_eq!(
+                errors,
+                [
+                    "host_callback: a bug in the plugin: it called the callback, then returned an \
+                  error (UNAVAILABLE: failed after calling it); the host's function ran, so the \
+                  host is told the call succeeded and the error is dropped. Return Ok once the \
+                  callback was called (an error means it never runs)"
+                ]
+            );
+        }
+        drop(s);
+        dev.deallocate(a, 8);
     }
 }
 
@@ -1313,7 +1382,7 @@ fn half_dtypes_are_left_out_of_kernels_for_hosts_older_than_abi_1_3() {
     assert_eq!(dtypes(&plugin, "Mul"), None, "Mul takes only halves");
     assert!(
         host.logs().iter().any(|(_, m)| m
-            == "sdk_test: kernel Mul for TPU takes only f16/bf16, which a host of plugin ABI \
+            == "kernel Mul for TPU takes only f16/bf16, which a host of plugin ABI \
                 1.2 does not know: not registered"),
         "{:?}",
         host.logs()
@@ -1519,10 +1588,7 @@ fn a_panicking_kernel_is_internal_with_the_message() {
         .run_kernel("Explode", &[], &[], &TestAttrs::new())
         .expect_err("panicked");
     assert_eq!(err.code(), Status::Internal);
-    assert_eq!(
-        err.message(),
-        "sdk_test: panic in kernel Explode: kernel exploded on purpose"
-    );
+    assert_eq!(err.message(), "panicked: kernel exploded on purpose");
     // The kernel, the device and the stream are still usable.
     let err = s
         .run_kernel("Explode", &[], &[], &TestAttrs::new())
@@ -1552,8 +1618,9 @@ fn refused_kernel_registrations_say_why() {
             "conflict",
             Status::AlreadyExists,
             "kernel Add for TPU on TESTP (priority 0, dtypes [f64, f32]) conflicts with one already \
-             registered (dtypes [f32]) (init then failed: sdk_test: the host refused kernel Add for \
-             TPU on this plugin's platform (ALREADY_EXISTS, status 6))",
+             registered (dtypes [f32]) (init then failed: the host refused kernel Add for TPU on \
+             this plugin's platform (ALREADY_EXISTS, status 6; the host's dpp_kernel_t is the \
+             KernelSpec: dpp_kernel_t.dtypes[i] is KernelSpec::dtypes[i]))",
         ),
         (
             "wrong_device",
@@ -1603,6 +1670,20 @@ fn refused_kernel_registrations_say_why() {
         let err = host.load(devplug_plugin_entry).expect_err(mode);
         assert_eq!(err.code(), code, "{mode}: {err}");
         assert_eq!(err.message(), message, "{mode}");
+        // What the SDK refuses itself it logs as a warning when it refuses (the host never
+        // sees it); what the host refuses the host reports.
+        let warnings: Vec<String> = host
+            .logs()
+            .into_iter()
+            .filter(|(level, _)| *level == crate::abi::DPP_LOG_WARN)
+            .map(|(_, m)| m)
+            .collect();
+        let logged = format!("registration refused by the SDK, nothing was registered: {message}");
+        if mode == "conflict" {
+            assert!(warnings.is_empty(), "{mode}: {warnings:?}");
+        } else {
+            assert_eq!(warnings, [logged], "{mode}");
+        }
         let p = probe(&tag);
         // "ambiguous" fails on the first kernel; the others after the five good ones.
         let registered = if mode == "ambiguous" { 0 } else { 5 };
@@ -1614,6 +1695,32 @@ fn refused_kernel_registrations_say_why() {
              the failed init was rolled back)"
         );
     }
+}
+
+/// A registration the SDK refuses never reaches the host: the SDK logs it (a warning, naming
+/// the kernel) when it refuses, so a plugin that drops the `Err` does not lose the kernel
+/// unseen.
+#[test]
+fn a_refusal_by_the_sdk_is_logged_even_when_init_ignores_it() {
+    let host = TestHost::new()
+        .with_option("tag", "kignored")
+        .with_option("kernels", "ignored");
+    let plugin = host.load(devplug_plugin_entry).expect("init went on");
+    assert!(plugin.kernels().iter().all(|k| k.op != "Sub"));
+    let warnings: Vec<_> = host
+        .logs()
+        .into_iter()
+        .filter(|(level, _)| *level == crate::abi::DPP_LOG_WARN)
+        .collect();
+    assert_eq!(
+        warnings,
+        [(
+            crate::abi::DPP_LOG_WARN,
+            "registration refused by the SDK, nothing was registered: kernel Sub for GPU: this \
+             plugin registered no platform of type GPU (register the platform first)"
+                .to_owned()
+        )]
+    );
 }
 
 #[test]
@@ -1639,7 +1746,7 @@ fn refused_op_registrations_say_why() {
     assert_eq!(err.code(), Status::AlreadyExists);
     assert_eq!(
         err.message(),
-        "op sdk_test.Swish is registered twice (init then failed: sdk_test: the host refused op \
+        "op sdk_test.Swish is registered twice (init then failed: the host refused op \
          sdk_test.Swish (ALREADY_EXISTS, status 6))"
     );
     let err = TestHost::new()

@@ -625,7 +625,7 @@ struct KernelEntry<F> {
     magic: u64,
     host: Arc<HostShared>,
     op: String,
-    /// `kernel <op>`: for panic messages.
+    /// `kernel <op>`: for the stream handle check's message.
     what: String,
     compute: F,
 }
@@ -680,7 +680,7 @@ where
             Ok(x) => x,
             Err(status) => return status,
         };
-        entry.host.call(&entry.what, || {
+        entry.host.call(|| {
             // SAFETY: a context of at least the 1.1 size (checked), valid during the call.
             let args = unsafe { KernelArgs::new(raw, &entry.op, &entry.host) }?;
             // SAFETY: the kernel is bound to a platform of this plugin whose devices are `D`
@@ -714,7 +714,7 @@ where
             Ok(x) => x,
             Err(status) => return status,
         };
-        entry.host.call(&entry.what, || {
+        entry.host.call(|| {
             // SAFETY: a context of at least the 1.1 size (checked), valid during the call.
             let args = unsafe { KernelArgs::new(raw, &entry.op, &entry.host) }?;
             (entry.compute)(&args)
@@ -783,8 +783,9 @@ where
     D: Device,
     F: Fn(&KernelContext<'_, D>) -> Result<()> + Send + Sync + 'static,
 {
-    check_host(shared, spec)?;
-    bound_platform::<D>(shared, spec)?;
+    check_host(shared, spec)
+        .and_then(|()| bound_platform::<D>(shared, spec))
+        .map_err(|e| shared.refuse(e))?;
     register::<F>(shared, spec, compute, compute_bound::<D, F>)
 }
 
@@ -797,15 +798,15 @@ pub(crate) fn register_any_kernel<F>(
 where
     F: Fn(&KernelArgs<'_>) -> Result<()> + Send + Sync + 'static,
 {
-    check_host(shared, spec)?;
+    check_host(shared, spec).map_err(|e| shared.refuse(e))?;
     if spec.platform.is_some_and(|p| p != "ANY") {
-        return Err(Error::invalid_argument(format!(
+        return Err(shared.refuse(Error::invalid_argument(format!(
             "kernel {} for {}: register_any_kernel binds to ANY, not to platform {}; use \
              register_kernel",
             spec.op,
             spec.device_type,
             spec.platform.unwrap_or_default()
-        )));
+        ))));
     }
     let spec = KernelSpec {
         platform: Some("ANY"),
@@ -820,9 +821,8 @@ fn check_host(shared: &HostShared, spec: &KernelSpec<'_>) -> Result<()> {
     }
     let (major, minor) = shared.abi_version();
     Err(Error::unimplemented(format!(
-        "{}: cannot register kernel {} for {}: the host has plugin ABI {major}.{minor} \
+        "cannot register kernel {} for {}: the host has plugin ABI {major}.{minor} \
          (a {}-byte dpp_host_api_t without register_kernel); kernels need ABI 1.1",
-        shared.plugin_name(),
         spec.op,
         spec.device_type,
         shared.table_size()
@@ -838,10 +838,13 @@ fn register<F: Send + Sync + 'static>(
     let register = shared
         .kernel_fns
         .register_kernel
-        .ok_or_else(|| Error::internal("register_kernel vanished"))?;
+        .ok_or_else(|| shared.refuse(Error::internal("register_kernel vanished")))?;
     let c = |what: &str, s: &str| {
-        CString::new(s)
-            .map_err(|_| Error::invalid_argument(format!("kernel {what} {s:?} contains a NUL")))
+        CString::new(s).map_err(|_| {
+            shared.refuse(Error::invalid_argument(format!(
+                "kernel {what} {s:?} contains a NUL (KernelSpec::{what})"
+            )))
+        })
     };
     let op = c("op", spec.op)?;
     let device_type = c("device_type", spec.device_type)?;
@@ -860,11 +863,9 @@ fn register<F: Send + Sync + 'static>(
         shared.log(
             LogLevel::Info,
             &format!(
-                "{}: kernel {} for {} takes only f16/bf16, which a host of plugin ABI \
+                "kernel {} for {} takes only f16/bf16, which a host of plugin ABI \
                  {major}.{minor} does not know: not registered",
-                shared.plugin_name(),
-                spec.op,
-                spec.device_type
+                spec.op, spec.device_type
             ),
         );
         shared.call_void("drop of a kernel left out", move || drop(compute));
@@ -908,13 +909,19 @@ fn register<F: Send + Sync + 'static>(
     shared.call_void("drop of a refused kernel", move || drop(owned));
     let code = Status::from_code(status).unwrap_or(Status::Internal);
     let binding = spec.platform.unwrap_or("this plugin's platform");
+    // The host's own account of why names the C struct's fields; say which Rust ones they are.
+    let fields = if dtypes.len() == spec.dtypes.len() {
+        "dpp_kernel_t.dtypes[i] is KernelSpec::dtypes[i]"
+    } else {
+        "dpp_kernel_t.dtypes is KernelSpec::dtypes without f16 and bf16, which this host does \
+         not know"
+    };
     Err(Error::new(
         code,
         format!(
-            "{}: the host refused kernel {} for {} on {binding} ({code}, status {status})",
-            shared.plugin_name(),
-            spec.op,
-            spec.device_type
+            "the host refused kernel {} for {} on {binding} ({code}, status {status}; the \
+             host's dpp_kernel_t is the KernelSpec: {fields})",
+            spec.op, spec.device_type
         ),
     ))
 }

@@ -23,7 +23,9 @@
 //! Kernels (ABI 1.1) are listed by [`TestPlugin::kernels`] and run with
 //! [`TestStream::run_kernel`], which picks the kernel as the runtime does (op, device type,
 //! the device's platform or `ANY`, the first input's dtype, the highest priority) and calls
-//! it with that stream as the device's default stream. A kernel's `allocate_temp` (ABI 1.4)
+//! it with that stream as the device's default stream, with the attributes the test gives
+//! ([`TestAttrs`]: the runtime would fill in the op's attribute defaults, this host does not,
+//! so give every attribute the kernel reads). A kernel's `allocate_temp` (ABI 1.4)
 //! allocates with the device's own `allocate`; the stream frees those allocations
 //! (`deallocate`) when it is next synchronized, or destroyed:
 //!
@@ -32,6 +34,9 @@
 //! let x = KernelTensor::new(DType::F32, &[2], dev.allocate(8)?);
 //! // … upload x and y, allocate z …
 //! s.run_kernel("Add", &[x, y], &[z.clone()], &TestAttrs::new())?;
+//! // Transpose declares `perm` (default []): give it, as the runtime would.
+//! let perm = TestAttrs::new().with("perm", AttrValue::Ints(vec![1, 0]));
+//! s.run_kernel("Transpose", &[m], &[mt.clone()], &perm)?;
 //! s.synchronize()?;
 //! ```
 
@@ -156,6 +161,20 @@ pub enum AttrValue {
 /// The attributes a kernel run by [`TestStream::run_kernel`] reads with the host's `attr_*`
 /// functions (which follow the runtime: `NOT_FOUND` for a missing name, `INVALID_ARGUMENT`
 /// for another type; an int reads as a float).
+///
+/// **No defaults.** The runtime checks a run's attributes against the op's signature and
+/// fills in each one the caller left out with its default (Transpose's `perm` is `[]`)
+/// before your kernel runs, so a kernel always finds every attribute the op declares. The
+/// fake host knows no op signatures: the kernel sees exactly the attributes the test gives,
+/// and reading any other is `NOT_FOUND`. Give every attribute the kernel reads, defaults
+/// included, with the type the op declares:
+///
+/// ```
+/// use devplug_plugin_sdk::testing::{AttrValue, TestAttrs};
+/// // Transpose with its default perm (reverse the axes), as the runtime would pass it.
+/// let attrs = TestAttrs::new().with("perm", AttrValue::Ints(vec![]));
+/// # let _ = attrs;
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct TestAttrs {
     values: Vec<(CString, AttrValue)>,
@@ -1586,7 +1605,8 @@ impl<'d> TestStream<'d> {
     /// before an `ANY` one). `NotFound` when there is none. The tensors' memory must stay
     /// alive until the stream is synchronized (the test owns it); the kernel's temporary
     /// memory (`allocate_temp`) is freed when the stream is next synchronized (or destroyed),
-    /// whether the kernel succeeded or not.
+    /// whether the kernel succeeded or not. `attrs` are all the kernel sees: unlike the
+    /// runtime, this host fills in no attribute defaults (see [`TestAttrs`]).
     pub fn run_kernel(
         &self,
         op: &str,
@@ -2102,7 +2122,7 @@ mod abuse_tests {
         assert_eq!(
             err.message(),
             format!(
-                "sdk_test: cannot register kernel Add for TPU: the host has plugin ABI 1.{} (a \
+                "cannot register kernel Add for TPU: the host has plugin ABI 1.{} (a \
                  64-byte dpp_host_api_t without register_kernel); kernels need ABI 1.1",
                 abi::DPP_ABI_MINOR
             )
@@ -2113,8 +2133,19 @@ mod abuse_tests {
         assert_eq!(err.code(), Status::Unimplemented);
         assert_eq!(
             err.message(),
-            "sdk_test: cannot register op sdk_test.Swish: the host's dpp_host_api_t is 112 bytes, \
+            "cannot register op sdk_test.Swish: the host's dpp_host_api_t is 112 bytes, \
              without register_op; ops need plugin ABI 1.2"
+        );
+        // Refused by the SDK, not the host: logged as a warning as it happened.
+        assert!(
+            host.logs()
+                .iter()
+                .any(|(level, m)| *level == abi::DPP_LOG_WARN
+                    && m == "registration refused by the SDK, nothing was registered: cannot \
+                         register op sdk_test.Swish: the host's dpp_host_api_t is 112 bytes, \
+                         without register_op; ops need plugin ABI 1.2"),
+            "{:?}",
+            host.logs()
         );
         let mut host = TestHost::new();
         host.api.struct_size = abi::DPP_HOST_API_STRUCT_SIZE_1_0;
