@@ -18,18 +18,6 @@
 
 namespace {
 
-
-// The error `f` throws (code DP_OK and an empty message when it throws none).
-template <class F>
-std::pair<dp_status_t, std::string> error_of(F&& f) {
-  try {
-    f();
-  } catch (const devplug::Error& e) {
-    return {e.code(), e.what()};
-  }
-  return {DP_OK, ""};
-}
-
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
 bool close(const std::vector<float>& a, const std::vector<float>& b) {

@@ -66,17 +66,6 @@ dp_status_t failure(devplug::Runtime& rt, const devplug::Device& input, const ch
   }
 }
 
-// The error `f` throws: its code and what() (DP_OK and "" when it throws none).
-template <class F>
-std::pair<dp_status_t, std::string> error_of(F&& f) {
-  try {
-    f();
-  } catch (const devplug::Error& e) {
-    return {e.code(), e.what()};
-  }
-  return {DP_OK, ""};
-}
-
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
