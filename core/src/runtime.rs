@@ -572,13 +572,35 @@ impl Runtime {
         self.ops.register(def)
     }
 
-    /// Registers a kernel for an existing op.
+    /// Registers a kernel for an existing op. `NOT_FOUND` for an unknown op; `INVALID_ARGUMENT`
+    /// for a malformed device type or a dtype the op's type variable does not take;
+    /// `ALREADY_EXISTS`, naming both sources, for a kernel of equal priority for the same op,
+    /// device type, binding and an overlapping dtype.
     pub fn register_kernel(&self, def: KernelDef) -> Result<()> {
         let _registering = self.registering.lock();
-        self.ops
+        let op = self
+            .ops
             .find(&def.op)
             .map_err(|e| e.context(format!("registering a kernel from {}", def.source)))?;
         validate_name("device type", &def.device_type)?;
+        // A dtype the op's type variable does not take could never reach the kernel: refused,
+        // as a plugin's kernel is when its load commits.
+        if let Some(var) = op.def().type_vars.first() {
+            if let Some(d) = def.dtypes.iter().find(|d| !var.allowed.contains(d)) {
+                let takes: Vec<&str> = var.allowed.iter().map(|d| d.name()).collect();
+                return Err(Error::invalid_argument(format!(
+                    "kernel {} on {} from {}: dtype {} is not one op {} takes (its type \
+                     variable {} takes {})",
+                    def.op,
+                    def.device_type,
+                    def.source,
+                    d.name(),
+                    def.op,
+                    var.name,
+                    takes.join(", ")
+                )));
+            }
+        }
         self.kernels.register(def)
     }
 

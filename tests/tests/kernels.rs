@@ -242,6 +242,28 @@ fn kernels_of_equal_priority_are_refused_and_the_higher_wins() {
         [-5],
         "its dtype constraint leaves i32 to the built-in"
     );
+    // A dtype the op does not take (Neg takes no bool, no u8) could never reach the kernel:
+    // refused, naming the kernel, the dtype and what the op takes; nothing is registered.
+    let mut bool_neg = k(20, "host 'bool'", 0.0);
+    bool_neg.dtypes = vec![devplug_core::DType::F64, devplug_core::DType::Bool];
+    let e = rt.register_kernel(bool_neg).unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument, "{e}");
+    for needle in [
+        "kernel Neg on CPU from host 'bool'",
+        "dtype bool",
+        "takes f32",
+    ] {
+        assert!(e.message.contains(needle), "{needle}: {e}");
+    }
+    let y = rt
+        .run_named(
+            "Neg",
+            &[f32s(&cpu, &[1], &[5.])],
+            &Attrs::new(),
+            &RunOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(y[0].to_vec::<f32>().unwrap(), [42.0], "still the override");
 }
 
 /// The CPU's native kernels for composite ops (Softmax, LogSoftmax, Gemm with bias and fused
