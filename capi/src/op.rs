@@ -66,6 +66,56 @@ pub unsafe extern "C" fn dp_runtime_find_op(
     })
 }
 
+/// The number of ops the runtime has: the basis set, the composite ops, and those hosts and
+/// plugins registered so far. With [`dp_runtime_op_at`], how a host lists them.
+///
+/// # Safety
+/// `runtime` is a runtime handle; `out_count` writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_runtime_op_count(
+    runtime: *const dp_runtime_t,
+    out_count: *mut usize,
+) -> dp_status_t {
+    guard("dp_runtime_op_count", || {
+        // SAFETY: the caller's contract.
+        let rt = unsafe { runtime_obj(runtime)? };
+        check_out(out_count, "out_count")?;
+        let n = rt.runtime().ops().len();
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_count, "out_count", n) }
+    })
+}
+
+/// The op at `index` of the runtime's ops sorted by name (`0 ≤ index <`
+/// [`dp_runtime_op_count`]), as the handle [`dp_runtime_find_op`] gives for its name; its
+/// name is [`dp_op_name`]. An op registered meanwhile shifts the indexes after it.
+/// `DP_OUT_OF_RANGE` for an index past the end; nothing is written on failure.
+///
+/// # Safety
+/// `runtime` is a runtime handle; `out_op` writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_runtime_op_at(
+    runtime: *const dp_runtime_t,
+    index: usize,
+    out_op: *mut *mut dp_op_t,
+) -> dp_status_t {
+    guard("dp_runtime_op_at", || {
+        // SAFETY: the caller's contract.
+        let rt = unsafe { runtime_obj(runtime)? };
+        check_out(out_op, "out_op")?;
+        let names = rt.runtime().ops().names();
+        let name = names.get(index).ok_or_else(|| {
+            devplug_core::Error::out_of_range(format!(
+                "op index {index} is past the end: the runtime has {} op(s)",
+                names.len()
+            ))
+        })?;
+        let h = rt.op_handle(name, |op| handle::new::<dp_op_t>(OpObj::new(op)))?;
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_op, "out_op", h) }
+    })
+}
+
 /// The op's name; NULL for an invalid handle.
 ///
 /// # Safety

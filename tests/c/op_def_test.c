@@ -61,8 +61,22 @@ static void a_host_op_runs_everywhere(void) {
   dp_op_t *op = NULL, *found = NULL;
   CHECK_STATUS_MSG(dp_runtime_find_op(rt, "app.Scale", &found), DP_NOT_FOUND, "app.Scale");
   dp_op_def_t d = scale_def();
+  size_t before = 0, after = 0;
+  CHECK_OK(dp_runtime_op_count(rt, &before));
   CHECK_OK(dp_runtime_register_op(rt, &d, &op));
   CHECK(op != NULL);
+  /* Listed with the runtime's own ops, once. */
+  CHECK_OK(dp_runtime_op_count(rt, &after));
+  CHECK(after == before + 1);
+  {
+    int listed = 0;
+    for (size_t i = 0; i < after; ++i) {
+      dp_op_t *at = NULL;
+      CHECK_OK(dp_runtime_op_at(rt, i, &at));
+      listed += at == op;
+    }
+    CHECK(listed == 1);
+  }
   CHECK_STR(dp_op_name(op), "app.Scale");
   CHECK_OK(dp_runtime_find_op(rt, "app.Scale", &found));
   CHECK(found == op);

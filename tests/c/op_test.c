@@ -866,6 +866,36 @@ static void test_find_ops(void) {
         CHECKF(a != NULL && a == b, "%s: two lookups gave %p and %p", ALL_OPS[i], (void *)a, (void *)b);
         if (a) CHECK_STR(dp_op_name(a), ALL_OPS[i]);
     }
+
+    SECTION("dp_runtime_op_count / dp_runtime_op_at list exactly these ops, sorted by name");
+    {
+        size_t n = 0, j, seen = 0;
+        const char *prev = "";
+        dp_op_t *op = SENTINEL(dp_op_t);
+        CHECK_OK(dp_runtime_op_count(g_rt, &n));
+        CHECKF(n == COUNT(ALL_OPS), "%zu ops listed, %zu expected", n, (size_t)COUNT(ALL_OPS));
+        for (j = 0; j < n; ++j) {
+            dp_op_t *at = NULL, *found = NULL;
+            const char *name;
+            CHECK_OK(dp_runtime_op_at(g_rt, j, &at));
+            if (at == NULL) continue;
+            name = dp_op_name(at);
+            CHECKF(strcmp(prev, name) < 0, "op %zu: '%s' after '%s'", j, name, prev);
+            prev = name;
+            CHECK_OK(dp_runtime_find_op(g_rt, name, &found));
+            CHECKF(found == at, "%s: dp_runtime_op_at and dp_runtime_find_op differ", name);
+            for (i = 0; i < COUNT(ALL_OPS); ++i) seen += strcmp(ALL_OPS[i], name) == 0;
+        }
+        CHECKF(seen == COUNT(ALL_OPS), "%zu of the %zu basis and composite ops listed", seen,
+               (size_t)COUNT(ALL_OPS));
+        CHECK_STATUS_MSG(dp_runtime_op_at(g_rt, n, &op), DP_OUT_OF_RANGE, "past the end");
+        CHECK_UNTOUCHED(dp_op_t, op);
+        CHECK_STATUS_MSG(dp_runtime_op_at(g_rt, 0, NULL), DP_INVALID_ARGUMENT, "out_op");
+        CHECK_STATUS_MSG(dp_runtime_op_at(NULL, 0, &op), DP_INVALID_ARGUMENT, "runtime");
+        CHECK_UNTOUCHED(dp_op_t, op);
+        CHECK_STATUS_MSG(dp_runtime_op_count(g_rt, NULL), DP_INVALID_ARGUMENT, "out_count");
+        CHECK_STATUS_MSG(dp_runtime_op_count(NULL, &n), DP_INVALID_ARGUMENT, "runtime");
+    }
 }
 
 static void test_binary(void) {

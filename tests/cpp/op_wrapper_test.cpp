@@ -243,6 +243,19 @@ void test_register_op() {
       rt.register_op({"app.Scale", "x: T", "y: T", "T: {f32, f64}", "k: float = 2.0", "y = Mul(x, @k)"});
   CHECK(scale.name() == "app.Scale");
   CHECK(rt.op("app.Scale").get() == scale.get());
+  // Runtime::ops lists every op once, sorted by name, the host's own among them.
+  {
+    const std::vector<devplug::Op> all = rt.ops();
+    CHECK(all.size() >= 42);
+    size_t scales = 0, adds = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (i > 0) CHECK_MSG(all[i - 1].name() < all[i].name(), all[i].name());
+      CHECK(rt.op(all[i].name()).get() == all[i].get());
+      scales += all[i].get() == scale.get();
+      adds += all[i].name() == "Add";
+    }
+    CHECK(scales == 1 && adds == 1);
+  }
   auto x = devplug::Tensor::from_vector<double>(cpu, {3}, {1, -2, 0.25});
   CHECK_VALUES(rt.run1(scale, {&x}), devplug::Shape({3}), std::vector<double>({2, -4, 0.5}), 0);
   auto k = devplug::Attrs().set("k", 10.0);

@@ -1000,6 +1000,26 @@ dp_status_t dp_buffer_memset(dp_buffer_t *dst, size_t offset, uint8_t value, siz
 dp_status_t dp_runtime_find_op(const dp_runtime_t *runtime, const char *name, dp_op_t **out_op);
 
 /**
+ * The number of ops the runtime has: the basis set, the composite ops, and those hosts and
+ * plugins registered so far. With [`dp_runtime_op_at`], how a host lists them.
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `out_count` writable.
+ */
+dp_status_t dp_runtime_op_count(const dp_runtime_t *runtime, size_t *out_count);
+
+/**
+ * The op at `index` of the runtime's ops sorted by name (`0 ≤ index <`
+ * [`dp_runtime_op_count`]), as the handle [`dp_runtime_find_op`] gives for its name; its
+ * name is [`dp_op_name`]. An op registered meanwhile shifts the indexes after it.
+ * `DP_OUT_OF_RANGE` for an index past the end; nothing is written on failure.
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `out_op` writable.
+ */
+dp_status_t dp_runtime_op_at(const dp_runtime_t *runtime, size_t index, dp_op_t **out_op);
+
+/**
  * The op's name; NULL for an invalid handle.
  *
  * # Safety

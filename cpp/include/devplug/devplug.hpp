@@ -1886,6 +1886,21 @@ class Runtime {
     return Op(h);
   }
 
+  /** @brief Every op the runtime has (`dp_runtime_op_count()`, `dp_runtime_op_at()`), sorted by
+   *         name: the basis set, the composite ops, and those hosts and plugins registered. */
+  std::vector<Op> ops() const {
+    size_t n = 0;
+    check(dp_runtime_op_count(handle_, &n));
+    std::vector<Op> all;
+    all.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      dp_op_t* h = nullptr;
+      check(dp_runtime_op_at(handle_, i, &h));  // ops are never removed: every index holds
+      all.push_back(Op(h));
+    }
+    return all;
+  }
+
   /**
    * @brief Registers an op of the host's own (`dp_runtime_register_op()`) and returns its
    *        handle. It runs on every device: a plugin's kernel for it where one exists, its
