@@ -336,6 +336,17 @@ static void test_destroyed(fx_t *f) {
     dp_runtime_destroy(dead);
     CHECK_STATUS_MSG(dp_runtime_find_op(dead, "Add", &op), DP_INVALID_ARGUMENT, "runtime");
     CHECK_UNTOUCHED(dp_op_t, op);
+    dead = new_runtime(1);
+    dp_runtime_destroy(dead);
+    CHECK_STATUS_MSG(dp_runtime_op_at(dead, 0, &op), DP_INVALID_ARGUMENT, "runtime");
+    CHECK_UNTOUCHED(dp_op_t, op);
+    {
+        size_t n = 4242;
+        dead = new_runtime(1);
+        dp_runtime_destroy(dead);
+        CHECK_STATUS_MSG(dp_runtime_op_count(dead, &n), DP_INVALID_ARGUMENT, "runtime");
+        CHECK(n == 4242);
+    }
     ins[0] = f->x23;
     ins[1] = f->y3;
     dead = new_runtime(1);
@@ -414,6 +425,13 @@ static void test_wrong_kind(fx_t *f) {
     SECTION("wrong kind: the runtime parameter given a device, a tensor, attrs");
     CHECK_STATUS_MSG(dp_runtime_find_op(AS(dp_runtime_t, f->cpu0), "Add", &op), DP_INVALID_ARGUMENT, "runtime");
     CHECK_UNTOUCHED(dp_op_t, op);
+    CHECK_STATUS_MSG(dp_runtime_op_at(AS(dp_runtime_t, f->x23), 0, &op), DP_INVALID_ARGUMENT, "runtime");
+    CHECK_UNTOUCHED(dp_op_t, op);
+    {
+        size_t n = 4242;
+        CHECK_STATUS_MSG(dp_runtime_op_count(AS(dp_runtime_t, f->attrs), &n), DP_INVALID_ARGUMENT, "runtime");
+        CHECK(n == 4242);
+    }
     ins[0] = f->x23;
     ins[1] = f->y3;
     RUN_FAILS(AS(dp_runtime_t, f->x23), f->add, ins, 2, NULL, NULL, DP_INVALID_ARGUMENT, "runtime");
