@@ -1,8 +1,9 @@
-//! An RSIM device: the SDK's `Device` over [`Memory`] and worker-thread [`Stream`]s.
+//! An RSIM device: the SDK's `Device` over [`Memory`] and the SDK's worker-thread streams
+//! and events ([`devplug_plugin_sdk::worker`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
+use devplug_plugin_sdk::worker::{WorkerEvent, WorkerStream, WorkerStreams};
 use devplug_plugin_sdk::{
     Device, DeviceAddr, DeviceInfo, Error, EventStatus, HostBuf, HostBufMut, HostCallback, Logger,
     MemoryUsage, Result,
@@ -10,25 +11,24 @@ use devplug_plugin_sdk::{
 use parking_lot::Mutex;
 
 use crate::memory::Memory;
-use crate::stream::{Event, Stream, StreamShared};
 
 /// One simulated device.
 pub struct RsimDevice {
     name: String,
     memory: Arc<Mutex<Memory>>,
-    streams: Mutex<Vec<Weak<StreamShared>>>,
-    next_stream: AtomicU64,
+    streams: WorkerStreams,
     logger: Logger,
 }
 
 impl RsimDevice {
     /// Device `ordinal` of platform `platform`, with `memory` bytes.
     pub fn new(platform: &str, ordinal: i32, memory: u64, logger: Logger) -> Result<RsimDevice> {
+        let name = format!("{platform}:{ordinal}");
         Ok(RsimDevice {
-            name: format!("{platform}:{ordinal}"),
             memory: Arc::new(Mutex::new(Memory::new(ordinal, memory)?)),
-            streams: Mutex::new(Vec::new()),
-            next_stream: AtomicU64::new(0),
+            // Stream threads: `rsim:0-stream<n>`.
+            streams: WorkerStreams::new(name.to_lowercase()),
+            name,
             logger,
         })
     }
@@ -52,22 +52,19 @@ impl RsimDevice {
             .map_err(|e| self.err(e))
     }
 
-    /// Enqueues `job` on `stream` (its argument: whether the stream is in error).
+    /// Enqueues `job` on `stream`.
     pub(crate) fn enqueue(
         &self,
-        stream: &Stream,
-        job: impl FnOnce(bool) -> Result<()> + Send + 'static,
+        stream: &WorkerStream,
+        job: impl FnOnce() -> Result<()> + Send + 'static,
     ) -> Result<()> {
-        stream
-            .enqueue(Box::new(job))
-            .map(drop)
-            .map_err(|e| self.err(e))
+        stream.enqueue(job).map_err(|e| self.err(e))
     }
 }
 
 impl Device for RsimDevice {
-    type Stream = Stream;
-    type Event = Arc<Event>;
+    type Stream = WorkerStream;
+    type Event = WorkerEvent;
 
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
@@ -127,36 +124,27 @@ impl Device for RsimDevice {
         Ok(())
     }
 
-    fn create_stream(&self) -> Result<Stream> {
-        let n = self.next_stream.fetch_add(1, Ordering::Relaxed);
-        let stream = Stream::new(format!("{}-stream{n}", self.name.to_lowercase()))
-            .map_err(|e| self.err(e))?;
-        let mut streams = self.streams.lock();
-        streams.retain(|s| s.strong_count() > 0);
-        streams.push(Arc::downgrade(stream.shared()));
-        Ok(stream)
+    fn create_stream(&self) -> Result<WorkerStream> {
+        self.streams.create().map_err(|e| self.err(e))
     }
 
-    fn synchronize_stream(&self, stream: &Stream) -> Result<()> {
-        stream.shared().synchronize()
+    fn synchronize_stream(&self, stream: &WorkerStream) -> Result<()> {
+        stream.synchronize()
     }
 
-    fn stream_wait_stream(&self, stream: &Stream, other: &Stream) -> Result<()> {
-        if Arc::ptr_eq(stream.shared(), other.shared()) {
-            return Ok(());
-        }
-        let other = Arc::clone(other.shared());
-        let ticket = other.submitted();
-        self.enqueue(stream, move |_| {
-            other.wait_for(ticket);
-            Ok(())
-        })
+    fn stream_wait_stream(&self, stream: &WorkerStream, other: &WorkerStream) -> Result<()> {
+        stream.wait_stream(other).map_err(|e| self.err(e))
     }
 
-    fn memcpy_htod_async(&self, stream: &Stream, dst: DeviceAddr, src: HostBuf) -> Result<()> {
+    fn memcpy_htod_async(
+        &self,
+        stream: &WorkerStream,
+        dst: DeviceAddr,
+        src: HostBuf,
+    ) -> Result<()> {
         self.check(dst, src.len() as u64)?;
         let memory = Arc::clone(&self.memory);
-        self.enqueue(stream, move |_| {
+        self.enqueue(stream, move || {
             let mut m = memory.lock();
             let r = m.range(dst, src.len() as u64)?;
             // SAFETY: this job is the stream executing the copy, in stream order, and the
@@ -169,13 +157,13 @@ impl Device for RsimDevice {
 
     fn memcpy_dtoh_async(
         &self,
-        stream: &Stream,
+        stream: &WorkerStream,
         mut dst: HostBufMut,
         src: DeviceAddr,
     ) -> Result<()> {
         self.check(src, dst.len() as u64)?;
         let memory = Arc::clone(&self.memory);
-        self.enqueue(stream, move |_| {
+        self.enqueue(stream, move || {
             let m = memory.lock();
             let r = m.range(src, dst.len() as u64)?;
             // SAFETY: this job is the stream executing the copy, in stream order, and the
@@ -188,7 +176,7 @@ impl Device for RsimDevice {
 
     fn memcpy_dtod_async(
         &self,
-        stream: &Stream,
+        stream: &WorkerStream,
         dst: DeviceAddr,
         src: DeviceAddr,
         size: u64,
@@ -196,7 +184,7 @@ impl Device for RsimDevice {
         self.check(src, size)?;
         self.check(dst, size)?;
         let memory = Arc::clone(&self.memory);
-        self.enqueue(stream, move |_| {
+        self.enqueue(stream, move || {
             let mut m = memory.lock();
             let s = m.range(src, size)?;
             let d = m.range(dst, size)?;
@@ -205,10 +193,16 @@ impl Device for RsimDevice {
         })
     }
 
-    fn memset_async(&self, stream: &Stream, dst: DeviceAddr, value: u8, size: u64) -> Result<()> {
+    fn memset_async(
+        &self,
+        stream: &WorkerStream,
+        dst: DeviceAddr,
+        value: u8,
+        size: u64,
+    ) -> Result<()> {
         self.check(dst, size)?;
         let memory = Arc::clone(&self.memory);
-        self.enqueue(stream, move |_| {
+        self.enqueue(stream, move || {
             let mut m = memory.lock();
             let r = m.range(dst, size)?;
             m.bytes_mut(r).fill(value);
@@ -216,66 +210,31 @@ impl Device for RsimDevice {
         })
     }
 
-    fn host_callback(&self, stream: &Stream, callback: HostCallback) -> Result<()> {
-        self.enqueue(stream, move |_| {
-            callback.call();
-            Ok(())
-        })
+    fn host_callback(&self, stream: &WorkerStream, callback: HostCallback) -> Result<()> {
+        stream.host_callback(callback).map_err(|e| self.err(e))
     }
 
-    fn create_event(&self) -> Result<Arc<Event>> {
-        Ok(Arc::new(Event::default()))
+    fn create_event(&self) -> Result<WorkerEvent> {
+        Ok(WorkerEvent::new())
     }
 
-    fn record_event(&self, stream: &Stream, event: &Arc<Event>) -> Result<()> {
-        let generation = event.begin_record();
-        let marker = Arc::clone(event);
-        let result = self.enqueue(stream, move |failed| {
-            marker.reach(generation, failed);
-            Ok(())
-        });
-        if result.is_err() {
-            // Never reached by the stream: do not leave it pending forever.
-            event.reach(generation, true);
-        }
-        result
+    fn record_event(&self, stream: &WorkerStream, event: &WorkerEvent) -> Result<()> {
+        stream.record(event).map_err(|e| self.err(e))
     }
 
-    fn event_status(&self, event: &Arc<Event>) -> Result<EventStatus> {
+    fn event_status(&self, event: &WorkerEvent) -> Result<EventStatus> {
         Ok(event.status())
     }
 
-    fn stream_wait_event(&self, stream: &Stream, event: &Arc<Event>) -> Result<()> {
-        let generation = event.generation();
-        if generation == 0 {
-            return Ok(());
-        }
-        let event = Arc::clone(event);
-        self.enqueue(stream, move |_| {
-            event.wait_for(generation);
-            Ok(())
-        })
+    fn stream_wait_event(&self, stream: &WorkerStream, event: &WorkerEvent) -> Result<()> {
+        stream.wait_event(event).map_err(|e| self.err(e))
     }
 
-    fn event_synchronize(&self, event: &Arc<Event>) -> Result<()> {
-        event.wait_for(event.generation());
-        Ok(())
+    fn event_synchronize(&self, event: &WorkerEvent) -> Result<()> {
+        event.synchronize()
     }
 
     fn synchronize_all(&self) -> Result<()> {
-        let streams: Vec<_> = self
-            .streams
-            .lock()
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect();
-        let mut first = Ok(());
-        for s in streams {
-            let r = s.synchronize();
-            if first.is_ok() {
-                first = r;
-            }
-        }
-        first.map_err(|e| self.err(e))
+        self.streams.synchronize_all().map_err(|e| self.err(e))
     }
 }

@@ -196,7 +196,7 @@ fn add(cx: &KernelContext<'_, RsimDevice>) -> Result<()> {
         z.byte_size(),
     );
     let memory = dev.memory();
-    dev.enqueue(cx.stream(), move |_| {
+    dev.enqueue(cx.stream(), move || {
         let mut m = memory.lock();
         // The inputs are copied out: an output may share memory with an input.
         let xs = m.bytes(m.range(xa, xn)?).to_vec();

@@ -4,7 +4,8 @@
 //! Device memory lives in a host arena per device but is addressed with fake device
 //! addresses that the host cannot dereference (the platform is not host-visible). Each
 //! stream runs its work in order on its own worker thread, so a missing synchronization
-//! shows. Events and host callbacks are stream-ordered.
+//! shows. Events and host callbacks are stream-ordered. Streams and events are the SDK's
+//! (`devplug_plugin_sdk::worker`): RSIM writes only its memory, copies and kernels.
 //!
 //! Kernels (plugin ABI 1.1): `Add` for f32 and i64, with NumPy broadcasting, bound to RSIM's
 //! own platform; it checks its arguments at once and runs on the device's stream worker.
@@ -24,7 +25,6 @@
 mod device;
 pub mod kernels;
 mod memory;
-mod stream;
 
 use std::fmt;
 use std::str::FromStr;

@@ -29,6 +29,11 @@
 //! (an [`OpDef`]: a signature and a body in other ops, which runs wherever the op has no
 //! kernel), then register kernels for them.
 //!
+//! Streams and events for devices that run their work on host threads (simulators, devices
+//! whose memory the host can reach): the [`worker`] module has a worker-thread stream, an
+//! event and a stream registry that implement what [`Device`] needs of them, so such a device
+//! writes only its memory and kernels.
+//!
 //! All `unsafe` code of the SDK lives in one module (`ffi`, private); the rest is safe Rust.
 //! With the `testing` feature, the `testing` module offers an in-process fake host that loads a
 //! plugin's table and drives it, for plugin unit tests without the runtime.
@@ -42,6 +47,7 @@ mod host;
 pub mod kernel;
 mod op;
 mod platform;
+pub mod worker;
 
 pub use device::{
     AllocatorStats, Device, DeviceAddr, DeviceInfo, EventStatus, HostBuf, HostBufMut, HostCallback,
