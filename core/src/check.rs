@@ -210,9 +210,18 @@ impl Checker<'_> {
                 )));
             }
             s.synchronize()?;
+            let ran = order.lock().unwrap().clone();
+            let missing: Vec<i32> = (0..3).filter(|i| !ran.contains(i)).collect();
+            if !missing.is_empty() {
+                return Err(Error::internal(format!(
+                    "host callbacks {missing:?} of [0, 1, 2] never ran (ran: {ran:?}), though the \
+                     stream was synchronized: a stream must call each host callback's function \
+                     exactly once, after its earlier work"
+                )));
+            }
             expect(
-                *order.lock().unwrap() == [0, 1, 2],
-                "host callbacks ran out of order",
+                ran == [0, 1, 2],
+                &format!("host callbacks ran as {ran:?}, not in their stream's order [0, 1, 2]"),
             )?;
             let mut want = pattern(4096, 7);
             want[..16].fill(0x11);

@@ -716,7 +716,14 @@ pub const TRACE_ENV: &str = "DEVPLUG_TRACE";
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        let _ = self.synchronize();
+        // Work that failed and that no one synchronized with: nothing can return it now, so it
+        // is logged rather than lost.
+        if let Err(e) = self.synchronize() {
+            crate::log::warn(&format!(
+                "a device's work failed and was not reported before the runtime was destroyed: \
+                 {e}"
+            ));
+        }
         if let Some(path) = &self.trace_file {
             if self.tracer.on() {
                 if let Err(e) = self.tracer.stop().write_chrome_json(path) {

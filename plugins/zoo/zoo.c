@@ -69,6 +69,7 @@
  *                                  what the CPU device's does, the plugin benchmark's measure
  *                                  of the ABI boundary alone (not a fault)
  *   ZOO_HANG_IN_SYNCHRONIZE        synchronize_stream never returns
+ *   ZOO_DROP_HOST_CALLBACKS        host_callback returns DPP_OK and never calls the function
  *   ZOO_KERNEL_ZEROS               registers a kernel for ZOO_KERNEL_OP (default "Add"; ZOO,
  *                                  f32) that writes zeros: wrong results for `devplug check`
  *   ZOO_KERNEL_FAIL                ... instead, one that fails every launch
@@ -585,8 +586,14 @@ static dpp_status_t zoo_host_callback(void *device, void *stream, dpp_host_fn fu
   if (func == NULL) {
     return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: host_callback: NULL function");
   }
+#if defined(ZOO_DROP_HOST_CALLBACKS)
+  /* A plugin bug: OK, and the function never runs (its argument leaks). */
+  (void)arg;
+  return DPP_OK;
+#else
   func(arg);
   return DPP_OK;
+#endif
 }
 
 static dpp_status_t zoo_create_event(void *device, void **out_event) {

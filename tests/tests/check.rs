@@ -261,6 +261,22 @@ fn a_hang_is_reported_after_the_timeout() {
     );
 }
 
+/// A stream that accepts host callbacks and never runs them: the check says which never ran,
+/// not that they ran out of order.
+#[test]
+fn host_callbacks_that_never_run_are_named() {
+    let (code, out) = check(&zoo_path("drops_host_callbacks"), &["--timeout", "20"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "FAILED  ZOO:0: streams, host callbacks and events: INTERNAL: host callbacks [0, 1, 2] \
+             of [0, 1, 2] never ran"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("out of order"), "{out}");
+}
+
 #[test]
 fn a_plugin_that_does_not_load_fails_the_load_check() {
     let (code, out) = check(&zoo_path("init_error"), &[]);

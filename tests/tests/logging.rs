@@ -84,6 +84,29 @@ fn the_log_reaches_the_hosts_callback_at_its_level() {
         .unwrap_err();
     assert!(e.message.contains("libmissing_rs.so"), "{e}");
 
+    // Work that failed and that no one synchronized with is logged when its runtime is
+    // destroyed (nothing else could report it then).
+    log::set_callback(Some(collect(&seen)));
+    {
+        let rt = Runtime::new(options()).unwrap();
+        rt.load_plugin(plugin_path("devplug_sim"), &[("fail_copy_after", "0")])
+            .unwrap();
+        let sim = rt.find_device("SIM").unwrap();
+        let b = sim.allocate(64).unwrap();
+        sim.default_stream().write(&b, 0, vec![1u8; 64]).unwrap();
+    }
+    {
+        let mut s = seen.lock().unwrap();
+        let lost: Vec<_> = s
+            .iter()
+            .filter(|(_, _, m)| m.contains("not reported before the runtime was destroyed"))
+            .collect();
+        assert_eq!(lost.len(), 1, "{s:?}");
+        assert_eq!(lost[0].0, Level::Warn);
+        assert!(lost[0].2.contains("injected copy failure"), "{s:?}");
+        s.clear();
+    }
+
     // Back to standard error and DEVPLUG_LOG's level; the collecting callback got nothing more.
     log::set_callback(None);
     log::set_level(None);
