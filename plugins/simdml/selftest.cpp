@@ -1721,7 +1721,7 @@ void test_header_kernels() {
     } cases[] = {{"ThrowError", DPP_NOT_FOUND, "no such thing"},
                  {"ThrowStd", DPP_INTERNAL, "std says no"},
                  {"ThrowAlloc", DPP_RESOURCE_EXHAUSTED, "out of memory (std::bad_alloc)"},
-                 {"ThrowInt", DPP_INTERNAL, "unknown C++ exception"}};
+                 {"ThrowInt", DPP_INTERNAL, "unknown C++ exception of type int"}};
     for (const auto& c : cases) {
       const RegisteredKernel* k = host.kernel(c.op);
       CHECK(k != nullptr);

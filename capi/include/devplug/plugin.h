@@ -445,7 +445,8 @@ typedef struct dpp_stream_executor_t {
    */
   dpp_status_t (*synchronize_stream)(void *device, void *stream);
   /**
-   * Required. Later work on `stream` waits for the work enqueued on `other` so far.
+   * Required. Later work on `stream` waits for the work enqueued on `other` so far. Both are
+   * streams of `device` (`other` may be `stream` itself).
    */
   dpp_status_t (*stream_wait_stream)(void *device, void *stream, void *other);
   /**
@@ -493,7 +494,8 @@ typedef struct dpp_stream_executor_t {
    */
   dpp_status_t (*create_event)(void *device, void **out_event);
   /**
-   * Required.
+   * Required. The host may destroy an event while a record of it or a wait for it is still
+   * queued on a stream (as CUDA allows): keep what that queued work needs alive until it ran.
    */
   void (*destroy_event)(void *device, void *event);
   /**

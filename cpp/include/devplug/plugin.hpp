@@ -13,7 +13,7 @@
  * | `devplug::plugin::Error`            | its `code()`, message `message()`    |
  * | `std::bad_alloc`                    | `DPP_RESOURCE_EXHAUSTED`             |
  * | any other `std::exception`          | `DPP_INTERNAL`, message `what()`     |
- * | anything else                       | `DPP_INTERNAL`, "unknown C++ exception" |
+ * | anything else                       | `DPP_INTERNAL`, "unknown C++ exception of type T" |
  *
  * Usage (a complete plugin; see plugins/simdml/simdml.cpp for one that does real work):
  *
@@ -117,6 +117,10 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+#if defined(__GLIBCXX__) || defined(_LIBCPP_VERSION)
+#include <cxxabi.h>  // the type of an exception that is no std::exception, for its message
+#include <typeinfo>
+#endif
 
 /** @brief The devplug C++ API. */
 namespace devplug {
@@ -371,13 +375,6 @@ std::string shape_string(const Range& shape) {
 }
 
 /**
- * @brief What a kernel is registered for: Host::register_kernel()'s description of it.
- *
- * @code
- * host.register_kernel({"Add", "GPU", std::nullopt, {dp::DType::F32, dp::DType::F64}, 0}, add_fn);
- * @endcode
- */
-/**
  * @brief An op the plugin defines (ABI 1.2, `dpp_op_def_t`), in the notation of TensorFlow's
  *        `REGISTER_OP`, with a body over other ops: its decomposition, which runs on every
  *        device without a kernel for it. See docs/plugin-guide.md ("Ops of your own").
@@ -401,6 +398,13 @@ struct OpDef {
   std::string body;
 };
 
+/**
+ * @brief What a kernel is registered for: Host::register_kernel()'s description of it.
+ *
+ * @code
+ * host.register_kernel({"Add", "GPU", std::nullopt, {dp::DType::F32, dp::DType::F64}, 0}, add_fn);
+ * @endcode
+ */
 struct KernelSpec {
   /** @brief The op's name, e.g. `"Add"` (an op the runtime knows). */
   std::string op;
@@ -410,7 +414,7 @@ struct KernelSpec {
    * @brief The platform whose memory it works on: `std::nullopt` = this plugin's one platform
    *        of device_type (an error when it registered several); a name = one of this
    *        plugin's platforms. `"ANY"` (every platform of the type, other plugins' included)
-   *        is refused by devplug's host in every ABI so far (1.3 included): register_kernel()
+   *        is refused by devplug's host in every ABI so far (1.1 to 1.4): register_kernel()
    *        throws the host's `DPP_INVALID_ARGUMENT`, and the host records why
    *        (`dpp_kernel_t.platform is "ANY": ...`; docs/plugin-guide.md, section 6). It is
    *        kept for a later ABI and for test hosts, where such a kernel's
@@ -949,9 +953,10 @@ class HostCallback {
  *        Device::create_stream().
  *
  * The Device's stream functions receive a `Stream&` that is always one the same platform
- * created (the tables check), so `static_cast<MyStream&>(stream)` is safe there. The primary
- * stream argument always belongs to the device called; the `other` stream of
- * Device::stream_wait_stream() may belong to another device of the same platform.
+ * created (the tables check), so `static_cast<MyStream&>(stream)` is safe there. Stream
+ * arguments always belong to the device called, the `other` stream of
+ * Device::stream_wait_stream() too (devplug's host makes streams of different devices wait
+ * through events).
  * The destructor runs after Device::destroy_stream() synchronized the stream.
  */
 class Stream {
@@ -1088,7 +1093,14 @@ class Device {
 
   /** @brief Creates an event (never recorded: complete). */
   virtual std::unique_ptr<Event> create_event() = 0;
-  /** @brief Destroys an event; the default deletes it. Exceptions are logged. */
+  /**
+   * @brief Destroys an event; the default deletes it. Exceptions are logged.
+   *
+   * The host may destroy an event while a record of it or a wait for it is still queued on a
+   * stream (as CUDA allows): a stream whose work runs later must keep what that work needs
+   * alive (share the event's state, e.g. through a `std::shared_ptr`, with the queued work)
+   * and override this, or the default delete leaves the queued work a dangling event.
+   */
   virtual void destroy_event(std::unique_ptr<Event> /*event*/) {}
   /** @brief Marks the current end of @p stream in @p event. */
   virtual void record_event(Stream& stream, Event& event) = 0;
@@ -1430,6 +1442,23 @@ struct KernelHolder {
 struct Trampolines {
   // -- Exception boundary ---------------------------------------------------------------
 
+  /** The message for the exception being handled, which is no std::exception: "unknown C++
+   *  exception", with its type where the C++ library tells it ("of type int"). Only inside a
+   *  `catch (...)`. */
+  static std::string unknown_exception() {
+    std::string text = "unknown C++ exception";
+#if defined(__GLIBCXX__) || defined(_LIBCPP_VERSION)
+    if (const std::type_info* type = ::abi::__cxa_current_exception_type()) {
+      int status = -1;
+      char* name = ::abi::__cxa_demangle(type->name(), nullptr, nullptr, &status);
+      text += " of type ";
+      text += status == 0 && name != nullptr ? name : type->name();
+      std::free(name);
+    }
+#endif
+    return text;
+  }
+
   /** Runs @p f; converts any exception into a status (+ set_error). */
   template <class F>
   static dpp_status_t guard(const PluginState* st, F&& f) noexcept {
@@ -1446,7 +1475,11 @@ struct Trampolines {
       if (st != nullptr) st->set_error(e.what());
       return DPP_INTERNAL;
     } catch (...) {
-      if (st != nullptr) st->set_error("unknown C++ exception");
+      try {
+        if (st != nullptr) st->set_error(unknown_exception().c_str());
+      } catch (...) {
+        if (st != nullptr) st->set_error("unknown C++ exception");
+      }
       return DPP_INTERNAL;
     }
   }
@@ -1463,7 +1496,11 @@ struct Trampolines {
     } catch (const std::exception& e) {
       log_failure(st, function, e.what());
     } catch (...) {
-      log_failure(st, function, "unknown C++ exception");
+      try {
+        log_failure(st, function, unknown_exception().c_str());
+      } catch (...) {
+        log_failure(st, function, "unknown C++ exception");
+      }
     }
   }
 

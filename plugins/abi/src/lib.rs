@@ -576,7 +576,8 @@ pub struct dpp_stream_executor_t {
     /// Required. Blocks until the stream's work is done; returns the first error it met.
     pub synchronize_stream:
         Option<unsafe extern "C" fn(device: *mut c_void, stream: *mut c_void) -> dpp_status_t>,
-    /// Required. Later work on `stream` waits for the work enqueued on `other` so far.
+    /// Required. Later work on `stream` waits for the work enqueued on `other` so far. Both are
+    /// streams of `device` (`other` may be `stream` itself).
     pub stream_wait_stream: Option<
         unsafe extern "C" fn(
             device: *mut c_void,
@@ -642,7 +643,8 @@ pub struct dpp_stream_executor_t {
     pub create_event: Option<
         unsafe extern "C" fn(device: *mut c_void, out_event: *mut *mut c_void) -> dpp_status_t,
     >,
-    /// Required.
+    /// Required. The host may destroy an event while a record of it or a wait for it is still
+    /// queued on a stream (as CUDA allows): keep what that queued work needs alive until it ran.
     pub destroy_event: Option<unsafe extern "C" fn(device: *mut c_void, event: *mut c_void)>,
     /// Required. Marks the current end of `stream`.
     pub record_event: Option<
