@@ -1794,6 +1794,134 @@ void test_header_kernels() {
 
 }  // namespace
 
+// ---- plugin.hpp: HostCallback keeps the exactly-once promise when a device gets it wrong ----
+
+namespace cbk {
+
+namespace dp = devplug::plugin;
+
+class CStream : public dp::Stream {};
+
+/** What host_callback does with its callback: the mode set before each call. */
+enum class Mode { CallTwice, Keep, DropAtOnce, CallThenThrow, KeepThenThrow };
+std::atomic<Mode> g_mode{Mode::CallTwice};
+std::vector<dp::HostCallback> g_kept;  // callbacks a Keep mode holds (one thread)
+
+class CbDevice : public tim::NullDevice {
+ public:
+  CbDevice() : NullDevice(false) {}
+  std::unique_ptr<dp::Stream> create_stream() override { return std::make_unique<CStream>(); }
+  void host_callback(dp::Stream&, dp::HostCallback callback) override {
+    switch (g_mode.load()) {
+      case Mode::CallTwice:
+        callback();
+        callback();
+        return;
+      case Mode::Keep:
+        g_kept.push_back(callback);
+        return;
+      case Mode::DropAtOnce:
+        return;
+      case Mode::CallThenThrow:
+        callback();
+        throw dp::Error::unavailable("CALLBACKS: failed after calling");
+      case Mode::KeepThenThrow:
+        g_kept.push_back(callback);
+        throw dp::Error::unavailable("CALLBACKS: failed after keeping");
+    }
+  }
+};
+
+class CbPlatform : public dp::Platform {
+ public:
+  std::string name() const override { return "CALLBACKS"; }
+  std::string device_type() const override { return "CALLBACKS"; }
+  int device_count() const override { return 1; }
+  std::unique_ptr<dp::Device> create_device(int) override { return std::make_unique<CbDevice>(); }
+};
+
+void init(dp::Host& host) { host.register_platform(std::make_unique<CbPlatform>()); }
+
+const dpp_plugin_api_t kApi = dp::detail::make_plugin_api<&init>("callbacktest", "0");
+
+}  // namespace cbk
+
+/** Each of a device's host_callback mistakes: the host's function runs exactly once when the
+ *  host was told DPP_OK and never when it was told an error, and the log names the mistake. */
+void test_header_host_callbacks() {
+  FakeHost host;
+  void* data = nullptr;
+  CHECK_OK(host.init(&cbk::kApi, &data));
+  CHECK(host.platforms.size() == 1);
+  if (host.platforms.size() != 1) return;
+  const dpp_platform_t& p = host.platforms[0].p;
+  dpp_device_t dev{};
+  dev.struct_size = DPP_DEVICE_STRUCT_SIZE;
+  CHECK_OK(p.create_device(p.platform_data, 0, &dev));
+  if (dev.se == nullptr) return;
+  const dpp_stream_executor_t* se = dev.se;
+  void* d = dev.device_data;
+  void* s = nullptr;
+  CHECK_OK(se->create_stream(d, &s));
+  static std::atomic<int> runs{0};
+  const dpp_host_fn count = [](void*) { ++runs; };
+  auto logged = [&](const char* part) {
+    std::lock_guard<std::mutex> lock(host.log_mu);
+    for (const auto& l : host.logs) {
+      if (l.second.find(part) != std::string::npos) return true;
+    }
+    return false;
+  };
+  using cbk::Mode;
+
+  // Called twice: the function runs once; a warning.
+  cbk::g_mode = Mode::CallTwice;
+  runs = 0;
+  CHECK_OK(se->host_callback(d, s, count, nullptr));
+  CHECK(runs == 1);
+  CHECK(logged("called twice"));
+
+  // Kept, then dropped without a call: the drop calls it (the host was told DPP_OK).
+  cbk::g_mode = Mode::Keep;
+  runs = 0;
+  CHECK_OK(se->host_callback(d, s, count, nullptr));
+  CHECK(runs == 0);
+  cbk::g_kept.clear();
+  CHECK(runs == 1);
+  CHECK(logged("dropped without being called after host_callback returned; calling it now"));
+
+  // Neither called nor kept: it can never run, so the host hears of an error, and it never runs.
+  cbk::g_mode = Mode::DropAtOnce;
+  runs = 0;
+  CHECK_STATUS(se->host_callback(d, s, count, nullptr), DPP_INTERNAL);
+  CHECK(take_error() == "host_callback returned without calling the callback or keeping a copy of it");
+  CHECK(runs == 0);
+
+  // Called, then threw: it ran, so the host is told DPP_OK; an error in the log.
+  cbk::g_mode = Mode::CallThenThrow;
+  runs = 0;
+  CHECK_OK(se->host_callback(d, s, count, nullptr));
+  CHECK(runs == 1);
+  CHECK(logged("called the callback, then failed"));
+
+  // Kept, then threw: the host hears of the error; a later call does nothing but log, and the
+  // drop does not call it either.
+  cbk::g_mode = Mode::KeepThenThrow;
+  runs = 0;
+  CHECK_STATUS(se->host_callback(d, s, count, nullptr), DPP_UNAVAILABLE);
+  CHECK(take_error() == "CALLBACKS: failed after keeping");
+  CHECK(cbk::g_kept.size() == 1);
+  if (!cbk::g_kept.empty()) cbk::g_kept[0]();
+  cbk::g_kept.clear();
+  CHECK(runs == 0);
+  CHECK(logged("called after its host_callback call failed"));
+
+  se->destroy_stream(d, s);
+  p.destroy_device(p.platform_data, &dev);
+  p.destroy_platform(p.platform_data);
+  cbk::kApi.shutdown(data);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s <path to libdevplug_simdml.so>\n", argv[0]);
@@ -1941,6 +2069,7 @@ int main(int argc, char** argv) {
     test_header_kernels();
     std::printf("plugin.hpp timed events\n");
     test_header_event_timing();
+    test_header_host_callbacks();
     std::printf("plugin.hpp allocate_temp\n");
     test_header_allocate_temp();
   }

@@ -910,9 +910,17 @@ class Host {
  * invocation (of any copy) does nothing. Invoking never throws.
  *
  * Device::host_callback() receives one and must arrange for it to be invoked once, after all
- * earlier work of the stream, unless it throws (then it must never be invoked: the ABI says
- * a failed `host_callback` does not call the function). Do not invoke it while holding a
- * lock the host might need.
+ * earlier work of the stream — later, from the stream's worker, or at once inside
+ * host_callback() when the stream's earlier work is done — unless it throws (then it must
+ * never be invoked: the ABI says a failed `host_callback` does not call the function). Do not
+ * invoke it while holding a lock the host might need.
+ *
+ * The SDK keeps the ABI's exactly-once promise to the host when a plugin gets this wrong, and
+ * logs the plugin's bug: a callback invoked twice runs the host function once (warning); one
+ * whose copies are all dropped uninvoked after host_callback() returned is invoked by the
+ * drop (warning); one dropped uninvoked before host_callback() returned turns its success into
+ * `DPP_INTERNAL`; one invoked after host_callback() threw does nothing (error); one invoked
+ * inside host_callback() that then throws has run, so the host is told it succeeded (error).
  */
 class HostCallback {
  public:
@@ -926,20 +934,58 @@ class HostCallback {
 
   /** @brief Calls the host function, the first time any copy is invoked. */
   void operator()() const noexcept {
-    if (state_ && !state_->called.exchange(true, std::memory_order_acq_rel)) state_->fn(state_->arg);
+    if (state_) state_->call();
   }
 
   /** @brief True while the host function is still to be called. */
   explicit operator bool() const noexcept {
-    return state_ && !state_->called.load(std::memory_order_acquire);
+    return state_ && state_->phase.load(std::memory_order_acquire) == State::kPending;
   }
 
  private:
+  friend struct detail::Trampolines;
+
   struct State {
+    enum Phase : int { kPending = 0, kCalled = 1, kRefused = 2 };
     State(dpp_host_fn f, void* a) : fn(f), arg(a) {}
+    State(const State&) = delete;
+    State& operator=(const State&) = delete;
+    ~State() {
+      if (accepted.load(std::memory_order_acquire) && settle(kCalled) == kPending) {
+        log(DPP_LOG_WARN,
+            "a host callback was dropped without being called after host_callback returned; calling it now");
+        fn(arg);
+      }
+    }
+    /** Moves a pending callback to @p to; returns the phase it was in (only kPending moved). */
+    int settle(int to) noexcept {
+      int expected = kPending;
+      phase.compare_exchange_strong(expected, to, std::memory_order_acq_rel);
+      return expected;
+    }
+    void call() noexcept {
+      switch (settle(kCalled)) {
+        case kPending:
+          fn(arg);
+          break;
+        case kRefused:
+          log(DPP_LOG_ERROR, "a host callback was called after its host_callback call failed; not calling the host");
+          break;
+        default:
+          if (!warned_twice.exchange(true, std::memory_order_relaxed)) {
+            log(DPP_LOG_WARN, "a host callback was called twice; the host's function ran once");
+          }
+      }
+    }
+    void log(int32_t level, const char* message) const noexcept {
+      if (plugin) plugin->log(level, message);
+    }
     dpp_host_fn fn;
     void* arg;
-    std::atomic<bool> called{false};
+    std::atomic<int> phase{kPending};
+    std::atomic<bool> accepted{false};  // host_callback returned DPP_OK: it must run
+    std::atomic<bool> warned_twice{false};
+    std::shared_ptr<const detail::PluginState> plugin;  // for the log; null in test hosts
   };
   std::shared_ptr<State> state_;
 };
@@ -1821,11 +1867,38 @@ struct Trampolines {
     return exec(device, [&](DeviceHolder& d_, Device& dev) { dev.memset_async(stream_of(&d_, stream, "stream", true), dst, value, size); });
   }
   static dpp_status_t host_callback(void* device, void* stream, dpp_host_fn func, void* arg) noexcept {
-    return exec(device, [&](DeviceHolder& d_, Device& dev) {
+    // A reference of its own to the callback's state, to tell afterwards what the device did
+    // with it (HostCallback's comment).
+    std::shared_ptr<HostCallback::State> kept;
+    const dpp_status_t status = exec(device, [&](DeviceHolder& d_, Device& dev) {
       Stream& s = stream_of(&d_, stream, "stream", true);
       require(func != nullptr, "host_callback: func is NULL");
-      dev.host_callback(s, HostCallback(func, arg));
+      HostCallback callback(func, arg);
+      callback.state_->plugin = d_.state;
+      kept = callback.state_;
+      dev.host_callback(s, std::move(callback));
     });
+    if (!kept) return status;
+    using State = HostCallback::State;
+    if (status != DPP_OK) {
+      // Refused now, unless it already ran: then the host must hear of success.
+      if (kept->settle(State::kRefused) == State::kCalled) {
+        kept->log(DPP_LOG_ERROR,
+                  "host_callback called the callback, then failed; the host's function ran, so the host is "
+                  "told it succeeded (an error means the function never runs)");
+        return DPP_OK;
+      }
+      return status;
+    }
+    // Neither called nor kept by the device (ours is the only reference): it can never run.
+    if (kept.use_count() == 1 && kept->settle(State::kRefused) == State::kPending) {
+      if (const DeviceHolder* d = holder(device)) {
+        d->state->set_error("host_callback returned without calling the callback or keeping a copy of it");
+      }
+      return DPP_INTERNAL;
+    }
+    kept->accepted.store(true, std::memory_order_release);
+    return DPP_OK;
   }
   static dpp_status_t create_event(void* device, void** out_event) noexcept {
     return exec(device, [&](DeviceHolder& d_, Device& dev) {
