@@ -41,4 +41,6 @@ nightly=(cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu)
 "${nightly[@]}" -p devplug-tests --test graph --test trace --test scope --test logging \
   --test buffer_pool
 "${nightly[@]}" -p devplug-tests --test sim -- --skip launched_work_runs_without_a_synchronize
+# The Rust plugin SDK's worker streams (queues, events, waits across streams, host callbacks).
+"${nightly[@]}" -p devplug-plugin-sdk --lib worker
 echo "tests/tsan.sh: no ThreadSanitizer report"
