@@ -285,11 +285,7 @@ impl Runtime {
         let ops = self
             .plugin_ops(&op_texts)
             .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
-        let type_var = |def: &OpDef| {
-            def.type_vars
-                .first()
-                .map(|v| (v.name.to_string(), v.allowed.clone()))
-        };
+        let type_var = |def: &OpDef| def.type_vars.first().cloned();
         let op_type_var = |op: &str| match ops.iter().find(|d| d.name == op) {
             Some(def) => Ok(type_var(def)),
             None => self.ops.find(op).map(|h| type_var(h.def())).map_err(|e| {
@@ -586,8 +582,7 @@ impl Runtime {
         // A dtype the op's type variable does not take could never reach the kernel: refused,
         // as a plugin's kernel is when its load commits.
         if let Some(var) = op.def().type_vars.first() {
-            if let Some(d) = def.dtypes.iter().find(|d| !var.allowed.contains(d)) {
-                let takes: Vec<&str> = var.allowed.iter().map(|d| d.name()).collect();
+            if let Some((_, d)) = var.first_not_taken(&def.dtypes) {
                 return Err(Error::invalid_argument(format!(
                     "kernel {} on {} from {}: dtype {} is not one op {} takes (its type \
                      variable {} takes {})",
@@ -597,7 +592,7 @@ impl Runtime {
                     d.name(),
                     def.op,
                     var.name,
-                    takes.join(", ")
+                    var.allowed_names()
                 )));
             }
         }

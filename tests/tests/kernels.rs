@@ -220,25 +220,20 @@ fn kernels_of_equal_priority_are_refused_and_the_higher_wins() {
     );
     rt.register_kernel(k(10, "host 'override'", 42.0)).unwrap();
     let cpu = rt.find_device("CPU").unwrap();
-    let y = rt
-        .run_named(
-            "Neg",
-            &[f32s(&cpu, &[1], &[5.])],
-            &Attrs::new(),
-            &RunOptions::default(),
-        )
-        .unwrap();
+    let neg = |x: Tensor| {
+        rt.run_named("Neg", &[x], &Attrs::new(), &RunOptions::default())
+            .unwrap()
+            .remove(0)
+    };
+    let y = neg(f32s(&cpu, &[1], &[5.]));
     assert_eq!(
-        y[0].to_vec::<f32>().unwrap(),
+        y.to_vec::<f32>().unwrap(),
         [42.0],
         "the higher-priority kernel ran"
     );
-    let i = Tensor::from_slice(&cpu, &[1], &[5i32]).unwrap();
-    let y = rt
-        .run_named("Neg", &[i], &Attrs::new(), &RunOptions::default())
-        .unwrap();
+    let y = neg(Tensor::from_slice(&cpu, &[1], &[5i32]).unwrap());
     assert_eq!(
-        y[0].to_vec::<i32>().unwrap(),
+        y.to_vec::<i32>().unwrap(),
         [-5],
         "its dtype constraint leaves i32 to the built-in"
     );
@@ -255,15 +250,8 @@ fn kernels_of_equal_priority_are_refused_and_the_higher_wins() {
     ] {
         assert!(e.message.contains(needle), "{needle}: {e}");
     }
-    let y = rt
-        .run_named(
-            "Neg",
-            &[f32s(&cpu, &[1], &[5.])],
-            &Attrs::new(),
-            &RunOptions::default(),
-        )
-        .unwrap();
-    assert_eq!(y[0].to_vec::<f32>().unwrap(), [42.0], "still the override");
+    let y = neg(f32s(&cpu, &[1], &[5.]));
+    assert_eq!(y.to_vec::<f32>().unwrap(), [42.0], "still the override");
 }
 
 /// The CPU's native kernels for composite ops (Softmax, LogSoftmax, Gemm with bias and fused

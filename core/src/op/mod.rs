@@ -49,6 +49,24 @@ pub struct TypeVar {
     pub allowed: Vec<DType>,
 }
 
+impl TypeVar {
+    /// The first of `dtypes` this type variable does not take, with its index: what a
+    /// kernel's dtype list must not hold (such a kernel could never run).
+    pub(crate) fn first_not_taken(&self, dtypes: &[DType]) -> Option<(usize, DType)> {
+        dtypes
+            .iter()
+            .copied()
+            .enumerate()
+            .find(|(_, d)| !self.allowed.contains(d))
+    }
+
+    /// The dtypes it takes, for messages: `f32, f64, i32`.
+    pub(crate) fn allowed_names(&self) -> String {
+        let names: Vec<&str> = self.allowed.iter().map(|d| d.name()).collect();
+        names.join(", ")
+    }
+}
+
 /// The dtype and shape of a tensor, before it exists. The shape is stored inline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TensorSpec {

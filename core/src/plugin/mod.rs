@@ -18,6 +18,7 @@ use devplug_plugin_abi as abi;
 
 use crate::error::{Code, Error, Result};
 use crate::kernel::KernelDef;
+use crate::op::TypeVar;
 pub use discovery::{
     plugin_path_from_env, process_is_elevated, search_path_candidates, trusted_env, PLUGIN_PATH_ENV,
 };
@@ -266,9 +267,6 @@ pub(crate) fn load(
     Ok((plugin, platforms, kernels, pending_ops))
 }
 
-/// An op's first type variable: its name and the dtypes it takes.
-pub(crate) type OpTypeVar = (String, Vec<crate::tensor::DType>);
-
 /// Checks a plugin's kernels against their ops when its load commits (the ops are known only
 /// then: a kernel may be for an op the plugin registered after it). `op_type_var(op)` gives
 /// the op's first type variable, the one kernels are chosen by (its name and the dtypes it
@@ -281,49 +279,39 @@ pub(crate) type OpTypeVar = (String, Vec<crate::tensor::DType>);
 pub(crate) fn commit_kernels(
     plugin: &LoadedPlugin,
     kernels: &mut [KernelDef],
-    op_type_var: &dyn Fn(&str) -> Result<Option<OpTypeVar>>,
+    op_type_var: &dyn Fn(&str) -> Result<Option<TypeVar>>,
 ) -> Result<()> {
     use crate::tensor::DType;
-    let names = |dtypes: &[DType]| {
-        dtypes
-            .iter()
-            .map(|d| d.name())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     for k in kernels.iter_mut() {
         let type_var = op_type_var(&k.op)?;
         if k.dtypes.is_empty() && plugin.context.abi_minor < 3 {
             // Every dtype of its ABI: the six before the halves, those of them the op takes.
             let known = DType::BEFORE_HALVES.iter().copied();
             k.dtypes = match &type_var {
-                Some((_, allowed)) => known.filter(|d| allowed.contains(d)).collect(),
+                Some(var) => known.filter(|d| var.allowed.contains(d)).collect(),
                 None => known.collect(),
             };
             if k.dtypes.is_empty() {
-                // The op takes only dtypes the plugin does not know: the kernel never runs.
+                // The op takes only dtypes the plugin does not know (halves): a list no
+                // tensor of the op matches, so the kernel never runs.
                 k.dtypes = DType::BEFORE_HALVES.to_vec();
             }
             continue;
         }
-        let Some((var, allowed)) = type_var else {
+        let Some(var) = type_var else {
             continue;
         };
-        if let Some((i, d)) = k
-            .dtypes
-            .iter()
-            .enumerate()
-            .find(|(_, d)| !allowed.contains(d))
-        {
+        if let Some((i, d)) = var.first_not_taken(&k.dtypes) {
             return Err(Error::invalid_argument(format!(
                 "plugin '{}': kernel {} on {}: dpp_kernel_t.dtypes[{i}] is {}, which op {} does \
-                 not take (its type variable {var} takes {}): list only dtypes the op takes",
+                 not take (its type variable {} takes {}): list only dtypes the op takes",
                 plugin.name,
                 k.op,
                 k.device_type,
                 d.name(),
                 k.op,
-                names(&allowed)
+                var.name,
+                var.allowed_names()
             )));
         }
     }
