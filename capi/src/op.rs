@@ -16,12 +16,14 @@ use crate::tensor::{dp_tensor_t, dtype, tensor, TensorObj};
 pub struct OpObj {
     pub(crate) op: OpHandle,
     name: CString,
+    signature: CString,
 }
 
 impl OpObj {
     pub(crate) fn new(op: OpHandle) -> OpObj {
         OpObj {
             name: CString::new(op.name()).unwrap_or_default(),
+            signature: CString::new(op.def().signature()).unwrap_or_default(),
             op,
         }
     }
@@ -125,6 +127,43 @@ pub unsafe extern "C" fn dp_op_name(op: *const dp_op_t) -> *const c_char {
     // SAFETY: the caller's contract.
     guard_value("dp_op_name", std::ptr::null(), || {
         Ok(unsafe { get(op, "op")? }.name.as_ptr())
+    })
+}
+
+/// The op's signature on one line, in the notation of op definitions (docs/c-api.md, "Ops
+/// of your own"): inputs, attributes after `;` with their defaults, outputs, and the dtypes
+/// each type variable takes, e.g. `MatMul(a: T, b: T; transpose_a: bool = false, transpose_b:
+/// bool = false) -> (product: T) where T: {f32, f64, i32, i64, u8, f16, bf16}`. A variadic
+/// input ends in `...`; an output whose dtype an attribute gives reads `@attr`. Valid as long
+/// as the handle; NULL for an invalid handle.
+///
+/// # Safety
+/// `op` is an op handle.
+#[no_mangle]
+pub unsafe extern "C" fn dp_op_signature(op: *const dp_op_t) -> *const c_char {
+    // SAFETY: the caller's contract.
+    guard_value("dp_op_signature", std::ptr::null(), || {
+        Ok(unsafe { get(op, "op")? }.signature.as_ptr())
+    })
+}
+
+/// The number of outputs the op returns: the room [`dp_op_run`] and `dp_graph_add_op` need
+/// (`capacity`). Every op has a fixed number of outputs (at least one).
+///
+/// # Safety
+/// `op` is an op handle; `out_count` writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_op_num_outputs(
+    op: *const dp_op_t,
+    out_count: *mut usize,
+) -> dp_status_t {
+    guard("dp_op_num_outputs", || {
+        // SAFETY: the caller's contract.
+        let op = unsafe { get(op, "op")? };
+        check_out(out_count, "out_count")?;
+        let n = op.op.def().outputs.len();
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_count, "out_count", n) }
     })
 }
 

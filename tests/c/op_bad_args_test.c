@@ -240,6 +240,12 @@ static void test_null(fx_t *f) {
     CHECK_UNTOUCHED(dp_op_t, op);
     CHECK_STATUS_MSG(dp_runtime_find_op(f->rt, "Add", NULL), DP_INVALID_ARGUMENT, "out_op");
     CHECK_NULL_MSG(dp_op_name(NULL), "op");
+    CHECK_NULL_MSG(dp_op_signature(NULL), "op");
+    {
+        size_t n = 7;
+        CHECK_STATUS_MSG(dp_op_num_outputs(NULL, &n), DP_INVALID_ARGUMENT, "op");
+        CHECK(n == 7);
+    }
     CHECK_STATUS_MSG(dp_attrs_create(NULL), DP_INVALID_ARGUMENT, "out_attrs");
     dp_attrs_destroy(NULL); /* no-op */
     CHECK(1);
@@ -368,6 +374,12 @@ static void test_destroyed(fx_t *f) {
     DP_TEST_MUST(dp_runtime_find_op(dead, "Add", &dead_op));
     dp_runtime_destroy(dead);
     CHECK_NULL_MSG(dp_op_name(dead_op), "op");
+    CHECK_NULL_MSG(dp_op_signature(dead_op), "op");
+    {
+        size_t n = 7;
+        CHECK_STATUS_MSG(dp_op_num_outputs(dead_op, &n), DP_INVALID_ARGUMENT, "op");
+        CHECK(n == 7);
+    }
     dead = new_runtime(1);
     DP_TEST_MUST(dp_runtime_find_op(dead, "Add", &dead_op));
     dp_runtime_destroy(dead);
@@ -444,6 +456,12 @@ static void test_wrong_kind(fx_t *f) {
     RUN_FAILS(f->rt, AS(dp_op_t, f->attrs), ins, 2, NULL, NULL, DP_INVALID_ARGUMENT, "op");
     RUN_FAILS(f->rt, AS(dp_op_t, f->rt), ins, 2, NULL, NULL, DP_INVALID_ARGUMENT, "op");
     CHECK_NULL_MSG(dp_op_name(AS(dp_op_t, f->x23)), "op");
+    CHECK_NULL_MSG(dp_op_signature(AS(dp_op_t, f->x23)), "op");
+    {
+        size_t n = 7;
+        CHECK_STATUS_MSG(dp_op_num_outputs(AS(dp_op_t, f->attrs), &n), DP_INVALID_ARGUMENT, "op");
+        CHECK(n == 7);
+    }
 
     SECTION("wrong kind: attrs given a tensor (dp_op_run, setters, destroy leaves it alive)");
     RUN_FAILS(f->rt, f->add, ins, 2, AS(dp_attrs_t, f->x23), NULL, DP_INVALID_ARGUMENT, "attrs");

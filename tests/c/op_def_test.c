@@ -78,6 +78,9 @@ static void a_host_op_runs_everywhere(void) {
     CHECK(listed == 1);
   }
   CHECK_STR(dp_op_name(op), "app.Scale");
+  /* Its signature reads back in the notation it was declared in. */
+  CHECK_STR(dp_op_signature(op),
+            "app.Scale(x: T; k: float = 2.0, note: string = \"a; b\") -> (y: T) where T: {f32, f64}");
   CHECK_OK(dp_runtime_find_op(rt, "app.Scale", &found));
   CHECK(found == op);
   dp_device_t *cpu = NULL, *sim = NULL;

@@ -896,6 +896,33 @@ static void test_find_ops(void) {
         CHECK_STATUS_MSG(dp_runtime_op_count(g_rt, NULL), DP_INVALID_ARGUMENT, "out_count");
         CHECK_STATUS_MSG(dp_runtime_op_count(NULL, &n), DP_INVALID_ARGUMENT, "runtime");
     }
+
+    SECTION("dp_op_signature / dp_op_num_outputs: every op's, in the op notation");
+    for (i = 0; i < COUNT(ALL_OPS); ++i) {
+        dp_op_t *op = NULL;
+        const char *sig;
+        size_t n = 0, name_len = strlen(ALL_OPS[i]);
+        CHECK_OK(dp_runtime_find_op(g_rt, ALL_OPS[i], &op));
+        sig = dp_op_signature(op);
+        CHECKF(sig != NULL && strncmp(sig, ALL_OPS[i], name_len) == 0 && sig[name_len] == '(' &&
+                   strstr(sig, ") -> (") != NULL,
+               "%s: signature '%s'", ALL_OPS[i], sig ? sig : "(null)");
+        CHECK_OK(dp_op_num_outputs(op, &n));
+        CHECKF(n == 1, "%s: %zu outputs", ALL_OPS[i], n);
+    }
+    {
+        dp_op_t *op = NULL;
+        size_t n = 7;
+        CHECK_OK(dp_runtime_find_op(g_rt, "ReduceSum", &op));
+        CHECK_STR(dp_op_signature(op), "ReduceSum(x: T; axes: ints = [], keep_dims: bool = false) -> "
+                                       "(y: T) where T: {f32, f64, i32, i64, u8, f16, bf16}");
+        CHECK_OK(dp_runtime_find_op(g_rt, "AddN", &op));
+        CHECK(strstr(dp_op_signature(op), "AddN(inputs: T...) -> (sum: T)") != NULL);
+        CHECK_OK(dp_runtime_find_op(g_rt, "Cast", &op));
+        CHECK(strstr(dp_op_signature(op), "; dtype: dtype) -> (y: @dtype)") != NULL);
+        CHECK_STATUS_MSG(dp_op_num_outputs(op, NULL), DP_INVALID_ARGUMENT, "out_count");
+        CHECK(n == 7); /* untouched by the failures (bad handles: op_bad_args_test.c) */
+    }
 }
 
 static void test_binary(void) {

@@ -54,6 +54,35 @@ fn devplug_cuda_probe(out: &str) -> Option<usize> {
 }
 
 #[test]
+fn info_ops_lists_signatures_and_where_kernels_are() {
+    let sim = plugin_path("devplug_sim");
+    let (code, out) = devplug(&["info", "--no-env", "--ops", sim.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let after = |line: &str| -> String {
+        let i = out
+            .find(line)
+            .unwrap_or_else(|| panic!("missing {line:?}:\n{out}"));
+        out[i + line.len()..].lines().nth(1).unwrap_or("").trim().to_string()
+    };
+    assert_eq!(
+        after("  Add(x: T, y: T) -> (z: T) where T: {f32, f64, i32, i64, u8, f16, bf16}"),
+        "kernels: CPU on HOST (built-in), SIM on SIM (plugin 'devplug_sim'; f32, f64, i32, i64)"
+    );
+    assert_eq!(
+        after("  Gelu(x: T) -> (y: T) where T: {f32, f64, f16, bf16}"),
+        "no kernel: runs as its decomposition"
+    );
+    assert_eq!(
+        after("  Relu(x: T) -> (y: T) where T: {f32, f64, i32, i64, f16, bf16}"),
+        "kernels: CPU on HOST (built-in); elsewhere: its decomposition"
+    );
+    assert!(out.contains("ops ("), "{out}");
+    // Without --ops, no op list.
+    let (_, plain) = devplug(&["info", "--no-env", sim.to_str().unwrap()]);
+    assert!(!plain.contains("ops ("), "{plain}");
+}
+
+#[test]
 fn info_usage_errors() {
     for (args, why) in [
         (&["info", "-o", "a=1"][..], "before any PLUGIN"),

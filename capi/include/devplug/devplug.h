@@ -1028,6 +1028,28 @@ dp_status_t dp_runtime_op_at(const dp_runtime_t *runtime, size_t index, dp_op_t 
 const char *dp_op_name(const dp_op_t *op);
 
 /**
+ * The op's signature on one line, in the notation of op definitions (docs/c-api.md, "Ops
+ * of your own"): inputs, attributes after `;` with their defaults, outputs, and the dtypes
+ * each type variable takes, e.g. `MatMul(a: T, b: T; transpose_a: bool = false, transpose_b:
+ * bool = false) -> (product: T) where T: {f32, f64, i32, i64, u8, f16, bf16}`. A variadic
+ * input ends in `...`; an output whose dtype an attribute gives reads `@attr`. Valid as long
+ * as the handle; NULL for an invalid handle.
+ *
+ * # Safety
+ * `op` is an op handle.
+ */
+const char *dp_op_signature(const dp_op_t *op);
+
+/**
+ * The number of outputs the op returns: the room [`dp_op_run`] and `dp_graph_add_op` need
+ * (`capacity`). Every op has a fixed number of outputs (at least one).
+ *
+ * # Safety
+ * `op` is an op handle; `out_count` writable.
+ */
+dp_status_t dp_op_num_outputs(const dp_op_t *op, size_t *out_count);
+
+/**
  * Creates an empty attribute set.
  *
  * # Safety

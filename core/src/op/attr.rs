@@ -30,6 +30,35 @@ impl fmt::Display for AttrType {
     }
 }
 
+impl AttrType {
+    /// The type's keyword in the op notation (`int`, `float`, `bool`, `ints`, `dtype`,
+    /// `string`), as op definitions in text declare it.
+    pub fn keyword(self) -> &'static str {
+        match self {
+            AttrType::Int => "int",
+            AttrType::Float => "float",
+            AttrType::Bool => "bool",
+            AttrType::Ints => "ints",
+            AttrType::DType => "dtype",
+            AttrType::Str => "string",
+        }
+    }
+
+    /// The type of `keyword` (see [`AttrType::keyword`]).
+    pub fn from_keyword(keyword: &str) -> Option<AttrType> {
+        [
+            AttrType::Int,
+            AttrType::Float,
+            AttrType::Bool,
+            AttrType::Ints,
+            AttrType::DType,
+            AttrType::Str,
+        ]
+        .into_iter()
+        .find(|t| t.keyword() == keyword)
+    }
+}
+
 /// An attribute value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AttrValue {
@@ -50,6 +79,30 @@ impl AttrValue {
             AttrValue::Ints(_) => AttrType::Ints,
             AttrValue::DType(_) => AttrType::DType,
             AttrValue::Str(_) => AttrType::Str,
+        }
+    }
+}
+
+/// The value as a literal of the op notation: `1`, `0.5`, `true`, `[0, 1]`, `f32`, `"text"`.
+impl fmt::Display for AttrValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttrValue::Int(i) => write!(f, "{i}"),
+            // Debug keeps a fractional part (`1.0`), so the literal stays a float.
+            AttrValue::Float(x) => write!(f, "{x:?}"),
+            AttrValue::Bool(b) => write!(f, "{b}"),
+            AttrValue::Ints(v) => {
+                f.write_str("[")?;
+                for (i, x) in v.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{x}")?;
+                }
+                f.write_str("]")
+            }
+            AttrValue::DType(d) => f.write_str(d.name()),
+            AttrValue::Str(s) => write!(f, "\"{s}\""),
         }
     }
 }

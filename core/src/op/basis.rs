@@ -436,4 +436,31 @@ mod tests {
         assert!(r.find("Relu").unwrap().def().decomposition.is_some());
         assert_eq!(r.find("Nope").unwrap_err().code, crate::Code::NotFound);
     }
+
+    #[test]
+    fn signatures_read_as_the_op_notation() {
+        let r = OpRegistry::with_basis();
+        let sig = |name: &str| r.find(name).unwrap().def().signature();
+        assert_eq!(
+            sig("MatMul"),
+            "MatMul(a: T, b: T; transpose_a: bool = false, transpose_b: bool = false) -> \
+             (product: T) where T: {f32, f64, i32, i64, u8, f16, bf16}"
+        );
+        assert!(
+            sig("AddN").starts_with("AddN(inputs: T...) -> (sum: T) where T: {"),
+            "{}",
+            sig("AddN")
+        );
+        assert!(
+            sig("Cast").starts_with("Cast(x: T; dtype: dtype) -> (y: @dtype) where T: {"),
+            "{}",
+            sig("Cast")
+        );
+        assert_eq!(
+            sig("Fill"),
+            "Fill(; shape: ints, value: float, dtype: dtype = f32) -> (y: @dtype)"
+        );
+        assert!(sig("ReduceSum").contains("; axes: ints = [], keep_dims: bool = false)"));
+        assert!(sig("Select").starts_with("Select(condition: bool, "), "{}", sig("Select"));
+    }
 }

@@ -171,6 +171,53 @@ impl fmt::Debug for OpDef {
     }
 }
 
+impl OpDef {
+    /// The op's signature on one line, in the notation op definitions in text use (TensorFlow
+    /// `REGISTER_OP` terms): inputs, then attributes after `;` with their defaults, the
+    /// outputs, and what each type variable takes:
+    ///
+    /// ```text
+    /// MatMul(a: T, b: T; transpose_a: bool = false, transpose_b: bool = false) -> (product: T) where T: {f32, ...}
+    /// AddN(inputs: T...) -> (sum: T) where T: {...}
+    /// Cast(x: T; dtype: dtype) -> (y: @dtype) where T: {...}
+    /// ```
+    ///
+    /// A variadic input ends in `...`; an output whose dtype an attribute gives is `@attr`.
+    pub fn signature(&self) -> String {
+        let arg = |a: &ArgDef| {
+            let ty = match a.ty {
+                ArgType::Var(v) => v.to_string(),
+                ArgType::Fixed(d) => d.name().to_string(),
+                ArgType::Attr(n) => format!("@{n}"),
+            };
+            format!("{}: {ty}{}", a.name, if a.list { "..." } else { "" })
+        };
+        let join = |v: Vec<String>| v.join(", ");
+        let mut s = format!(
+            "{}({}",
+            self.name,
+            join(self.inputs.iter().map(arg).collect())
+        );
+        if !self.attrs.is_empty() {
+            let attrs = self.attrs.iter().map(|a| match &a.default {
+                Some(d) => format!("{}: {} = {d}", a.name, a.ty.keyword()),
+                None => format!("{}: {}", a.name, a.ty.keyword()),
+            });
+            s += "; ";
+            s += &join(attrs.collect());
+        }
+        s += &format!(") -> ({})", join(self.outputs.iter().map(arg).collect()));
+        if !self.type_vars.is_empty() {
+            let vars = self
+                .type_vars
+                .iter()
+                .map(|v| format!("{}: {{{}}}", v.name, v.allowed_names()));
+            s += &format!(" where {}", join(vars.collect()));
+        }
+        s
+    }
+}
+
 /// A registered op. Hosts resolve a name once and keep the handle: running an op by handle
 /// looks nothing up by string.
 #[derive(Clone, Debug)]

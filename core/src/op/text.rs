@@ -189,15 +189,7 @@ fn literal(s: &str) -> Option<AttrValue> {
 }
 
 fn attr_type(s: &str) -> Option<AttrType> {
-    Some(match s {
-        "int" => AttrType::Int,
-        "float" => AttrType::Float,
-        "bool" => AttrType::Bool,
-        "ints" => AttrType::Ints,
-        "dtype" => AttrType::DType,
-        "string" => AttrType::Str,
-        _ => return None,
-    })
+    AttrType::from_keyword(s)
 }
 
 /// Whether a value of type `got` may stand where `want` is declared (an int for a float).

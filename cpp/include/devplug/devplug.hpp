@@ -1741,33 +1741,13 @@ struct RunOptions {
   int32_t soft_placement = DP_SOFT_PLACEMENT_DEFAULT;
 };
 
-/**
- * @brief The most outputs `Runtime::run()` and `Graph::op()` return (the room they give
- *        `dp_op_run()` / `dp_graph_add_op()`): an op with more fails with `DP_INVALID_ARGUMENT`
- *        saying so; call the C function with a larger capacity for it.
- */
-constexpr size_t max_op_outputs = 8;
-
-/** @cond */
-namespace detail {
-// The error of a dp_op_run / dp_graph_add_op call (@p c_function) given room for
-// max_op_outputs outputs: the C library's, in the wrapper's terms when the op has more.
-inline Error op_error(dp_status_t status, const char* where, const char* c_function) {
-  Error e = Error::from_last_error(status);
-  if (status == DP_INVALID_ARGUMENT && std::strstr(e.message(), "`capacity`") != nullptr) {
-    return Error(status, std::string(where) + " returns at most " + std::to_string(max_op_outputs) +
-                             " outputs; call " + c_function + " with room for more (" + e.message() + ")");
-  }
-  return e;
-}
-}  // namespace detail
-/** @endcond */
-
 /** @brief A resolved op (`dp_op_t`), valid while its runtime lives. Cheap to copy. */
 class Op {
  public:
   Op() noexcept = default;
-  explicit Op(dp_op_t* handle) noexcept : handle_(handle) {}
+  explicit Op(dp_op_t* handle) noexcept : handle_(handle) {
+    if (handle_ != nullptr && dp_op_num_outputs(handle_, &num_outputs_) != DP_OK) num_outputs_ = 0;
+  }
   /** @brief The C handle. */
   dp_op_t* get() const noexcept { return handle_; }
   /** @brief The op's name. */
@@ -1776,10 +1756,40 @@ class Op {
     if (n == nullptr) throw Error::from_last_error(DP_INVALID_ARGUMENT);
     return n;
   }
+  /** @brief The op's signature (`dp_op_signature()`), e.g. `Add(x: T, y: T) -> (z: T) where
+   *  T: {f32, ...}`. */
+  std::string signature() const {
+    const char* s = dp_op_signature(handle_);
+    if (s == nullptr) throw Error::from_last_error(DP_INVALID_ARGUMENT);
+    return s;
+  }
+  /** @brief How many outputs the op returns (`dp_op_num_outputs()`); 0 for an empty `Op`. */
+  size_t num_outputs() const noexcept { return num_outputs_; }
 
  private:
   dp_op_t* handle_ = nullptr;
+  size_t num_outputs_ = 0;  // read once: Runtime::run sizes its output list with it
 };
+
+/** @cond */
+namespace detail {
+// Room for an op's outputs: on the stack for up to 8 (every basis op has one), else on the heap.
+template <typename T>
+class OutputRoom {
+ public:
+  explicit OutputRoom(const Op& op) : size_(op.num_outputs() > 0 ? op.num_outputs() : 1) {
+    if (size_ > sizeof small_ / sizeof small_[0]) big_.resize(size_);
+  }
+  T* data() noexcept { return big_.empty() ? small_ : big_.data(); }
+  size_t size() const noexcept { return size_; }
+
+ private:
+  size_t size_;
+  T small_[8] = {};
+  std::vector<T> big_;
+};
+}  // namespace detail
+/** @endcond */
 
 /**
  * @brief An op a host defines (`dp_op_def_t`), in the notation plugins use: the signature in
@@ -1925,8 +1935,7 @@ class Runtime {
    * @brief Runs @p op eagerly (`dp_op_run()`): on `options.device` or the default device,
    *        native kernel → decomposition → soft placement to the CPU → error.
    * @param inputs pointers to the inputs; a null one fails with `DP_INVALID_ARGUMENT` naming it.
-   * @return the op's outputs, at most `max_op_outputs` (an op with more fails with
-   *         `DP_INVALID_ARGUMENT`).
+   * @return the op's outputs (`Op::num_outputs()` of them).
    */
   std::vector<Tensor> run(const Op& op, const std::vector<const Tensor*>& inputs, const Attrs* attrs = nullptr,
                           const RunOptions& options = {}) {
@@ -1943,14 +1952,13 @@ class Runtime {
     dp_run_options_init(&o, sizeof o);
     o.device = options.device.get();
     o.soft_placement = options.soft_placement;
-    dp_tensor_t* out[max_op_outputs] = {};
+    detail::OutputRoom<dp_tensor_t*> out(op);
     size_t n = 0;
-    const dp_status_t st = dp_op_run(handle_, op.get(), in, inputs.size(), attrs != nullptr ? attrs->get() : nullptr,
-                                     &o, out, max_op_outputs, &n);
-    if (st != DP_OK) throw detail::op_error(st, "Runtime::run", "dp_op_run");
+    check(dp_op_run(handle_, op.get(), in, inputs.size(), attrs != nullptr ? attrs->get() : nullptr, &o,
+                    out.data(), out.size(), &n));
     std::vector<Tensor> result;
     result.reserve(n);
-    for (size_t i = 0; i < n; ++i) result.push_back(Tensor::adopt(out[i]));
+    for (size_t i = 0; i < n; ++i) result.push_back(Tensor::adopt(out.data()[i]));
     return result;
   }
   /** @brief run() for ops with one output. */

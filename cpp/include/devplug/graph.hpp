@@ -147,21 +147,18 @@ class Graph {
   }
   /**
    * @brief A node running @p op on @p inputs, on @p device or, when it is empty, where
-   *        placement puts it now; returns its outputs, at most `max_op_outputs`.
+   *        placement puts it now; returns its outputs (`Op::num_outputs()` of them).
    * @throws Error `DP_INVALID_ARGUMENT` naming the node for inputs the op refuses (where their
-   *         shapes are known), a taken name, outputs of another graph, an op with more than
-   *         `max_op_outputs` outputs.
+   *         shapes are known), a taken name, outputs of another graph.
    */
   std::vector<GraphOutput> op(const Runtime& rt, const std::string& name, const Op& op,
                               const std::vector<GraphOutput>& inputs,
                               const Attrs* attrs = nullptr, const Device& device = Device()) {
-    GraphOutput out[max_op_outputs] = {};
+    detail::OutputRoom<GraphOutput> out(op);
     size_t n = 0;
-    const dp_status_t st = dp_graph_add_op(handle_, rt.get(), name.c_str(), op.get(), inputs.data(),
-                                           inputs.size(), attrs != nullptr ? attrs->get() : nullptr,
-                                           device.get(), out, max_op_outputs, &n);
-    if (st != DP_OK) throw detail::op_error(st, "Graph::op", "dp_graph_add_op");
-    return std::vector<GraphOutput>(out, out + n);
+    check(dp_graph_add_op(handle_, rt.get(), name.c_str(), op.get(), inputs.data(), inputs.size(),
+                          attrs != nullptr ? attrs->get() : nullptr, device.get(), out.data(), out.size(), &n));
+    return std::vector<GraphOutput>(out.data(), out.data() + n);
   }
   /** @brief op() for ops with one output. */
   GraphOutput op1(const Runtime& rt, const std::string& name, const Op& op,

@@ -1,7 +1,7 @@
 //! `devplug info [PLUGIN [-o KEY=VALUE]...]... [--no-env]`: what a runtime sees — platforms
 //! (type, priority, owner, devices, which one `TYPE:i` means), devices (hardware, memory),
 //! plugins (version, path, platforms, kernels, ops) and the plugins that failed to load, with
-//! the reason. The question it answers is "does devplug see my device, and if not, why?": the
+//! the reason; with `--ops`, every op's signature and where kernels for it exist. The question it answers is "does devplug see my device, and if not, why?": the
 //! plugins' log lines are shown at `info` level (unless `DEVPLUG_LOG` says otherwise), where a
 //! plugin that found no device says why.
 
@@ -17,12 +17,15 @@ pub struct InfoCommand {
     plugins: Vec<(PathBuf, Vec<(String, String)>)>,
     /// Whether `DEVPLUG_PLUGIN_PATH` is read.
     from_env: bool,
+    /// Whether every op is listed (`--ops`).
+    ops: bool,
 }
 
 pub fn parse(args: &[String]) -> Result<InfoCommand, String> {
     let mut cmd = InfoCommand {
         plugins: Vec::new(),
         from_env: true,
+        ops: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -36,6 +39,7 @@ pub fn parse(args: &[String]) -> Result<InfoCommand, String> {
                 options.push(kv);
             }
             "--no-env" => cmd.from_env = false,
+            "--ops" => cmd.ops = true,
             flag if flag.starts_with('-') => return Err(format!("unknown option '{flag}'")),
             path => cmd.plugins.push((crate::plugin_path(path)?, Vec::new())),
         }
@@ -158,10 +162,55 @@ pub fn run(cmd: &InfoCommand) -> ExitCode {
     for f in failures {
         println!("  {}: {}", f.path.display(), f.error);
     }
+    if cmd.ops {
+        print_ops(&rt);
+    }
     if failed {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// Every op: its signature, then the kernels for it (device type, the platform they are bound
+/// to, who registered them, the dtypes they take when not all, a priority other than 0) and
+/// whether it has a decomposition — what runs an op on a device without a kernel for it.
+fn print_ops(rt: &Runtime) {
+    let names = rt.ops().names();
+    let kernels = rt.kernels().all();
+    println!("ops ({}):", names.len());
+    for name in names {
+        let Ok(op) = rt.ops().find(&name) else {
+            continue; // not unregistered meanwhile: ops are never removed
+        };
+        println!("  {}", op.def().signature());
+        let mut on: Vec<String> = kernels
+            .iter()
+            .filter(|k| k.op == name)
+            .map(|k| {
+                let mut notes = vec![k.source.clone()];
+                if !k.dtypes.is_empty() {
+                    let d: Vec<&str> = k.dtypes.iter().map(|d| d.name()).collect();
+                    notes.push(d.join(", "));
+                }
+                if k.priority != 0 {
+                    notes.push(format!("priority {}", k.priority));
+                }
+                format!("{} on {} ({})", k.device_type, k.binding, notes.join("; "))
+            })
+            .collect();
+        on.sort();
+        let decomposed = op.def().decomposition.is_some();
+        let line = match (on.is_empty(), decomposed) {
+            (true, true) => "no kernel: runs as its decomposition".to_string(),
+            (true, false) => "no kernel".to_string(),
+            (false, true) => format!(
+                "kernels: {}; elsewhere: its decomposition",
+                on.join(", ")
+            ),
+            (false, false) => format!("kernels: {}", on.join(", ")),
+        };
+        println!("      {line}");
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! - `devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS]` proves a device plugin's
 //!   conformance ([`check`]).
-//! - `devplug info [PLUGIN [-o KEY=VALUE]...]... [--no-env]` shows what a runtime sees: its
-//!   platforms, devices, loaded plugins and the plugins that failed to load, with why ([`info`]).
+//! - `devplug info [PLUGIN [-o KEY=VALUE]...]... [--no-env] [--ops]` shows what a runtime sees:
+//!   its platforms, devices, loaded plugins and the plugins that failed to load, with why; with
+//!   `--ops`, every op's signature and its kernels ([`info`]).
 //! - `devplug bench PLUGIN [-o KEY=VALUE]...` measures a plugin's copies, eager dispatch and
 //!   MatMul next to the CPU device's ([`bench`]).
 //!
@@ -16,7 +17,7 @@ mod info;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS]
-       devplug info [PLUGIN [-o KEY=VALUE]...]... [--no-env]
+       devplug info [PLUGIN [-o KEY=VALUE]...]... [--no-env] [--ops]
        devplug bench PLUGIN [-o KEY=VALUE]...
        devplug --version
 
@@ -30,6 +31,8 @@ const USAGE: &str = "usage: devplug check PLUGIN [-o KEY=VALUE]... [--timeout SE
            plugins it has, and the plugins that failed to load with the reason. The plugins'
            own log lines are shown (DEVPLUG_LOG=info unless set): a plugin that found no
            device says why there. Exit status 1 when a PLUGIN named here failed to load.
+           --ops also lists every op: its signature, the kernels for it (device type,
+           platform, source, dtypes) and whether it has a decomposition.
   bench    load PLUGIN and measure, on the first device of each of its platforms, copies of
            64 MiB (against memcpy), an eager Add of 16 f32 per op and MatMul 256^3 f32
            (against the CPU device), and MatMul by the device's own clock (against the
