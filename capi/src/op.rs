@@ -105,14 +105,14 @@ pub unsafe extern "C" fn dp_runtime_op_at(
         // SAFETY: the caller's contract.
         let rt = unsafe { runtime_obj(runtime)? };
         check_out(out_op, "out_op")?;
-        let names = rt.runtime().ops().names();
-        let name = names.get(index).ok_or_else(|| {
+        let ops = rt.runtime().ops();
+        let op = ops.at(index).ok_or_else(|| {
             devplug_core::Error::out_of_range(format!(
                 "op index {index} is past the end: the runtime has {} op(s)",
-                names.len()
+                ops.len()
             ))
         })?;
-        let h = rt.op_handle(name, |op| handle::new::<dp_op_t>(OpObj::new(op)))?;
+        let h = rt.op_handle(op.name(), |op| handle::new::<dp_op_t>(OpObj::new(op)))?;
         // SAFETY: the caller's contract.
         unsafe { write_out(out_op, "out_op", h) }
     })

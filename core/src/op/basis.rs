@@ -438,6 +438,17 @@ mod tests {
     }
 
     #[test]
+    fn ops_are_listed_by_index_in_name_order() {
+        let r = OpRegistry::with_basis();
+        let names = r.names();
+        assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
+        for (i, n) in names.iter().enumerate() {
+            assert_eq!(r.at(i).unwrap().name(), n);
+        }
+        assert!(r.at(names.len()).is_none());
+    }
+
+    #[test]
     fn signatures_read_as_the_op_notation() {
         let r = OpRegistry::with_basis();
         let sig = |name: &str| r.find(name).unwrap().def().signature();

@@ -381,9 +381,16 @@ impl OpHandle {
 
 /// All ops of a runtime.
 pub struct OpRegistry {
-    ops: RwLock<HashMap<String, OpHandle>>,
+    ops: RwLock<Ops>,
     /// Unique in the process (never 0): the handles it made carry it.
     id: u64,
+}
+
+/// The ops by name, and in name order (for listing by index).
+#[derive(Default)]
+struct Ops {
+    by_name: HashMap<String, OpHandle>,
+    sorted: Vec<OpHandle>,
 }
 
 impl Default for OpRegistry {
@@ -418,25 +425,28 @@ impl OpRegistry {
     pub fn register(&self, def: OpDef) -> Result<OpHandle> {
         validate(&def)?;
         let mut ops = self.ops.write();
-        if ops.contains_key(&def.name) {
+        if ops.by_name.contains_key(&def.name) {
             return Err(Error::already_exists(format!(
                 "op '{}' is already registered",
                 def.name
             )));
         }
         let h = OpHandle(Arc::new(OpEntry {
-            index: ops.len(),
+            index: ops.by_name.len(),
             registry: self.id,
             sig: Signature::of(&def),
             def,
         }));
-        ops.insert(h.name().to_string(), h.clone());
+        ops.by_name.insert(h.name().to_string(), h.clone());
+        let at = ops.sorted.partition_point(|o| o.name() < h.name());
+        ops.sorted.insert(at, h.clone());
         Ok(h)
     }
 
     pub fn find(&self, name: &str) -> Result<OpHandle> {
         self.ops
             .read()
+            .by_name
             .get(name)
             .cloned()
             .ok_or_else(|| Error::not_found(format!("unknown op '{name}'")))
@@ -444,13 +454,18 @@ impl OpRegistry {
 
     /// The names of all ops, sorted.
     pub fn names(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.ops.read().keys().cloned().collect();
-        v.sort();
-        v
+        let ops = self.ops.read();
+        ops.sorted.iter().map(|o| o.name().to_string()).collect()
+    }
+
+    /// The op at `index` in name order (as [`OpRegistry::names`] lists them); `None` past the
+    /// end. An op registered meanwhile shifts the indexes after it.
+    pub fn at(&self, index: usize) -> Option<OpHandle> {
+        self.ops.read().sorted.get(index).cloned()
     }
 
     pub fn len(&self) -> usize {
-        self.ops.read().len()
+        self.ops.read().by_name.len()
     }
 
     pub fn is_empty(&self) -> bool {
