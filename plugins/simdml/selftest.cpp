@@ -50,6 +50,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -658,6 +659,12 @@ void test_device(const Registered& reg) {
   CHECK(contains(take_error(), "memset_async"));
   CHECK_OK(se->event_status(d, e, &st));
   CHECK(st == DPP_EVENT_ERROR);
+  // SIMDML's event_synchronize fails for such an event, with the stream's error.
+  CHECK_STATUS(se->event_synchronize(d, e), DPP_INVALID_ARGUMENT);
+  {
+    const std::string m = take_error();
+    CHECK(contains(m, "the stream failed before reaching the event") && contains(m, "memset_async"));
+  }
   {
     // An event reached after its stream failed has no time.
     int64_t ns = 5;
@@ -680,6 +687,49 @@ void test_device(const Registered& reg) {
   CHECK_STATUS(se->create_stream(d, nullptr), DPP_INVALID_ARGUMENT);
   CHECK_STATUS(se->event_status(d, e, nullptr), DPP_INVALID_ARGUMENT);
   CHECK(!take_error().empty());
+
+  // ---- A stream destroyed inside one of its own host callbacks ------------------------------
+  // (the host may do that). Its worker cannot join itself: the stream goes, the work queued
+  // behind the callback still runs, nothing hangs, and synchronize_all no longer sees it.
+  {
+    struct SelfDestroy {
+      const dpp_stream_executor_t* se;
+      void* device;
+      void* stream;
+      std::atomic<bool> done{false};
+    };
+    void* s3 = nullptr;
+    CHECK_OK(se->create_stream(d, &s3));
+    SelfDestroy sd{se, d, s3};
+    Recorder rec3;
+    CallbackArg cb4{&rec3, 4, nullptr, 0};
+    Gate gate4;
+    CHECK_OK(se->host_callback(d, s3, gate_callback, &gate4));
+    CHECK_OK(se->host_callback(
+        d, s3,
+        [](void* p) {
+          auto* x = static_cast<SelfDestroy*>(p);
+          x->se->destroy_stream(x->device, x->stream);
+          x->done = true;
+        },
+        &sd));
+    CHECK_OK(se->memset_async(d, s3, bufB, 0x55, n));
+    CHECK_OK(se->host_callback(d, s3, record_callback, &cb4));
+    gate4.release();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    bool ran = false;
+    while (!ran && std::chrono::steady_clock::now() < until) {
+      {
+        std::lock_guard<std::mutex> lock(rec3.mu);
+        ran = rec3.order == std::vector<int>{4};
+      }
+      if (!ran) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHECK(ran && sd.done.load());
+    CHECK_OK(se->memcpy_dtoh(d, dst.data(), bufB, n));
+    CHECK(dst == std::vector<uint8_t>(n, 0x55));  // the memset behind the callback ran
+    CHECK_OK(se->synchronize_all(d));
+  }
 
   // ---- Destroy everything ------------------------------------------------------------------
   // A stream destroyed with work pending waits for it (the callback still runs, once).

@@ -5,8 +5,9 @@
 // - device memory is a host arena the runtime must not dereference (platform flags 0): its
 //   addresses live in a fake address space, 0x44D0000000000000 + offset, and every access is
 //   checked against the live allocations;
-// - every stream is a worker thread with a queue, so work is asynchronous to the host and a
-//   missing synchronization gives wrong results; events and host callbacks are ordered on it;
+// - every stream is a worker thread with a queue (devplug/plugin_worker.hpp's WorkerStream),
+//   so work is asynchronous to the host and a missing synchronization gives wrong results;
+//   events and host callbacks are ordered on it;
 // - every executor function is implemented, the optional ones included (pinned host memory,
 //   unified memory addressable from both sides, memory usage, allocator statistics, and
 //   timed events (ABI 1.4): the host's steady_clock when a stream reaches an event);
@@ -27,22 +28,20 @@
 //   throw_in_init=1     init throws a std::runtime_error (shows exceptions becoming errors)
 //   throw_in_kernel=1   every kernel throws a std::runtime_error when called (likewise)
 #include <devplug/plugin.hpp>
+#include <devplug/plugin_worker.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <deque>
-#include <functional>
 #include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -54,6 +53,9 @@ namespace {
 namespace dp = devplug::plugin;
 using dp::Addr;
 using dp::Error;
+using dp::worker::WorkerEvent;
+using dp::worker::WorkerStream;
+using dp::worker::WorkerStreams;
 
 /** Device addresses are kAddressBase + the offset into the device's arena. */
 constexpr Addr kAddressBase = 0x44D0000000000000ull;
@@ -236,208 +238,6 @@ class Arena {
 };
 
 // ------------------------------------------------------------------------------------------
-// Streams and events
-// ------------------------------------------------------------------------------------------
-
-/** Nanoseconds of the device clock: the host's steady_clock (every device shares it). */
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-/** A point in a stream: signalled when the stream reaches it, with the stream's error then
- *  and the time (now_ns) it was reached. */
-class Marker {
- public:
-  void signal(dpp_status_t code, std::string message) {
-    const int64_t t = now_ns();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-      code_ = code;
-      message_ = std::move(message);
-      reached_ns_ = t;
-    }
-    cv_.notify_all();
-  }
-  /** When the stream reached it; throws Error::failed_precondition, naming @p what, when it
-   *  is still pending or the stream had failed by then. */
-  int64_t reached_ns(const std::string& what) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!done_) throw Error::failed_precondition(what + " is still pending (its stream has not reached the record)");
-    if (code_ != DPP_OK) {
-      throw Error::failed_precondition(what + " reports an error: its stream failed before reaching it: " + message_);
-    }
-    return reached_ns_;
-  }
-  /** Waits until reached; returns the stream's error status at that point. */
-  dpp_status_t wait(std::string* message = nullptr) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
-    if (message != nullptr) *message = message_;
-    return code_;
-  }
-  dp::EventStatus status() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!done_) return dp::EventStatus::Pending;
-    return code_ == DPP_OK ? dp::EventStatus::Complete : dp::EventStatus::Error;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  dpp_status_t code_ = DPP_OK;
-  std::string message_;
-  int64_t reached_ns_ = 0;
-};
-
-/**
- * A stream's worker thread and its queue. The first error a task throws is kept until
- * synchronize() reports it; later work still runs (host callbacks must run exactly once).
- */
-class Worker {
- public:
-  using Task = std::function<void()>;
-
-  Worker(std::string label, std::chrono::microseconds latency)
-      : label_(std::move(label)), latency_(latency), thread_([this] { run(); }) {}
-
-  /** Drains the queue, then stops the thread. */
-  ~Worker() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.get_id() == std::this_thread::get_id()) {
-      thread_.detach();  // the last reference went away inside one of our own tasks
-    } else {
-      thread_.join();
-    }
-  }
-
-  /** Appends @p task; @p device_work tasks get the simulated latency. */
-  void enqueue(Task task, bool device_work) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(Item{std::move(task), device_work});
-    }
-    cv_.notify_one();
-  }
-
-  /** A marker the worker signals when it reaches the current end of the queue. */
-  std::shared_ptr<Marker> mark() {
-    auto m = std::make_shared<Marker>();
-    enqueue(
-        [this, m] {
-          dpp_status_t code;
-          std::string message;
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            code = error_code_;
-            message = error_message_;
-          }
-          m->signal(code, std::move(message));
-        },
-        false);
-    return m;
-  }
-
-  /** Waits for the work enqueued so far, errors or not. */
-  void drain() { mark()->wait(); }
-
-  /** Waits for the work enqueued so far; throws (and clears) the first error it met. */
-  void synchronize() {
-    drain();
-    std::lock_guard<std::mutex> lock(mu_);
-    if (error_code_ != DPP_OK) {
-      Error e(error_code_, error_message_);
-      error_code_ = DPP_OK;
-      error_message_.clear();
-      throw e;
-    }
-  }
-
- private:
-  struct Item {
-    Task task;
-    bool device_work;
-  };
-
-  void run() {
-    for (;;) {
-      Item item;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stop_ and drained
-        item = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      if (item.device_work && latency_.count() > 0) std::this_thread::sleep_for(latency_);
-      dpp_status_t code = DPP_OK;
-      std::string message;
-      try {
-        item.task();
-      } catch (const Error& e) {
-        code = e.code();
-        message = e.message();
-      } catch (const std::exception& e) {
-        code = DPP_INTERNAL;
-        message = e.what();
-      } catch (...) {
-        code = DPP_INTERNAL;
-        message = "unknown C++ exception";
-      }
-      if (code != DPP_OK) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (error_code_ == DPP_OK) {
-          error_code_ = code;
-          error_message_ = label_ + ": " + message;
-        }
-      }
-    }
-  }
-
-  const std::string label_;
-  const std::chrono::microseconds latency_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Item> queue_;
-  bool stop_ = false;
-  dpp_status_t error_code_ = DPP_OK;
-  std::string error_message_;
-  std::thread thread_;  // last: started after everything above exists
-};
-
-class DmlStream : public dp::Stream {
- public:
-  explicit DmlStream(std::shared_ptr<Worker> w) : worker(std::move(w)) {}
-  std::shared_ptr<Worker> worker;
-};
-
-class DmlEvent : public dp::Event {
- public:
-  void set(std::shared_ptr<Marker> m) {
-    std::lock_guard<std::mutex> lock(mu_);
-    marker_ = std::move(m);
-  }
-  /** The marker of the last record, or null when never recorded. */
-  std::shared_ptr<Marker> get() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return marker_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::shared_ptr<Marker> marker_;
-};
-
-Worker& worker_of(dp::Stream& s) { return *static_cast<DmlStream&>(s).worker; }
-DmlEvent& event_of(dp::Event& e) { return static_cast<DmlEvent&>(e); }
-
-// ------------------------------------------------------------------------------------------
 // Device
 // ------------------------------------------------------------------------------------------
 
@@ -446,7 +246,8 @@ class DmlDevice : public dp::Device {
   DmlDevice(const Config& config, int ordinal)
       : label_(config.platform + ":" + std::to_string(ordinal)),
         config_(config),
-        arena_(std::make_shared<Arena>(label_, config.memory)) {}
+        arena_(std::make_shared<Arena>(label_, config.memory)),
+        streams_(label_) {}
 
   /** "SIMDML:0": for messages. */
   const std::string& label() const { return label_; }
@@ -492,120 +293,94 @@ class DmlDevice : public dp::Device {
     if (size != 0) std::memset(d, value, static_cast<size_t>(size));
   }
 
-  // -- Streams: checked now (a synchronous error), re-checked when the stream gets there --
-  std::unique_ptr<dp::Stream> create_stream() override {
-    auto w = std::make_shared<Worker>(label_ + " stream " + std::to_string(++streams_made_), config_.latency);
-    {
-      std::lock_guard<std::mutex> lock(workers_mu_);
-      workers_.erase(std::remove_if(workers_.begin(), workers_.end(),
-                                    [](const std::weak_ptr<Worker>& x) { return x.expired(); }),
-                     workers_.end());
-      workers_.push_back(w);
-    }
-    return std::make_unique<DmlStream>(std::move(w));
-  }
-  void destroy_stream(std::unique_ptr<dp::Stream> stream) override {
-    // Waits for the work; an error nobody synchronized for goes with the stream.
-    worker_of(*stream).drain();
-  }
-  void synchronize_stream(dp::Stream& stream) override { worker_of(stream).synchronize(); }
+  // -- Streams: devplug/plugin_worker.hpp's worker streams ---------------------------------
+  std::unique_ptr<dp::Stream> create_stream() override { return streams_.create(); }
+  // ~WorkerStream runs what is queued, then joins its worker (from a host callback of the
+  // stream itself, it lets the worker finish alone); an error nobody synchronized for goes
+  // with the stream.
+  void destroy_stream(std::unique_ptr<dp::Stream> /*stream*/) override {}
+  void synchronize_stream(dp::Stream& stream) override { WorkerStream::of(stream).synchronize(); }
   void stream_wait_stream(dp::Stream& stream, dp::Stream& other) override {
-    if (&stream == &other) return;
-    std::shared_ptr<Marker> m = worker_of(other).mark();
-    worker_of(stream).enqueue([m] { m->wait(); }, false);
+    WorkerStream::of(stream).wait_stream(WorkerStream::of(other));
   }
+  void host_callback(dp::Stream& stream, dp::HostCallback callback) override {
+    WorkerStream::of(stream).host_callback(std::move(callback));
+  }
+
+  // -- Asynchronous work: checked now (a synchronous error), re-checked when the stream gets
+  //    there (an error of the stream), after the simulated latency ----------------------------
   void memcpy_htod_async(dp::Stream& stream, Addr dst, const void* src, uint64_t size) override {
     arena_->resolve(dst, size, "memcpy_htod_async dst");
-    worker_of(stream).enqueue(
-        [a = arena_, dst, src, size] { move_bytes(a->resolve(dst, size, "memcpy_htod_async dst"), src, size); }, true);
+    enqueue_work(WorkerStream::of(stream), [a = arena_, dst, src, size] {
+      move_bytes(a->resolve(dst, size, "memcpy_htod_async dst"), src, size);
+    });
   }
   void memcpy_dtoh_async(dp::Stream& stream, void* dst, Addr src, uint64_t size) override {
     arena_->resolve(src, size, "memcpy_dtoh_async src");
-    worker_of(stream).enqueue(
-        [a = arena_, dst, src, size] { move_bytes(dst, a->resolve(src, size, "memcpy_dtoh_async src"), size); }, true);
+    enqueue_work(WorkerStream::of(stream), [a = arena_, dst, src, size] {
+      move_bytes(dst, a->resolve(src, size, "memcpy_dtoh_async src"), size);
+    });
   }
   void memcpy_dtod_async(dp::Stream& stream, Addr dst, Addr src, uint64_t size) override {
     arena_->resolve(dst, size, "memcpy_dtod_async dst");
     arena_->resolve(src, size, "memcpy_dtod_async src");
-    worker_of(stream).enqueue(
-        [a = arena_, dst, src, size] {
-          uint8_t* d = a->resolve(dst, size, "memcpy_dtod_async dst");
-          move_bytes(d, a->resolve(src, size, "memcpy_dtod_async src"), size);
-        },
-        true);
+    enqueue_work(WorkerStream::of(stream), [a = arena_, dst, src, size] {
+      uint8_t* d = a->resolve(dst, size, "memcpy_dtod_async dst");
+      move_bytes(d, a->resolve(src, size, "memcpy_dtod_async src"), size);
+    });
   }
   void memset_async(dp::Stream& stream, Addr dst, uint8_t value, uint64_t size) override {
     arena_->resolve(dst, size, "memset_async dst");
-    worker_of(stream).enqueue(
-        [a = arena_, dst, value, size] {
-          uint8_t* d = a->resolve(dst, size, "memset_async dst");
-          if (size != 0) std::memset(d, value, static_cast<size_t>(size));
-        },
-        true);
-  }
-  void host_callback(dp::Stream& stream, dp::HostCallback callback) override {
-    worker_of(stream).enqueue([callback] { callback(); }, false);
+    enqueue_work(WorkerStream::of(stream), [a = arena_, dst, value, size] {
+      uint8_t* d = a->resolve(dst, size, "memset_async dst");
+      if (size != 0) std::memset(d, value, static_cast<size_t>(size));
+    });
   }
 
-  // -- Events ---------------------------------------------------------------------------
-  std::unique_ptr<dp::Event> create_event() override { return std::make_unique<DmlEvent>(); }
-  void record_event(dp::Stream& stream, dp::Event& event) override { event_of(event).set(worker_of(stream).mark()); }
-  dp::EventStatus event_status(dp::Event& event) override {
-    std::shared_ptr<Marker> m = event_of(event).get();
-    return m ? m->status() : dp::EventStatus::Complete;
+  /** Enqueues device work (a copy, a memset, a kernel's arithmetic) on @p stream, after the
+   *  simulated latency (load option latency_us). */
+  template <class F>
+  void enqueue_work(WorkerStream& stream, F&& work) const {
+    stream.enqueue([latency = config_.latency, work = std::forward<F>(work)]() mutable {
+      if (latency.count() > 0) std::this_thread::sleep_for(latency);
+      work();
+    });
   }
+
+  // -- Events -----------------------------------------------------------------------------
+  std::unique_ptr<dp::Event> create_event() override { return std::make_unique<WorkerEvent>(); }
+  void record_event(dp::Stream& stream, dp::Event& event) override {
+    WorkerStream::of(stream).record(WorkerEvent::of(event));
+  }
+  dp::EventStatus event_status(dp::Event& event) override { return WorkerEvent::of(event).status(); }
   void stream_wait_event(dp::Stream& stream, dp::Event& event) override {
-    std::shared_ptr<Marker> m = event_of(event).get();
-    if (m) worker_of(stream).enqueue([m] { m->wait(); }, false);
+    WorkerStream::of(stream).wait_event(WorkerEvent::of(event));
   }
+  // SIMDML also fails event_synchronize when the stream failed before reaching the event.
   void event_synchronize(dp::Event& event) override {
-    std::shared_ptr<Marker> m = event_of(event).get();
-    if (!m) return;
-    std::string message;
-    dpp_status_t code = m->wait(&message);
-    if (code != DPP_OK) throw Error(code, "the stream failed before reaching the event: " + message);
+    WorkerEvent& e = WorkerEvent::of(event);
+    e.synchronize();
+    if (std::optional<Error> failed = e.error()) {
+      throw Error(failed->code(), "the stream failed before reaching the event: " + std::string(failed->message()));
+    }
   }
-  // Events of any SIMDML device of the platform time alike: they share the host's clock.
+  // Events of any SIMDML device of the platform time alike: they share the host's steady_clock.
   int64_t event_elapsed_ns(dp::Event& start, dp::Event& end) override {
-    const int64_t s = reached_ns(start, "start");
-    return reached_ns(end, "end") - s;
+    try {
+      return WorkerEvent::of(start).elapsed_ns(WorkerEvent::of(end));
+    } catch (const Error& e) {
+      throw Error(e.code(), label_ + ": event_elapsed_ns: " + e.message());
+    }
   }
 
-  void synchronize_all() override {
-    std::vector<std::shared_ptr<Worker>> live;
-    {
-      std::lock_guard<std::mutex> lock(workers_mu_);
-      for (const auto& w : workers_) {
-        if (auto p = w.lock()) live.push_back(std::move(p));
-      }
-    }
-    std::unique_ptr<Error> first;
-    for (const auto& w : live) {
-      try {
-        w->synchronize();
-      } catch (const Error& e) {
-        if (!first) first = std::make_unique<Error>(e);
-      }
-    }
-    if (first) throw *first;
-  }
+  void synchronize_all() override { streams_.synchronize_all(); }
 
  private:
-  /** When the stream reached @p event's latest record (event_elapsed_ns). */
-  int64_t reached_ns(dp::Event& event, const char* which) const {
-    const std::string what = label_ + ": event_elapsed_ns: the " + which + " event";
-    std::shared_ptr<Marker> m = event_of(event).get();
-    if (!m) throw Error::failed_precondition(what + " was never recorded");
-    return m->reached_ns(what);
-  }
-
   const std::string label_;
   const Config config_;
   // Shared with queued tasks, so that work left on a leaked stream never touches freed memory.
   std::shared_ptr<Arena> arena_;
-  std::atomic<int> streams_made_{0};
-  std::mutex workers_mu_;
-  std::vector<std::weak_ptr<Worker>> workers_;
+  WorkerStreams streams_;  // threads named SIMDML:0-stream<n>
 };
 
 // ------------------------------------------------------------------------------------------
@@ -734,7 +509,7 @@ void elementwise_kernel(dp::KernelContext& cx, Op op, bool throw_in_kernel) {
     throw std::runtime_error("simdml: kernel " + cx.op() + " throws because load option throw_in_kernel=1 was given");
   }
   DmlDevice& dev = cx.device<DmlDevice>();
-  std::shared_ptr<Worker> worker = cx.stream<DmlStream>().worker;
+  WorkerStream& stream = cx.stream<WorkerStream>();
   const std::string what = dev.label() + ": " + cx.op();
   const bool binary = op != Op::Relu && op != Op::Swish;
   cx.check_arity(binary ? 2 : 1, 1);
@@ -759,19 +534,17 @@ void elementwise_kernel(dp::KernelContext& cx, Op op, bool throw_in_kernel) {
   const Operand zo = operand(dev, cx.op(), binary ? "z" : "y", z);
   const Plan plan = make_plan(x.shape(), y.shape(), shape);
   const std::string label = cx.op();
-  worker->enqueue(
-      [a = dev.arena(), op, dtype, plan, xo, yo, zo, binary, label] {
-        // Resolved again: the memory may have been freed since (an error of the stream then).
-        const uint8_t* xp = a->resolve(xo.addr, xo.size, (label + " x").c_str());
-        const uint8_t* yp = binary ? a->resolve(yo.addr, yo.size, (label + " y").c_str()) : nullptr;
-        uint8_t* zp = a->resolve(zo.addr, zo.size, (label + " output").c_str());
-        if (dtype == dp::DType::F32) {
-          run<float>(op, plan, xp, yp ? yp : xp, zp);
-        } else {
-          run<double>(op, plan, xp, yp ? yp : xp, zp);
-        }
-      },
-      true);
+  dev.enqueue_work(stream, [a = dev.arena(), op, dtype, plan, xo, yo, zo, binary, label] {
+    // Resolved again: the memory may have been freed since (an error of the stream then).
+    const uint8_t* xp = a->resolve(xo.addr, xo.size, (label + " x").c_str());
+    const uint8_t* yp = binary ? a->resolve(yo.addr, yo.size, (label + " y").c_str()) : nullptr;
+    uint8_t* zp = a->resolve(zo.addr, zo.size, (label + " output").c_str());
+    if (dtype == dp::DType::F32) {
+      run<float>(op, plan, xp, yp ? yp : xp, zp);
+    } else {
+      run<double>(op, plan, xp, yp ? yp : xp, zp);
+    }
+  });
 }
 
 void register_kernels(dp::Host& host, const Config& c) {
