@@ -615,6 +615,28 @@ impl Runtime {
         Ok(out)
     }
 
+    /// [`Runtime::run`] for an op with one output (every basis op): returns it.
+    /// `INVALID_ARGUMENT` for an op with several outputs (use [`Runtime::run`]).
+    pub fn run1(
+        &self,
+        op: &OpHandle,
+        inputs: &[Tensor],
+        attrs: &Attrs,
+        options: &RunOptions,
+    ) -> Result<Tensor> {
+        let n = op.def().outputs.len();
+        if n != 1 {
+            return Err(Error::invalid_argument(format!(
+                "{}: run1 returns one output, but the op has {n}; use run",
+                op.name()
+            )));
+        }
+        let mut out = Outputs::new();
+        crate::dispatch::run(self, op, inputs, attrs, options, &mut out)?;
+        out.pop()
+            .ok_or_else(|| Error::internal(format!("{}: the run returned no output", op.name())))
+    }
+
     /// [`Runtime::run`] appending the outputs to `out` (nothing is appended on error): lets a
     /// host reuse one output list across runs.
     pub fn run_into(

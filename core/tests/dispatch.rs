@@ -152,3 +152,50 @@ fn inputs_on_another_device_are_copied() {
     assert_eq!(out[0].to_vec::<f64>().unwrap(), [3.0, 8.0]);
     assert_eq!(out[0].dtype(), DType::F64);
 }
+
+#[test]
+fn rust_hosts_write_attributes_options_and_single_outputs_briefly() {
+    let rt = runtime();
+    let cpu1 = rt.find_device("CPU:1").unwrap();
+    let x = f32s(&rt, &[2, 3], &[1., 2., 3., 4., 5., 6.]);
+    let sum = rt.op("ReduceSum").unwrap();
+    // Rust values convert to attribute values.
+    let attrs = Attrs::new().with("axes", [1]).with("keep_dims", true);
+    assert_eq!(attrs.get("axes"), Some(&AttrValue::Ints(vec![1])));
+    let y = rt.run1(&sum, &[x.clone()], &attrs, &RunOptions::on(&cpu1)).unwrap();
+    assert_eq!((y.shape(), y.device().name()), (&[2i64, 1][..], "CPU:1"));
+    assert_eq!(y.to_vec::<f32>().unwrap(), [6., 15.]);
+    let mut a = Attrs::new();
+    a.set("k", 2.5f32).set("n", 3i32).set("mode", "fast").set("dtype", DType::F16);
+    a.set("v", vec![1i64, 2]).set("w", &[3i64][..]).set("s", String::from("x"));
+    assert_eq!(a.float("k").unwrap(), 2.5);
+    assert_eq!(a.int("n").unwrap(), 3);
+    assert_eq!(a.str("mode").unwrap(), "fast");
+    assert_eq!(a.dtype("dtype").unwrap(), DType::F16);
+    assert_eq!((a.ints("v").unwrap(), a.ints("w").unwrap()), (&[1i64, 2][..], &[3i64][..]));
+    // Wrong types read as such (no doubled articles).
+    assert_eq!(
+        a.str("n").unwrap_err().message,
+        "attribute 'n' must be a string, not an int"
+    );
+    assert_eq!(a.int("nope").unwrap_err().message, "attribute 'nope' is missing");
+    // Strict options refuse what only soft placement could run; run1 refuses several outputs.
+    let strict = RunOptions::on(&cpu1).strict();
+    assert_eq!(strict.soft_placement, Some(false));
+    assert_eq!(RunOptions::default().soft_placement(true).soft_placement, Some(true));
+    let two = rt
+        .register_op_text(&devplug_core::OpText {
+            name: "app.Two".into(),
+            inputs: "x: f32".into(),
+            outputs: "a: f32, b: f32".into(),
+            body: "a = Neg(x); b = Abs(x)".into(),
+            ..Default::default()
+        })
+        .unwrap();
+    let e = rt
+        .run1(&two, &[x.clone()], &Attrs::new(), &RunOptions::default())
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument);
+    assert!(e.message.contains("app.Two: run1 returns one output, but the op has 2"), "{e}");
+    assert_eq!(rt.run(&two, &[x], &Attrs::new(), &strict).unwrap().len(), 2);
+}

@@ -36,6 +36,34 @@ pub struct RunOptions {
     pub soft_placement: Option<bool>,
 }
 
+impl RunOptions {
+    /// Options that run the op on `device`: `rt.run(&op, &inputs, &attrs, &RunOptions::on(&gpu))`.
+    pub fn on(device: &Arc<Device>) -> RunOptions {
+        RunOptions {
+            device: Some(device.clone()),
+            soft_placement: None,
+        }
+    }
+
+    /// The same options in strict mode: no soft placement to the CPU for this run (an op the
+    /// device cannot run, natively or by its decomposition, is an error).
+    pub fn strict(self) -> RunOptions {
+        RunOptions {
+            soft_placement: Some(false),
+            ..self
+        }
+    }
+
+    /// The same options with soft placement to the CPU on or off for this run, whatever the
+    /// runtime's setting.
+    pub fn soft_placement(self, on: bool) -> RunOptions {
+        RunOptions {
+            soft_placement: Some(on),
+            ..self
+        }
+    }
+}
+
 fn key(op: &OpHandle, device: &Device, dtype: Option<DType>) -> u64 {
     (op.index() as u64) << 32 | (device.index() as u64) << 8 | dtype.map_or(0, |d| d as u64)
 }

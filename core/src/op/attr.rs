@@ -107,6 +107,36 @@ impl fmt::Display for AttrValue {
     }
 }
 
+/// Attribute values from Rust values: `Attrs::new().with("axes", [1]).with("keep_dims", true)`.
+macro_rules! attr_value_from {
+    ($($t:ty => |$v:ident| $e:expr),* $(,)?) => {
+        $(impl From<$t> for AttrValue {
+            fn from($v: $t) -> AttrValue {
+                $e
+            }
+        })*
+    };
+}
+
+attr_value_from! {
+    i64 => |v| AttrValue::Int(v),
+    i32 => |v| AttrValue::Int(v.into()),
+    f64 => |v| AttrValue::Float(v),
+    f32 => |v| AttrValue::Float(v.into()),
+    bool => |v| AttrValue::Bool(v),
+    Vec<i64> => |v| AttrValue::Ints(v),
+    &[i64] => |v| AttrValue::Ints(v.to_vec()),
+    DType => |v| AttrValue::DType(v),
+    String => |v| AttrValue::Str(v),
+    &str => |v| AttrValue::Str(v.to_string()),
+}
+
+impl<const N: usize> From<[i64; N]> for AttrValue {
+    fn from(v: [i64; N]) -> AttrValue {
+        AttrValue::Ints(v.to_vec())
+    }
+}
+
 /// An attribute an op declares.
 #[derive(Clone, Debug)]
 pub struct AttrDef {
@@ -125,8 +155,11 @@ impl Attrs {
         Attrs(Vec::new())
     }
 
-    /// Adds or replaces `name`.
-    pub fn set(&mut self, name: &str, value: AttrValue) -> &mut Attrs {
+    /// Adds or replaces `name`. `value` is an [`AttrValue`] or a Rust value that converts to
+    /// one: `i64`/`i32` (int), `f64`/`f32` (float), `bool`, `Vec<i64>`/`[i64; N]`/`&[i64]` (int
+    /// list), [`DType`], `&str`/`String` (string).
+    pub fn set(&mut self, name: &str, value: impl Into<AttrValue>) -> &mut Attrs {
+        let value = value.into();
         match self.0.iter_mut().find(|(n, _)| n == name) {
             Some(slot) => slot.1 = value,
             None => self.0.push((Cow::Owned(name.to_string()), value)),
@@ -134,8 +167,9 @@ impl Attrs {
         self
     }
 
-    /// Builder form of [`Attrs::set`].
-    pub fn with(mut self, name: &str, value: AttrValue) -> Attrs {
+    /// Builder form of [`Attrs::set`]:
+    /// `Attrs::new().with("axes", [1]).with("keep_dims", true)`.
+    pub fn with(mut self, name: &str, value: impl Into<AttrValue>) -> Attrs {
         self.set(name, value);
         self
     }
@@ -185,6 +219,14 @@ impl Attrs {
         match self.get(name) {
             Some(AttrValue::DType(v)) => Ok(*v),
             other => Err(wrong(name, "a dtype", other)),
+        }
+    }
+
+    /// A string attribute (`string` in op definitions).
+    pub fn str(&self, name: &str) -> Result<&str> {
+        match self.get(name) {
+            Some(AttrValue::Str(v)) => Ok(v),
+            other => Err(wrong(name, "a string", other)),
         }
     }
 
@@ -250,7 +292,7 @@ fn wrong(name: &str, want: &str, got: Option<&AttrValue>) -> Error {
     match got {
         None => Error::invalid_argument(format!("attribute '{name}' is missing")),
         Some(v) => Error::invalid_argument(format!(
-            "attribute '{name}' must be a {want}, not a {}",
+            "attribute '{name}' must be {want}, not {}",
             v.ty()
         )),
     }
