@@ -552,10 +552,35 @@ impl Runtime {
         self.ops.find(name)
     }
 
-    /// Registers an op (e.g. `vendor.op`).
+    /// Registers an op built in code ([`OpDef`]; [`Runtime::register_op_text`] takes the text
+    /// notation). `ALREADY_EXISTS` for a name the runtime has; `INVALID_ARGUMENT` for a name
+    /// that is not `namespace.Name` (e.g. `app.Swish`) or an inconsistent definition (a name
+    /// declared twice, a type variable allowing no dtype, a default of another type than its
+    /// attribute). Its shape function and decomposition are the op's contract: every run checks
+    /// the dtypes the shape function gives against the signature, and what the decomposition
+    /// returns against the shape function (`INVALID_ARGUMENT` naming the output otherwise).
     pub fn register_op(&self, def: OpDef) -> Result<OpHandle> {
         let _registering = self.registering.lock();
-        self.ops.register(def)
+        self.refuse_taken_op_name(&def.name)?;
+        if !crate::op::is_namespaced(&def.name) {
+            return Err(Error::invalid_argument(format!(
+                "op definition '{}': the name must be `namespace.Name` (letters, digits, `_`; \
+                 a namespace is required, e.g. `app.Swish`)",
+                def.name
+            )));
+        }
+        self.ops.register_unchecked(def)
+    }
+
+    /// `ALREADY_EXISTS` for the name of an op the runtime has, before any other check of a
+    /// definition (a basis name is taken, whatever else is wrong with the definition).
+    fn refuse_taken_op_name(&self, name: &str) -> Result<()> {
+        if self.ops.find(name).is_ok() {
+            return Err(Error::already_exists(format!(
+                "op '{name}' is already registered"
+            )));
+        }
+        Ok(())
     }
 
     /// Registers an op defined in text, the notation plugins use ([`crate::op::text`]): a
@@ -563,6 +588,7 @@ impl Runtime {
     /// decomposition, so it runs on every device. `INVALID_ARGUMENT` naming the op, the field
     /// and the statement for a mistake; `ALREADY_EXISTS` for a name the runtime has.
     pub fn register_op_text(&self, text: &crate::op::text::OpText) -> Result<OpHandle> {
+        self.refuse_taken_op_name(text.name.trim())?;
         let def = crate::op::text::parse(text, &|name| self.ops.find(name).ok())?;
         let _registering = self.registering.lock();
         self.ops.register(def)

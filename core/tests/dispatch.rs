@@ -162,27 +162,43 @@ fn rust_hosts_write_attributes_options_and_single_outputs_briefly() {
     // Rust values convert to attribute values.
     let attrs = Attrs::new().with("axes", [1]).with("keep_dims", true);
     assert_eq!(attrs.get("axes"), Some(&AttrValue::Ints(vec![1])));
-    let y = rt.run1(&sum, &[x.clone()], &attrs, &RunOptions::on(&cpu1)).unwrap();
+    let y = rt
+        .run1(&sum, &[x.clone()], &attrs, &RunOptions::on(&cpu1))
+        .unwrap();
     assert_eq!((y.shape(), y.device().name()), (&[2i64, 1][..], "CPU:1"));
     assert_eq!(y.to_vec::<f32>().unwrap(), [6., 15.]);
     let mut a = Attrs::new();
-    a.set("k", 2.5f32).set("n", 3i32).set("mode", "fast").set("dtype", DType::F16);
-    a.set("v", vec![1i64, 2]).set("w", &[3i64][..]).set("s", String::from("x"));
+    a.set("k", 2.5f32)
+        .set("n", 3i32)
+        .set("mode", "fast")
+        .set("dtype", DType::F16);
+    a.set("v", vec![1i64, 2])
+        .set("w", &[3i64][..])
+        .set("s", String::from("x"));
     assert_eq!(a.float("k").unwrap(), 2.5);
     assert_eq!(a.int("n").unwrap(), 3);
     assert_eq!(a.str("mode").unwrap(), "fast");
     assert_eq!(a.dtype("dtype").unwrap(), DType::F16);
-    assert_eq!((a.ints("v").unwrap(), a.ints("w").unwrap()), (&[1i64, 2][..], &[3i64][..]));
+    assert_eq!(
+        (a.ints("v").unwrap(), a.ints("w").unwrap()),
+        (&[1i64, 2][..], &[3i64][..])
+    );
     // Wrong types read as such (no doubled articles).
     assert_eq!(
         a.str("n").unwrap_err().message,
         "attribute 'n' must be a string, not an int"
     );
-    assert_eq!(a.int("nope").unwrap_err().message, "attribute 'nope' is missing");
+    assert_eq!(
+        a.int("nope").unwrap_err().message,
+        "attribute 'nope' is missing"
+    );
     // Strict options refuse what only soft placement could run; run1 refuses several outputs.
     let strict = RunOptions::on(&cpu1).strict();
     assert_eq!(strict.soft_placement, Some(false));
-    assert_eq!(RunOptions::default().soft_placement(true).soft_placement, Some(true));
+    assert_eq!(
+        RunOptions::default().soft_placement(true).soft_placement,
+        Some(true)
+    );
     let two = rt
         .register_op_text(&devplug_core::OpText {
             name: "app.Two".into(),
@@ -196,6 +212,153 @@ fn rust_hosts_write_attributes_options_and_single_outputs_briefly() {
         .run1(&two, &[x.clone()], &Attrs::new(), &RunOptions::default())
         .unwrap_err();
     assert_eq!(e.code, Code::InvalidArgument);
-    assert!(e.message.contains("app.Two: run1 returns one output, but the op has 2"), "{e}");
+    assert!(
+        e.message
+            .contains("app.Two: run1 returns one output, but the op has 2"),
+        "{e}"
+    );
     assert_eq!(rt.run(&two, &[x], &Attrs::new(), &strict).unwrap().len(), 2);
+}
+
+/// An op built in code: `y = f(x)` for `x: T` with `T: {f32}`, the given shape function and
+/// decomposition.
+fn coded_op(
+    name: &str,
+    shape_fn: devplug_core::op::ShapeFn,
+    decomposition: devplug_core::op::Decomposition,
+) -> devplug_core::OpDef {
+    use devplug_core::op::{ArgDef, ArgType, TypeVar};
+    devplug_core::OpDef {
+        name: name.into(),
+        inputs: vec![ArgDef {
+            name: "x",
+            ty: ArgType::Var("T"),
+            list: false,
+        }],
+        outputs: vec![ArgDef {
+            name: "y",
+            ty: ArgType::Var("T"),
+            list: false,
+        }],
+        type_vars: vec![TypeVar {
+            name: "T",
+            allowed: vec![DType::F32],
+        }],
+        attrs: vec![],
+        shape_fn,
+        decomposition: Some(decomposition),
+    }
+}
+
+#[test]
+fn ops_built_in_code_are_checked_like_text_ops() {
+    use devplug_core::op::{AttrDef, AttrType, Specs, TensorSpec, TypeVar};
+    let rt = runtime();
+    let same: devplug_core::op::ShapeFn =
+        Arc::new(|cx| Ok(Specs::from_elem(cx.inputs[0].to_spec()?, 1)));
+    let neg: devplug_core::op::Decomposition = Arc::new(|e, x, _| e.op("Neg", x, &Attrs::new()));
+    let def = |name: &str| coded_op(name, same.clone(), neg.clone());
+    let refused = |d: devplug_core::OpDef| rt.register_op(d).unwrap_err();
+
+    // A name the runtime has is taken, whatever the path; a name needs a namespace.
+    assert_eq!(refused(def("Relu")).code, Code::AlreadyExists);
+    let text = devplug_core::OpText {
+        name: "Add".into(),
+        ..Default::default()
+    };
+    let e = rt.register_op_text(&text).unwrap_err();
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (Code::AlreadyExists, "op 'Add' is already registered")
+    );
+    let e = refused(def("NoNamespace"));
+    assert_eq!(e.code, Code::InvalidArgument);
+    assert!(e.message.contains("`namespace.Name`"), "{e}");
+
+    // Inconsistent definitions.
+    let mut d = def("app.Twice");
+    d.outputs[0].name = "x";
+    assert!(refused(d).message.contains("'x' is declared twice"));
+    let mut d = def("app.Empty");
+    d.type_vars = vec![TypeVar {
+        name: "T",
+        allowed: vec![],
+    }];
+    assert!(refused(d)
+        .message
+        .contains("type variable 'T' allows no dtype"));
+    let mut d = def("app.Default");
+    d.attrs = vec![AttrDef {
+        name: "k",
+        ty: AttrType::Float,
+        default: Some(AttrValue::Str("two".into())),
+    }];
+    let e = refused(d);
+    assert!(
+        e.message
+            .contains("attribute 'k' is a float but its default \"two\" is a string"),
+        "{e}"
+    );
+    let mut d = def("app.IntDefault");
+    d.attrs = vec![AttrDef {
+        name: "k",
+        ty: AttrType::Float,
+        default: Some(AttrValue::Int(2)),
+    }];
+    rt.register_op(d)
+        .expect("an int default for a float attribute");
+
+    // A shape function that contradicts the signature fails the run, naming the output.
+    let x = f32s(&rt, &[2], &[1., -2.]);
+    let run = |name: &str| {
+        rt.run1(
+            &rt.op(name).unwrap(),
+            &[x.clone()],
+            &Attrs::new(),
+            &RunOptions::default(),
+        )
+    };
+    let wrong_dtype: devplug_core::op::ShapeFn = Arc::new(|cx| {
+        Ok(Specs::from_elem(
+            TensorSpec::new(DType::I64, cx.inputs[0].shape)?,
+            1,
+        ))
+    });
+    rt.register_op(coded_op("app.WrongDtype", wrong_dtype, neg.clone()))
+        .unwrap();
+    let e = run("app.WrongDtype").unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument);
+    assert_eq!(
+        e.message,
+        "op 'app.WrongDtype': its shape function gives i64 for output 'y', but the signature makes it f32"
+    );
+    let none: devplug_core::op::ShapeFn = Arc::new(|_| Ok(Specs::new()));
+    rt.register_op(coded_op("app.NoSpecs", none, neg.clone()))
+        .unwrap();
+    assert!(run("app.NoSpecs")
+        .unwrap_err()
+        .message
+        .contains("gives 0 output(s), but the op declares 1"));
+
+    // A decomposition that returns other than its shape function said fails too.
+    let liar: devplug_core::op::Decomposition = Arc::new(|e, x, _| {
+        let twice = e.op("Concat", &[x[0].clone(), x[0].clone()], &Attrs::new())?;
+        e.op("Cast", &twice, &Attrs::new().with("dtype", DType::I32))
+    });
+    rt.register_op(coded_op("app.Liar", same.clone(), liar))
+        .unwrap();
+    let e = run("app.Liar").unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument);
+    assert!(
+        e.message.contains(
+            "op 'app.Liar': its decomposition returned i32 [4] for output 'y'; its shape function says f32 [2]"
+        ),
+        "{e}"
+    );
+    // An honest one runs.
+    rt.register_op(def("app.Honest")).unwrap();
+    assert_eq!(
+        run("app.Honest").unwrap().to_vec::<f32>().unwrap(),
+        [-1., 2.]
+    );
 }

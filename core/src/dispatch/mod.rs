@@ -214,6 +214,9 @@ fn execute(
         inputs: specs,
         attrs: &attrs,
     })?;
+    if op.0.check_specs {
+        crate::op::check_specs(def, specs, &attrs, &outputs)?;
+    }
     let kernel_dtype = dtype.or_else(|| outputs.first().map(|o| o.dtype));
     let key = key(op, device, kernel_dtype);
     let generation = rt.kernels().generation();
@@ -251,6 +254,7 @@ fn execute(
                         device.qualified_name()
                     ))
                 })?;
+                check_decomposed(def, &outputs, &results)?;
                 out.extend(results);
                 if let Some(begun) = begun {
                     let device = device.qualified_name();
@@ -286,6 +290,38 @@ fn execute(
                 Err(no_kernel(rt, op, device, kernel_dtype, soft))
             }
         })
+}
+
+/// What a decomposition returned must be what the op's shape function said (a kernel's outputs
+/// are allocated from it): the same op gives the same dtypes and shapes on every device.
+fn check_decomposed(
+    def: &crate::op::OpDef,
+    specs: &[crate::op::TensorSpec],
+    results: &[Tensor],
+) -> Result<()> {
+    if results.len() != specs.len() {
+        return Err(Error::invalid_argument(format!(
+            "op '{}': its decomposition returned {} output(s); its shape function gives {}",
+            def.name,
+            results.len(),
+            specs.len()
+        )));
+    }
+    for ((t, spec), arg) in results.iter().zip(specs).zip(&def.outputs) {
+        if t.dtype() != spec.dtype || t.shape() != &spec.shape[..] {
+            return Err(Error::invalid_argument(format!(
+                "op '{}': its decomposition returned {} {:?} for output '{}'; its shape \
+                 function says {} {:?}",
+                def.name,
+                t.dtype(),
+                t.shape(),
+                arg.name,
+                spec.dtype,
+                &spec.shape[..]
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn no_kernel(

@@ -291,9 +291,8 @@ impl Attrs {
 fn wrong(name: &str, want: &str, got: Option<&AttrValue>) -> Error {
     match got {
         None => Error::invalid_argument(format!("attribute '{name}' is missing")),
-        Some(v) => Error::invalid_argument(format!(
-            "attribute '{name}' must be {want}, not {}",
-            v.ty()
-        )),
+        Some(v) => {
+            Error::invalid_argument(format!("attribute '{name}' must be {want}, not {}", v.ty()))
+        }
     }
 }

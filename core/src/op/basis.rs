@@ -472,6 +472,10 @@ mod tests {
             "Fill(; shape: ints, value: float, dtype: dtype = f32) -> (y: @dtype)"
         );
         assert!(sig("ReduceSum").contains("; axes: ints = [], keep_dims: bool = false)"));
-        assert!(sig("Select").starts_with("Select(condition: bool, "), "{}", sig("Select"));
+        assert!(
+            sig("Select").starts_with("Select(condition: bool, "),
+            "{}",
+            sig("Select")
+        );
     }
 }

@@ -231,6 +231,10 @@ pub(crate) struct OpEntry {
     registry: u64,
     pub(crate) def: OpDef,
     sig: Signature,
+    /// Whether dispatch checks the shape function's output dtypes against the signature: for
+    /// ops a host built in code ([`OpRegistry::register_unchecked`]); the basis set's are
+    /// tested and text ops' follow from their body.
+    pub(crate) check_specs: bool,
 }
 
 /// What an input's dtype must be, resolved at registration for the dispatch hot path.
@@ -364,6 +368,7 @@ impl OpHandle {
             index: usize::MAX,
             registry: 0,
             sig: Signature::of(&def),
+            check_specs: false,
             def,
         }))
     }
@@ -423,6 +428,16 @@ impl OpRegistry {
 
     /// Registers an op; refused when the name is taken or the definition is inconsistent.
     pub fn register(&self, def: OpDef) -> Result<OpHandle> {
+        self.register_as(def, false)
+    }
+
+    /// [`OpRegistry::register`] for an op whose shape function nothing vouches for (built in
+    /// code by a host): dispatch checks the dtypes it gives against the signature.
+    pub(crate) fn register_unchecked(&self, def: OpDef) -> Result<OpHandle> {
+        self.register_as(def, true)
+    }
+
+    fn register_as(&self, def: OpDef, check_specs: bool) -> Result<OpHandle> {
         validate(&def)?;
         let mut ops = self.ops.write();
         if ops.by_name.contains_key(&def.name) {
@@ -435,6 +450,7 @@ impl OpRegistry {
             index: ops.by_name.len(),
             registry: self.id,
             sig: Signature::of(&def),
+            check_specs,
             def,
         }));
         ops.by_name.insert(h.name().to_string(), h.clone());
@@ -473,6 +489,17 @@ impl OpRegistry {
     }
 }
 
+/// Whether `name` is `namespace.Name` (dot-separated parts of letters, digits and `_`, each
+/// starting with a letter): what ops that hosts and plugins define are named.
+pub(crate) fn is_namespaced(name: &str) -> bool {
+    name.split('.').count() >= 2
+        && name.split('.').all(|p| {
+            let mut c = p.chars();
+            c.next().is_some_and(|c| c.is_ascii_alphabetic())
+                && c.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+}
+
 fn validate(def: &OpDef) -> Result<()> {
     let bad = |why: String| {
         Err(Error::invalid_argument(format!(
@@ -486,6 +513,46 @@ fn validate(def: &OpDef) -> Result<()> {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
     if !name_ok {
         return bad("the name must match [A-Za-z][A-Za-z0-9_.]*".into());
+    }
+    // Every name an op declares is its own: an input, an output, an attribute.
+    let names = def
+        .inputs
+        .iter()
+        .chain(&def.outputs)
+        .map(|a| a.name)
+        .chain(def.attrs.iter().map(|a| a.name));
+    let mut seen: Vec<&str> = Vec::new();
+    for n in names {
+        if seen.contains(&n) {
+            return bad(format!(
+                "'{n}' is declared twice (inputs, outputs and attributes need distinct names)"
+            ));
+        }
+        seen.push(n);
+    }
+    if def.outputs.is_empty() {
+        return bad("the op must have at least one output".into());
+    }
+    for (i, t) in def.type_vars.iter().enumerate() {
+        if t.allowed.is_empty() {
+            return bad(format!("type variable '{}' allows no dtype", t.name));
+        }
+        if def.type_vars[..i].iter().any(|u| u.name == t.name) {
+            return bad(format!("type variable '{}' is declared twice", t.name));
+        }
+    }
+    for a in &def.attrs {
+        if let Some(d) = &a.default {
+            let fits = d.ty() == a.ty || (a.ty == AttrType::Float && d.ty() == AttrType::Int);
+            if !fits {
+                return bad(format!(
+                    "attribute '{}' is {} but its default {d} is {}",
+                    a.name,
+                    a.ty,
+                    d.ty()
+                ));
+            }
+        }
     }
     for (i, a) in def.inputs.iter().enumerate() {
         if a.list && i + 1 != def.inputs.len() {
@@ -551,6 +618,47 @@ pub(crate) fn check_arity(def: &OpDef, count: usize) -> Result<usize> {
         )));
     }
     Ok(fixed)
+}
+
+/// Checks what an op's shape function gave against its signature: one spec per output, each
+/// of the dtype its declaration makes it (a type variable's binding by the inputs, a fixed
+/// dtype, a dtype attribute's value). `attrs` are complete.
+pub(crate) fn check_specs(
+    def: &OpDef,
+    inputs: &[SpecRef],
+    attrs: &Attrs,
+    specs: &[TensorSpec],
+) -> Result<()> {
+    let bad = |why: String| {
+        Error::invalid_argument(format!("op '{}': its shape function {why}", def.name))
+    };
+    if specs.len() != def.outputs.len() {
+        return Err(bad(format!(
+            "gives {} output(s), but the op declares {}",
+            specs.len(),
+            def.outputs.len()
+        )));
+    }
+    for (spec, out) in specs.iter().zip(&def.outputs) {
+        let want = match out.ty {
+            ArgType::Fixed(d) => Some(d),
+            ArgType::Attr(n) => attrs.dtype(n).ok(),
+            // The binding of the first input of that variable (inputs passed check_inputs).
+            ArgType::Var(v) => def
+                .inputs
+                .iter()
+                .position(|a| matches!(a.ty, ArgType::Var(w) if same_name(w, v)))
+                .and_then(|i| inputs.get(i))
+                .map(|s| s.dtype),
+        };
+        if let Some(want) = want.filter(|w| *w != spec.dtype) {
+            return Err(bad(format!(
+                "gives {} for output '{}', but the signature makes it {want}",
+                spec.dtype, out.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DType>> {

@@ -204,13 +204,7 @@ pub fn parse(text: &OpText, lookup: &dyn Fn(&str) -> Option<OpHandle>) -> Result
     let name = text.name.trim();
     let fail =
         |field: &str, why: String| Error::invalid_argument(format!("op '{name}': {field}: {why}"));
-    let ns_ok = name.split('.').count() >= 2
-        && name.split('.').all(|p| {
-            let mut c = p.chars();
-            c.next().is_some_and(|c| c.is_ascii_alphabetic())
-                && c.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        });
-    if !ns_ok {
+    if !crate::op::is_namespaced(name) {
         return Err(fail(
             "name",
             "must be `namespace.Name` (letters, digits, `_`; a namespace is required, e.g. `mydev.Swish`)"
@@ -236,7 +230,10 @@ pub fn parse(text: &OpText, lookup: &dyn Fn(&str) -> Option<OpHandle>) -> Result
             allowed.push(dtype_named(&d).ok_or_else(|| {
                 fail(
                     "type_vars",
-                    format!("`{item}`: '{d}' is not a dtype (f32, f64, i32, i64, u8, bool)"),
+                    format!(
+                        "`{item}`: '{d}' is not a dtype ({})",
+                        DType::ALL.map(|d| d.name()).join(", ")
+                    ),
                 )
             })?);
         }
