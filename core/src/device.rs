@@ -603,7 +603,7 @@ mod tests {
         let rt = runtime();
         let cpu = rt.find_device("CPU").expect("CPU");
         let active = |d: &Device| d.allocator.stats().active_allocs;
-        let bytes = |n: i64| Tensor::uninit(&cpu, DType::U8, &[n]).expect("alloc");
+        let bytes = |n: i64| Tensor::unwritten(&cpu, DType::U8, &[n]).expect("alloc");
         let launch = |t: &Tensor| cpu.launched_on_default_stream(&[std::slice::from_ref(t)]);
         let b = bytes(64);
         let ptr = b.buffer().ptr();

@@ -131,32 +131,58 @@ pub(crate) fn round_to_odd(x: f64) -> f32 {
     f32::from_bits(bits | 1)
 }
 
-/// Rust element types of tensors.
-pub trait Element: Copy + Send + Sync + 'static {
+mod sealed {
+    /// Keeps [`Element`](super::Element) closed: tensors are read into and written from
+    /// slices of these types as raw bytes, which is sound only for types without padding whose
+    /// every bit pattern is a value of `DTYPE`'s size (`bool` is checked on the way out).
+    pub trait Sealed {}
+}
+
+/// Rust element types of tensors: `f32`, `f64`, `i32`, `i64`, `u8`, `bool`, [`half::f16`] and
+/// [`half::bf16`], each with its [`DType`]. Sealed: no other type can be one (tensors are
+/// read and written as raw bytes of these types), so this does not compile:
+///
+/// ```compile_fail
+/// use devplug_core::{DType, Element};
+/// #[derive(Clone, Copy)]
+/// struct Ptr(&'static u64);
+/// impl Element for Ptr {
+///     const DTYPE: DType = DType::I64;
+/// }
+/// ```
+pub trait Element: sealed::Sealed + Copy + Send + Sync + 'static {
     const DTYPE: DType;
 }
 
+impl sealed::Sealed for f32 {}
 impl Element for f32 {
     const DTYPE: DType = DType::F32;
 }
+impl sealed::Sealed for f64 {}
 impl Element for f64 {
     const DTYPE: DType = DType::F64;
 }
+impl sealed::Sealed for i32 {}
 impl Element for i32 {
     const DTYPE: DType = DType::I32;
 }
+impl sealed::Sealed for i64 {}
 impl Element for i64 {
     const DTYPE: DType = DType::I64;
 }
+impl sealed::Sealed for u8 {}
 impl Element for u8 {
     const DTYPE: DType = DType::U8;
 }
+impl sealed::Sealed for bool {}
 impl Element for bool {
     const DTYPE: DType = DType::Bool;
 }
+impl sealed::Sealed for half::f16 {}
 impl Element for half::f16 {
     const DTYPE: DType = DType::F16;
 }
+impl sealed::Sealed for half::bf16 {}
 impl Element for half::bf16 {
     const DTYPE: DType = DType::BF16;
 }
@@ -289,13 +315,24 @@ impl Drop for Tensor {
 impl Tensor {
     /// A tensor of zeros.
     pub fn zeros(device: &Arc<Device>, dtype: DType, shape: &[i64]) -> Result<Tensor> {
-        let t = Tensor::uninit(device, dtype, shape)?;
+        let t = Tensor::unwritten(device, dtype, shape)?;
         t.buffer.memset(0, 0, t.buffer.size())?;
         Ok(t)
     }
 
-    /// A tensor whose contents are unspecified (for outputs that are written next).
-    pub fn uninit(device: &Arc<Device>, dtype: DType, shape: &[i64]) -> Result<Tensor> {
+    /// A tensor whose memory is allocated and not written: what the allocator gave, possibly
+    /// never initialized, possibly a dropped tensor's contents. For tests of allocation and
+    /// for outputs a kernel or a copy fills next; [`Tensor::zeros`] otherwise.
+    ///
+    /// # Safety
+    /// Write every byte (a kernel, [`Buffer::write`](crate::Buffer::write), a copy into it)
+    /// before anything reads it (`to_vec`, `to_bytes`, a copy from it, an op taking it).
+    pub unsafe fn uninit(device: &Arc<Device>, dtype: DType, shape: &[i64]) -> Result<Tensor> {
+        Tensor::unwritten(device, dtype, shape)
+    }
+
+    /// [`Tensor::uninit`] inside the crate, for tensors written before anything reads them.
+    pub(crate) fn unwritten(device: &Arc<Device>, dtype: DType, shape: &[i64]) -> Result<Tensor> {
         let bytes = byte_size(dtype, shape)?;
         Ok(Tensor {
             dtype,
@@ -337,7 +374,7 @@ impl Tensor {
                 )));
             }
         }
-        let t = Tensor::uninit(device, dtype, shape)?;
+        let t = Tensor::unwritten(device, dtype, shape)?;
         t.buffer.write(0, data)?;
         Ok(t)
     }
@@ -450,7 +487,7 @@ impl Tensor {
 
     /// A copy of this tensor on `device`.
     pub fn copy_to(&self, device: &Arc<Device>) -> Result<Tensor> {
-        let t = Tensor::uninit(device, self.dtype, &self.shape)?;
+        let t = Tensor::unwritten(device, self.dtype, &self.shape)?;
         t.buffer.copy_from(0, &self.buffer, 0, self.byte_size())?;
         Ok(t)
     }

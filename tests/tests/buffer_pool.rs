@@ -27,7 +27,8 @@ fn a_dropped_small_tensor_is_reused_for_the_same_size_class() {
     let p = addr(&a);
     drop(a);
     // 64 bytes then; 200 bytes now: the same 256-byte class, with the size updated.
-    let b = Tensor::uninit(&cpu, DType::F32, &[50]).unwrap();
+    // SAFETY: never read (only its address and size are).
+    let b = unsafe { Tensor::uninit(&cpu, DType::F32, &[50]) }.unwrap();
     assert_eq!(addr(&b), p, "the pooled buffer was not reused");
     assert_eq!(b.buffer().size(), 200);
     // The reused buffer is a working one of the new size.
@@ -83,11 +84,12 @@ fn pooled_memory_is_given_back_before_an_allocation_fails() {
     // far as it takes them), then ask for the whole limit, which only fits if the pool lets go.
     let rt = runtime(Some(1 << 20));
     let cpu = rt.find_device("CPU").unwrap();
+    // SAFETY (both): allocations only, never read.
     let small: Vec<Tensor> = (0..3000)
-        .map(|_| Tensor::uninit(&cpu, DType::U8, &[256]).unwrap())
+        .map(|_| unsafe { Tensor::uninit(&cpu, DType::U8, &[256]) }.unwrap())
         .collect();
     drop(small);
-    let big = Tensor::uninit(&cpu, DType::U8, &[1 << 20]);
+    let big = unsafe { Tensor::uninit(&cpu, DType::U8, &[1 << 20]) };
     assert!(big.is_ok(), "{:?}", big.err());
 }
 
@@ -195,7 +197,8 @@ fn memory_a_sim_kernel_may_still_use_is_reused_only_in_stream_order() {
 
     let open = devplug_tests::hold_stream(&sim.default_stream());
     let c = run(&[a, b]); // queued behind the gate; its inputs dropped at once
-    let raw = Tensor::uninit(&sim, DType::F32, &[16]).unwrap();
+    // SAFETY: never read (only its address is).
+    let raw = unsafe { Tensor::uninit(&sim, DType::F32, &[16]) }.unwrap();
     assert!(
         ![pa, pb].contains(&addr(&raw)),
         "a raw allocation got memory a queued kernel still reads"
