@@ -345,11 +345,25 @@ impl Stream {
     }
 
     /// Runs `f` once all earlier work of the stream is done (on a worker thread, or inline
-    /// for a synchronous stream).
+    /// for a synchronous stream). A panic in `f` on a worker thread becomes the stream's error
+    /// (`INTERNAL`, `a host callback panicked: <message>`), reported by its next synchronize;
+    /// on a synchronous stream (the CPU's default stream) it reaches the caller.
     pub fn host_callback(&self, f: HostFn) -> Result<()> {
         if self.is_synchronous() {
             return self.device.executor().host_callback(&self.raw(), f);
         }
+        let error = self.error.clone();
+        error.note_use();
+        let f = move || {
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+                let text = p
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("a panic payload that is not a string");
+                error.set(Error::internal(format!("a host callback panicked: {text}")));
+            }
+        };
         // `f` may hold the last reference to this device (a buffer kept alive until the stream
         // got here, the host having dropped everything else). Dropping a device waits for its
         // streams, which from inside one of them — on the device's own thread — waits forever.

@@ -230,6 +230,43 @@ fn a_failing_host_callback_is_reported_by_the_next_synchronize() {
     sim.synchronize().unwrap();
 }
 
+/// A host callback that panics on a stream's worker (SIM's streams, a CPU stream the host
+/// created) fails the stream: its next synchronize reports the panic once, and the stream's
+/// later work still runs.
+#[test]
+fn a_panicking_host_callback_is_reported_by_the_next_synchronize() {
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let sim = rt.find_device("SIM").unwrap();
+    let cpu = rt.find_device("CPU").unwrap();
+    let cpu_stream = cpu.create_stream().unwrap();
+    let sim_stream = sim.create_stream().unwrap();
+    for s in [&sim.default_stream(), &sim_stream, &cpu_stream] {
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        s.host_callback(Box::new(|| panic!("decoder exploded")))
+            .unwrap();
+        let r = ran.clone();
+        s.host_callback(Box::new(move || {
+            r.store(true, std::sync::atomic::Ordering::SeqCst)
+        }))
+        .unwrap();
+        let e = s.synchronize().unwrap_err();
+        assert_eq!(e.code, Code::Internal, "{e}");
+        assert!(
+            e.message
+                .contains("a host callback panicked: decoder exploded"),
+            "{e}"
+        );
+        assert!(
+            ran.load(std::sync::atomic::Ordering::SeqCst),
+            "later work ran"
+        );
+        s.synchronize().unwrap();
+    }
+    sim.synchronize().unwrap();
+    cpu.synchronize().unwrap();
+}
+
 /// An event recorded after host work that failed is marked failed once its stream gets there
 /// (status Error, synchronize returns the failure), as a platform marks its events after its
 /// own work failed; a stream of another device waiting for it fails too; the stream's own
