@@ -388,6 +388,29 @@ impl Tensor {
         Tensor::from_bytes(device, T::DTYPE, shape, as_bytes(data))
     }
 
+    /// Writes `data` over the whole tensor, in row-major order, synchronously (what a Rust
+    /// kernel does with its outputs: `cx.outputs[0].write_slice(&values)`).
+    /// `INVALID_ARGUMENT` when `T` is not the tensor's dtype or `data` does not hold exactly
+    /// its elements. Every tensor sharing the buffer sees the new values.
+    pub fn write_slice<T: Element>(&self, data: &[T]) -> Result<()> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::invalid_argument(format!(
+                "the tensor holds {} elements, not {}",
+                self.dtype,
+                T::DTYPE
+            )));
+        }
+        if data.len() as u64 != self.num_elements() {
+            return Err(Error::invalid_argument(format!(
+                "the tensor of shape {:?} holds {} elements, but {} were given",
+                self.shape(),
+                self.num_elements(),
+                data.len()
+            )));
+        }
+        self.buffer.write(0, as_bytes(data))
+    }
+
     /// A tensor over an existing buffer, which must be at least as large as the shape needs.
     pub fn from_buffer(buffer: Arc<Buffer>, dtype: DType, shape: &[i64]) -> Result<Tensor> {
         let bytes = byte_size(dtype, shape)?;
@@ -517,14 +540,14 @@ fn byte_size(dtype: DType, shape: &[i64]) -> Result<u64> {
 }
 
 fn as_bytes<T: Element>(data: &[T]) -> &[u8] {
-    // SAFETY: every `Element` is a plain value type without padding (f32, f64, i32, i64, u8,
-    // bool); viewing its memory as bytes is valid for the slice's whole length.
+    // SAFETY: `Element` is sealed to plain value types without padding (f32, f64, i32, i64,
+    // u8, bool, f16, bf16); viewing their memory as bytes is valid for the slice's length.
     unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
 }
 
 fn as_bytes_mut<T: Element>(data: &mut [T]) -> &mut [u8] {
-    // SAFETY: as in `as_bytes`; every bit pattern is a valid f32/f64/i32/i64/u8, and callers
-    // write only 0 or 1 into the bytes of a `bool` (see `Tensor::to_vec`).
+    // SAFETY: as in `as_bytes`; every bit pattern is a valid f32/f64/i32/i64/u8/f16/bf16, and
+    // callers write only 0 or 1 into the bytes of a `bool` (see `Tensor::to_vec`).
     unsafe {
         std::slice::from_raw_parts_mut(data.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(data))
     }

@@ -348,3 +348,25 @@ fn pinned_host_memory_is_tracked() {
     d.host_free(p).unwrap();
     assert_eq!(d.host_free(p).unwrap_err().code, Code::InvalidArgument);
 }
+
+#[test]
+fn tensors_are_written_from_typed_slices() {
+    let rt = runtime(1);
+    let cpu = rt.find_device("CPU").unwrap();
+    let t = Tensor::zeros(&cpu, DType::F32, &[2, 2]).unwrap();
+    t.write_slice(&[1f32, 2., 3., 4.]).unwrap();
+    assert_eq!(t.to_vec::<f32>().unwrap(), [1., 2., 3., 4.]);
+    let e = t.write_slice(&[1f64, 2., 3., 4.]).unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument);
+    assert_eq!(e.message, "the tensor holds f32 elements, not f64");
+    let e = t.write_slice(&[1f32; 3]).unwrap_err();
+    assert_eq!(
+        e.message,
+        "the tensor of shape [2, 2] holds 4 elements, but 3 were given"
+    );
+    assert_eq!(
+        t.to_vec::<f32>().unwrap(),
+        [1., 2., 3., 4.],
+        "unchanged by the refusals"
+    );
+}
