@@ -28,6 +28,7 @@
 //   throw_in_init=1     init throws a std::runtime_error (shows exceptions becoming errors)
 //   throw_in_kernel=1   every kernel throws a std::runtime_error when called (likewise)
 #include <devplug/plugin.hpp>
+#include <devplug/plugin_shapes.hpp>
 #include <devplug/plugin_worker.hpp>
 
 #include <algorithm>
@@ -53,6 +54,7 @@ namespace {
 namespace dp = devplug::plugin;
 using dp::Addr;
 using dp::Error;
+namespace shapes = dp::shapes;
 using dp::worker::WorkerEvent;
 using dp::worker::WorkerStream;
 using dp::worker::WorkerStreams;
@@ -389,53 +391,6 @@ class DmlDevice : public dp::Device {
 
 enum class Op { Add, Sub, Relu, Swish };
 
-/** How to walk a broadcast: the output's shape and each input's element strides over it. */
-struct Plan {
-  std::vector<int64_t> shape;
-  std::vector<int64_t> x_strides, y_strides;  // 0 along broadcast dimensions
-  uint64_t count = 0;
-  bool flat = false;  // every operand has the output's shape: one flat loop
-};
-
-/** The NumPy broadcast of @p a and @p b into @p out; false when they do not broadcast. */
-bool broadcast_shape(dp::Span<int64_t> a, dp::Span<int64_t> b, std::vector<int64_t>* out) {
-  const size_t rank = std::max(a.size(), b.size());
-  out->assign(rank, 1);
-  for (size_t i = 0; i < rank; ++i) {
-    const int64_t da = i + a.size() >= rank ? a[i + a.size() - rank] : 1;
-    const int64_t db = i + b.size() >= rank ? b[i + b.size() - rank] : 1;
-    if (da == db || db == 1) {
-      (*out)[i] = da;
-    } else if (da == 1) {
-      (*out)[i] = db;
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
-std::vector<int64_t> strides_over(dp::Span<int64_t> s, const std::vector<int64_t>& out) {
-  std::vector<int64_t> st(out.size(), 0);
-  int64_t step = 1;
-  for (size_t k = s.size(); k-- > 0;) {
-    st[k + out.size() - s.size()] = s[k] == 1 ? 0 : step;
-    step *= s[k];
-  }
-  return st;
-}
-
-Plan make_plan(dp::Span<int64_t> x, dp::Span<int64_t> y, const std::vector<int64_t>& out) {
-  Plan p;
-  p.shape = out;
-  p.x_strides = strides_over(x, out);
-  p.y_strides = strides_over(y, out);
-  p.count = 1;
-  for (int64_t d : out) p.count *= static_cast<uint64_t>(d);
-  p.flat = x.equals(out) && y.equals(out);
-  return p;
-}
-
 template <class T>
 T load(const uint8_t* p, uint64_t i) {
   T v;
@@ -460,29 +415,16 @@ T apply(Op op, T a, T b) {
   return a < T(0) ? T(0) : a;
 }
 
-/** z = op(x, y) over the plan (y is unused by Relu). The inputs may be the output. */
+/** z = op(x, y) over the plan's runs (y is x for Relu and Swish). The inputs may be the output.
+ *  Each run is an innermost stretch with a constant stride per input (0 where it broadcasts);
+ *  a plan without broadcasting is one run over everything. */
 template <class T>
-void run(Op op, const Plan& p, const uint8_t* x, const uint8_t* y, uint8_t* z) {
-  if (p.count == 0) return;
-  if (p.flat) {
-    for (uint64_t i = 0; i < p.count; ++i) store<T>(z, i, apply<T>(op, load<T>(x, i), y ? load<T>(y, i) : T(0)));
-    return;
-  }
-  const size_t rank = p.shape.size();
-  std::vector<int64_t> idx(rank, 0);
-  int64_t xi = 0, yi = 0;
-  for (uint64_t i = 0; i < p.count; ++i) {
-    store<T>(z, i, apply<T>(op, load<T>(x, static_cast<uint64_t>(xi)), load<T>(y, static_cast<uint64_t>(yi))));
-    for (size_t d = rank; d-- > 0;) {
-      ++idx[d];
-      xi += p.x_strides[d];
-      yi += p.y_strides[d];
-      if (idx[d] < p.shape[d]) break;
-      xi -= p.x_strides[d] * p.shape[d];
-      yi -= p.y_strides[d] * p.shape[d];
-      idx[d] = 0;
+void run(Op op, const shapes::Broadcast<2>& plan, const uint8_t* x, const uint8_t* y, uint8_t* z) {
+  plan.for_each_run([&](const shapes::Run<2>& r) {
+    for (size_t i = 0; i < r.len; ++i) {
+      store<T>(z, r.out + i, apply<T>(op, load<T>(x, r.input(0, i)), load<T>(y, r.input(1, i))));
     }
-  }
+  });
 }
 
 /** What a kernel's queued work needs: copied out of the kernel context. */
@@ -520,10 +462,11 @@ void elementwise_kernel(dp::KernelContext& cx, Op op, bool throw_in_kernel) {
                                   " -> " + z.describe() + ": SIMDML's " + cx.op() +
                                   " takes f32 or f64 tensors of one dtype");
   }
-  std::vector<int64_t> shape;
-  if (!broadcast_shape(x.shape(), y.shape(), &shape)) {
-    throw Error::invalid_argument(what + ": shapes " + dp::shape_string(x.shape()) + " and " +
-                                  dp::shape_string(y.shape()) + " cannot be broadcast together");
+  std::vector<int64_t> shape;  // plugin_shapes.hpp: "shapes [2, 3] and [4] cannot be broadcast together"
+  try {
+    shape = shapes::broadcast_shapes(x.shape(), y.shape());
+  } catch (const Error& e) {
+    throw Error(e.code(), what + ": " + e.message());
   }
   if (!z.shape().equals(shape)) {
     throw Error::invalid_argument(what + ": the output has shape " + dp::shape_string(z.shape()) + ", not " +
@@ -532,7 +475,7 @@ void elementwise_kernel(dp::KernelContext& cx, Op op, bool throw_in_kernel) {
   const Operand xo = operand(dev, cx.op(), "x", x);
   const Operand yo = binary ? operand(dev, cx.op(), "y", y) : xo;
   const Operand zo = operand(dev, cx.op(), binary ? "z" : "y", z);
-  const Plan plan = make_plan(x.shape(), y.shape(), shape);
+  const shapes::Broadcast<2> plan(shape, {x.shape(), y.shape()});
   const std::string label = cx.op();
   dev.enqueue_work(stream, [a = dev.arena(), op, dtype, plan, xo, yo, zo, binary, label] {
     // Resolved again: the memory may have been freed since (an error of the stream then).

@@ -6,6 +6,7 @@
 //! the arithmetic on the stream the host gave it: the result is there once the stream is
 //! synchronized, as on a real accelerator.
 
+use devplug_plugin_sdk::shape::Broadcast;
 use devplug_plugin_sdk::{DType, Error, Host, KernelContext, KernelSpec, Result, Tensor};
 
 use crate::device::RsimDevice;
@@ -17,81 +18,6 @@ pub const ADD_DTYPES: [DType; 3] = [DType::F32, DType::I64, DType::F16];
 /// Registers RSIM's kernels for its platform (device type `device_type`).
 pub fn register(host: &Host, device_type: &str) -> Result<()> {
     host.register_kernel(KernelSpec::new("Add", device_type).dtypes(&ADD_DTYPES), add)
-}
-
-/// The broadcast shape of `a` and `b` (NumPy rules), or `None` when they do not broadcast.
-pub fn broadcast_shapes(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
-    let rank = a.len().max(b.len());
-    let dim = |s: &[i64], i: usize| {
-        if i + s.len() >= rank {
-            s[i + s.len() - rank]
-        } else {
-            1
-        }
-    };
-    (0..rank)
-        .map(|i| match (dim(a, i), dim(b, i)) {
-            (x, y) if x == y => Some(x),
-            (1, y) => Some(y),
-            (x, 1) => Some(x),
-            _ => None,
-        })
-        .collect()
-}
-
-/// How to walk a broadcast: the output's shape and each input's element strides over it
-/// (0 along broadcast dimensions).
-struct Plan {
-    shape: Vec<usize>,
-    x_strides: Vec<usize>,
-    y_strides: Vec<usize>,
-    len: usize,
-}
-
-impl Plan {
-    fn new(x: &[i64], y: &[i64], out: &[i64]) -> Plan {
-        let strides = |s: &[i64]| {
-            let mut st = vec![0usize; out.len()];
-            let mut step = 1usize;
-            for (k, &d) in s.iter().enumerate().rev() {
-                let o = k + out.len() - s.len();
-                st[o] = if d == 1 { 0 } else { step };
-                step *= d as usize;
-            }
-            st
-        };
-        let shape: Vec<usize> = out.iter().map(|&d| d as usize).collect();
-        Plan {
-            len: shape.iter().product(),
-            x_strides: strides(x),
-            y_strides: strides(y),
-            shape,
-        }
-    }
-
-    /// Calls `f(output index, x index, y index)` for every output element, in order.
-    fn for_each(&self, mut f: impl FnMut(usize, usize, usize)) {
-        if self.len == 0 {
-            return;
-        }
-        let rank = self.shape.len();
-        let mut idx = vec![0usize; rank];
-        let (mut xi, mut yi) = (0usize, 0usize);
-        for i in 0..self.len {
-            f(i, xi, yi);
-            for d in (0..rank).rev() {
-                idx[d] += 1;
-                xi += self.x_strides[d];
-                yi += self.y_strides[d];
-                if idx[d] < self.shape[d] {
-                    break;
-                }
-                xi -= self.x_strides[d] * self.shape[d];
-                yi -= self.y_strides[d] * self.shape[d];
-                idx[d] = 0;
-            }
-        }
-    }
 }
 
 /// An element type RSIM computes with.
@@ -145,12 +71,16 @@ impl Elem for half::f16 {
     }
 }
 
-fn binary<T: Elem>(plan: &Plan, x: &[u8], y: &[u8], z: &mut [u8]) {
+/// z = x + y over the plan's runs: the SDK's walk hands out innermost runs with a constant
+/// stride per input (0 where an input is broadcast), so the loop inside is a plain one.
+fn binary<T: Elem>(plan: &Broadcast<2>, x: &[u8], y: &[u8], z: &mut [u8]) {
     let s = T::SIZE;
-    plan.for_each(|i, xi, yi| {
-        T::load(&x[xi * s..])
-            .add(T::load(&y[yi * s..]))
-            .store(&mut z[i * s..]);
+    plan.for_each_run(|run| {
+        for i in 0..run.len {
+            T::load(&x[run.input(0, i) * s..])
+                .add(T::load(&y[run.input(1, i) * s..]))
+                .store(&mut z[(run.out + i) * s..]);
+        }
     });
 }
 
@@ -169,24 +99,14 @@ fn add(cx: &KernelContext<'_, RsimDevice>) -> Result<()> {
             z.dtype()
         )));
     }
-    let shape = broadcast_shapes(x.shape(), y.shape()).ok_or_else(|| {
-        bad(format!(
-            "shapes {:?} and {:?} cannot be broadcast together",
-            x.shape(),
-            y.shape()
-        ))
-    })?;
-    if shape != z.shape() {
-        return Err(bad(format!(
-            "the output has shape {:?}, not the broadcast shape {shape:?}",
-            z.shape()
-        )));
-    }
+    // The output must be the broadcast of the inputs; the SDK's messages ("shapes [2, 3] and
+    // [2] cannot be broadcast together", "the output has shape …, not the broadcast shape …").
+    let plan = Broadcast::exact(z.shape(), [x.shape(), y.shape()])
+        .map_err(|e| dev.err(e.context("Add")))?;
     for (name, t) in [("x", x), ("y", y), ("z", z)] {
         check_size(&bad, name, &t)?;
         dev.check(t.addr(), t.byte_size())?;
     }
-    let plan = Plan::new(x.shape(), y.shape(), z.shape());
     let (xa, xn, ya, yn, za, zn) = (
         x.addr(),
         x.byte_size(),
@@ -229,32 +149,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shapes_broadcast_like_numpy() {
-        assert_eq!(broadcast_shapes(&[2, 3], &[3]), Some(vec![2, 3]));
-        assert_eq!(broadcast_shapes(&[4, 1], &[1, 5]), Some(vec![4, 5]));
-        assert_eq!(broadcast_shapes(&[], &[2]), Some(vec![2]));
-        assert_eq!(broadcast_shapes(&[0, 1], &[3]), Some(vec![0, 3]));
-        assert_eq!(broadcast_shapes(&[2, 3], &[2]), None);
-    }
-
-    #[test]
-    fn a_plan_walks_the_broadcast() {
-        let plan = Plan::new(&[2, 1], &[3], &[2, 3]);
-        let mut seen = Vec::new();
-        plan.for_each(|i, x, y| seen.push((i, x, y)));
-        assert_eq!(
-            seen,
-            vec![
-                (0, 0, 0),
-                (1, 0, 1),
-                (2, 0, 2),
-                (3, 1, 0),
-                (4, 1, 1),
-                (5, 1, 2)
-            ]
-        );
-        let mut n = 0;
-        Plan::new(&[0], &[0], &[0]).for_each(|_, _, _| n += 1);
-        assert_eq!(n, 0);
+    fn binary_broadcasts_both_ways() {
+        let bytes = |v: &[f32]| v.iter().flat_map(|f| f.to_ne_bytes()).collect::<Vec<u8>>();
+        // [2, 1] + [3] -> [2, 3]
+        let plan = Broadcast::exact(&[2, 3], [&[2, 1], &[3]]).expect("plan");
+        let mut z = vec![0u8; 24];
+        binary::<f32>(&plan, &bytes(&[1., 2.]), &bytes(&[10., 20., 30.]), &mut z);
+        assert_eq!(z, bytes(&[11., 21., 31., 12., 22., 32.]));
+        // Nothing to do for an empty output.
+        let plan = Broadcast::exact(&[0, 3], [&[0, 1], &[3]]).expect("plan");
+        binary::<f32>(&plan, &[], &bytes(&[1., 2., 3.]), &mut []);
     }
 }

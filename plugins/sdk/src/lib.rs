@@ -25,6 +25,10 @@
 //! typed attribute readers. An `Err` or a panic in a kernel reaches the host as a status and
 //! a message. See the [`kernel`] module.
 //!
+//! Kernels' shape rules (NumPy broadcasting, reductions over `axes` with `keep_dims`, rank 0,
+//! dimensions of size 0): the [`shape`] module checks them with the runtime's messages and walks
+//! the tensors in runs, for fast inner loops.
+//!
 //! Ops of the plugin's own (plugin ABI 1.2): init may define ops with [`Host::register_op`]
 //! (an [`OpDef`]: a signature and a body in other ops, which runs wherever the op has no
 //! kernel), then register kernels for them.
@@ -47,6 +51,7 @@ mod host;
 pub mod kernel;
 mod op;
 mod platform;
+pub mod shape;
 pub mod worker;
 
 pub use device::{
