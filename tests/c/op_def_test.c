@@ -115,7 +115,7 @@ static void a_host_op_runs_everywhere(void) {
   CHECK(again == (dp_op_t *)(void *)&d);
   dp_op_def_t add = scale_def();
   add.name = "Add";
-  CHECK_STATUS(dp_runtime_register_op(rt, &add, NULL), DP_INVALID_ARGUMENT);
+  CHECK_STATUS_MSG(dp_runtime_register_op(rt, &add, NULL), DP_ALREADY_EXISTS, "Add");
   dp_op_def_t mine = scale_def();
   mine.name = "app.Twice";
   mine.attrs = NULL;
