@@ -11,7 +11,7 @@ pub const DP_VERSION_PATCH: u32 = 0;
 /// The plugin ABI's major version: plugins of another major are refused.
 pub const DP_ABI_VERSION_MAJOR: u32 = 1;
 /// The plugin ABI's minor version: plugins built against a newer minor are refused.
-pub const DP_ABI_VERSION_MINOR: u32 = 4;
+pub const DP_ABI_VERSION_MINOR: u32 = 5;
 
 /// The library version, `major << 16 | minor << 8 | patch`; equals the `DP_VERSION_*` macros
 /// of the header the program was built with when the library matches it.

@@ -13,6 +13,7 @@ use crate::memory::{
     StreamOrder, Suballocator, SuballocatorOptions, MARKER_EVERY,
 };
 use crate::platform::{DeviceDescription, Platform, PlatformInfo, RawStream, StreamExecutor};
+use crate::plugin::kernel_state::KernelStates;
 use crate::stream::{AsyncError, Event, Stream, WeakAsyncError};
 use crate::tensor::Tensor;
 use crate::trace::{traced, SpanKind, Tracer};
@@ -115,6 +116,8 @@ pub struct Device {
     allocator_stats_failed: AtomicBool,
     /// The runtime's tracer: the host's copies and waits on this device are traced.
     tracer: Arc<Tracer>,
+    /// The states plugin kernels' `create` made for this device (ABI 1.5).
+    kernel_states: KernelStates,
 }
 
 /// A device's free and total memory as a runtime sees it (see [`Device::memory_usage`]).
@@ -185,6 +188,7 @@ impl Device {
             default_stream_error: AsyncError::default(),
             owned_stream_errors: Mutex::new(Vec::new()),
             host_allocations: Mutex::new(HashMap::new()),
+            kernel_states: KernelStates::default(),
         })
     }
 
@@ -254,6 +258,11 @@ impl Device {
     #[inline]
     pub(crate) fn kernel_handles(&self) -> Option<KernelHandles> {
         self.kernel_handles
+    }
+
+    /// The states of plugin kernels on this device (ABI 1.5).
+    pub(crate) fn kernel_states(&self) -> &KernelStates {
+        &self.kernel_states
     }
 
     pub fn properties(&self) -> DeviceProperties {
@@ -567,6 +576,9 @@ impl Drop for Device {
     fn drop(&mut self) {
         // Also frees what waits for the default stream.
         let _ = self.synchronize();
+        // Its kernels' states, now that no work uses them, before the plugin destroys the
+        // device (destroy_device comes with the executor).
+        self.kernel_states.release_all();
         let default_stream = std::mem::replace(&mut self.default_stream, Box::new(()));
         self.executor.destroy_stream(default_stream);
         for (p, size) in self.host_allocations.get_mut().drain() {

@@ -112,7 +112,7 @@ typedef struct dp_variable_t dp_variable_t; /**< shared: dp_variable_retain / dp
 /**
  * The plugin ABI's minor version: plugins built against a newer minor are refused.
  */
-#define DP_ABI_VERSION_MINOR 4
+#define DP_ABI_VERSION_MINOR 5
 
 /**
  * A status code: `DP_OK` (0) or one of the `DP_*` error codes.

@@ -19,9 +19,10 @@
 /**
  * The ABI minor version this header describes. A host refuses plugins with a newer minor.
  * 1.1 appended kernel registration, 1.2 op registration, 1.3 the f16 and bf16 dtypes, 1.4
- * timed events and temporary memory for kernels (see docs/plugin-abi-changelog.md).
+ * timed events and temporary memory for kernels, 1.5 kernel state (`create`/`destroy`; see
+ * docs/plugin-abi-changelog.md).
  */
-#define DPP_ABI_MINOR 4
+#define DPP_ABI_MINOR 5
 
 /**
  * Log levels of `dpp_host_api_t::log`.
@@ -141,14 +142,29 @@
 #define DPP_TENSOR_STRUCT_SIZE 48
 
 /**
- * Size of `dpp_kernel_context_t` in ABI 1.1.
+ * Size of `dpp_kernel_context_t` in ABI 1.1 to 1.4 (no `state`).
  */
-#define DPP_KERNEL_CONTEXT_STRUCT_SIZE 80
+#define DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1 80
 
 /**
- * Size of `dpp_kernel_t` in ABI 1.1.
+ * Size of `dpp_kernel_context_t` in ABI 1.5 (`state`).
  */
-#define DPP_KERNEL_STRUCT_SIZE 80
+#define DPP_KERNEL_CONTEXT_STRUCT_SIZE 88
+
+/**
+ * Size of `dpp_kernel_create_context_t` in ABI 1.5.
+ */
+#define DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE 64
+
+/**
+ * Size of `dpp_kernel_t` in ABI 1.1 to 1.4 (what a plugin built against them fills).
+ */
+#define DPP_KERNEL_STRUCT_SIZE_1_1 80
+
+/**
+ * Size of `dpp_kernel_t` in ABI 1.5 (`create`, `destroy`).
+ */
+#define DPP_KERNEL_STRUCT_SIZE 96
 
 /**
  * Size of `dpp_plugin_api_t` in ABI 1.0.
@@ -275,7 +291,53 @@ typedef struct dpp_kernel_context_t {
    * `dpp_kernel_t::kernel_data`.
    */
   void *kernel_data;
+  /**
+   * (1.5; read it when `struct_size >= DPP_KERNEL_CONTEXT_STRUCT_SIZE`) What the kernel's
+   * `create` returned for this device, these input dtypes and these attributes; NULL when
+   * the kernel has no `create`.
+   */
+  void *state;
 } dpp_kernel_context_t;
+
+/**
+ * (1.5) What a kernel's `create` gets: the device, the input dtypes and the attributes a
+ * state is made for. Valid during the call only.
+ */
+typedef struct dpp_kernel_create_context_t {
+  /**
+   * `DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE` or more.
+   */
+  size_t struct_size;
+  /**
+   * Reserved; NULL.
+   */
+  void *ext;
+  /**
+   * The `device_data` of the device the state is for.
+   */
+  void *device;
+  /**
+   * The op's name.
+   */
+  const char *op;
+  /**
+   * Number of inputs.
+   */
+  size_t num_inputs;
+  /**
+   * The inputs' dtypes (`DPP_DTYPE_*`), `num_inputs` of them.
+   */
+  const int32_t *input_dtypes;
+  /**
+   * The op's attributes (defaults filled in), read with the host's `attr_*` functions as in
+   * `compute`. `allocate_temp` refuses it (there is no launch).
+   */
+  const void *attrs;
+  /**
+   * `dpp_kernel_t::kernel_data`.
+   */
+  void *kernel_data;
+} dpp_kernel_create_context_t;
 
 /**
  * (1.1) A kernel a plugin registers with `register_kernel`. Filled by the plugin.
@@ -325,6 +387,27 @@ typedef struct dpp_kernel_t {
    * a status (after `set_error`) when the inputs cannot be handled.
    */
   dpp_status_t (*compute)(const struct dpp_kernel_context_t *context);
+  /**
+   * (1.5) Optional; read by the host when `struct_size >= DPP_KERNEL_STRUCT_SIZE`
+   * (`DPP_KERNEL_STRUCT_SIZE_1_1` before). Makes the kernel's state for one device, one list
+   * of input dtypes and one set of attributes (TensorFlow's kernel `create`, XLA FFI's
+   * instantiate): read and check the attributes, build what every launch with them can
+   * share (a compiled variant, a descriptor, normalized parameters) and store it in
+   * `*out_state` (NULL is allowed). The host calls it before the first `compute` with a
+   * new combination and passes the state in `dpp_kernel_context_t::state` to every
+   * `compute` with it; a failure (after `set_error`) fails that op run, and the next run
+   * calls `create` again. The host keeps a bounded number of states per kernel and device
+   * (64, the least recently used go first), so `create` may run again for a combination
+   * whose state was destroyed. Any thread; no lock of the host is held.
+   */
+  dpp_status_t (*create)(const struct dpp_kernel_create_context_t *context, void **out_state);
+  /**
+   * (1.5) Optional (required with `create` when states hold resources). Frees a state
+   * `create` made, once for each: after the device's stream reached every launch that used
+   * it, and before the device is destroyed. Any thread (a stream's worker, when the host
+   * lets a state go while its work is queued); no lock of the host is held.
+   */
+  void (*destroy)(void *kernel_data, void *state);
 } dpp_kernel_t;
 
 /**

@@ -325,6 +325,15 @@ pub(crate) struct PendingKernel {
     pub(crate) priority: i32,
     pub(crate) kernel_data: *mut c_void,
     pub(crate) compute: unsafe extern "C" fn(*const abi::dpp_kernel_context_t) -> abi::dpp_status_t,
+    /// (1.5) Makes the kernel's state per device, input dtypes and attributes.
+    pub(crate) create: Option<
+        unsafe extern "C" fn(
+            *const abi::dpp_kernel_create_context_t,
+            *mut *mut c_void,
+        ) -> abi::dpp_status_t,
+    >,
+    /// (1.5) Frees a state `create` made.
+    pub(crate) destroy: Option<unsafe extern "C" fn(*mut c_void, *mut c_void)>,
 }
 // SAFETY: kernel data belongs to the plugin, whose compute functions may be called from any
 // thread (ABI rule).
@@ -359,17 +368,23 @@ impl HostContext {
         }
         // SAFETY: non-NULL; struct_size is the first field.
         let size = unsafe { *(k as *const usize) };
-        if size < abi::DPP_KERNEL_STRUCT_SIZE {
+        if size < abi::DPP_KERNEL_STRUCT_SIZE_1_1 {
             // Nothing past struct_size may be read, the op's name included.
             return Err(Error::invalid_argument(format!(
                 "plugin '{plugin}': a kernel's dpp_kernel_t.struct_size is {size}, smaller than \
                  the ABI 1.1 size {} (its op is not read; set struct_size = \
                  DPP_KERNEL_STRUCT_SIZE)",
-                abi::DPP_KERNEL_STRUCT_SIZE
+                abi::DPP_KERNEL_STRUCT_SIZE_1_1
             )));
         }
-        // SAFETY: the plugin declared at least the 1.1 size.
-        let k = unsafe { &*k };
+        // As far as the plugin's struct reaches (a plugin older than 1.5 has no `create` and
+        // `destroy`): the fields past it stay NULL.
+        // SAFETY: all-zero is a valid dpp_kernel_t (NULL pointers, no functions).
+        let mut copy: abi::dpp_kernel_t = unsafe { std::mem::zeroed() };
+        let n = size.min(std::mem::size_of::<abi::dpp_kernel_t>());
+        // SAFETY: the plugin declared `size >= n` readable bytes at `k`.
+        unsafe { std::ptr::copy_nonoverlapping(k as *const u8, &mut copy as *mut _ as *mut u8, n) };
+        let k = &copy;
         // A string from the plugin, read up to a bound: `Err` with why it is unreadable.
         let text = |ptr: *const c_char| -> std::result::Result<Option<String>, String> {
             if ptr.is_null() {
@@ -410,6 +425,12 @@ impl HostContext {
         let compute = k
             .compute
             .ok_or_else(|| err("compute", "is NULL (required)".into()))?;
+        if k.destroy.is_some() && k.create.is_none() {
+            return Err(err(
+                "destroy",
+                "is set but create is NULL (destroy frees what create made)".into(),
+            ));
+        }
         let (own, of_type): (Vec<String>, Option<String>) = {
             let pending = self.pending.lock();
             let own = pending
@@ -512,6 +533,8 @@ impl HostContext {
             priority: k.priority,
             kernel_data: k.kernel_data,
             compute,
+            create: k.create,
+            destroy: k.destroy,
         });
         Ok(())
     }

@@ -3,11 +3,13 @@
 
 use std::ffi::{c_char, c_void, CStr};
 use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use devplug_plugin_abi as abi;
 
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 
 use crate::device::Device;
 use crate::error::Result;
@@ -15,14 +17,25 @@ use crate::kernel::{KernelContext, KernelDef, KernelFn};
 use crate::op::{AttrValue, Attrs};
 use crate::plugin::executor::check_with;
 use crate::plugin::host::{LoadedPlugin, PendingKernel};
+use crate::plugin::kernel_state::{Destroy, State, StateKey};
 use crate::tensor::{DType, Tensor};
 
 /// What a plugin kernel's closure owns.
 struct PluginKernel {
     plugin: Arc<LoadedPlugin>,
     name: String,
+    /// Unique in the process: the key of its states on each device.
+    id: u64,
     kernel_data: *mut c_void,
     compute: unsafe extern "C" fn(*const abi::dpp_kernel_context_t) -> abi::dpp_status_t,
+    /// (1.5) Makes a state per device, input dtypes and attributes.
+    create: Option<
+        unsafe extern "C" fn(
+            *const abi::dpp_kernel_create_context_t,
+            *mut *mut c_void,
+        ) -> abi::dpp_status_t,
+    >,
+    destroy: Option<Destroy>,
 }
 // SAFETY: kernel data belongs to the plugin, whose compute may run on any thread (ABI rule).
 unsafe impl Send for PluginKernel {}
@@ -97,8 +110,59 @@ struct Temps {
 }
 
 const LAUNCH_TAG: u64 = u64::from_le_bytes(*b"dpLaunch");
+/// The tag of the record `create` reads attributes from: `allocate_temp` refuses it.
+const CREATE_TAG: u64 = u64::from_le_bytes(*b"dpCreate");
 
 impl PluginKernel {
+    /// The kernel's state for this launch's device, input dtypes and attributes: the one the
+    /// device keeps, or a new one from the plugin's `create`. `None` without `create`.
+    fn state_for(&self, cx: &KernelContext) -> Result<Option<Arc<State>>> {
+        let Some(create) = self.create else {
+            return Ok(None);
+        };
+        let device = cx.device;
+        let dtypes: SmallVec<[DType; 4]> = cx.inputs.iter().map(|t| t.dtype()).collect();
+        if let Some(s) = device.kernel_states().find(self.id, &dtypes, cx.attrs) {
+            return Ok(Some(s));
+        }
+        let handles = device.kernel_handles().ok_or_else(|| {
+            crate::Error::internal(format!("kernel {}: not a plugin device", self.name))
+        })?;
+        let codes: SmallVec<[i32; 4]> = dtypes.iter().map(|d| *d as i32).collect();
+        let op = std::ffi::CString::new(self.name.as_str()).unwrap_or_default();
+        let record = KernelLaunch {
+            tag: CREATE_TAG,
+            attrs: cx.attrs,
+            device,
+            temps: Mutex::new(Temps::default()),
+        };
+        let context = abi::dpp_kernel_create_context_t {
+            struct_size: abi::DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE,
+            ext: std::ptr::null_mut(),
+            device: handles.device,
+            op: op.as_ptr(),
+            num_inputs: codes.len(),
+            input_dtypes: codes.as_ptr(),
+            attrs: &record as *const KernelLaunch as *const c_void,
+            kernel_data: self.kernel_data,
+        };
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: the plugin's create with a context valid for the call and a writable slot.
+        let status = unsafe { create(&context, &mut ptr) };
+        check_with(
+            &self.plugin,
+            || format!("kernel {}: create", self.name),
+            status,
+        )?;
+        let state = State::new(ptr, self.destroy, device);
+        let key = StateKey {
+            kernel: self.id,
+            dtypes,
+            attrs: cx.attrs.clone(),
+        };
+        Ok(Some(device.kernel_states().keep(key, state)))
+    }
+
     fn run(&self, cx: &KernelContext) -> Result<()> {
         let device = cx.device;
         let handles = device.kernel_handles().ok_or_else(|| {
@@ -109,6 +173,8 @@ impl PluginKernel {
                 device.name()
             ))
         })?;
+        // Held until compute returned; dropping the last reference destroys it in stream order.
+        let state = self.state_for(cx)?;
         device.default_stream_used();
         let launch = KernelLaunch {
             tag: LAUNCH_TAG,
@@ -128,6 +194,7 @@ impl PluginKernel {
                 outputs: outputs.as_ptr(),
                 attrs: &launch as *const KernelLaunch as *const c_void,
                 kernel_data: self.kernel_data,
+                state: state.as_ref().map_or(std::ptr::null_mut(), |s| s.ptr()),
             };
             // SAFETY: the plugin's compute with a context valid for the call (the tensor
             // descriptions and the shapes they point to outlive it).
@@ -156,11 +223,18 @@ impl PluginKernel {
 
 /// The kernel definition of a plugin kernel.
 pub(crate) fn kernel_def(plugin: &Arc<LoadedPlugin>, k: PendingKernel) -> KernelDef {
+    static NEXT_ID: AtomicU64 = AtomicU64::new(1);
     let pk = PluginKernel {
         plugin: plugin.clone(),
         name: k.op.clone(),
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         kernel_data: k.kernel_data,
         compute: k.compute,
+        create: k.create,
+        destroy: k.destroy.map(|func| Destroy {
+            func,
+            kernel_data: k.kernel_data,
+        }),
     };
     let func: KernelFn = Arc::new(move |cx: &KernelContext| pk.run(cx));
     KernelDef {
@@ -404,6 +478,7 @@ mod tests {
             outputs: std::ptr::null(),
             attrs: foreign.as_ptr().cast(),
             kernel_data: std::ptr::null_mut(),
+            state: std::ptr::null_mut(),
         };
         for cx in [std::ptr::null(), &context as *const _] {
             let mut addr: abi::dpp_addr_t = 7;

@@ -9,6 +9,7 @@ pub(crate) mod elf;
 mod executor;
 mod host;
 mod kernel;
+pub(crate) mod kernel_state;
 
 use std::ffi::c_void;
 use std::path::Path;

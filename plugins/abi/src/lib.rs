@@ -1,4 +1,4 @@
-//! The devplug plugin ABI, version 1.4: every type that crosses between the host and a device
+//! The devplug plugin ABI, version 1.5: every type that crosses between the host and a device
 //! plugin. `include/devplug/plugin.h` is generated from this file by the pinned cbindgen and
 //! committed (the `header` test fails when it is stale).
 //!
@@ -24,8 +24,9 @@ use std::ffi::{c_char, c_void};
 pub const DPP_ABI_MAJOR: u32 = 1;
 /// The ABI minor version this header describes. A host refuses plugins with a newer minor.
 /// 1.1 appended kernel registration, 1.2 op registration, 1.3 the f16 and bf16 dtypes, 1.4
-/// timed events and temporary memory for kernels (see docs/plugin-abi-changelog.md).
-pub const DPP_ABI_MINOR: u32 = 4;
+/// timed events and temporary memory for kernels, 1.5 kernel state (`create`/`destroy`; see
+/// docs/plugin-abi-changelog.md).
+pub const DPP_ABI_MINOR: u32 = 5;
 
 /// A status code. The values are the host API's `DP_*` codes.
 pub type dpp_status_t = i32;
@@ -311,6 +312,33 @@ pub struct dpp_kernel_context_t {
     pub attrs: *const c_void,
     /// `dpp_kernel_t::kernel_data`.
     pub kernel_data: *mut c_void,
+    /// (1.5; read it when `struct_size >= DPP_KERNEL_CONTEXT_STRUCT_SIZE`) What the kernel's
+    /// `create` returned for this device, these input dtypes and these attributes; NULL when
+    /// the kernel has no `create`.
+    pub state: *mut c_void,
+}
+
+/// (1.5) What a kernel's `create` gets: the device, the input dtypes and the attributes a
+/// state is made for. Valid during the call only.
+#[repr(C)]
+pub struct dpp_kernel_create_context_t {
+    /// `DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE` or more.
+    pub struct_size: usize,
+    /// Reserved; NULL.
+    pub ext: *mut c_void,
+    /// The `device_data` of the device the state is for.
+    pub device: *mut c_void,
+    /// The op's name.
+    pub op: *const c_char,
+    /// Number of inputs.
+    pub num_inputs: usize,
+    /// The inputs' dtypes (`DPP_DTYPE_*`), `num_inputs` of them.
+    pub input_dtypes: *const i32,
+    /// The op's attributes (defaults filled in), read with the host's `attr_*` functions as in
+    /// `compute`. `allocate_temp` refuses it (there is no launch).
+    pub attrs: *const c_void,
+    /// `dpp_kernel_t::kernel_data`.
+    pub kernel_data: *mut c_void,
 }
 
 /// (1.1) A kernel a plugin registers with `register_kernel`. Filled by the plugin.
@@ -340,6 +368,28 @@ pub struct dpp_kernel_t {
     /// Required. Runs the op: enqueue the work on `context->stream` (or do it at once); return
     /// a status (after `set_error`) when the inputs cannot be handled.
     pub compute: Option<unsafe extern "C" fn(context: *const dpp_kernel_context_t) -> dpp_status_t>,
+    /// (1.5) Optional; read by the host when `struct_size >= DPP_KERNEL_STRUCT_SIZE`
+    /// (`DPP_KERNEL_STRUCT_SIZE_1_1` before). Makes the kernel's state for one device, one list
+    /// of input dtypes and one set of attributes (TensorFlow's kernel `create`, XLA FFI's
+    /// instantiate): read and check the attributes, build what every launch with them can
+    /// share (a compiled variant, a descriptor, normalized parameters) and store it in
+    /// `*out_state` (NULL is allowed). The host calls it before the first `compute` with a
+    /// new combination and passes the state in `dpp_kernel_context_t::state` to every
+    /// `compute` with it; a failure (after `set_error`) fails that op run, and the next run
+    /// calls `create` again. The host keeps a bounded number of states per kernel and device
+    /// (64, the least recently used go first), so `create` may run again for a combination
+    /// whose state was destroyed. Any thread; no lock of the host is held.
+    pub create: Option<
+        unsafe extern "C" fn(
+            context: *const dpp_kernel_create_context_t,
+            out_state: *mut *mut c_void,
+        ) -> dpp_status_t,
+    >,
+    /// (1.5) Optional (required with `create` when states hold resources). Frees a state
+    /// `create` made, once for each: after the device's stream reached every launch that used
+    /// it, and before the device is destroyed. Any thread (a stream's worker, when the host
+    /// lets a state go while its work is queued); no lock of the host is held.
+    pub destroy: Option<unsafe extern "C" fn(kernel_data: *mut c_void, state: *mut c_void)>,
 }
 
 /// What a device plugin is. Filled by the plugin: a static object returned by the entry
@@ -705,10 +755,16 @@ pub const DPP_HOST_API_STRUCT_SIZE: usize = 136;
 pub const DPP_OP_DEF_STRUCT_SIZE: usize = 64;
 /// Size of `dpp_tensor_t` in ABI 1.1.
 pub const DPP_TENSOR_STRUCT_SIZE: usize = 48;
-/// Size of `dpp_kernel_context_t` in ABI 1.1.
-pub const DPP_KERNEL_CONTEXT_STRUCT_SIZE: usize = 80;
-/// Size of `dpp_kernel_t` in ABI 1.1.
-pub const DPP_KERNEL_STRUCT_SIZE: usize = 80;
+/// Size of `dpp_kernel_context_t` in ABI 1.1 to 1.4 (no `state`).
+pub const DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1: usize = 80;
+/// Size of `dpp_kernel_context_t` in ABI 1.5 (`state`).
+pub const DPP_KERNEL_CONTEXT_STRUCT_SIZE: usize = 88;
+/// Size of `dpp_kernel_create_context_t` in ABI 1.5.
+pub const DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE: usize = 64;
+/// Size of `dpp_kernel_t` in ABI 1.1 to 1.4 (what a plugin built against them fills).
+pub const DPP_KERNEL_STRUCT_SIZE_1_1: usize = 80;
+/// Size of `dpp_kernel_t` in ABI 1.5 (`create`, `destroy`).
+pub const DPP_KERNEL_STRUCT_SIZE: usize = 96;
 /// Size of `dpp_plugin_api_t` in ABI 1.0.
 pub const DPP_PLUGIN_API_STRUCT_SIZE: usize = 56;
 /// Size of `dpp_platform_t` in ABI 1.0.
@@ -752,12 +808,24 @@ mod tests {
             offset_of!(dpp_tensor_t, byte_size) + 8
         );
         assert_eq!(
-            DPP_KERNEL_CONTEXT_STRUCT_SIZE,
+            DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1,
             offset_of!(dpp_kernel_context_t, kernel_data) + 8
         );
         assert_eq!(
-            DPP_KERNEL_STRUCT_SIZE,
+            DPP_KERNEL_CONTEXT_STRUCT_SIZE,
+            offset_of!(dpp_kernel_context_t, state) + 8
+        );
+        assert_eq!(
+            DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE,
+            offset_of!(dpp_kernel_create_context_t, kernel_data) + 8
+        );
+        assert_eq!(
+            DPP_KERNEL_STRUCT_SIZE_1_1,
             offset_of!(dpp_kernel_t, compute) + 8
+        );
+        assert_eq!(
+            DPP_KERNEL_STRUCT_SIZE,
+            offset_of!(dpp_kernel_t, destroy) + 8
         );
         assert_eq!(
             DPP_PLUGIN_API_STRUCT_SIZE,

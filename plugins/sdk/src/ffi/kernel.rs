@@ -654,7 +654,7 @@ unsafe fn entry_of<'a, F>(
     }
     // SAFETY: non-NULL; `struct_size` first.
     let size = unsafe { ptr::addr_of!((*ctx).struct_size).read() };
-    if size < abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE {
+    if size < abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1 {
         // Too short to hold kernel_data: no way to reach the host to say why.
         return Err(abi::DPP_ABI_MISMATCH);
     }
@@ -893,6 +893,8 @@ fn register<F: Send + Sync + 'static>(
         priority: spec.priority,
         kernel_data: entry.cast(),
         compute: Some(trampoline),
+        create: None,
+        destroy: None,
     };
     // SAFETY: during init (only `Host` reaches this); `desc` and what it points to outlive
     // the call; `kernel_data` and `compute` stay valid until shutdown (owned below).

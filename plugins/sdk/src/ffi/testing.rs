@@ -510,7 +510,7 @@ unsafe extern "C" fn th_register_kernel(
         }
         // SAFETY: non-NULL; `struct_size` first.
         let size = unsafe { ptr::addr_of!((*kernel).struct_size).read() };
-        if size < abi::DPP_KERNEL_STRUCT_SIZE {
+        if size < abi::DPP_KERNEL_STRUCT_SIZE_1_1 {
             return fail(
                 Status::InvalidArgument,
                 format!("dpp_kernel_t.struct_size is {size}"),
@@ -665,7 +665,7 @@ unsafe extern "C" fn th_allocate_temp(
         }
         // SAFETY: non-NULL: a kernel context, by the ABI's contract; `struct_size` first.
         let context_size = unsafe { ptr::addr_of!((*context).struct_size).read() };
-        if context_size < abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE {
+        if context_size < abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1 {
             return abi::DPP_INVALID_ARGUMENT;
         }
         // SAFETY: a context of at least the ABI 1.1 size, which holds `attrs`.
@@ -1675,6 +1675,7 @@ impl<'d> TestStream<'d> {
             outputs: outs.as_ptr(),
             attrs: ptr::from_ref(&launch).cast(),
             kernel_data,
+            state: ptr::null_mut(),
         };
         self.device.host().clear_error();
         LAUNCHES.lock().push(key);
@@ -2013,6 +2014,7 @@ mod abuse_tests {
             outputs: ptr::null(),
             attrs: ptr::null(),
             kernel_data,
+            state: ptr::null_mut(),
         }
     }
 
