@@ -168,6 +168,7 @@ typedef struct sim_options {
   bool no_suballocator;
   bool kernels;            /* register native kernels (kernels=1, the default) */
   int32_t kernel_priority; /* their priority */
+  bool log_kernel_states;  /* log each kernel state made and destroyed (ABI 1.5), at info */
 } sim_options;
 
 struct sim_device;
@@ -387,6 +388,7 @@ typedef struct sim_device {
   uint64_t num_allocs_total, live_allocs;
   uint64_t alloc_calls, copy_calls;
   uint64_t live_host_allocs;
+  _Atomic uint64_t live_states; /* kernel states (ABI 1.5) made and not destroyed yet */
   _Atomic uint64_t frees; /* frees of arena blocks so far (changed under the device mutex) */
   /* Streams destroyed so far (changed under the device mutex): a launch memo that names a
    * stream holds while this is unchanged (see sim_launch_memo). */
@@ -2671,8 +2673,8 @@ static bool sim_ktensor_read(const sim_device *d, const char *fn, const char *wh
 }
 
 /* Reads a bool attribute: true when read (or absent: `*out` keeps its default). */
-static bool sim_attr_bool(const sim_device *d, const char *fn, const dpp_kernel_context_t *cx, const char *name,
-                          bool *out, bool *found, char *msg) {
+static bool sim_attr_bool(const sim_device *d, const char *fn, const void *attrs, const char *name, bool *out,
+                          bool *found, char *msg) {
   const dpp_host_api_t *host = d->plat->host;
   int32_t v = 0;
   *found = false;
@@ -2680,7 +2682,7 @@ static bool sim_attr_bool(const sim_device *d, const char *fn, const dpp_kernel_
     sim_devmsg(d, msg, fn, "the host table has no attr_bool to read attribute '%s'", name);
     return false;
   }
-  dpp_status_t st = host->attr_bool(cx->attrs, name, &v);
+  dpp_status_t st = host->attr_bool(attrs, name, &v);
   if (st == DPP_NOT_FOUND) {
     return true;
   }
@@ -2901,12 +2903,116 @@ static void sim_kunpack(const sim_kqueued *q, sim_kjob *j) {
   }
 }
 
+/* ReduceSum's attributes: read once per kernel state (ABI 1.5, sim_reduce_create) or, from an
+ * older host, at every launch. */
+typedef struct sim_reduce_params {
+  uint32_t magic; /* SIM_STATE_MAGIC while alive */
+  sim_device *d;  /* the device the state was made for */
+  size_t naxes;
+  int64_t axes[SIM_MAX_RANK];
+  bool keep_dims, keep_dims_known;
+} sim_reduce_params;
+
+#define SIM_STATE_MAGIC 0x53696d53u /* "SimS" */
+
+/* Reads `axes` and `keep_dims` from `attrs` (a kernel or create context's). */
+static bool sim_reduce_params_read(const sim_device *d, const char *fn, const void *attrs, sim_reduce_params *p,
+                                   char *msg) {
+  const dpp_host_api_t *host = d->plat->host;
+  const int64_t *axes = NULL;
+  size_t naxes = 0;
+  memset(p, 0, sizeof *p);
+  if (!host->attr_ints) {
+    sim_devmsg(d, msg, fn, "the host table has no attr_ints to read attribute 'axes'");
+    return false;
+  }
+  dpp_status_t st = host->attr_ints(attrs, "axes", &axes, &naxes);
+  if (st == DPP_NOT_FOUND) {
+    naxes = 0;
+  } else if (st != DPP_OK) {
+    sim_devmsg(d, msg, fn, "cannot read int-list attribute 'axes' (status %d)", (int)st);
+    return false;
+  } else if (naxes && !axes) {
+    sim_devmsg(d, msg, fn, "attr_ints gave %zu axes and a NULL array", naxes);
+    return false;
+  }
+  if (naxes > SIM_MAX_RANK) {
+    sim_devmsg(d, msg, fn, "%zu axes, more than the %d dimensions a SIM tensor may have", naxes, SIM_MAX_RANK);
+    return false;
+  }
+  p->naxes = naxes;
+  if (naxes) {
+    memcpy(p->axes, axes, naxes * sizeof *axes);
+  }
+  p->keep_dims_known = true;
+  return sim_attr_bool(d, fn, attrs, "keep_dims", &p->keep_dims, &p->keep_dims_known, msg);
+}
+
+/* The launch's ReduceSum state, or NULL when the host passed none (older than ABI 1.5). */
+static const sim_reduce_params *sim_reduce_state(const dpp_kernel_context_t *cx) {
+  if (cx->struct_size < DPP_KERNEL_CONTEXT_STRUCT_SIZE || !cx->state) {
+    return NULL;
+  }
+  const sim_reduce_params *p = (const sim_reduce_params *)cx->state;
+  return p->magic == SIM_STATE_MAGIC && p->d == sim_dev(cx->device) ? p : NULL;
+}
+
+/* ABI 1.5: ReduceSum's state for one device and attribute set: its attributes, read and
+ * checked once. Counted per device (leaks are reported at destroy_device). */
+static dpp_status_t sim_reduce_create(const dpp_kernel_create_context_t *cx, void **out_state) {
+  if (!cx || cx->struct_size < DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE || !out_state) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  sim_plugin *plugin = (sim_plugin *)cx->kernel_data;
+  sim_device *d = sim_dev(cx->device);
+  if (!d || !plugin || d->plat->plugin != plugin) {
+    return plugin ? sim_host_error(plugin->host, DPP_INVALID_ARGUMENT,
+                                   "SIM: kernel ReduceSum: create: context->device is not a device of this SIM platform")
+                  : DPP_INVALID_ARGUMENT;
+  }
+  char msg[SIM_MSG_MAX];
+  sim_reduce_params *p = (sim_reduce_params *)malloc(sizeof *p);
+  if (!p) {
+    return sim_host_error(plugin->host, DPP_RESOURCE_EXHAUSTED, "SIM: kernel ReduceSum: create: out of memory");
+  }
+  if (!sim_reduce_params_read(d, "kernel ReduceSum: create", cx->attrs, p, msg)) {
+    free(p);
+    return sim_dev_fail(d, DPP_INVALID_ARGUMENT, msg);
+  }
+  p->magic = SIM_STATE_MAGIC;
+  p->d = d;
+  uint64_t live = atomic_fetch_add(&d->live_states, 1) + 1;
+  if (d->plat->opt.log_kernel_states) {
+    sim_log(d->plat, DPP_LOG_INFO, "SIM %s:%d: kernel ReduceSum: state created (%zu axes, keep_dims %d); %" PRIu64 " live",
+            d->plat->opt.platform, d->index, p->naxes, (int)p->keep_dims, live);
+  }
+  *out_state = p;
+  return DPP_OK;
+}
+
+/* ABI 1.5: frees a state sim_reduce_create made. */
+static void sim_reduce_destroy(void *kernel_data, void *state) {
+  (void)kernel_data;
+  sim_reduce_params *p = (sim_reduce_params *)state;
+  if (!p || p->magic != SIM_STATE_MAGIC) {
+    return; /* not ours: a host bug; nothing safe to do */
+  }
+  sim_device *d = p->d;
+  uint64_t live = atomic_fetch_sub(&d->live_states, 1) - 1;
+  if (d->plat->opt.log_kernel_states) {
+    sim_log(d->plat, DPP_LOG_INFO, "SIM %s:%d: kernel ReduceSum: state destroyed; %" PRIu64 " live",
+            d->plat->opt.platform, d->index, live);
+  }
+  p->magic = 0;
+  free(p);
+}
+
 /* Validates the context and enqueues kernel `id` on context->stream. */
 static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kernel_id id) {
   const sim_kernel_desc *k = &sim_kernel_descs[id];
   const char *fn = k->fn;
   char msg[SIM_MSG_MAX], s1[160], s2[160], s3[160];
-  if (!cx || cx->struct_size < DPP_KERNEL_CONTEXT_STRUCT_SIZE) {
+  if (!cx || cx->struct_size < DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1) {
     return DPP_INVALID_ARGUMENT; /* nothing to reach the host table through */
   }
   sim_plugin *plugin = (sim_plugin *)cx->kernel_data;
@@ -2995,8 +3101,8 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
     break;
   case SIM_K_MATMUL: {
     bool found;
-    if (!sim_attr_bool(d, fn, cx, "transpose_a", &j->transpose_a, &found, msg) ||
-        !sim_attr_bool(d, fn, cx, "transpose_b", &j->transpose_b, &found, msg)) {
+    if (!sim_attr_bool(d, fn, cx->attrs, "transpose_a", &j->transpose_a, &found, msg) ||
+        !sim_attr_bool(d, fn, cx->attrs, "transpose_b", &j->transpose_b, &found, msg)) {
       goto invalid;
     }
     if (x->rank < 2 || y->rank < 2) {
@@ -3025,23 +3131,20 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
     break;
   }
   case SIM_K_REDUCE_SUM: {
-    const dpp_host_api_t *host = d->plat->host;
-    const int64_t *axes = NULL;
-    size_t naxes = 0;
-    if (!host->attr_ints) {
-      sim_devmsg(d, msg, fn, "the host table has no attr_ints to read attribute 'axes'");
-      goto invalid;
+    /* The attributes: from the kernel's state (ABI 1.5: read once, in sim_reduce_create), or
+     * read now from an older host. */
+    sim_reduce_params read_now;
+    const sim_reduce_params *rp = sim_reduce_state(cx);
+    if (!rp) {
+      if (!sim_reduce_params_read(d, fn, cx->attrs, &read_now, msg)) {
+        goto invalid;
+      }
+      rp = &read_now;
     }
-    dpp_status_t st = host->attr_ints(cx->attrs, "axes", &axes, &naxes);
-    if (st == DPP_NOT_FOUND) {
-      naxes = 0;
-    } else if (st != DPP_OK) {
-      sim_devmsg(d, msg, fn, "cannot read int-list attribute 'axes' (status %d)", (int)st);
-      goto invalid;
-    } else if (naxes && !axes) {
-      sim_devmsg(d, msg, fn, "attr_ints gave %zu axes and a NULL array", naxes);
-      goto invalid;
-    }
+    const size_t naxes = rp->naxes;
+    const int64_t *axes = rp->axes;
+    keep_dims = rp->keep_dims;
+    keep_dims_known = rp->keep_dims_known;
     for (size_t i = 0; i < naxes; i++) {
       int64_t a = axes[i], nrm = a < 0 ? a + x->rank : a;
       if (nrm < 0 || nrm >= x->rank) {
@@ -3058,9 +3161,6 @@ static dpp_status_t sim_kernel_compute(const dpp_kernel_context_t *cx, sim_kerne
       for (int i = 0; i < x->rank; i++) {
         j->reduced[i] = true;
       }
-    }
-    if (!sim_attr_bool(d, fn, cx, "keep_dims", &keep_dims, &keep_dims_known, msg)) {
-      goto invalid;
     }
     for (int i = 0; i < x->rank; i++) {
       if (!j->reduced[i]) {
@@ -3201,6 +3301,12 @@ static dpp_status_t sim_register_kernels(const dpp_host_api_t *host, sim_plugin 
     reg.priority = p->opt.kernel_priority;
     reg.kernel_data = plugin;
     reg.compute = computes[i];
+    if (i == SIM_K_REDUCE_SUM) {
+      /* ABI 1.5: its attributes are read once per state (a host older than 1.5 reads the kernel
+       * struct's first 80 bytes only, and ReduceSum then reads them at every launch). */
+      reg.create = sim_reduce_create;
+      reg.destroy = sim_reduce_destroy;
+    }
     dpp_status_t st = host->register_kernel(host->context, &reg);
     if (st != DPP_OK) {
       return sim_host_error(host, st, "SIM: the host refused kernel %s for %s bound to %s (status %d)", k->op,
@@ -3259,6 +3365,13 @@ static void sim_device_free(sim_device *d) {
   if (host_live) {
     sim_log(p, DPP_LOG_WARN, "SIM %s:%d: destroy_device: %" PRIu64 " pinned host allocation(s) leaked",
             p->opt.platform, d->index, host_live);
+  }
+  uint64_t states = atomic_load(&d->live_states);
+  if (states) {
+    sim_log(p, DPP_LOG_WARN,
+            "SIM %s:%d: destroy_device: %" PRIu64 " kernel state(s) were never destroyed (the host must destroy them "
+            "before the device)",
+            p->opt.platform, d->index, states);
   }
   pthread_cond_destroy(&d->cv);
   pthread_mutex_destroy(&d->mu);
@@ -3597,6 +3710,11 @@ static dpp_status_t sim_read_options(const dpp_host_api_t *host, sim_options *o)
   if ((v = sim_opt(host, "no_suballocator")) != NULL) {
     if (!sim_parse_bool(v, &o->no_suballocator)) {
       return sim_bad_option(host, "no_suballocator", v, "1/true/yes/on or 0/false/no/off");
+    }
+  }
+  if ((v = sim_opt(host, "log_kernel_states")) != NULL) {
+    if (!sim_parse_bool(v, &o->log_kernel_states)) {
+      return sim_bad_option(host, "log_kernel_states", v, "1/true/yes/on or 0/false/no/off");
     }
   }
   o->kernels = true;

@@ -84,6 +84,8 @@
  *   ZOO_KERNEL_ALL_DTYPES          ... for every dtype (no dtype list)
  *   ZOO_KERNEL_STRUCT_SIZE=n       ... with dpp_kernel_t.struct_size n
  *   ZOO_KERNEL_COMPUTE_NULL        ... with dpp_kernel_t.compute NULL
+ *   ZOO_KERNEL_CREATE_FAILS        ... with a create (ABI 1.5) that fails every time
+ *   ZOO_KERNEL_DESTROY_ONLY        ... with a destroy but no create
  *   ZOO_OP_DEF_STRUCT_SIZE=n       with ZOO_OP_BODY: dpp_op_def_t.struct_size n
  *   ZOO_KERNEL_DTYPE=n             ... for dtype n instead of f32
  *   ZOO_KERNEL_DTYPES_NULL         ... with dtypes NULL but num_dtypes 3
@@ -1062,6 +1064,27 @@ static dpp_status_t zoo_kernel_fail(const dpp_kernel_context_t *cx) {
 #define ZOO_KERNEL_COMPUTE zoo_kernel_fail
 #endif
 
+#if defined(ZOO_KERNEL_CREATE_FAILS) || defined(ZOO_KERNEL_DESTROY_ONLY)
+/* ABI 1.5: a destroy that is never called (there is no state to free): calling it is a host bug. */
+static void zoo_kernel_destroy(void *kernel_data, void *state) {
+  (void)kernel_data;
+  (void)state;
+  fprintf(stderr, "zoo: kernel destroy called for a state that was never made\n");
+  abort();
+}
+#endif
+#if defined(ZOO_KERNEL_CREATE_FAILS)
+/* ABI 1.5: a create that refuses every attribute set, with its own status and message. */
+static dpp_status_t zoo_kernel_create_fails(const dpp_kernel_create_context_t *cx, void **out_state) {
+  zoo_device *d = cx ? zoo_dev(cx->device) : NULL;
+  if (d == NULL || out_state == NULL) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  return zoo_fail(d, DPP_UNIMPLEMENTED, "zoo: no state for %s with %zu input(s) on purpose", cx->op,
+                  cx->num_inputs);
+}
+#endif
+
 #if defined(ZOO_KERNEL_COMPUTE)
 #ifndef ZOO_KERNEL_STRUCT_SIZE
 #define ZOO_KERNEL_STRUCT_SIZE DPP_KERNEL_STRUCT_SIZE
@@ -1104,6 +1127,12 @@ static dpp_status_t zoo_register_kernel(const dpp_host_api_t *host) {
   k.compute = NULL;
 #else
   k.compute = ZOO_KERNEL_COMPUTE;
+#endif
+#if defined(ZOO_KERNEL_CREATE_FAILS)
+  k.create = zoo_kernel_create_fails;
+  k.destroy = zoo_kernel_destroy;
+#elif defined(ZOO_KERNEL_DESTROY_ONLY)
+  k.destroy = zoo_kernel_destroy;
 #endif
   return host->register_kernel(host->context, &k);
 }

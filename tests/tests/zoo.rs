@@ -263,9 +263,9 @@ refused! {
 
     // dpp_plugin_api_t: versions
     abi_major_differs: "abi_major" => AbiMismatch
-        ["plugin ABI 2.0", "host implements ABI 1.4", "major"];
+        ["plugin ABI 2.0", "host implements ABI 1.5", "major"];
     abi_minor_newer_than_host: "abi_minor_newer" => AbiMismatch
-        ["plugin ABI 1.99", "host implements ABI 1.4", "minor"];
+        ["plugin ABI 1.99", "host implements ABI 1.5", "minor"];
 
     // dpp_plugin_api_t: struct_size and fields
     api_struct_size_zero: "api_size_0" => InvalidArgument
@@ -324,6 +324,8 @@ refused! {
         ["dpp_kernel_t.struct_size", "is 8", "80", "its op is not read"];
     kernel_compute_null: "kernel_compute_null" => InvalidArgument
         ["kernel Add on ZOO: dpp_kernel_t.compute is NULL"];
+    kernel_destroy_without_create: "kernel_destroy_only" => InvalidArgument
+        ["kernel Reshape on ZOO: dpp_kernel_t.destroy is set but create is NULL"];
     op_def_struct_size_too_small: "op_def_size_small" => InvalidArgument
         ["dpp_op_def_t.struct_size", "is 16", "64"];
 
@@ -661,6 +663,73 @@ fn a_status_a_call_should_not_return_is_mapped_and_its_message_kept() {
         b.write(0, &[7u8; 64]).unwrap();
         assert_eq!(read_all(&b), vec![7u8; 64]);
     }
+}
+
+/// A kernel whose `create` (ABI 1.5) fails: the run fails with the plugin's code and message,
+/// naming the kernel's create, and nothing is kept — the next run asks `create` again (the
+/// plugin's destroy, which aborts if called, never is); the runtime goes on.
+#[test]
+fn a_kernel_whose_create_fails_fails_the_run_each_time() {
+    let rt = runtime();
+    rt.load_plugin(zoo_path("kernel_create_fails"), &[])
+        .unwrap();
+    let zoo = rt.find_device("ZOO:0").unwrap();
+    let x = Tensor::from_slice(&zoo, &[4], &[1f32, 2.0, 3.0, 4.0]).unwrap();
+    let held = zoo.memory_stats().active_allocs;
+    let reshape = rt.op("Reshape").unwrap();
+    let attrs = Attrs::new().with("shape", [2, 2]);
+    for _ in 0..2 {
+        let e = rt
+            .run1(
+                &reshape,
+                std::slice::from_ref(&x),
+                &attrs,
+                &RunOptions::on(&zoo).strict(),
+            )
+            .unwrap_err();
+        assert_eq!(e.code, Code::Unimplemented, "{e}");
+        for part in [
+            "Reshape on ZOO:0",
+            "kernel Reshape: create",
+            "zoo: no state for Reshape with 1 input(s) on purpose",
+        ] {
+            assert!(e.message.contains(part), "'{part}' is not named: {e}");
+        }
+        zoo.synchronize().unwrap();
+        assert_eq!(
+            zoo.memory_stats().active_allocs,
+            held,
+            "the failed run left memory"
+        );
+    }
+    // The runtime goes on: the CPU runs the op.
+    let cpu = rt.find_device("CPU:0").unwrap();
+    let y = rt
+        .run1(
+            &reshape,
+            &[x.copy_to(&cpu).unwrap()],
+            &attrs,
+            &RunOptions::on(&cpu),
+        )
+        .unwrap();
+    assert_eq!(y.shape(), &[2, 2]);
+}
+
+/// A plugin of ABI 1.4 loads into this host with its kernel struct of 1.4's size: the host reads
+/// no `create` past it (the variant's would fail every run), and the kernel runs.
+#[test]
+fn a_kernel_struct_of_abi_1_4_is_read_as_far_as_it_reaches() {
+    let rt = runtime();
+    rt.load_plugin(zoo_path("kernel_size_1_4"), &[]).unwrap();
+    let zoo = rt.find_device("ZOO:0").unwrap();
+    let x = Tensor::from_slice(&zoo, &[4], &[1f32, 2.0, 3.0, 4.0]).unwrap();
+    let reshape = rt.op("Reshape").unwrap();
+    let attrs = Attrs::new().with("shape", [2, 2]);
+    let y = rt
+        .run1(&reshape, &[x], &attrs, &RunOptions::on(&zoo).strict())
+        .unwrap();
+    assert_eq!(y.shape(), &[2, 2]);
+    assert_eq!(y.to_vec::<f32>().unwrap(), [1., 2., 3., 4.]);
 }
 
 /// A kernel failing in the middle of a decomposition (RELIABILITY.md, "kernel writes an error
