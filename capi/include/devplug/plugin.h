@@ -362,7 +362,7 @@ typedef struct dpp_kernel_t {
   /**
    * The platform whose memory it works on: one this plugin registered (of `device_type`).
    * NULL: the plugin's own platform of `device_type` (there must be exactly one). `"ANY"` is
-   * refused (ABI 1.1 to 1.4): the host reserves it for its own memory-agnostic kernels.
+   * refused (ABI 1.1 to 1.5): the host reserves it for its own memory-agnostic kernels.
    */
   const char *platform;
   /**

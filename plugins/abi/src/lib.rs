@@ -354,7 +354,7 @@ pub struct dpp_kernel_t {
     pub device_type: *const c_char,
     /// The platform whose memory it works on: one this plugin registered (of `device_type`).
     /// NULL: the plugin's own platform of `device_type` (there must be exactly one). `"ANY"` is
-    /// refused (ABI 1.1 to 1.4): the host reserves it for its own memory-agnostic kernels.
+    /// refused (ABI 1.1 to 1.5): the host reserves it for its own memory-agnostic kernels.
     pub platform: *const c_char,
     /// The dtypes of the op's first type variable it accepts (`DPP_DTYPE_*`); NULL/0: all (for
     /// a plugin built against ABI 1.0–1.2: all but f16 and bf16, which it does not know).
