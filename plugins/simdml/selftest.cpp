@@ -24,6 +24,15 @@
 // after it, the host's refusals (size 0, no memory, a context it did not pass) as Errors, and
 // UNIMPLEMENTED from a 1.3 host table or a NULL function.
 //
+// Kernel state (ABI 1.5): SIMDML's simdml.Swish (the fake host takes ops when asked) has create
+// and destroy, its other kernels none; create reads and checks beta once (refusals with
+// messages), compute uses the state it is given, queued work keeps a destroyed state until it
+// ran, an 80-byte context (an older host) gets a state per launch, every state is destroyed and a
+// device destroyed with one left warns. plugin.hpp's side on an in-process platform: the create
+// context (device, op, dtypes, attributes, a newer host's larger struct), states by value, by
+// std::unique_ptr and null, the wrong type, no create, exceptions from create as statuses,
+// malformed contexts, destroy of NULL or of a foreign pointer, supports_kernel_state().
+//
 // Usage: simdml_selftest <path to libdevplug_simdml.so>. Exits 0 when every check passes.
 #include <devplug/plugin.h>
 #include <devplug/plugin.hpp>
@@ -31,6 +40,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -111,6 +121,9 @@ struct RegisteredKernel {
   int32_t priority = 0;
   void* kernel_data = nullptr;
   dpp_status_t (*compute)(const dpp_kernel_context_t*) = nullptr;
+  // ABI 1.5, copied as far as the plugin's struct_size reaches (NULL past it).
+  dpp_status_t (*create)(const dpp_kernel_create_context_t*, void**) = nullptr;
+  void (*destroy)(void*, void*) = nullptr;
 };
 
 /** The attributes the fake host's attr_* functions read (the runtime's rules: NOT_FOUND,
@@ -177,6 +190,7 @@ struct FakeHost {
   bool in_init = false;
   std::vector<Registered> platforms;
   std::vector<RegisteredKernel> kernels;
+  std::vector<std::string> ops;  // the names register_op took (accept_ops())
   std::mutex log_mu;
   std::vector<std::pair<int32_t, std::string>> logs;
   dpp_host_api_t api{};
@@ -235,6 +249,10 @@ struct FakeHost {
       r.priority = k->priority;
       r.kernel_data = k->kernel_data;
       r.compute = k->compute;
+      if (k->struct_size >= offsetof(dpp_kernel_t, destroy) + sizeof(k->destroy)) {
+        r.create = k->create;
+        r.destroy = k->destroy;
+      }
       h->kernels.push_back(std::move(r));
       return DPP_OK;
     };
@@ -295,6 +313,28 @@ struct FakeHost {
       *out = (base + 255) & ~dpp_addr_t(255);
       return DPP_OK;
     };
+  }
+
+  /** Takes ops of the plugin's own (ABI 1.2's register_op; off by default): SIMDML then
+   *  registers simdml.Swish and its kernel. */
+  void accept_ops() {
+    api.register_op = [](dpp_host_context_t ctx, const dpp_op_def_t* d) -> dpp_status_t {
+      auto* h = static_cast<FakeHost*>(ctx);
+      if (!h->in_init) return DPP_FAILED_PRECONDITION;
+      if (d == nullptr || d->struct_size < DPP_OP_DEF_STRUCT_SIZE || d->name == nullptr) return DPP_INVALID_ARGUMENT;
+      h->ops.push_back(d->name);
+      return DPP_OK;
+    };
+  }
+
+  /** The log lines containing @p part. */
+  std::vector<std::string> logs_with(const char* part) {
+    std::lock_guard<std::mutex> lock(log_mu);
+    std::vector<std::string> out;
+    for (const auto& l : logs) {
+      if (l.second.find(part) != std::string::npos) out.push_back(l.second);
+    }
+    return out;
   }
 
   /** Makes the table an ABI 1.0 one: 64 bytes, no register_kernel or attr_* functions. */
@@ -935,6 +975,7 @@ void test_kernels(FakeHost& host, const Registered& reg, const dpp_plugin_api_t*
     CHECK((k->dtypes == std::vector<int32_t>{DPP_DTYPE_F32, DPP_DTYPE_F64}));
     CHECK(k->priority == 0);
     CHECK(k->compute != nullptr && k->kernel_data != nullptr);
+    CHECK(k->create == nullptr && k->destroy == nullptr);  // stateless (ABI 1.5)
   }
   CHECK(host.kernel("Mul") == nullptr && host.kernel("MatMul") == nullptr);  // SIM's, not ours
   const RegisteredKernel* add = host.kernel("Add");
@@ -1068,6 +1109,231 @@ void test_kernels(FakeHost& host, const Registered& reg, const dpp_plugin_api_t*
 
   dev.se->destroy_stream(dev.d, dev.stream);
   pl.destroy_device(pl.platform_data, &raw_dev);
+}
+
+/** The create context the runtime passes for a state of kernel @p k (ABI 1.5). */
+dpp_kernel_create_context_t make_create_context(void* device, const char* op, const std::vector<int32_t>& dtypes,
+                                                const void* attrs, void* kernel_data) {
+  dpp_kernel_create_context_t c{};
+  c.struct_size = DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE;
+  c.ext = nullptr;
+  c.device = device;
+  c.op = op;
+  c.num_inputs = dtypes.size();
+  c.input_dtypes = dtypes.empty() ? nullptr : dtypes.data();
+  c.attrs = attrs;
+  c.kernel_data = kernel_data;
+  return c;
+}
+
+FakeAttrs beta_attrs(double beta) {
+  FakeAttrs a;
+  a.values = {{"beta", FakeAttrs::Float, 0, beta, {}, {}}};
+  return a;
+}
+
+/** x * sigmoid(beta * x), within a few ulps. */
+template <class T>
+bool is_swish(const std::vector<T>& got, const std::vector<T>& x, double beta) {
+  if (got.size() != x.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = static_cast<double>(x[i]) / (1.0 + std::exp(-beta * static_cast<double>(x[i])));
+    const double tolerance = (sizeof(T) == 4 ? 1e-6 : 1e-14) * std::max(1.0, std::fabs(want));
+    if (!(std::fabs(static_cast<double>(got[i]) - want) <= tolerance)) {
+      std::fprintf(stderr, "  swish(%g) with beta %g: %g, expected %g\n", static_cast<double>(x[i]), beta,
+                   static_cast<double>(got[i]), want);
+      return false;
+    }
+  }
+  return true;
+}
+
+/**
+ * Kernel state (ABI 1.5) through SIMDML's table: simdml.Swish has create and destroy (its other
+ * kernels none); create reads beta once per device, dtype and beta, and refuses a bad one;
+ * compute uses the state it is given (not the launch's attributes); work queued before a
+ * destroy still sees its state; an 80-byte context (a host older than 1.5) gets a state made for
+ * the launch; every state made is destroyed, and a device destroyed with a state left says so.
+ */
+void test_kernel_state(const dpp_plugin_api_t* api) {
+  FakeHost host;
+  host.accept_ops();
+  host.options = {{"log_kernel_states", "1"}};
+  void* data = nullptr;
+  CHECK_OK(host.init(api, &data));
+  CHECK(host.ops == std::vector<std::string>{"simdml.Swish"});
+  CHECK(host.kernels.size() == 4);
+  for (const char* op : {"Add", "Sub", "Relu"}) {
+    const RegisteredKernel* k = host.kernel(op);
+    CHECK(k != nullptr && k->create == nullptr && k->destroy == nullptr);
+  }
+  const RegisteredKernel* swish = host.kernel("simdml.Swish");
+  CHECK(swish != nullptr);
+  if (swish != nullptr) {
+    CHECK(swish->struct_size == DPP_KERNEL_STRUCT_SIZE);
+    CHECK(swish->compute != nullptr && swish->create != nullptr && swish->destroy != nullptr);
+    CHECK((swish->dtypes == std::vector<int32_t>{DPP_DTYPE_F32, DPP_DTYPE_F64}));
+  }
+  if (swish == nullptr || swish->create == nullptr || swish->destroy == nullptr || host.platforms.size() != 1) {
+    for (auto& r : host.platforms) r.p.destroy_platform(r.p.platform_data);
+    api->shutdown(data);
+    return;
+  }
+  const dpp_platform_t& pl = host.platforms[0].p;
+  dpp_device_t raw_dev{};
+  raw_dev.struct_size = DPP_DEVICE_STRUCT_SIZE;
+  CHECK_OK(pl.create_device(pl.platform_data, 0, &raw_dev));
+  if (raw_dev.se == nullptr) return;
+  KDevice dev{raw_dev.se, raw_dev.device_data};
+  CHECK_OK(dev.se->create_stream(dev.d, &dev.stream));
+  auto create = [&](void* device, const std::vector<int32_t>& dtypes, const FakeAttrs* attrs, void** out) {
+    const dpp_kernel_create_context_t c = make_create_context(device, "simdml.Swish", dtypes, attrs, swish->kernel_data);
+    g_last_error.clear();
+    return swish->create(&c, out);
+  };
+  auto launch = [&](const KTensor& x, const KTensor& y, const FakeAttrs* attrs, void* state, size_t context_size) {
+    std::vector<dpp_tensor_t> ri{raw_tensor(x)}, ro{raw_tensor(y)};
+    dpp_kernel_context_t c = make_context(dev.d, dev.stream, ri, ro, attrs, swish->kernel_data);
+    c.struct_size = context_size;
+    c.state = state;
+    g_last_error.clear();
+    return swish->compute(&c);
+  };
+  auto made = [&] { return host.logs_with("kernel simdml.Swish: state created").size(); };
+  auto destroyed = [&] { return host.logs_with("kernel simdml.Swish: state destroyed").size(); };
+
+  // ---- create: one state per dtype and beta, each logged with the live count -------------------
+  const FakeAttrs half = beta_attrs(0.5), two = beta_attrs(2.0), seven = beta_attrs(7.0);
+  void* s_half = nullptr;
+  void* s_two = nullptr;
+  void* s_half64 = nullptr;
+  CHECK_OK(create(dev.d, {DPP_DTYPE_F32}, &half, &s_half));
+  CHECK_OK(create(dev.d, {DPP_DTYPE_F32}, &two, &s_two));
+  CHECK_OK(create(dev.d, {DPP_DTYPE_F64}, &half, &s_half64));
+  CHECK(s_half != nullptr && s_two != nullptr && s_half64 != nullptr);
+  CHECK(s_half != s_two && s_half != s_half64 && s_two != s_half64);
+  CHECK(host.logs_with("SIMDML:0: kernel simdml.Swish: state created (beta 0.5, f32); 1 live").size() == 1);
+  CHECK(host.logs_with("SIMDML:0: kernel simdml.Swish: state created (beta 2, f32); 2 live").size() == 1);
+  CHECK(host.logs_with("SIMDML:0: kernel simdml.Swish: state created (beta 0.5, f64); 3 live").size() == 1);
+
+  // ---- create refuses what no launch can use: a status and a message, nothing written ----------
+  {
+    void* const untouched = reinterpret_cast<void*>(0x5);
+    void* out = untouched;
+    const FakeAttrs nan = beta_attrs(std::nan(""));
+    CHECK_STATUS(create(dev.d, {DPP_DTYPE_F32}, &nan, &out), DPP_INVALID_ARGUMENT);
+    CHECK(take_error() == "SIMDML:0: simdml.Swish: attribute beta is nan, not a finite number");
+    const FakeAttrs none;
+    CHECK_STATUS(create(dev.d, {DPP_DTYPE_F32}, &none, &out), DPP_NOT_FOUND);
+    CHECK(take_error() == "kernel simdml.Swish: the op has no attribute 'beta'");
+    CHECK_STATUS(create(dev.d, {DPP_DTYPE_I32}, &half, &out), DPP_INVALID_ARGUMENT);
+    CHECK(take_error() == "SIMDML:0: simdml.Swish: SIMDML's simdml.Swish takes f32 or f64, not i32");
+    CHECK_STATUS(create(dev.d, {DPP_DTYPE_F32, DPP_DTYPE_F32}, &half, &out), DPP_INVALID_ARGUMENT);
+    CHECK(take_error() == "SIMDML:0: simdml.Swish: expects 1 input, got 2");
+    CHECK_STATUS(create(nullptr, {DPP_DTYPE_F32}, &half, &out), DPP_INVALID_ARGUMENT);
+    CHECK(take_error() == "kernel simdml.Swish: the context's device is NULL");
+    // Malformed contexts.
+    CHECK_STATUS(swish->create(nullptr, &out), DPP_INVALID_ARGUMENT);
+    dpp_kernel_create_context_t c = make_create_context(dev.d, "simdml.Swish", {DPP_DTYPE_F32}, &half, swish->kernel_data);
+    CHECK_STATUS(swish->create(&c, nullptr), DPP_INVALID_ARGUMENT);
+    c.struct_size = 16;
+    CHECK_STATUS(swish->create(&c, &out), DPP_ABI_MISMATCH);
+    c = make_create_context(dev.d, "simdml.Swish", {DPP_DTYPE_F32}, &half, nullptr);
+    CHECK_STATUS(swish->create(&c, &out), DPP_INVALID_ARGUMENT);
+    c = make_create_context(dev.d, "simdml.Swish", {}, &half, swish->kernel_data);
+    c.num_inputs = 1;
+    CHECK_STATUS(swish->create(&c, &out), DPP_INVALID_ARGUMENT);
+    CHECK(take_error() == "kernel simdml.Swish: create: the 1 input dtypes are at NULL");
+    CHECK(out == untouched);
+    CHECK(made() == 3);
+  }
+
+  // ---- compute uses the state it is given: the launch's attributes (beta 7) are not read -------
+  const std::vector<float> x = {-3.0f, -1.0f, -0.25f, 0.0f, 0.5f, 4.0f};
+  const std::vector<double> x64 = {-2.0, 0.125, 3.0};
+  const KTensor tx = dev.upload(DPP_DTYPE_F32, {2, 3}, x);
+  const KTensor tx64 = dev.upload(DPP_DTYPE_F64, {3}, x64);
+  const KTensor y_half = dev.output(DPP_DTYPE_F32, {2, 3});
+  const KTensor y_two = dev.output(DPP_DTYPE_F32, {2, 3});
+  const KTensor y_half64 = dev.output(DPP_DTYPE_F64, {3});
+  {
+    // Work queued before the host lets a state go still sees it (it holds the state).
+    Gate gate;
+    CHECK_OK(dev.se->host_callback(dev.d, dev.stream, gate_callback, &gate));
+    CHECK_OK(launch(tx, y_half, &seven, s_half, DPP_KERNEL_CONTEXT_STRUCT_SIZE));
+    CHECK_OK(launch(tx, y_two, &seven, s_two, DPP_KERNEL_CONTEXT_STRUCT_SIZE));
+    CHECK_OK(launch(tx64, y_half64, nullptr, s_half64, DPP_KERNEL_CONTEXT_STRUCT_SIZE));
+    swish->destroy(swish->kernel_data, s_two);  // before the stream reached the launch
+    CHECK(destroyed() == 0);                    // the queued work holds it
+    gate.release();
+    CHECK_OK(dev.se->synchronize_stream(dev.d, dev.stream));
+    CHECK(destroyed() == 1);
+    CHECK(host.logs_with("SIMDML:0: kernel simdml.Swish: state destroyed (beta 2); 2 live").size() == 1);
+  }
+  CHECK(is_swish(dev.download<float>(y_half), x, 0.5));
+  CHECK(is_swish(dev.download<float>(y_two), x, 2.0));
+  CHECK(is_swish(dev.download<double>(y_half64), x64, 0.5));
+
+  // ---- A state that is not one of this kernel: refused ---------------------------------------------
+  {
+    uint64_t junk[8] = {};
+    CHECK_STATUS(launch(tx, y_half, &seven, junk, DPP_KERNEL_CONTEXT_STRUCT_SIZE), DPP_INVALID_ARGUMENT);
+    CHECK(take_error() == "kernel simdml.Swish: the context's state is not one this kernel's create made");
+  }
+
+  // ---- A host older than ABI 1.5 (an 80-byte context, no create calls): a state per launch ---------
+  {
+    const FakeAttrs three = beta_attrs(3.0);
+    const KTensor y_three = dev.output(DPP_DTYPE_F32, {2, 3});
+    // `state` lies past such a host's struct: whatever is there is not read.
+    CHECK_OK(launch(tx, y_three, &three, reinterpret_cast<void*>(0xBAD), DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1));
+    CHECK_OK(dev.se->synchronize_stream(dev.d, dev.stream));
+    CHECK(is_swish(dev.download<float>(y_three), x, 3.0));
+    CHECK(host.logs_with("state created (beta 3, f32, for one launch); 3 live").size() == 1);
+    CHECK(host.logs_with("state destroyed (beta 3); 2 live").size() == 1);
+    // A 1.5 context without a state: the same.
+    CHECK_OK(launch(tx, y_three, &half, nullptr, DPP_KERNEL_CONTEXT_STRUCT_SIZE));
+    CHECK_OK(dev.se->synchronize_stream(dev.d, dev.stream));
+    CHECK(is_swish(dev.download<float>(y_three), x, 0.5));
+    CHECK(made() == 5 && destroyed() == 3);
+    // Its create's refusal fails the launch.
+    const FakeAttrs inf = beta_attrs(HUGE_VAL);
+    CHECK_STATUS(launch(tx, y_three, &inf, nullptr, DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1), DPP_INVALID_ARGUMENT);
+    CHECK(take_error() == "SIMDML:0: simdml.Swish: attribute beta is inf, not a finite number");
+    dev.free(y_three);
+  }
+
+  // ---- The host destroys the rest: no leak is reported at destroy_device ---------------------------
+  swish->destroy(swish->kernel_data, s_half);
+  swish->destroy(swish->kernel_data, s_half64);
+  swish->destroy(swish->kernel_data, nullptr);  // nothing
+  CHECK(made() == 5 && destroyed() == 5);
+  for (const KTensor* t : {&tx, &tx64, &y_half, &y_two, &y_half64}) dev.free(*t);
+  dev.se->destroy_stream(dev.d, dev.stream);
+  pl.destroy_device(pl.platform_data, &raw_dev);
+  CHECK(host.logs_with("SIMDML:0: destroyed; its 5 kernel state(s) were all destroyed").size() == 1);
+  CHECK(host.logs_with("leaked").empty());
+
+  // ---- A device destroyed while a state of it is left: a warning (the host's leak) -----------------
+  {
+    dpp_device_t d2{};
+    d2.struct_size = DPP_DEVICE_STRUCT_SIZE;
+    CHECK_OK(pl.create_device(pl.platform_data, 0, &d2));
+    void* left = nullptr;
+    CHECK_OK(create(d2.device_data, {DPP_DTYPE_F32}, &half, &left));
+    pl.destroy_device(pl.platform_data, &d2);
+    std::vector<std::string> warned = host.logs_with("leaked");
+    CHECK(warned.size() == 1);
+    CHECK(!warned.empty() &&
+          warned[0] == "SIMDML:0: 1 kernel state(s) of the 1 made for the device were not destroyed before it (leaked)");
+    bool is_warning = false;
+    for (const auto& l : host.logs) is_warning = is_warning || (l.first == DPP_LOG_WARN && contains(l.second, "leaked"));
+    CHECK(is_warning);
+    swish->destroy(swish->kernel_data, left);  // late, but safe: the state holds its counts
+    CHECK(made() == 6 && destroyed() == 6);
+  }
+  pl.destroy_platform(pl.platform_data);
+  api->shutdown(data);
 }
 
 /** Load options and hosts that change what init does with kernels. */
@@ -1649,8 +1915,9 @@ void test_header_allocate_temp() {
     });
   }
   {
-    // A 1.4-sized table whose allocate_temp is NULL: UNIMPLEMENTED too.
+    // A 1.4 table whose allocate_temp is NULL: UNIMPLEMENTED too.
     FakeHost host;
+    host.api.abi_minor = 4;
     host.api.allocate_temp = nullptr;
     with_temp_device(host, [](KDevice&, tmp::ArenaDevice&, FakeLaunch& launch, auto&& run) {
       launch.attrs.values = {{"size", FakeAttrs::Int, 64, 0, {}, {}}};
@@ -1972,6 +2239,323 @@ void test_header_host_callbacks() {
   cbk::kApi.shutdown(data);
 }
 
+// ---- plugin.hpp: kernels with state (ABI 1.5) on an in-process platform ---------------------
+
+namespace kst {
+
+namespace dp = devplug::plugin;
+
+std::atomic<int> g_alive{0};  // Made objects alive
+
+/** A state that records what its create context said. */
+struct Made {
+  Made(std::string w) : what(std::move(w)) { ++g_alive; }
+  Made(const Made& o) : what(o.what) { ++g_alive; }
+  ~Made() { --g_alive; }
+  std::string what;
+};
+
+std::shared_ptr<const Made> g_kept;  // what the last "Made" compute captured, as queued work would
+int g_supports = -1;
+
+std::string dtypes_of(const dp::KernelCreateContext& c) {
+  std::string s;
+  for (dp::DType d : c.input_dtypes()) s += (s.empty() ? "" : ",") + std::string(dp::dtype_name(d));
+  return s;
+}
+
+class KstPlatform : public dp::Platform {
+ public:
+  std::string name() const override { return "KST"; }
+  std::string device_type() const override { return "KST"; }
+  int device_count() const override { return 1; }
+  std::unique_ptr<dp::Device> create_device(int) override { return std::make_unique<tim::NullDevice>(false); }
+};
+
+void init(dp::Host& host) {
+  g_supports = host.supports_kernel_state() ? 1 : 0;
+  if (host.option_string("mode", "") == "empty") {
+    hdr::record("empty create", [&] {
+      host.register_kernel({"Made", "KST", std::nullopt, {}, 0},
+                           std::function<std::shared_ptr<Made>(const dp::KernelCreateContext&)>(),
+                           [](dp::KernelContext&) {});
+      return std::string("registered");
+    });
+    return;
+  }
+  host.register_platform(std::make_unique<KstPlatform>());
+  const dp::KernelSpec spec{"Made", "KST", std::nullopt, {}, 0};
+  // A state by value; compute reports it, and keeps it as queued work would.
+  host.register_kernel(
+      spec,
+      [](const dp::KernelCreateContext& c) {
+        hdr::record("input 5", [&] { return std::string(dp::dtype_name(c.input_dtype(5))); });
+        return Made(c.op() + " " + dtypes_of(c) + " i=" + std::to_string(c.attr_int("i")) +
+                    " device=" + std::to_string(c.device<tim::NullDevice>().ordinal()) +
+                    (c.per_launch() ? " per launch" : "") + (c.raw() != nullptr ? " raw" : ""));
+      },
+      [](dp::KernelContext& cx) {
+        hdr::g_seen.add("compute: " + cx.state<Made>().what + (cx.state_per_launch() ? " (state per launch)" : ""));
+        g_kept = cx.state_ptr<const Made>();
+      });
+  // Exceptions from create, by attribute "what".
+  host.register_kernel(
+      {"Throws", "KST", std::nullopt, {}, 0},
+      [](const dp::KernelCreateContext& c) -> std::unique_ptr<Made> {
+        const std::string what(c.attr_string("what"));
+        if (what == "error") throw dp::Error::not_found("no such state");
+        if (what == "std") throw std::runtime_error("std says no");
+        if (what == "alloc") throw std::bad_alloc();
+        if (what == "int") throw 7;
+        return std::make_unique<Made>("fine");
+      },
+      [](dp::KernelContext& cx) { hdr::g_seen.add("compute: " + cx.state<Made>().what); });
+  // create returns null; the state is asked for as another type; no create at all.
+  host.register_kernel(
+      {"Null", "KST", std::nullopt, {}, 0}, [](const dp::KernelCreateContext&) { return std::shared_ptr<Made>(); },
+      [](dp::KernelContext& cx) {
+        hdr::g_seen.add(std::string("state_ptr ") + (cx.state_ptr<Made>() ? "set" : "null"));
+        hdr::record("state", [&] { return cx.state<Made>().what; });
+      });
+  host.register_kernel(
+      {"WrongType", "KST", std::nullopt, {}, 0}, [](const dp::KernelCreateContext&) { return Made("made"); },
+      [](dp::KernelContext& cx) { hdr::record("state<int>", [&] { return std::to_string(cx.state<int>()); }); });
+  host.register_kernel({"Plain", "KST", std::nullopt, {}, 0}, [](dp::KernelContext& cx) {
+    hdr::record("no create", [&] { return cx.state<Made>().what; });
+    hdr::g_seen.add(std::string("state_per_launch ") + (cx.state_per_launch() ? "1" : "0"));
+  });
+  // Bound to ANY: create has no device of this plugin.
+  host.register_kernel(
+      {"Any", "KST", std::string("ANY"), {}, 0},
+      [](const dp::KernelCreateContext& c) { return Made(std::to_string(c.device().ordinal())); },
+      [](dp::KernelContext&) {});
+}
+
+const dpp_plugin_api_t kApi = dp::detail::make_plugin_api<&init>("statetest", "0");
+
+}  // namespace kst
+
+void test_header_kernel_state() {
+  namespace dp = devplug::plugin;
+  {
+    // An ABI 1.4 host: supports_kernel_state() is false (create is still filled: it reads less).
+    FakeHost host;
+    host.api.abi_minor = 4;
+    void* data = nullptr;
+    CHECK_OK(host.init(&kst::kApi, &data));
+    CHECK(kst::g_supports == 0);
+    for (auto& r : host.platforms) r.p.destroy_platform(r.p.platform_data);
+    kst::kApi.shutdown(data);
+  }
+  {
+    hdr::g_seen = {};
+    FakeHost host;
+    host.options = {{"mode", "empty"}};
+    void* data = nullptr;
+    CHECK_OK(host.init(&kst::kApi, &data));
+    CHECK(host.kernels.empty());
+    CHECK((hdr::g_seen.lines ==
+           std::vector<std::string>{"empty create: INVALID_ARGUMENT: kernel Made for KST: the create function is empty"}));
+    kst::kApi.shutdown(data);
+  }
+  FakeHost host;
+  void* data = nullptr;
+  CHECK_OK(host.init(&kst::kApi, &data));
+  CHECK(kst::g_supports == 1);
+  CHECK(host.platforms.size() == 1 && host.kernels.size() == 6);
+  const RegisteredKernel* made = host.kernel("Made");
+  const RegisteredKernel* throws = host.kernel("Throws");
+  const RegisteredKernel* null = host.kernel("Null");
+  const RegisteredKernel* wrong = host.kernel("WrongType");
+  const RegisteredKernel* plain = host.kernel("Plain");
+  const RegisteredKernel* any = host.kernel("Any");
+  if (host.platforms.size() != 1 || !made || !throws || !null || !wrong || !plain || !any) {
+    for (auto& r : host.platforms) r.p.destroy_platform(r.p.platform_data);
+    kst::kApi.shutdown(data);
+    return;
+  }
+  for (const RegisteredKernel* k : {made, throws, null, wrong, any}) {
+    CHECK(k->struct_size == DPP_KERNEL_STRUCT_SIZE && k->create != nullptr && k->destroy != nullptr);
+  }
+  CHECK(plain->create == nullptr && plain->destroy == nullptr);
+  const dpp_platform_t& p = host.platforms[0].p;
+  dpp_device_t dev{};
+  dev.struct_size = DPP_DEVICE_STRUCT_SIZE;
+  CHECK_OK(p.create_device(p.platform_data, 0, &dev));
+  void* stream = nullptr;
+  CHECK_OK(dev.se->create_stream(dev.device_data, &stream));
+  auto create = [&](const RegisteredKernel* k, const std::vector<int32_t>& dtypes, const FakeAttrs* attrs,
+                    void** out) {
+    const dpp_kernel_create_context_t c = make_create_context(dev.device_data, k->op.c_str(), dtypes, attrs, k->kernel_data);
+    g_last_error.clear();
+    return k->create(&c, out);
+  };
+  // Two inputs, f32 and i64 (the kernel's compute does not read them).
+  const int64_t shape[] = {2};
+  const dpp_tensor_t in[2] = {{DPP_TENSOR_STRUCT_SIZE, nullptr, DPP_DTYPE_F32, 1, shape, 0x100, 8},
+                              {DPP_TENSOR_STRUCT_SIZE, nullptr, DPP_DTYPE_I64, 1, shape, 0x200, 16}};
+  auto compute = [&](const RegisteredKernel* k, const FakeAttrs* attrs, void* state, size_t size) {
+    dpp_kernel_context_t c = make_context(dev.device_data, stream, {}, {}, attrs, k->kernel_data);
+    c.num_inputs = 2;
+    c.inputs = in;
+    c.struct_size = size;
+    c.state = state;
+    g_last_error.clear();
+    return k->compute(&c);
+  };
+  FakeAttrs i42;
+  i42.values = {{"i", FakeAttrs::Int, 42, 0, {}, {}}};
+  FakeAttrs i9;
+  i9.values = {{"i", FakeAttrs::Int, 9, 0, {}, {}}};
+
+  // ---- create gets the device, the op, the dtypes and the attributes; compute the state -----------
+  hdr::g_seen = {};
+  void* s42 = nullptr;
+  CHECK_OK(create(made, {DPP_DTYPE_F32, DPP_DTYPE_I64}, &i42, &s42));
+  CHECK(s42 != nullptr && kst::g_alive == 1);
+  CHECK_OK(compute(made, &i9, s42, DPP_KERNEL_CONTEXT_STRUCT_SIZE));  // the state's i, not the launch's
+  CHECK(kst::g_kept && kst::g_kept->what == "Made f32,i64 i=42 device=0 raw");
+  // From a host older than 1.5 (80 bytes: `state` is past its struct) or a NULL state: a state for
+  // the launch, from the launch's device, input dtypes and attributes, gone after it unless held.
+  CHECK_OK(compute(made, &i9, s42, DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1));
+  CHECK(kst::g_alive == 2);  // s42's, and the one compute kept
+  kst::g_kept.reset();
+  CHECK(kst::g_alive == 1);
+  CHECK_OK(compute(made, &i9, nullptr, DPP_KERNEL_CONTEXT_STRUCT_SIZE));
+  kst::g_kept.reset();
+  CHECK(kst::g_alive == 1);
+  // A newer host's larger create context is read as far as this header's.
+  struct BigCreate {
+    dpp_kernel_create_context_t c;
+    uint64_t newer_field[2];
+  } big{};
+  const std::vector<int32_t> one{DPP_DTYPE_F64};
+  big.c = make_create_context(dev.device_data, "Made", one, &i9, made->kernel_data);
+  big.c.struct_size = sizeof big;
+  big.newer_field[0] = 0xBAD;
+  void* s9 = nullptr;
+  CHECK_OK(made->create(&big.c, &s9));
+  CHECK(s9 != nullptr && kst::g_alive == 2);
+  const std::vector<std::string> want = {
+      "input 5: INVALID_ARGUMENT: kernel Made: create: no input 5 (the op has 2)",
+      "compute: Made f32,i64 i=42 device=0 raw",
+      "input 5: INVALID_ARGUMENT: kernel Made: create: no input 5 (the op has 2)",
+      "compute: Made f32,i64 i=9 device=0 per launch (state per launch)",
+      "input 5: INVALID_ARGUMENT: kernel Made: create: no input 5 (the op has 2)",
+      "compute: Made f32,i64 i=9 device=0 per launch (state per launch)",
+      "input 5: INVALID_ARGUMENT: kernel Made: create: no input 5 (the op has 1)",
+  };
+  CHECK(hdr::g_seen.lines == want);
+  if (hdr::g_seen.lines != want) {
+    for (const std::string& l : hdr::g_seen.lines) std::fprintf(stderr, "  seen: %s\n", l.c_str());
+  }
+
+  // ---- Work holding state_ptr() keeps the state past the host's destroy ---------------------------
+  CHECK_OK(compute(made, &i9, s42, DPP_KERNEL_CONTEXT_STRUCT_SIZE));
+  made->destroy(made->kernel_data, s42);
+  CHECK(kst::g_alive == 2);  // s9's, and s42's (held)
+  CHECK(kst::g_kept && kst::g_kept->what == "Made f32,i64 i=42 device=0 raw");
+  kst::g_kept.reset();
+  CHECK(kst::g_alive == 1);
+  made->destroy(made->kernel_data, s9);
+  CHECK(kst::g_alive == 0);
+
+  // ---- A state of another kernel, or not a state at all: refused ----------------------------------
+  void* sw = nullptr;
+  CHECK_OK(create(wrong, {}, nullptr, &sw));
+  CHECK_STATUS(compute(made, &i9, sw, DPP_KERNEL_CONTEXT_STRUCT_SIZE), DPP_INVALID_ARGUMENT);
+  CHECK(take_error() == "kernel Made: the context's state is not one this kernel's create made");
+  uint64_t junk[8] = {};
+  CHECK_STATUS(compute(made, &i9, junk, DPP_KERNEL_CONTEXT_STRUCT_SIZE), DPP_INVALID_ARGUMENT);
+  take_error();
+  // The wrong type, a null state, no create.
+  hdr::g_seen = {};
+  CHECK_OK(compute(wrong, nullptr, sw, DPP_KERNEL_CONTEXT_STRUCT_SIZE));
+  wrong->destroy(wrong->kernel_data, sw);
+  void* sn = nullptr;
+  CHECK_OK(create(null, {}, nullptr, &sn));
+  CHECK(sn != nullptr);  // a state the host holds, whose value is null
+  CHECK_OK(compute(null, nullptr, sn, DPP_KERNEL_CONTEXT_STRUCT_SIZE));
+  null->destroy(null->kernel_data, sn);
+  CHECK_OK(compute(plain, nullptr, nullptr, DPP_KERNEL_CONTEXT_STRUCT_SIZE));
+  const std::vector<std::string> errors = {
+      "state<int>: INTERNAL: kernel WrongType: its state is not of the type asked for",
+      "state_ptr null",
+      "state: FAILED_PRECONDITION: kernel Null: its create function returned no state",
+      "no create: FAILED_PRECONDITION: kernel Plain has no state: it was registered without a create function",
+      "state_per_launch 0",
+  };
+  CHECK(hdr::g_seen.lines == errors);
+  if (hdr::g_seen.lines != errors) {
+    for (const std::string& l : hdr::g_seen.lines) std::fprintf(stderr, "  seen: %s\n", l.c_str());
+  }
+  CHECK(kst::g_alive == 0);
+
+  // ---- Exceptions from create become statuses, as compute's; nothing is written -------------------
+  {
+    const struct {
+      const char* what;
+      dpp_status_t status;
+      const char* message;
+    } cases[] = {{"error", DPP_NOT_FOUND, "no such state"},
+                 {"std", DPP_INTERNAL, "std says no"},
+                 {"alloc", DPP_RESOURCE_EXHAUSTED, "out of memory (std::bad_alloc)"},
+                 {"int", DPP_INTERNAL, "unknown C++ exception of type int"}};
+    for (const auto& c : cases) {
+      FakeAttrs a;
+      a.values = {{"what", FakeAttrs::Str, 0, 0, {}, c.what}};
+      void* out = reinterpret_cast<void*>(0x7);
+      CHECK_STATUS(create(throws, {}, &a, &out), c.status);
+      CHECK(take_error() == c.message);
+      CHECK(out == reinterpret_cast<void*>(0x7));
+      // From an older host the same exception fails the launch.
+      CHECK_STATUS(compute(throws, &a, nullptr, DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1), c.status);
+      CHECK(take_error() == c.message);
+    }
+    FakeAttrs fine;
+    fine.values = {{"what", FakeAttrs::Str, 0, 0, {}, "fine"}};
+    void* out = nullptr;
+    CHECK_OK(create(throws, {}, &fine, &out));  // a std::unique_ptr state
+    CHECK(kst::g_alive == 1);
+    hdr::g_seen = {};
+    CHECK_OK(compute(throws, nullptr, out, DPP_KERNEL_CONTEXT_STRUCT_SIZE));
+    CHECK(hdr::g_seen.lines == std::vector<std::string>{"compute: fine"});
+    throws->destroy(throws->kernel_data, out);
+    CHECK(kst::g_alive == 0);
+    // A kernel bound to ANY has no device of this plugin in create either.
+    CHECK_STATUS(create(any, {}, nullptr, &out), DPP_FAILED_PRECONDITION);
+    CHECK(contains(take_error(), "kernel Any is bound to ANY"));
+  }
+
+  // ---- Malformed create contexts; destroy of NULL or of something else ----------------------------
+  {
+    void* out = nullptr;
+    CHECK_STATUS(made->create(nullptr, &out), DPP_INVALID_ARGUMENT);
+    dpp_kernel_create_context_t c = make_create_context(dev.device_data, "Made", {}, &i9, made->kernel_data);
+    CHECK_STATUS(made->create(&c, nullptr), DPP_INVALID_ARGUMENT);
+    c.struct_size = DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE - 8;  // ends before kernel_data
+    CHECK_STATUS(made->create(&c, &out), DPP_ABI_MISMATCH);
+    c = make_create_context(dev.device_data, "Made", {}, &i9, nullptr);
+    CHECK_STATUS(made->create(&c, &out), DPP_INVALID_ARGUMENT);
+    c = make_create_context(dev.device_data, "Made", {}, &i9, &junk);
+    CHECK_STATUS(made->create(&c, &out), DPP_INVALID_ARGUMENT);
+    c = make_create_context(dev.device_data, "Made", {}, &i9, made->kernel_data);
+    c.num_inputs = 3;
+    CHECK_STATUS(made->create(&c, &out), DPP_INVALID_ARGUMENT);
+    CHECK(take_error() == "kernel Made: create: the 3 input dtypes are at NULL");
+    CHECK(out == nullptr);
+    made->destroy(made->kernel_data, nullptr);
+    made->destroy(made->kernel_data, junk);
+    CHECK(host.logs_with("kernel state destroy failed: the host passed a state that is not one of this plugin "
+                         "(not freed)").size() == 1);
+  }
+  dev.se->destroy_stream(dev.device_data, stream);
+  p.destroy_device(p.platform_data, &dev);
+  p.destroy_platform(p.platform_data);
+  kst::kApi.shutdown(data);
+  CHECK(kst::g_alive == 0);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s <path to libdevplug_simdml.so>\n", argv[0]);
@@ -2122,6 +2706,10 @@ int main(int argc, char** argv) {
     test_header_host_callbacks();
     std::printf("plugin.hpp allocate_temp\n");
     test_header_allocate_temp();
+    std::printf("kernel state\n");
+    test_kernel_state(api);
+    std::printf("plugin.hpp kernel state\n");
+    test_header_kernel_state();
   }
 
   // ---- Only the entry symbol is exported ----------------------------------------------------

@@ -15,7 +15,11 @@
 //   (NumPy broadcasting) and Relu (a composite op: a native kernel runs before the runtime's
 //   decomposition), f32 and f64. No Mul, no MatMul: an op SIMDML lacks follows the fallback
 //   order. Each kernel checks its arguments at once (errors with messages), then enqueues the
-//   arithmetic on the device's stream worker (asynchronous, with the injected latency).
+//   arithmetic on the device's stream worker (asynchronous, with the injected latency);
+// - an op of its own (ABI 1.2), simdml.Swish: y = x * sigmoid(beta * x), attribute beta (default
+//   1), with a kernel that has state (ABI 1.5): its create reads and checks beta once per device,
+//   input dtype and beta, and every launch with them gets that state. Each device counts the
+//   states made and destroyed, and warns at destroy_device about any the host left.
 //
 // Load options (all optional):
 //   platform=NAME       platform name (default SIMDML)
@@ -27,11 +31,13 @@
 //   kernels=0           register no kernels (a device-only plugin; default 1)
 //   throw_in_init=1     init throws a std::runtime_error (shows exceptions becoming errors)
 //   throw_in_kernel=1   every kernel throws a std::runtime_error when called (likewise)
+//   log_kernel_states=1 log (info) every kernel state made and destroyed, with the device's live count
 #include <devplug/plugin.hpp>
 #include <devplug/plugin_shapes.hpp>
 #include <devplug/plugin_worker.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -85,6 +91,14 @@ struct Config {
   std::chrono::microseconds latency{0};
   bool kernels = true;
   bool throw_in_kernel = false;
+  bool log_kernel_states = false;
+};
+
+/** A device's kernel states (ABI 1.5): how many were made and destroyed. Shared with the
+ *  states, which may outlive a device the host destroyed too early. */
+struct StateCounts {
+  std::atomic<uint64_t> created{0};
+  std::atomic<uint64_t> destroyed{0};
 };
 
 // ------------------------------------------------------------------------------------------
@@ -249,12 +263,17 @@ class DmlDevice : public dp::Device {
       : label_(config.platform + ":" + std::to_string(ordinal)),
         config_(config),
         arena_(std::make_shared<Arena>(label_, config.memory)),
+        state_counts_(std::make_shared<StateCounts>()),
         streams_(label_) {}
 
   /** "SIMDML:0": for messages. */
   const std::string& label() const { return label_; }
   /** The device's memory (shared with work queued on its streams). */
   const std::shared_ptr<Arena>& arena() const { return arena_; }
+  /** The kernel states made for this device and destroyed (shared with the states). */
+  const std::shared_ptr<StateCounts>& state_counts() const { return state_counts_; }
+  /** Whether load option log_kernel_states=1 was given. */
+  bool log_kernel_states() const { return config_.log_kernel_states; }
 
   // -- Description ----------------------------------------------------------------------
   std::string hardware_name() const override { return "SIMDML simulated accelerator"; }
@@ -382,6 +401,7 @@ class DmlDevice : public dp::Device {
   const Config config_;
   // Shared with queued tasks, so that work left on a leaked stream never touches freed memory.
   std::shared_ptr<Arena> arena_;
+  std::shared_ptr<StateCounts> state_counts_;
   WorkerStreams streams_;  // threads named SIMDML:0-stream<n>
 };
 
@@ -404,27 +424,91 @@ void store(uint8_t* p, uint64_t i, T v) {
 }
 
 template <class T>
-T apply(Op op, T a, T b) {
+T apply(Op op, T a, T b, T beta) {
   switch (op) {
     case Op::Add: return a + b;
     case Op::Sub: return a - b;
     case Op::Relu: break;
-    case Op::Swish: return a / (T(1) + std::exp(-a));  // x * sigmoid(x)
+    case Op::Swish: return a / (T(1) + std::exp(-(beta * a)));  // x * sigmoid(beta * x)
   }
   // Relu: max(x, 0) with NaN propagated (like the runtime's Maximum, its decomposition).
   return a < T(0) ? T(0) : a;
 }
 
-/** z = op(x, y) over the plan's runs (y is x for Relu and Swish). The inputs may be the output.
- *  Each run is an innermost stretch with a constant stride per input (0 where it broadcasts);
- *  a plan without broadcasting is one run over everything. */
+/** z = op(x, y) over the plan's runs (y is x for Relu and Swish; beta is Swish's). The inputs
+ *  may be the output. Each run is an innermost stretch with a constant stride per input (0 where
+ *  it broadcasts); a plan without broadcasting is one run over everything. */
 template <class T>
-void run(Op op, const shapes::Broadcast<2>& plan, const uint8_t* x, const uint8_t* y, uint8_t* z) {
+void run(Op op, const shapes::Broadcast<2>& plan, const uint8_t* x, const uint8_t* y, uint8_t* z, double beta) {
+  const T b = static_cast<T>(beta);
   plan.for_each_run([&](const shapes::Run<2>& r) {
     for (size_t i = 0; i < r.len; ++i) {
-      store<T>(z, r.out + i, apply<T>(op, load<T>(x, r.input(0, i)), load<T>(y, r.input(1, i))));
+      store<T>(z, r.out + i, apply<T>(op, load<T>(x, r.input(0, i)), load<T>(y, r.input(1, i)), b));
     }
   });
+}
+
+/**
+ * simdml.Swish's kernel state (plugin ABI 1.5): its attribute beta, read and checked once per
+ * device, input dtype and beta by the kernel's create, then used by every launch with them.
+ * Counted on its device (StateCounts); logged with load option log_kernel_states=1.
+ */
+class SwishState {
+ public:
+  SwishState(const DmlDevice& dev, double beta_value, dp::DType input_dtype, bool per_launch)
+      : beta(beta_value), dtype(input_dtype), host_(dev.host()), label_(dev.label()), counts_(dev.state_counts()),
+        log_(dev.log_kernel_states()) {
+    const uint64_t made = counts_->created.fetch_add(1) + 1;
+    if (log_) {
+      host_.info(label_ + ": kernel simdml.Swish: state created (beta " + number(beta) + ", " +
+                 dp::dtype_name(dtype) + (per_launch ? ", for one launch" : "") + "); " +
+                 std::to_string(made - counts_->destroyed.load()) + " live");
+    }
+  }
+  ~SwishState() {
+    const uint64_t gone = counts_->destroyed.fetch_add(1) + 1;
+    if (log_) {
+      host_.info(label_ + ": kernel simdml.Swish: state destroyed (beta " + number(beta) + "); " +
+                 std::to_string(counts_->created.load() - gone) + " live");
+    }
+  }
+  SwishState(const SwishState&) = delete;
+  SwishState& operator=(const SwishState&) = delete;
+
+  const double beta;
+  const dp::DType dtype;
+
+  static std::string number(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+  }
+
+ private:
+  const dp::Host host_;  // for the log (the host outlives the plugin's devices and their states)
+  const std::string label_;
+  const std::shared_ptr<StateCounts> counts_;
+  const bool log_;
+};
+
+/** simdml.Swish's create: checks beta and the dtype once, for every launch with them. */
+std::shared_ptr<SwishState> create_swish(const dp::KernelCreateContext& c) {
+  DmlDevice& dev = c.device<DmlDevice>();
+  const std::string what = dev.label() + ": " + c.op();
+  const double beta = c.attr_float("beta");
+  if (!std::isfinite(beta)) {
+    throw Error::invalid_argument(what + ": attribute beta is " + SwishState::number(beta) +
+                                  ", not a finite number");
+  }
+  if (c.num_inputs() != 1) {
+    throw Error::invalid_argument(what + ": expects 1 input, got " + std::to_string(c.num_inputs()));
+  }
+  const dp::DType dtype = c.input_dtype(0);
+  if (dtype != dp::DType::F32 && dtype != dp::DType::F64) {
+    throw Error::invalid_argument(what + ": SIMDML's " + c.op() + " takes f32 or f64, not " +
+                                  dp::dtype_name(dtype));
+  }
+  return std::make_shared<SwishState>(dev, beta, dtype, c.per_launch());
 }
 
 /** What a kernel's queued work needs: copied out of the kernel context. */
@@ -445,7 +529,8 @@ Operand operand(const DmlDevice& dev, const std::string& op, const char* name, c
   return Operand{t.data(), t.byte_size()};
 }
 
-/** Add, Sub (x, y -> z, broadcasting) and Relu (x -> y). */
+/** Add, Sub (x, y -> z, broadcasting), Relu and simdml.Swish (x -> y; Swish's beta from its
+ *  state, which the queued work holds). */
 void elementwise_kernel(dp::KernelContext& cx, Op op, bool throw_in_kernel) {
   if (throw_in_kernel) {
     throw std::runtime_error("simdml: kernel " + cx.op() + " throws because load option throw_in_kernel=1 was given");
@@ -477,15 +562,18 @@ void elementwise_kernel(dp::KernelContext& cx, Op op, bool throw_in_kernel) {
   const Operand zo = operand(dev, cx.op(), binary ? "z" : "y", z);
   const shapes::Broadcast<2> plan(shape, {x.shape(), y.shape()});
   const std::string label = cx.op();
-  dev.enqueue_work(stream, [a = dev.arena(), op, dtype, plan, xo, yo, zo, binary, label] {
+  // Swish: its state (beta, checked by create), kept alive by the work until it ran.
+  std::shared_ptr<const SwishState> state = op == Op::Swish ? cx.state_ptr<const SwishState>() : nullptr;
+  dev.enqueue_work(stream, [a = dev.arena(), op, dtype, plan, xo, yo, zo, binary, label, state] {
+    const double beta = state ? state->beta : 1.0;
     // Resolved again: the memory may have been freed since (an error of the stream then).
     const uint8_t* xp = a->resolve(xo.addr, xo.size, (label + " x").c_str());
     const uint8_t* yp = binary ? a->resolve(yo.addr, yo.size, (label + " y").c_str()) : nullptr;
     uint8_t* zp = a->resolve(zo.addr, zo.size, (label + " output").c_str());
     if (dtype == dp::DType::F32) {
-      run<float>(op, plan, xp, yp ? yp : xp, zp);
+      run<float>(op, plan, xp, yp ? yp : xp, zp, beta);
     } else {
-      run<double>(op, plan, xp, yp ? yp : xp, zp);
+      run<double>(op, plan, xp, yp ? yp : xp, zp, beta);
     }
   });
 }
@@ -493,14 +581,19 @@ void elementwise_kernel(dp::KernelContext& cx, Op op, bool throw_in_kernel) {
 void register_kernels(dp::Host& host, const Config& c) {
   const std::vector<dp::DType> floats{dp::DType::F32, dp::DType::F64};
   const bool t = c.throw_in_kernel;
-  std::vector<std::pair<const char*, Op>> ops = {{"Add", Op::Add}, {"Sub", Op::Sub}, {"Relu", Op::Relu}};
-  if (host.supports_ops()) ops.push_back({"simdml.Swish", Op::Swish});
-  for (const auto& o : ops) {
+  for (const auto& o : {std::make_pair("Add", Op::Add), std::make_pair("Sub", Op::Sub), std::make_pair("Relu", Op::Relu)}) {
     const Op op = o.second;
     host.register_kernel(dp::KernelSpec{o.first, c.device_type, std::nullopt, floats, 0},
                          [op, t](dp::KernelContext& cx) { elementwise_kernel(cx, op, t); });
   }
-  host.info(std::string("registered kernels Add, Sub, Relu") + (host.supports_ops() ? ", simdml.Swish" : "") +
+  // simdml.Swish, with state (ABI 1.5): create reads beta once. A host older than 1.5 never calls
+  // create; plugin.hpp then calls it before each launch (the same results).
+  if (host.supports_ops()) {
+    host.register_kernel(dp::KernelSpec{"simdml.Swish", c.device_type, std::nullopt, floats, 0},
+                         create_swish,
+                         [t](dp::KernelContext& cx) { elementwise_kernel(cx, Op::Swish, t); });
+  }
+  host.info(std::string("registered kernels Add, Sub, Relu") + (host.supports_ops() ? ", simdml.Swish (with state)" : "") +
             " (f32, f64) for platform " + c.platform);
 }
 
@@ -520,6 +613,20 @@ class DmlPlatform : public dp::Platform {
   int device_count() const override { return config_.devices; }
   std::unique_ptr<dp::Device> create_device(int ordinal) override {
     return std::make_unique<DmlDevice>(config_, ordinal);
+  }
+  // The host destroys a device's kernel states (ABI 1.5) before the device: any left is the
+  // host's leak, reported here. (A state left behind keeps its counts, not the device.)
+  void destroy_device(std::unique_ptr<dp::Device> device) override {
+    const auto* dev = dynamic_cast<const DmlDevice*>(device.get());
+    if (dev == nullptr) return;
+    const StateCounts& counts = *dev->state_counts();
+    const uint64_t made = counts.created.load(), gone = counts.destroyed.load();
+    if (made != gone) {
+      host().warn(dev->label() + ": " + std::to_string(made - gone) + " kernel state(s) of the " +
+                  std::to_string(made) + " made for the device were not destroyed before it (leaked)");
+    } else if (config_.log_kernel_states) {
+      host().info(dev->label() + ": destroyed; its " + std::to_string(made) + " kernel state(s) were all destroyed");
+    }
   }
 
  private:
@@ -543,15 +650,17 @@ void simdml_init(dp::Host& host) {
   c.latency = std::chrono::microseconds(host.option_int<uint32_t>("latency_us", 0));
   c.kernels = host.option_bool("kernels", c.kernels);
   c.throw_in_kernel = host.option_bool("throw_in_kernel", c.throw_in_kernel);
+  c.log_kernel_states = host.option_bool("log_kernel_states", c.log_kernel_states);
 
   dp::Platform& p = host.register_platform(std::make_unique<DmlPlatform>(c));
   host.info("registered platform " + p.name() + " (type " + c.device_type + ", priority " +
             std::to_string(c.priority) + ", " + std::to_string(c.devices) + " device(s) of " +
             std::to_string(c.memory) + " bytes)");
-  // An op of SIMDML's own (plugin ABI 1.2), x * sigmoid(x): its body runs on every device
-  // without a kernel for it (SIMDML's own kernel is registered with the others).
+  // An op of SIMDML's own (plugin ABI 1.2), x * sigmoid(beta * x): its body runs on every
+  // device without a kernel for it (SIMDML's own kernel is registered with the others).
   if (host.supports_ops()) {
-    host.register_op({"simdml.Swish", "x: T", "y: T", "T: {f32, f64}", "", "s = Sigmoid(x); y = Mul(x, s)"});
+    host.register_op({"simdml.Swish", "x: T", "y: T", "T: {f32, f64}", "beta: float = 1.0",
+                      "bx = Mul(x, @beta); s = Sigmoid(bx); y = Mul(x, s)"});
   }
   if (c.kernels) register_kernels(host, c);
 }
@@ -559,5 +668,6 @@ void simdml_init(dp::Host& host) {
 }  // namespace
 
 // SIMDML needs kernels (ABI 1.1); its op simdml.Swish (1.2) is registered only where the host
-// supports ops, so it declares 1.1 and loads into 1.1 and 1.2 hosts.
+// supports ops, and its kernel's state (1.5) is made by plugin.hpp per launch where the host
+// makes none, so it declares 1.1 and loads into every host from 1.1 on.
 DEVPLUG_PLUGIN_FOR_ABI("simdml", "0.1.0", 1, simdml_init)

@@ -25,7 +25,7 @@ static void test_versions(void) {
     CHECK(s1 == s2); /* static */
     CHECK(dp_abi_version() ==
           (((uint32_t)DP_ABI_VERSION_MAJOR << 16) | (uint32_t)DP_ABI_VERSION_MINOR));
-    CHECK(DP_ABI_VERSION_MAJOR == 1 && DP_ABI_VERSION_MINOR == 4);
+    CHECK(DP_ABI_VERSION_MAJOR == 1 && DP_ABI_VERSION_MINOR == 5);
 }
 
 static void test_status_names(void) {

@@ -69,6 +69,10 @@
  * });
  * @endcode
  *
+ * Kernel state (ABI 1.5): register a kernel with a create function as well, and it gets the
+ * state create made for the launch's device, input dtypes and attributes as `cx.state<T>()`
+ * (see Host::register_kernel(const KernelSpec&, Create, KernelFn)); older hosts work too.
+ *
  * Build the plugin with `-fvisibility=hidden` (CMake's `devplug_add_plugin()` does) and,
  * on ELF platforms, a linker version script that exports only `devplug_plugin_entry`:
  * libstdc++ gives its own templates default visibility, so instantiations such as
@@ -86,6 +90,9 @@
  * - Kernels: Host::register_kernel() keeps the function (or Kernel) until `shutdown`, or until
  *   a failed `init` returns (the host rolled it back); a kernel the host refuses is destroyed
  *   at once.
+ * - Kernel states (ABI 1.5): a kernel's create function makes one when the host calls `create`;
+ *   the SDK holds it until the host calls `destroy` (in stream order, before the device goes),
+ *   and work that captured KernelContext::state_ptr() keeps it until that work ran.
  * - `shutdown`: frees the state `init` created. By the ABI every platform is gone by then.
  *
  * Thread safety: the host may call every executor function from any thread, concurrently;
@@ -115,6 +122,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 #if defined(__GLIBCXX__) || defined(_LIBCPP_VERSION)
@@ -131,12 +139,14 @@ class Device;
 class Platform;
 class Stream;
 class KernelContext;
+class KernelCreateContext;
 
 namespace detail {
 struct PluginState;
 struct PlatformHolder;
 struct DeviceHolder;
 struct KernelHolder;
+struct KernelStateBox;
 struct Trampolines;
 }  // namespace detail
 
@@ -414,7 +424,7 @@ struct KernelSpec {
    * @brief The platform whose memory it works on: `std::nullopt` = this plugin's one platform
    *        of device_type (an error when it registered several); a name = one of this
    *        plugin's platforms. `"ANY"` (every platform of the type, other plugins' included)
-   *        is refused by devplug's host in every ABI so far (1.1 to 1.4): register_kernel()
+   *        is refused by devplug's host in every ABI so far (1.1 to 1.5): register_kernel()
    *        throws the host's `DPP_INVALID_ARGUMENT`, and the host records why
    *        (`dpp_kernel_t.platform is "ANY": ...`; docs/plugin-guide.md, section 6). It is
    *        kept for a later ABI and for test hosts, where such a kernel's
@@ -543,6 +553,46 @@ class Kernel {
 
 /** @brief A kernel as a function (see Host::register_kernel()). */
 using KernelFn = std::function<void(KernelContext&)>;
+
+namespace detail {
+
+/** @brief Whether a callable of type @p F can be empty: a function pointer or a std::function. */
+template <class F>
+struct IsNullable : std::is_pointer<F> {};
+template <class S>
+struct IsNullable<std::function<S>> : std::true_type {};
+
+/** @brief A kernel's `create`, its state type erased (Host::register_kernel() with create). */
+using KernelCreateFn = std::function<std::shared_ptr<void>(const KernelCreateContext&)>;
+
+/**
+ * @brief What a kernel's create function may return, as a `std::shared_ptr` to the state:
+ *        `std::shared_ptr<T>`, `std::unique_ptr<T, D>` (taken over) or a `T` by value (moved
+ *        into a new `std::shared_ptr<T>`). `type` is T without const.
+ */
+template <class R>
+struct StateResult {
+  static_assert(!std::is_pointer<R>::value,
+                "register_kernel: create returns a raw pointer; return std::shared_ptr<T>, std::unique_ptr<T> or "
+                "a T by value (the SDK owns the state)");
+  static_assert(!std::is_void<R>::value, "register_kernel: create returns void; return the state");
+  using type = std::remove_const_t<R>;
+  static std::shared_ptr<type> share(R&& r) { return std::make_shared<type>(std::move(r)); }
+};
+template <class T>
+struct StateResult<std::shared_ptr<T>> {
+  using type = std::remove_const_t<T>;
+  static std::shared_ptr<type> share(std::shared_ptr<T>&& p) { return std::const_pointer_cast<type>(std::move(p)); }
+};
+template <class T, class D>
+struct StateResult<std::unique_ptr<T, D>> {
+  using type = std::remove_const_t<T>;
+  static std::shared_ptr<type> share(std::unique_ptr<T, D>&& p) {
+    return std::const_pointer_cast<type>(std::shared_ptr<T>(std::move(p)));
+  }
+};
+
+}  // namespace detail
 
 // ------------------------------------------------------------------------------------------
 // Internal state shared by the host wrapper and the tables
@@ -784,6 +834,58 @@ class Host {
   /** @brief register_kernel() with a Kernel object (owned by the plugin until shutdown). */
   void register_kernel(const KernelSpec& spec, std::unique_ptr<Kernel> kernel) const;
 
+  /**
+   * @brief Whether the host makes kernel states itself (ABI 1.5 or newer): it calls a
+   *        kernel's @p create once per device, input dtypes and attributes, and keeps the state
+   *        for every launch with them. Older hosts work too (see register_kernel() with create).
+   */
+  bool supports_kernel_state() const noexcept {
+    return supports_kernels() && (state_->api->abi_major > 1 || state_->api->abi_minor >= 5);
+  }
+
+  /**
+   * @brief Registers a kernel with state (ABI 1.5; TensorFlow's kernel create/compute/delete,
+   *        XLA FFI's instantiate): @p create makes what every launch with one device, one list of
+   *        input dtypes and one set of attributes can share (the attributes read and checked once,
+   *        a compiled variant, a descriptor), and @p compute gets it as `cx.state<T>()`.
+   *
+   * @p create is a callable taking `const KernelCreateContext&` (the device, the op, the input
+   * dtypes and the attribute readers of KernelContext) and returning the state: a
+   * `std::shared_ptr<T>`, a `std::unique_ptr<T>` or a `T` by value. The SDK owns it and deletes
+   * it when the host destroys the state (the host's `destroy`, in stream order: after the
+   * device's stream reached every launch that used it, before the device goes; any thread).
+   * @p create may be called from any thread, concurrently (also twice for one combination, the
+   * host then keeping one state); an exception from it fails that op run, with the status the
+   * file comment gives.
+   *
+   * @code
+   * struct ScaleState { double k; };
+   * host.register_kernel({"app.Scale", "GPU", std::nullopt, {dp::DType::F32}, 0},
+   *     [](const dp::KernelCreateContext& c) {
+   *       const double k = c.attr_float("k");
+   *       if (!std::isfinite(k)) throw dp::Error::invalid_argument("k must be finite");
+   *       return ScaleState{k};                          // or std::make_shared<ScaleState>(...)
+   *     },
+   *     [](dp::KernelContext& cx) {
+   *       std::shared_ptr<ScaleState> st = cx.state_ptr<ScaleState>();
+   *       // ... checks, then enqueue work capturing st (not cx.state<ScaleState>()'s reference)
+   *     });
+   * @endcode
+   *
+   * A host older than ABI 1.5 (supports_kernel_state() is false) never calls `create` and
+   * passes no state: the SDK then calls @p create itself before every launch, with the launch's
+   * device, input dtypes and attributes, and lets that state go when @p compute returned. Work
+   * that @p compute enqueues and that uses the state must therefore hold it through
+   * KernelContext::state_ptr() (a `std::shared_ptr` it captures), which is right with every host.
+   * The SDK does the same when a host passes a NULL state.
+   *
+   * @throws Error as register_kernel(const KernelSpec&, KernelFn); `DPP_INVALID_ARGUMENT` for
+   *         an empty @p create.
+   */
+  template <class Create,
+            class = std::enable_if_t<std::is_invocable<const Create&, const KernelCreateContext&>::value>>
+  void register_kernel(const KernelSpec& spec, Create create, KernelFn compute) const;
+
   /** @brief Whether the host takes ops of the plugin's own: its table has `register_op` (ABI
    *  1.2 or newer). */
   bool supports_ops() const noexcept { return state_ && state_->register_op != nullptr; }
@@ -826,6 +928,7 @@ class Host {
 
  private:
   friend struct detail::Trampolines;
+  friend class KernelAttrReader;
   friend class KernelContext;
   explicit Host(std::shared_ptr<detail::PluginState> state) : state_(std::move(state)) {}
 
@@ -1235,13 +1338,107 @@ class Platform {
 };
 
 // ------------------------------------------------------------------------------------------
-// KernelContext
+// KernelContext, KernelCreateContext
 // ------------------------------------------------------------------------------------------
+
+/**
+ * @brief What KernelContext and KernelCreateContext share: the op, the host and the op's
+ *        attributes (defaults filled in), read through the host's `attr_*` functions.
+ */
+class KernelAttrReader {
+ public:
+  KernelAttrReader(const KernelAttrReader&) = delete;
+  KernelAttrReader& operator=(const KernelAttrReader&) = delete;
+
+  /** @brief The op the kernel was registered for. */
+  const std::string& op() const noexcept;
+  /** @brief The host (e.g. for logging). */
+  const Host& host() const noexcept;
+
+  /**
+   * @brief An integer attribute of the op.
+   * @throws Error `DPP_NOT_FOUND` when the op has no attribute @p name, `DPP_INVALID_ARGUMENT`
+   *         when it has another type (messages name the op and the attribute).
+   */
+  int64_t attr_int(const std::string& name) const {
+    int64_t v = 0;
+    read_attr(name, "int", [&](const detail::PluginState& st, const char* n) {
+      return st.attr_int ? st.attr_int(attrs_, n, &v) : kNoFunction;
+    });
+    return v;
+  }
+  /** @brief A float attribute (an integer attribute converts). Throws as attr_int(). */
+  double attr_float(const std::string& name) const {
+    double v = 0;
+    read_attr(name, "float", [&](const detail::PluginState& st, const char* n) {
+      return st.attr_float ? st.attr_float(attrs_, n, &v) : kNoFunction;
+    });
+    return v;
+  }
+  /** @brief A bool attribute. Throws as attr_int(). */
+  bool attr_bool(const std::string& name) const {
+    int32_t v = 0;
+    read_attr(name, "bool", [&](const detail::PluginState& st, const char* n) {
+      return st.attr_bool ? st.attr_bool(attrs_, n, &v) : kNoFunction;
+    });
+    return v != 0;
+  }
+  /** @brief An integer-list attribute, a view valid during the call (copy it into a state).
+   *  Throws as attr_int(). */
+  Span<int64_t> attr_ints(const std::string& name) const {
+    const int64_t* data = nullptr;
+    size_t len = 0;
+    read_attr(name, "ints", [&](const detail::PluginState& st, const char* n) {
+      return st.attr_ints ? st.attr_ints(attrs_, n, &data, &len) : kNoFunction;
+    });
+    if (len != 0 && data == nullptr) {
+      throw Error::internal("kernel " + op() + ": the host's attr_ints gave " + std::to_string(len) + " values at NULL");
+    }
+    return Span<int64_t>(len != 0 ? data : nullptr, len);
+  }
+  /** @brief A string attribute (UTF-8), a view valid during the call (ABI 1.2:
+   *  `DPP_UNIMPLEMENTED` from an older host). Throws as attr_int(). */
+  std::string_view attr_string(const std::string& name) const {
+    const char* data = nullptr;
+    size_t len = 0;
+    read_attr(name, "string", [&](const detail::PluginState& st, const char* n) {
+      return st.attr_string ? st.attr_string(attrs_, n, &data, &len) : kNoFunction;
+    });
+    if (len != 0 && data == nullptr) {
+      throw Error::internal("kernel " + op() + ": the host's attr_string gave " + std::to_string(len) + " bytes at NULL");
+    }
+    return len != 0 ? std::string_view(data, len) : std::string_view();
+  }
+  /** @brief A dtype attribute. Throws as attr_int(). */
+  DType attr_dtype(const std::string& name) const {
+    int32_t v = 0;
+    read_attr(name, "dtype", [&](const detail::PluginState& st, const char* n) {
+      return st.attr_dtype ? st.attr_dtype(attrs_, n, &v) : kNoFunction;
+    });
+    return static_cast<DType>(v);
+  }
+
+ protected:
+  static constexpr dpp_status_t kNoFunction = -1;
+
+  KernelAttrReader(const void* attrs, const detail::KernelHolder* kernel) noexcept : attrs_(attrs), kernel_(kernel) {}
+  ~KernelAttrReader() = default;
+
+  /** The plugin's device behind the host's @p device_data, checked against the kernel's binding. */
+  Device& device_of(void* device_data) const;
+
+  /** Calls @p call(state, name) and turns the host's status into an Error. */
+  template <class F>
+  void read_attr(const std::string& name, const char* kind, F&& call) const;
+
+  const void* attrs_;
+  const detail::KernelHolder* kernel_;
+};
 
 /**
  * @brief What a kernel gets (`dpp_kernel_context_t`): its device and the device's default
  *        stream, typed; the inputs and outputs; the op's attributes; temporary device memory
- *        for the launch (allocate_temp(), ABI 1.4).
+ *        for the launch (allocate_temp(), ABI 1.4); the kernel's state (state(), ABI 1.5).
  *
  * Valid during the kernel call only. The host guarantees: the device belongs to the platform
  * the kernel is bound to; the stream is that device's default stream, where the kernel
@@ -1250,16 +1447,8 @@ class Platform {
  * is kept from other uses until the stream reaches the work enqueued now (later work on the
  * same stream may reuse it: run the work in the stream's order).
  */
-class KernelContext {
+class KernelContext : public KernelAttrReader {
  public:
-  KernelContext(const KernelContext&) = delete;
-  KernelContext& operator=(const KernelContext&) = delete;
-
-  /** @brief The op the kernel was registered for. */
-  const std::string& op() const noexcept;
-  /** @brief The host (e.g. for logging). */
-  const Host& host() const noexcept;
-
   /**
    * @brief The device the kernel runs on, as the vendor's Device class @p T.
    * @throws Error `DPP_FAILED_PRECONDITION` for a kernel bound to `"ANY"` (it may run on
@@ -1304,68 +1493,6 @@ class KernelContext {
   }
 
   /**
-   * @brief An integer attribute of the op.
-   * @throws Error `DPP_NOT_FOUND` when the op has no attribute @p name, `DPP_INVALID_ARGUMENT`
-   *         when it has another type (messages name the op and the attribute).
-   */
-  int64_t attr_int(const std::string& name) const {
-    int64_t v = 0;
-    read_attr(name, "int", [&](const dpp_host_api_t*, const detail::PluginState& st, const char* n) {
-      return st.attr_int ? st.attr_int(raw_->attrs, n, &v) : kNoFunction;
-    });
-    return v;
-  }
-  /** @brief A float attribute (an integer attribute converts). Throws as attr_int(). */
-  double attr_float(const std::string& name) const {
-    double v = 0;
-    read_attr(name, "float", [&](const dpp_host_api_t*, const detail::PluginState& st, const char* n) {
-      return st.attr_float ? st.attr_float(raw_->attrs, n, &v) : kNoFunction;
-    });
-    return v;
-  }
-  /** @brief A bool attribute. Throws as attr_int(). */
-  bool attr_bool(const std::string& name) const {
-    int32_t v = 0;
-    read_attr(name, "bool", [&](const dpp_host_api_t*, const detail::PluginState& st, const char* n) {
-      return st.attr_bool ? st.attr_bool(raw_->attrs, n, &v) : kNoFunction;
-    });
-    return v != 0;
-  }
-  /** @brief An integer-list attribute, a view valid during the kernel call. Throws as attr_int(). */
-  Span<int64_t> attr_ints(const std::string& name) const {
-    const int64_t* data = nullptr;
-    size_t len = 0;
-    read_attr(name, "ints", [&](const dpp_host_api_t*, const detail::PluginState& st, const char* n) {
-      return st.attr_ints ? st.attr_ints(raw_->attrs, n, &data, &len) : kNoFunction;
-    });
-    if (len != 0 && data == nullptr) {
-      throw Error::internal("kernel " + op() + ": the host's attr_ints gave " + std::to_string(len) + " values at NULL");
-    }
-    return Span<int64_t>(len != 0 ? data : nullptr, len);
-  }
-  /** @brief A string attribute (UTF-8), a view valid during the kernel call (ABI 1.2:
-   *  `DPP_UNIMPLEMENTED` from an older host). Throws as attr_int(). */
-  std::string_view attr_string(const std::string& name) const {
-    const char* data = nullptr;
-    size_t len = 0;
-    read_attr(name, "string", [&](const dpp_host_api_t*, const detail::PluginState& st, const char* n) {
-      return st.attr_string ? st.attr_string(raw_->attrs, n, &data, &len) : kNoFunction;
-    });
-    if (len != 0 && data == nullptr) {
-      throw Error::internal("kernel " + op() + ": the host's attr_string gave " + std::to_string(len) + " bytes at NULL");
-    }
-    return len != 0 ? std::string_view(data, len) : std::string_view();
-  }
-  /** @brief A dtype attribute. Throws as attr_int(). */
-  DType attr_dtype(const std::string& name) const {
-    int32_t v = 0;
-    read_attr(name, "dtype", [&](const dpp_host_api_t*, const detail::PluginState& st, const char* n) {
-      return st.attr_dtype ? st.attr_dtype(raw_->attrs, n, &v) : kNoFunction;
-    });
-    return static_cast<DType>(v);
-  }
-
-  /**
    * @brief @p size bytes (> 0) of device memory on the kernel's device, for this launch only
    *        (ABI 1.4, the host's `allocate_temp`; TensorFlow's `TF_AllocateTemp`): use it in the
    *        work enqueued on stream(). The host takes it back by itself once the stream has
@@ -1377,19 +1504,53 @@ class KernelContext {
    */
   Addr allocate_temp(uint64_t size) const;
 
-  /** @brief The host's struct, for what this class does not wrap. */
+  /**
+   * @brief The kernel's state for this launch's device, input dtypes and attributes: what the
+   *        create function given to Host::register_kernel() returned (ABI 1.5), as a @p T.
+   *        Valid during the kernel call; work enqueued on the stream holds state_ptr().
+   * @throws Error `DPP_FAILED_PRECONDITION` when the kernel has no create function or create
+   *         returned null; `DPP_INTERNAL` when the state is not a @p T.
+   */
+  template <class T>
+  T& state() const {
+    T* p = static_cast<T*>(state_as(typeid(T)));
+    if (p == nullptr) throw Error::failed_precondition("kernel " + op() + ": its create function returned no state");
+    return *p;
+  }
+
+  /**
+   * @brief state() as shared ownership, to capture in the work enqueued on the stream: the
+   *        state then lives until that work ran, with every host (with one older than ABI 1.5
+   *        the SDK makes a state per launch and lets it go when compute returns). Null when
+   *        create returned null. @throws Error as state(), except for a null state.
+   */
+  template <class T>
+  std::shared_ptr<T> state_ptr() const {
+    T* p = static_cast<T*>(state_as(typeid(T)));
+    if (p == nullptr) return nullptr;
+    return std::shared_ptr<T>(state_value(), p);  // aliasing: shares the state's ownership
+  }
+
+  /** @brief Whether the SDK made this launch's state itself (a host older than ABI 1.5, or
+   *  one that passed none): the state serves this launch only. False without create. */
+  bool state_per_launch() const noexcept;
+
+  /** @brief The host's struct, for what this class does not wrap. Its `state` field exists only
+   *  when `struct_size >= DPP_KERNEL_CONTEXT_STRUCT_SIZE` (ABI 1.5). */
   const dpp_kernel_context_t& raw() const noexcept { return *raw_; }
 
  private:
   friend struct detail::Trampolines;
-  static constexpr dpp_status_t kNoFunction = -1;
 
   KernelContext(const dpp_kernel_context_t* raw, const detail::KernelHolder* kernel, TensorList inputs,
-                TensorList outputs) noexcept
-      : raw_(raw), kernel_(kernel), inputs_(inputs), outputs_(outputs) {}
+                TensorList outputs, const detail::KernelStateBox* state) noexcept
+      : KernelAttrReader(raw->attrs, kernel), raw_(raw), inputs_(inputs), outputs_(outputs), state_(state) {}
 
   Device& device_base() const;
   Stream& stream_base() const;
+  /** The state as a pointer to @p type (null for a null state), checked. */
+  void* state_as(const std::type_info& type) const;
+  const std::shared_ptr<void>& state_value() const noexcept;
 
   Tensor at(const TensorList& list, size_t i, const char* what) const {
     if (i >= list.size()) {
@@ -1399,14 +1560,63 @@ class KernelContext {
     return list[i];
   }
 
-  /** Calls @p call(api, state, name) and turns the host's status into an Error. */
-  template <class F>
-  void read_attr(const std::string& name, const char* kind, F&& call) const;
-
   const dpp_kernel_context_t* raw_;
-  const detail::KernelHolder* kernel_;
   TensorList inputs_;
   TensorList outputs_;
+  const detail::KernelStateBox* state_;  // null: the kernel has no create
+};
+
+/**
+ * @brief What a kernel's create function gets (`dpp_kernel_create_context_t`, ABI 1.5): the
+ *        device, the op, the input dtypes and the attributes a state is made for, with the
+ *        attribute readers of KernelContext (allocate_temp() does not exist here: there is no
+ *        launch). Valid during the call only: copy what the state keeps.
+ *
+ * From a host older than ABI 1.5 the SDK calls create itself before each launch, with that
+ * launch's device, input dtypes and attributes (per_launch() is true, raw() is null).
+ */
+class KernelCreateContext : public KernelAttrReader {
+ public:
+  /**
+   * @brief The device the state is for, as the vendor's Device class @p T.
+   * @throws Error as KernelContext::device().
+   */
+  template <class T = Device>
+  T& device() const {
+    static_assert(std::is_base_of<Device, T>::value, "KernelCreateContext::device<T>: T must derive from Device");
+    Device& d = device_of(device_);
+    T* t = dynamic_cast<T*>(&d);
+    if (t == nullptr) throw Error::internal("kernel " + op() + ": the device is not of the Device class asked for");
+    return *t;
+  }
+
+  /** @brief The number of inputs of the launches the state serves. */
+  size_t num_inputs() const noexcept { return dtypes_.size(); }
+  /** @brief Their dtypes. */
+  const std::vector<DType>& input_dtypes() const noexcept { return dtypes_; }
+  /** @brief The dtype of input @p i. @throws Error `DPP_INVALID_ARGUMENT` when there is none. */
+  DType input_dtype(size_t i) const {
+    if (i >= dtypes_.size()) {
+      throw Error::invalid_argument("kernel " + op() + ": create: no input " + std::to_string(i) + " (the op has " +
+                                    std::to_string(dtypes_.size()) + ")");
+    }
+    return dtypes_[i];
+  }
+
+  /** @brief Whether the SDK calls create for one launch (a host older than ABI 1.5). */
+  bool per_launch() const noexcept { return raw_ == nullptr; }
+  /** @brief The host's struct (ABI 1.5); null when per_launch(). */
+  const dpp_kernel_create_context_t* raw() const noexcept { return raw_; }
+
+ private:
+  friend struct detail::Trampolines;
+  KernelCreateContext(const void* attrs, const detail::KernelHolder* kernel, void* device, std::vector<DType> dtypes,
+                      const dpp_kernel_create_context_t* raw) noexcept
+      : KernelAttrReader(attrs, kernel), device_(device), dtypes_(std::move(dtypes)), raw_(raw) {}
+
+  void* device_;  // the host's device_data
+  std::vector<DType> dtypes_;
+  const dpp_kernel_create_context_t* raw_;
 };
 
 // ------------------------------------------------------------------------------------------
@@ -1454,17 +1664,21 @@ struct Handle {
   std::unique_ptr<Event> event;
 };
 
-/** @brief A registered kernel (`kernel_data`): the function, its binding, its description. */
+/** @brief A registered kernel (`kernel_data`): the function, its binding, its description,
+ *         and (ABI 1.5) its create function and the type of the states it makes. */
 struct KernelHolder {
   static constexpr uint32_t kMagic = 0x4B524E4Cu;  // "KRNL"
-  KernelHolder(Host h, const KernelSpec& spec, const PlatformHolder* p, std::string binding, KernelFn f)
+  KernelHolder(Host h, const KernelSpec& spec, const PlatformHolder* p, std::string binding, KernelFn f,
+               KernelCreateFn c = nullptr, const std::type_info* t = nullptr)
       : host(std::move(h)),
         op(spec.op),
         device_type(spec.device_type),
         spec_platform(spec.platform.value_or("")),
         platform_name(std::move(binding)),
         platform(p),
-        fn(std::move(f)) {
+        fn(std::move(f)),
+        create(std::move(c)),
+        state_type(t) {
     for (DType d : spec.dtypes) dtypes.push_back(static_cast<int32_t>(d));
   }
   KernelHolder(const KernelHolder&) = delete;
@@ -1478,7 +1692,26 @@ struct KernelHolder {
   const PlatformHolder* platform;  // nullptr: bound to ANY
   std::vector<int32_t> dtypes;
   KernelFn fn;
+  KernelCreateFn create;                  // empty: no state
+  const std::type_info* state_type;       // what create returns a shared_ptr to
+  mutable std::atomic<bool> said_per_launch{false};  // the debug line about per-launch states
   dpp_kernel_t desc{};
+};
+
+/**
+ * @brief A kernel state as the host holds it (`void* state`, ABI 1.5): what the kernel's
+ *        create function returned, shared with work that captured KernelContext::state_ptr().
+ *        The host's `destroy` deletes the box; the state goes with its last owner.
+ */
+struct KernelStateBox {
+  static constexpr uint32_t kMagic = 0x4B535441u;  // "KSTA"
+  KernelStateBox(const KernelHolder* k, std::shared_ptr<void> v) noexcept : kernel(k), value(std::move(v)) {}
+  KernelStateBox(const KernelStateBox&) = delete;
+  KernelStateBox& operator=(const KernelStateBox&) = delete;
+  ~KernelStateBox() { magic = 0; }
+  uint32_t magic = kMagic;
+  const KernelHolder* kernel;  // whose create made it (compared, for the checks)
+  std::shared_ptr<void> value;  // may be null
 };
 
 /**
@@ -2071,20 +2304,84 @@ struct Trampolines {
   /** `compute` of every kernel registered through Host::register_kernel(). */
   static dpp_status_t kernel_compute(const dpp_kernel_context_t* ctx) noexcept {
     if (ctx == nullptr) return DPP_INVALID_ARGUMENT;
-    // Too short to hold kernel_data: no way to reach the host to say why.
-    if (ctx->struct_size < DPP_KERNEL_CONTEXT_STRUCT_SIZE) return DPP_ABI_MISMATCH;
+    // Too short to hold kernel_data: no way to reach the host to say why. (ABI 1.1 to 1.4
+    // contexts end there; 1.5 appended `state`, read below only when the host's struct has it.)
+    if (ctx->struct_size < DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1) return DPP_ABI_MISMATCH;
     const auto* k = static_cast<const KernelHolder*>(ctx->kernel_data);
     if (k == nullptr || k->magic != KernelHolder::kMagic) return DPP_INVALID_ARGUMENT;
     return guard(k->host.state_.get(), [&] {
       TensorList inputs = tensor_list(ctx->inputs, ctx->num_inputs, "inputs", k->op);
       TensorList outputs = tensor_list(ctx->outputs, ctx->num_outputs, "outputs", k->op);
-      KernelContext cx(ctx, k, inputs, outputs);
+      const KernelStateBox* state = nullptr;
+      std::unique_ptr<KernelStateBox> per_launch;  // the SDK's own, for this launch only
+      if (k->create) {
+        void* host_state = nullptr;
+        if (ctx->struct_size >= offsetof(dpp_kernel_context_t, state) + sizeof(ctx->state)) host_state = ctx->state;
+        if (host_state != nullptr) {
+          state = static_cast<const KernelStateBox*>(host_state);
+          if (state->magic != KernelStateBox::kMagic || state->kernel != k) {
+            throw Error::invalid_argument("kernel " + k->op + ": the context's state is not one this kernel's create made");
+          }
+        } else {
+          // A host older than ABI 1.5 (or one that passed none): create for this launch.
+          if (!k->said_per_launch.exchange(true, std::memory_order_relaxed)) {
+            k->host.debug("kernel " + k->op + ": the host passes no kernel state (plugin ABI " +
+                          std::to_string(k->host.abi_major()) + "." + std::to_string(k->host.abi_minor()) +
+                          "): its create runs before every launch");
+          }
+          std::vector<DType> dtypes;
+          dtypes.reserve(inputs.size());
+          for (Tensor t : inputs) dtypes.push_back(t.dtype());
+          const KernelCreateContext cc(ctx->attrs, k, ctx->device, std::move(dtypes), nullptr);
+          per_launch = std::make_unique<KernelStateBox>(k, k->create(cc));
+          state = per_launch.get();
+        }
+      }
+      KernelContext cx(ctx, k, inputs, outputs, state);
       k->fn(cx);
     });
   }
 
-  /** Registers a kernel through @p host (Host::register_kernel's body). */
-  static void register_kernel(const Host& host, const KernelSpec& spec, KernelFn fn) {
+  /** `create` (ABI 1.5) of every kernel registered with a create function: boxes its state. */
+  static dpp_status_t kernel_create(const dpp_kernel_create_context_t* ctx, void** out_state) noexcept {
+    if (ctx == nullptr || out_state == nullptr) return DPP_INVALID_ARGUMENT;
+    // Too short to hold kernel_data (the last field of the 1.5 struct, the first version of it):
+    // no way to reach the host to say why. A newer host's larger struct is read as far as 1.5's.
+    if (ctx->struct_size < DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE) return DPP_ABI_MISMATCH;
+    const auto* k = static_cast<const KernelHolder*>(ctx->kernel_data);
+    if (k == nullptr || k->magic != KernelHolder::kMagic) return DPP_INVALID_ARGUMENT;
+    return guard(k->host.state_.get(), [&] {
+      if (!k->create) throw Error::internal("kernel " + k->op + ": create called, but it was registered without one");
+      if (ctx->num_inputs > 0 && ctx->input_dtypes == nullptr) {
+        throw Error::invalid_argument("kernel " + k->op + ": create: the " + std::to_string(ctx->num_inputs) +
+                                      " input dtypes are at NULL");
+      }
+      std::vector<DType> dtypes;
+      dtypes.reserve(ctx->num_inputs);
+      for (size_t i = 0; i < ctx->num_inputs; ++i) dtypes.push_back(static_cast<DType>(ctx->input_dtypes[i]));
+      const KernelCreateContext cc(ctx->attrs, k, ctx->device, std::move(dtypes), ctx);
+      auto box = std::make_unique<KernelStateBox>(k, k->create(cc));
+      *out_state = box.release();  // written on success only
+    });
+  }
+
+  /** `destroy` (ABI 1.5): deletes what kernel_create made (the state goes with its last owner). */
+  static void kernel_destroy(void* kernel_data, void* state) noexcept {
+    const auto* k = static_cast<const KernelHolder*>(kernel_data);
+    const PluginState* st = k != nullptr && k->magic == KernelHolder::kMagic ? k->host.state_.get() : nullptr;
+    auto* box = static_cast<KernelStateBox*>(state);
+    if (box == nullptr) return;
+    if (box->magic != KernelStateBox::kMagic) {
+      log_failure(st, "kernel state destroy", "the host passed a state that is not one of this plugin (not freed)");
+      return;
+    }
+    guard_void(st, "kernel state destroy", [&] { delete box; });
+  }
+
+  /** Registers a kernel through @p host (Host::register_kernel's body); with @p create (ABI
+   *  1.5), whose states are of type @p state_type. */
+  static void register_kernel(const Host& host, const KernelSpec& spec, KernelFn fn, KernelCreateFn create = nullptr,
+                              const std::type_info* state_type = nullptr) {
     const dpp_host_api_t* api = host.init_api("register_kernel");
     PluginState& st = *host.state_;
     const std::string what = "kernel " + spec.op + " for " + spec.device_type;
@@ -2129,7 +2426,7 @@ struct Trampolines {
       bound = found->holder;
       binding = found->name;
     }
-    auto k = std::make_shared<KernelHolder>(host, spec, bound, binding, std::move(fn));
+    auto k = std::make_shared<KernelHolder>(host, spec, bound, binding, std::move(fn), std::move(create), state_type);
     // A host older than ABI 1.3 knows no half dtypes (and never has such tensors): the kernel
     // goes in without them, or not at all when it took nothing else.
     if (api->abi_major == 1 && api->abi_minor < 3) {
@@ -2152,6 +2449,9 @@ struct Trampolines {
     desc.priority = spec.priority;
     desc.kernel_data = k.get();
     desc.compute = &Trampolines::kernel_compute;
+    // ABI 1.5; a host older than that reads the struct only as far as its own size reaches.
+    desc.create = k->create ? &Trampolines::kernel_create : nullptr;
+    desc.destroy = k->create ? &Trampolines::kernel_destroy : nullptr;
     const dpp_status_t status = st.register_kernel(api->context, &desc);
     if (status != DPP_OK) {
       throw Error(status, "the host refused " + what + " on " + binding + " (" + status_name(status) + ")");
@@ -2166,6 +2466,8 @@ static_assert(sizeof(dpp_host_api_t) >= DPP_HOST_API_STRUCT_SIZE, "plugin.h: dpp
 static_assert(sizeof(dpp_kernel_t) >= DPP_KERNEL_STRUCT_SIZE, "plugin.h: dpp_kernel_t size");
 static_assert(sizeof(dpp_op_def_t) >= DPP_OP_DEF_STRUCT_SIZE, "plugin.h: dpp_op_def_t size");
 static_assert(sizeof(dpp_kernel_context_t) >= DPP_KERNEL_CONTEXT_STRUCT_SIZE, "plugin.h: dpp_kernel_context_t size");
+static_assert(sizeof(dpp_kernel_create_context_t) >= DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE,
+              "plugin.h: dpp_kernel_create_context_t size");
 static_assert(sizeof(dpp_tensor_t) >= DPP_TENSOR_STRUCT_SIZE, "plugin.h: dpp_tensor_t size");
 static_assert(sizeof(dpp_platform_t) >= DPP_PLATFORM_STRUCT_SIZE, "plugin.h: dpp_platform_t size");
 static_assert(sizeof(dpp_device_t) >= DPP_DEVICE_STRUCT_SIZE, "plugin.h: dpp_device_t size");
@@ -2202,17 +2504,32 @@ inline void Host::register_kernel(const KernelSpec& spec, std::unique_ptr<Kernel
   register_kernel(spec, KernelFn([k](KernelContext& cx) { k->compute(cx); }));
 }
 
-inline const std::string& KernelContext::op() const noexcept { return kernel_->op; }
+template <class Create, class>
+void Host::register_kernel(const KernelSpec& spec, Create create, KernelFn compute) const {
+  using R = std::decay_t<std::invoke_result_t<const Create&, const KernelCreateContext&>>;
+  using T = typename detail::StateResult<R>::type;
+  if constexpr (detail::IsNullable<Create>::value) {
+    if (!create) {
+      throw Error::invalid_argument("kernel " + spec.op + " for " + spec.device_type + ": the create function is empty");
+    }
+  }
+  detail::KernelCreateFn erased = [c = std::move(create)](const KernelCreateContext& cx) -> std::shared_ptr<void> {
+    return detail::StateResult<R>::share(c(cx));
+  };
+  detail::Trampolines::register_kernel(*this, spec, std::move(compute), std::move(erased), &typeid(T));
+}
 
-inline const Host& KernelContext::host() const noexcept { return kernel_->host; }
+inline const std::string& KernelAttrReader::op() const noexcept { return kernel_->op; }
 
-inline Device& KernelContext::device_base() const {
+inline const Host& KernelAttrReader::host() const noexcept { return kernel_->host; }
+
+inline Device& KernelAttrReader::device_of(void* device_data) const {
   if (kernel_->platform == nullptr) {
     throw Error::failed_precondition("kernel " + op() +
                                      " is bound to ANY: it may run on other plugins' devices, so it has no Device or "
                                      "Stream of this plugin");
   }
-  auto* d = static_cast<detail::DeviceHolder*>(raw_->device);
+  auto* d = static_cast<detail::DeviceHolder*>(device_data);
   if (d == nullptr) throw Error::invalid_argument("kernel " + op() + ": the context's device is NULL");
   if (d->platform != kernel_->platform) {
     throw Error::internal("kernel " + op() + ": the context's device is not a device of platform " +
@@ -2221,16 +2538,36 @@ inline Device& KernelContext::device_base() const {
   return *d->device;
 }
 
+inline Device& KernelContext::device_base() const { return device_of(raw_->device); }
+
 inline Stream& KernelContext::stream_base() const {
   device_base();  // the binding and device checks
   auto* d = static_cast<detail::DeviceHolder*>(raw_->device);
   return detail::Trampolines::stream_of(d, raw_->stream, "the kernel context's stream", true);
 }
 
+inline void* KernelContext::state_as(const std::type_info& type) const {
+  if (state_ == nullptr) {
+    throw Error::failed_precondition("kernel " + op() +
+                                     " has no state: it was registered without a create function");
+  }
+  if (kernel_->state_type == nullptr || *kernel_->state_type != type) {
+    throw Error::internal("kernel " + op() + ": its state is not of the type asked for");
+  }
+  return state_->value.get();
+}
+
+inline const std::shared_ptr<void>& KernelContext::state_value() const noexcept { return state_->value; }
+
+inline bool KernelContext::state_per_launch() const noexcept {
+  return state_ != nullptr && (raw_->struct_size < offsetof(dpp_kernel_context_t, state) + sizeof(raw_->state) ||
+                               raw_->state != static_cast<const void*>(state_));
+}
+
 template <class F>
-void KernelContext::read_attr(const std::string& name, const char* kind, F&& call) const {
+void KernelAttrReader::read_attr(const std::string& name, const char* kind, F&& call) const {
   const detail::PluginState& st = *kernel_->host.state_;
-  const dpp_status_t status = call(st.api, st, name.c_str());
+  const dpp_status_t status = call(st, name.c_str());
   switch (status) {
     case DPP_OK: return;
     case kNoFunction:
