@@ -9,6 +9,7 @@
 //! launch that may use it. States the device still keeps when it goes are destroyed after its
 //! work is done and before the plugin destroys the device.
 
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Weak};
 
@@ -16,7 +17,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::device::Device;
-use crate::op::Attrs;
+use crate::op::{AttrValue, Attrs};
 use crate::tensor::DType;
 
 /// The most states a device keeps for one kernel (workloads whose attributes change on every
@@ -116,9 +117,16 @@ impl StateKey {
     }
 }
 
-/// Equal attribute sets, in whatever order their names were set.
+/// Equal attribute sets, in whatever order their names were set. Floats compare by their bits:
+/// a NaN attribute finds its state again, and `0.0` and `-0.0` (which a kernel may tell apart)
+/// get one each.
 fn same_attrs(a: &Attrs, b: &Attrs) -> bool {
-    a.iter().count() == b.iter().count() && a.iter().all(|(n, v)| b.get(n) == Some(v))
+    let same = |x: &AttrValue, y: &AttrValue| match (x, y) {
+        (AttrValue::Float(x), AttrValue::Float(y)) => x.to_bits() == y.to_bits(),
+        _ => x == y,
+    };
+    a.iter().count() == b.iter().count()
+        && a.iter().all(|(n, v)| b.get(n).is_some_and(|w| same(v, w)))
 }
 
 struct Entry {
@@ -135,7 +143,8 @@ pub(crate) struct KernelStates {
 
 #[derive(Default)]
 struct Inner {
-    entries: Vec<Entry>,
+    /// By kernel: a launch compares attributes with its own kernel's states only.
+    entries: HashMap<u64, Vec<Entry>>,
     /// Counts lookups, for least-recently-used order.
     clock: u64,
     /// Set when the device is going: no state is kept after that.
@@ -150,6 +159,7 @@ impl KernelStates {
         let now = inner.clock;
         let e = inner
             .entries
+            .get_mut(&kernel)?
             .iter_mut()
             .find(|e| e.key.matches(kernel, dtypes, attrs))?;
         e.last_use = now;
@@ -164,36 +174,29 @@ impl KernelStates {
         let mut inner = self.inner.lock();
         inner.clock += 1;
         let now = inner.clock;
-        let (kept, unused) = if let Some(e) = inner
-            .entries
+        let closed = inner.closed;
+        let mine = inner.entries.entry(key.kernel).or_default();
+        let (kept, unused) = if let Some(e) = mine
             .iter_mut()
             .find(|e| e.key.matches(key.kernel, &key.dtypes, &key.attrs))
         {
             e.last_use = now;
             (e.state.clone(), Some(Arc::new(state)))
-        } else if inner.closed {
+        } else if closed {
             // The device is going: the state serves this launch only.
             (Arc::new(state), None)
         } else {
             let mut evicted = None;
-            if inner
-                .entries
-                .iter()
-                .filter(|e| e.key.kernel == key.kernel)
-                .count()
-                >= STATES_PER_KERNEL
-            {
-                let lru = inner
-                    .entries
+            if mine.len() >= STATES_PER_KERNEL {
+                let lru = mine
                     .iter()
                     .enumerate()
-                    .filter(|(_, e)| e.key.kernel == key.kernel)
                     .min_by_key(|(_, e)| e.last_use)
                     .map(|(i, _)| i);
-                evicted = lru.map(|i| inner.entries.swap_remove(i).state);
+                evicted = lru.map(|i| mine.swap_remove(i).state);
             }
             let state = Arc::new(state);
-            inner.entries.push(Entry {
+            mine.push(Entry {
                 key,
                 state: state.clone(),
                 last_use: now,

@@ -386,7 +386,7 @@ pub struct dpp_kernel_t {
         ) -> dpp_status_t,
     >,
     /// (1.5) Optional (required with `create` when states hold resources). Frees a state
-    /// `create` made, once for each: after the device's stream reached every launch that used
+    /// `create` made (what it stored in `*out_state`, NULL included), once for each: after the device's stream reached every launch that used
     /// it, and before the device is destroyed. Any thread (a stream's worker, when the host
     /// lets a state go while its work is queued); no lock of the host is held.
     pub destroy: Option<unsafe extern "C" fn(kernel_data: *mut c_void, state: *mut c_void)>,
