@@ -9,11 +9,17 @@ use crate::tensor::DType;
 /// The type of an attribute.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttrType {
+    /// An `i64` (`int` in op definitions).
     Int,
+    /// An `f64` (`float`); an int value is accepted for it.
     Float,
+    /// A `bool` (`bool`).
     Bool,
+    /// A list of `i64` (`ints`), e.g. axes or a shape.
     Ints,
+    /// A [`DType`] (`dtype`), e.g. Cast's target.
     DType,
+    /// A string (`string`), for the op's kernels to read.
     Str,
 }
 
@@ -59,18 +65,27 @@ impl AttrType {
     }
 }
 
-/// An attribute value.
+/// An attribute value. Rust values convert into it (`From`): `i64`/`i32` into `Int`,
+/// `f64`/`f32` into `Float`, `bool`, `Vec<i64>`/`[i64; N]`/`&[i64]` into `Ints`, [`DType`],
+/// `&str`/`String` into `Str`; so [`Attrs::with`] takes them directly.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AttrValue {
+    /// An integer.
     Int(i64),
+    /// A floating-point number.
     Float(f64),
+    /// A boolean.
     Bool(bool),
+    /// A list of integers.
     Ints(Vec<i64>),
+    /// A dtype.
     DType(DType),
+    /// A string.
     Str(String),
 }
 
 impl AttrValue {
+    /// The type of this value.
     pub fn ty(&self) -> AttrType {
         match self {
             AttrValue::Int(_) => AttrType::Int,
@@ -137,20 +152,38 @@ impl<const N: usize> From<[i64; N]> for AttrValue {
     }
 }
 
-/// An attribute an op declares.
+/// An attribute an op declares ([`OpDef::attrs`](crate::OpDef::attrs)).
 #[derive(Clone, Debug)]
 pub struct AttrDef {
+    /// The name hosts pass the value under (`static`: ops live as long as the process may
+    /// refer to them; op text interns its names).
     pub name: &'static str,
+    /// Its type; a value of another type is refused (an int is accepted for a float).
     pub ty: AttrType,
     /// `None`: required.
     pub default: Option<AttrValue>,
 }
 
 /// Attribute values by name, as passed to an op (small: a vector, searched linearly).
+///
+/// ```
+/// use devplug_core::{Attrs, DType};
+/// let a = Attrs::new().with("axes", [0, 1]).with("keep_dims", true).with("dtype", DType::F16);
+/// assert_eq!(a.ints("axes")?, [0, 1]);
+/// assert!(a.bool("keep_dims")?);
+/// assert!(a.float("axes").is_err());
+/// # Ok::<(), devplug_core::Error>(())
+/// ```
+///
+/// An op checks the attributes it is run with against its declarations ([`AttrDef`]):
+/// unknown names, wrong types and missing required attributes are `INVALID_ARGUMENT` errors
+/// naming the op and the attribute; defaults fill in the rest, so a kernel, shape function or
+/// decomposition sees every declared attribute.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Attrs(Vec<(Cow<'static, str>, AttrValue)>);
 
 impl Attrs {
+    /// No attributes (every attribute takes its default).
     pub const fn new() -> Attrs {
         Attrs(Vec::new())
     }
@@ -174,18 +207,23 @@ impl Attrs {
         self
     }
 
+    /// The value of `name`, if set.
     pub fn get(&self, name: &str) -> Option<&AttrValue> {
         self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
 
+    /// Whether no attribute is set.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// The attributes set, in the order they were first set.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &AttrValue)> {
         self.0.iter().map(|(n, v)| (n.as_ref(), v))
     }
 
+    /// An int attribute; `INVALID_ARGUMENT` when it is missing or of another type (so are the
+    /// other getters).
     pub fn int(&self, name: &str) -> Result<i64> {
         match self.get(name) {
             Some(AttrValue::Int(v)) => Ok(*v),
@@ -193,6 +231,7 @@ impl Attrs {
         }
     }
 
+    /// A float attribute; an int value reads as a float.
     pub fn float(&self, name: &str) -> Result<f64> {
         match self.get(name) {
             Some(AttrValue::Float(v)) => Ok(*v),
@@ -201,6 +240,7 @@ impl Attrs {
         }
     }
 
+    /// A bool attribute.
     pub fn bool(&self, name: &str) -> Result<bool> {
         match self.get(name) {
             Some(AttrValue::Bool(v)) => Ok(*v),
@@ -208,6 +248,7 @@ impl Attrs {
         }
     }
 
+    /// An int-list attribute.
     pub fn ints(&self, name: &str) -> Result<&[i64]> {
         match self.get(name) {
             Some(AttrValue::Ints(v)) => Ok(v),
@@ -215,6 +256,7 @@ impl Attrs {
         }
     }
 
+    /// A dtype attribute.
     pub fn dtype(&self, name: &str) -> Result<DType> {
         match self.get(name) {
             Some(AttrValue::DType(v)) => Ok(*v),
@@ -242,6 +284,9 @@ impl Attrs {
     }
 
     fn complete_declared(&self, op: &str, defs: &[AttrDef]) -> Result<Cow<'_, Attrs>> {
+        // An int given for a float attribute is stored as the float it stands for, so that
+        // kernels (and kernel states, ABI 1.5) see one value for `2` and `2.0`.
+        let mut widen = false;
         for (name, value) in &self.0 {
             let def = defs.iter().find(|d| d.name == name).ok_or_else(|| {
                 let known: Vec<&str> = defs.iter().map(|d| d.name).collect();
@@ -263,11 +308,21 @@ impl Attrs {
                     value.ty()
                 )));
             }
+            widen |= def.ty != value.ty();
         }
-        if self.0.len() == defs.len() {
+        if self.0.len() == defs.len() && !widen {
             return Ok(Cow::Borrowed(self));
         }
         let mut out = self.clone();
+        if widen {
+            for (name, value) in &mut out.0 {
+                if let AttrValue::Int(i) = *value {
+                    if defs.iter().any(|d| d.name == name && d.ty == AttrType::Float) {
+                        *value = AttrValue::Float(i as f64);
+                    }
+                }
+            }
+        }
         for d in defs {
             if out.get(d.name).is_none() {
                 match &d.default {
@@ -294,5 +349,52 @@ fn wrong(name: &str, want: &str, got: Option<&AttrValue>) -> Error {
         Some(v) => {
             Error::invalid_argument(format!("attribute '{name}' must be {want}, not {}", v.ty()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defs() -> Vec<AttrDef> {
+        vec![
+            AttrDef {
+                name: "k",
+                ty: AttrType::Float,
+                default: Some(AttrValue::Float(1.0)),
+            },
+            AttrDef {
+                name: "n",
+                ty: AttrType::Int,
+                default: None,
+            },
+        ]
+    }
+
+    /// An int given for a float attribute is completed as that float: kernels (and kernel
+    /// states) see one value for `2` and `2.0`; ints for int attributes stay ints.
+    #[test]
+    fn an_int_for_a_float_attribute_is_completed_as_a_float() {
+        let given = Attrs::new().with("k", 2i64).with("n", 3i64);
+        let done = given.complete("t.Op", &defs()).unwrap();
+        assert_eq!(done.get("k"), Some(&AttrValue::Float(2.0)));
+        assert_eq!(done.get("n"), Some(&AttrValue::Int(3)));
+        let as_float = Attrs::new().with("n", 3i64).with("k", 2.0);
+        let done2 = as_float.complete("t.Op", &defs()).unwrap();
+        assert!(matches!(done2, Cow::Borrowed(_)), "nothing to change: borrowed");
+        assert_eq!(done2.get("k"), done.get("k"));
+        // Defaults are filled in as before.
+        let only_n = Attrs::new().with("n", 1i64);
+        let done3 = only_n.complete("t.Op", &defs()).unwrap();
+        assert_eq!(done3.get("k"), Some(&AttrValue::Float(1.0)));
+        // A float for an int attribute is still refused.
+        let e = Attrs::new()
+            .with("n", 1.5)
+            .complete("t.Op", &defs())
+            .unwrap_err();
+        assert!(
+            e.message.contains("attribute 'n' must be an int, not a float"),
+            "{e}"
+        );
     }
 }
