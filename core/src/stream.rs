@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::memory::{copy_between, Buffer};
-use crate::platform::{EventStatus, HostFn, RawEvent, RawStream};
+use crate::platform::{EventStatus, RawEvent, RawStream};
 use crate::trace::{traced, DeviceSpanStart, Span, SpanKind};
 
 enum StreamKind {
@@ -104,7 +104,16 @@ impl AsyncError {
     }
 }
 
-/// An ordered queue of work on one device.
+/// An ordered queue of work on one device: copies, memsets, host callbacks, event records
+/// and waits. Work enqueued on one stream runs in order; streams run independently of each
+/// other unless ordered by [`Stream::wait_event`] or [`Stream::wait_stream`].
+///
+/// A device's default stream ([`Device::default_stream`]) is where ops run; on the CPU it is
+/// synchronous (work runs inline, on the calling thread). Streams made with
+/// [`Device::create_stream`] are asynchronous: enqueueing returns at once, and a failure is
+/// reported by the next [`Stream::synchronize`] (or the device's). Dropping a created stream
+/// waits for its work; a failure nobody synchronized with is then logged. `Send` and `Sync`:
+/// several threads may enqueue on one stream (each thread's work keeps its order).
 pub struct Stream {
     device: Arc<Device>,
     kind: StreamKind,
@@ -148,10 +157,12 @@ impl Stream {
         self.id
     }
 
+    /// The device the stream belongs to.
     pub fn device(&self) -> &Arc<Device> {
         &self.device
     }
 
+    /// Whether this is the device's default stream.
     pub fn is_default(&self) -> bool {
         matches!(self.kind, StreamKind::Default)
     }
@@ -223,7 +234,7 @@ impl Stream {
         if self.is_synchronous() {
             return Ok(());
         }
-        self.host_callback(Box::new(move || drop(keep)))
+        self.host_callback(move || drop(keep))
     }
 
     /// Enqueues a copy of host memory into `dst` at `offset`.
@@ -348,9 +359,16 @@ impl Stream {
     /// for a synchronous stream). A panic in `f` on a worker thread becomes the stream's error
     /// (`INTERNAL`, `a host callback panicked: <message>`), reported by its next synchronize;
     /// on a synchronous stream (the CPU's default stream) it reaches the caller.
-    pub fn host_callback(&self, f: HostFn) -> Result<()> {
+    ///
+    /// `f` runs exactly once, unless this returns an error (then it never runs). Later work on
+    /// the stream waits for it: keep it short, and do not synchronize or drop the stream that
+    /// runs it from inside it (that waits for itself).
+    pub fn host_callback(&self, f: impl FnOnce() + Send + 'static) -> Result<()> {
         if self.is_synchronous() {
-            return self.device.executor().host_callback(&self.raw(), f);
+            return self
+                .device
+                .executor()
+                .host_callback(&self.raw(), Box::new(f));
         }
         let error = self.error.clone();
         error.note_use();
@@ -407,11 +425,11 @@ impl Stream {
         }
         let error = self.error.clone();
         error.note_use();
-        self.host_callback(Box::new(move || {
+        self.host_callback(move || {
             if let Err(e) = f() {
                 error.set(e);
             }
-        }))
+        })
     }
 
     /// Work enqueued after this call waits for `event` (which may belong to any device).
@@ -484,7 +502,10 @@ impl Drop for Stream {
     }
 }
 
-/// A marker recorded in a stream; others can wait for it.
+/// A marker recorded in a stream; others can wait for it: a stream of any device
+/// ([`Stream::wait_event`]) or the host ([`Event::synchronize`]). Recorded again, it marks the
+/// new point. Two events recorded on one device time the work between them
+/// ([`Event::elapsed_ns`]). `Send` and `Sync`.
 pub struct Event {
     device: Arc<Device>,
     raw: Arc<RawEventHolder>,
@@ -532,6 +553,7 @@ impl Event {
         })
     }
 
+    /// The device the event belongs to (it is recorded on that device's streams only).
     pub fn device(&self) -> &Arc<Device> {
         &self.device
     }
@@ -569,7 +591,7 @@ impl Event {
         // stream returns it from the call that failed).
         if stream.error.used() && !stream.is_synchronous() {
             let (error, found) = (stream.error.clone(), outcome.clone());
-            stream.host_callback(Box::new(move || *found.0.lock() = error.peek()))?;
+            stream.host_callback(move || *found.0.lock() = error.peek())?;
         }
         self.device
             .executor()
@@ -578,6 +600,9 @@ impl Event {
         Ok(())
     }
 
+    /// Whether the stream has reached the last record, without waiting:
+    /// [`EventStatus::Pending`], [`EventStatus::Complete`] (also for an event never recorded)
+    /// or [`EventStatus::Error`] (see [`record`](Self::record)).
     pub fn status(&self) -> Result<EventStatus> {
         match self.device.executor().event_status(self.raw())? {
             EventStatus::Complete if self.outcome.lock().failure().is_some() => {

@@ -130,6 +130,8 @@ impl std::fmt::Debug for Graph {
 }
 
 impl Graph {
+    /// An empty graph; it belongs to the runtime of the first op, device, constant or
+    /// variable added to it.
     pub fn new() -> Graph {
         Graph {
             id: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed),
@@ -262,6 +264,9 @@ impl Graph {
                     attrs: &complete,
                 })
                 .map_err(context)?;
+                if op.0.check_specs {
+                    crate::op::check_specs(def, &refs, &complete, &out).map_err(context)?;
+                }
                 out.into_iter().map(Some).collect()
             }
             None => {

@@ -39,10 +39,19 @@ impl fmt::Display for Binding {
 /// What a kernel gets: its device, inputs (on that device), outputs already allocated there
 /// with the shapes the op's shape function gave, and the op's complete attributes. The kernel
 /// runs on the device's default stream.
+///
+/// A kernel a host registers in Rust is called on the thread that runs the op, during
+/// [`Runtime::run`](crate::Runtime::run); it fills every output (for instance with
+/// [`Tensor::write_slice`]) or returns an error, which fails the op. A panic in it unwinds out
+/// of the run.
 pub struct KernelContext<'a> {
+    /// The device the kernel runs on.
     pub device: &'a Arc<Device>,
+    /// The inputs, in the op's order, on `device`.
     pub inputs: &'a [Tensor],
+    /// The outputs to write, allocated on `device` from the op's shape function.
     pub outputs: &'a [Tensor],
+    /// The op's attributes, defaults filled in.
     pub attrs: &'a Attrs,
 }
 
@@ -52,14 +61,20 @@ pub type KernelFn = Arc<dyn Fn(&KernelContext) -> Result<()> + Send + Sync>;
 /// A registered kernel.
 #[derive(Clone)]
 pub struct KernelDef {
+    /// The op it implements (`Add`, `app.Swish`): an op the runtime has.
     pub op: String,
+    /// The device type it runs on (`CPU`, `GPU`).
     pub device_type: String,
+    /// The platform whose devices it runs on (`Binding::Platform("HOST")` for the CPU), or
+    /// any platform of the type.
     pub binding: Binding,
     /// The dtypes of the op's first type variable it accepts; empty: all.
     pub dtypes: Vec<DType>,
+    /// Among kernels for the same op and device, the highest priority runs.
     pub priority: i32,
     /// Who registered it, for messages and the placement log (`built-in`, `plugin 'sim'`).
     pub source: String,
+    /// The kernel's code.
     pub func: KernelFn,
 }
 
@@ -106,13 +121,15 @@ pub struct KernelRegistry {
 }
 
 impl KernelRegistry {
-    /// Registers a kernel, or refuses it when it conflicts with one already registered.
-    pub fn register(&self, def: KernelDef) -> Result<()> {
+    /// Registers a kernel, or refuses it when it conflicts with one already registered. Hosts
+    /// register through [`Runtime::register_kernel`](crate::Runtime::register_kernel), which
+    /// also checks the op and its dtypes.
+    pub(crate) fn register(&self, def: KernelDef) -> Result<()> {
         self.register_all(vec![def])
     }
 
     /// Registers kernels all or nothing.
-    pub fn register_all(&self, defs: Vec<KernelDef>) -> Result<()> {
+    pub(crate) fn register_all(&self, defs: Vec<KernelDef>) -> Result<()> {
         let mut kernels = self.kernels.write();
         conflicts(&kernels, &defs)?;
         kernels.extend(defs.into_iter().map(Arc::new));

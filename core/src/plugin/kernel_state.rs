@@ -43,15 +43,16 @@ unsafe impl Send for State {}
 // SAFETY: as above; the host never dereferences the pointer.
 unsafe impl Sync for State {}
 
-/// A state and its `destroy`, moved to where it is destroyed.
+/// A state and its `destroy`, moved to where it is destroyed: dropping it destroys the state,
+/// so it is destroyed exactly once even when a host callback carrying it is dropped unrun.
 struct Doomed(*mut c_void, Destroy);
 // SAFETY: as for `State`.
 unsafe impl Send for Doomed {}
 
-impl Doomed {
-    fn destroy(self) {
-        // SAFETY: a state `create` made, destroyed once (its `State` was dropped once), with the
-        // kernel's data; callers hold no lock of the host.
+impl Drop for Doomed {
+    fn drop(&mut self) {
+        // SAFETY: a state `create` made, destroyed once (its `State` was dropped once, and this
+        // `Doomed` is dropped once), with the kernel's data; no lock of the host is held.
         unsafe { (self.1.func)(self.1.kernel_data, self.0) };
     }
 }
@@ -78,26 +79,22 @@ impl Drop for State {
         let doomed = Doomed(self.ptr, d);
         // A device going away (`release_all`) has done its work: destroy now.
         let Some(device) = self.device.upgrade() else {
-            doomed.destroy();
+            drop(doomed);
             return;
         };
         // Launches already enqueued may use it: destroy it once the stream reached them.
         let slot = Arc::new(Mutex::new(Some(doomed)));
         let queued = slot.clone();
-        let enqueued = device.default_stream().host_callback(Box::new(move || {
-            if let Some(d) = queued.lock().take() {
-                d.destroy();
-            }
-        }));
+        let enqueued = device
+            .default_stream()
+            .host_callback(move || drop(queued.lock().take()));
         if let Err(e) = enqueued {
             crate::log::warn(&format!(
                 "{}: cannot destroy a kernel state in stream order ({e}); synchronizing first",
                 device.name()
             ));
             let _ = device.synchronize();
-            if let Some(d) = slot.lock().take() {
-                d.destroy();
-            }
+            drop(slot.lock().take());
         }
     }
 }
