@@ -96,3 +96,113 @@ fn a_panic_in_init_is_an_error_not_an_abort() {
         .unwrap();
     assert!(rt.find_device("RSIM").is_ok());
 }
+
+/// RSIM's Cast keeps a kernel state (plugin ABI 1.5) through the runtime: one `create` per
+/// input dtype and `dtype` attribute on the device however often it runs, the CPU's results,
+/// and every state destroyed by the time the runtime is gone, none left for RSIM to report at
+/// `destroy_device`. RSIM logs its states (`log_kernel_states=1`) through the process-wide log;
+/// the lines of this test's own platform name are picked out.
+#[test]
+fn rsims_cast_keeps_a_state_per_dtype_pair_and_equals_the_cpu() {
+    use devplug_core::log::{self, Level, Record};
+    use devplug_core::{Attrs, DType, RunOptions};
+    use std::sync::{Arc, Mutex};
+
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s = seen.clone();
+    log::set_level(Some(Level::Info));
+    log::set_callback(Some(Arc::new(move |r: &Record| {
+        if r.message.starts_with("RSTATE:") {
+            s.lock().unwrap().push(r.message.to_string())
+        }
+    })));
+    // (created?, live after) of each state line.
+    let states = || -> Vec<(bool, u64)> {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .filter(|m| m.starts_with("RSTATE:0: kernel Cast: state "))
+            .map(|m| {
+                let live = m
+                    .rsplit("; ")
+                    .next()
+                    .and_then(|t| t.strip_suffix(" live"))
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("no live count in {m:?}"));
+                (m.contains("state created"), live)
+            })
+            .collect()
+    };
+    let rt = runtime();
+    rt.load_plugin(
+        plugin_path("devplug_rust_example"),
+        &[("platform", "RSTATE"), ("log_kernel_states", "1")],
+    )
+    .unwrap();
+    let (cpu, dev) = (
+        rt.cpu_device().unwrap(),
+        rt.find_device("RSTATE:0").unwrap(),
+    );
+    let placements = record_placements(&rt);
+    let cast = rt.op("Cast").unwrap();
+    let to = |dtype: DType| Attrs::new().with("dtype", dtype);
+    let (on_dev, on_cpu) = (RunOptions::on(&dev).strict(), RunOptions::on(&cpu));
+    // A result as f64 values, cast on the CPU (exact for these values).
+    let values = |t: &Tensor| {
+        rt.run1(&cast, &[t.copy_to(&cpu).unwrap()], &to(DType::F64), &on_cpu)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap()
+    };
+    let x_cpu =
+        Tensor::from_slice(&cpu, &[2, 3], &[1.5f32, -2.7, 300.0, 0.0, 65504.0, 1e-8]).unwrap();
+    let x = x_cpu.copy_to(&dev).unwrap();
+
+    // Five attribute sets, each run twice: five states.
+    let targets = [DType::I64, DType::U8, DType::Bool, DType::F16, DType::F64];
+    for round in 0..2 {
+        for dtype in targets {
+            let y = rt.run1(&cast, &[x.clone()], &to(dtype), &on_dev).unwrap();
+            let want = rt
+                .run1(&cast, &[x_cpu.clone()], &to(dtype), &on_cpu)
+                .unwrap();
+            assert_eq!(y.dtype(), dtype);
+            assert_eq!(values(&y), values(&want), "f32 -> {dtype:?}, round {round}");
+        }
+    }
+    // Another input dtype: another state.
+    let i = Tensor::from_slice(&dev, &[3], &[7i64, -1, 1 << 40]).unwrap();
+    let f = rt.run1(&cast, &[i], &to(DType::F32), &on_dev).unwrap();
+    assert_eq!(f.to_vec::<f32>().unwrap(), [7.0, -1.0, (1u64 << 40) as f32]);
+    dev.synchronize().unwrap();
+    assert_eq!(
+        states(),
+        (1..=6).map(|n| (true, n)).collect::<Vec<_>>(),
+        "one create per dtype pair, all kept"
+    );
+    assert!(
+        placements
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e.op == "Cast" && e.device == "RSTATE:0" && e.detail.contains("rust_example")),
+        "RSIM's own kernel ran"
+    );
+
+    // The runtime and every handle gone (the device with them): every state destroyed.
+    drop((x, x_cpu, f, on_dev, on_cpu, cast, dev, cpu));
+    drop(rt);
+    let all = states();
+    assert_eq!(all.len(), 12, "{all:?}");
+    assert_eq!(all.iter().filter(|(created, _)| !created).count(), 6);
+    assert_eq!(all.last(), Some(&(false, 0)));
+    let leaks: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|m| m.contains("never destroyed"))
+        .cloned()
+        .collect();
+    assert!(leaks.is_empty(), "{leaks:?}");
+    log::set_callback(None);
+}

@@ -1,6 +1,7 @@
 //! An RSIM device: the SDK's `Device` over [`Memory`] and the SDK's worker-thread streams
 //! and events ([`devplug_plugin_sdk::worker`]).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use devplug_plugin_sdk::worker::{WorkerEvent, WorkerStream, WorkerStreams};
@@ -10,6 +11,7 @@ use devplug_plugin_sdk::{
 };
 use parking_lot::Mutex;
 
+use crate::kernels::StateCount;
 use crate::memory::Memory;
 
 /// One simulated device.
@@ -18,6 +20,8 @@ pub struct RsimDevice {
     memory: Arc<Mutex<Memory>>,
     streams: WorkerStreams,
     logger: Logger,
+    /// The kernel states (ABI 1.5) made for this device and not yet dropped.
+    states: Arc<StateCount>,
 }
 
 impl RsimDevice {
@@ -28,9 +32,23 @@ impl RsimDevice {
             memory: Arc::new(Mutex::new(Memory::new(ordinal, memory)?)),
             // Stream threads: `rsim:0-stream<n>`.
             streams: WorkerStreams::new(name.to_lowercase()),
+            states: Arc::new(StateCount::new(&name, logger.clone())),
             name,
             logger,
         })
+    }
+
+    /// Logs each kernel state made for the device and dropped, with the number alive (load
+    /// option `log_kernel_states`).
+    pub(crate) fn log_kernel_states(mut self, on: bool) -> RsimDevice {
+        self.states = Arc::new(StateCount::new(&self.name, self.logger.clone()).logged(on));
+        self
+    }
+
+    /// The count of the device's kernel states (their `create` adds one, their drop takes it
+    /// back).
+    pub(crate) fn kernel_states(&self) -> &Arc<StateCount> {
+        &self.states
     }
 
     /// `e` with the device's name in front of its message.
@@ -59,6 +77,19 @@ impl RsimDevice {
         job: impl FnOnce() -> Result<()> + Send + 'static,
     ) -> Result<()> {
         stream.enqueue(job).map_err(|e| self.err(e))
+    }
+}
+
+impl Drop for RsimDevice {
+    fn drop(&mut self) {
+        // The host destroys every kernel state before it destroys the device (ABI 1.5).
+        let live = self.states.live.load(Ordering::SeqCst);
+        if live > 0 {
+            self.logger.error(format!(
+                "{}: {live} kernel state(s) never destroyed before destroy_device",
+                self.name
+            ));
+        }
     }
 }
 

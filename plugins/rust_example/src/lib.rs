@@ -7,8 +7,11 @@
 //! shows. Events and host callbacks are stream-ordered. Streams and events are the SDK's
 //! (`devplug_plugin_sdk::worker`): RSIM writes only its memory, copies and kernels.
 //!
-//! Kernels (plugin ABI 1.1): `Add` for f32 and i64, with NumPy broadcasting, bound to RSIM's
-//! own platform; it checks its arguments at once and runs on the device's stream worker.
+//! Kernels (plugin ABI 1.1): `Add` for f32 and i64 (and f16 from a host of ABI 1.3 or newer),
+//! with NumPy broadcasting, bound to RSIM's own platform; it checks its arguments at once and
+//! runs on the device's stream worker. `Cast` between every dtype keeps a kernel state (ABI
+//! 1.5): the element conversion for its input dtype and `dtype` attribute, picked once per
+//! device and pair (per launch from an older host, which keeps no states).
 //!
 //! Load options:
 //!
@@ -20,6 +23,7 @@
 //! | `devices` | `1` | number of devices |
 //! | `memory` | `16M` | bytes of memory per device (`K`, `M`, `G` suffixes: KiB, MiB, GiB) |
 //! | `kernels` | `1` | `0`: register no kernels (a device-only plugin) |
+//! | `log_kernel_states` | `0` | `1`: log (info) each kernel state made and destroyed, with the number alive per device |
 //! | `panic_in_init` | `0` | `1`: panic inside init (the host sees an error, not an abort) |
 
 mod device;
@@ -76,6 +80,7 @@ pub struct RsimPlatform {
     priority: i32,
     devices: i32,
     memory: u64,
+    log_kernel_states: bool,
     logger: Logger,
 }
 
@@ -112,7 +117,8 @@ impl Platform for RsimPlatform {
     }
 
     fn create_device(&self, ordinal: i32) -> Result<RsimDevice> {
-        let dev = RsimDevice::new(&self.name, ordinal, self.memory, self.logger.clone())?;
+        let dev = RsimDevice::new(&self.name, ordinal, self.memory, self.logger.clone())?
+            .log_kernel_states(self.log_kernel_states);
         self.logger.debug(format!(
             "{}:{ordinal}: {} bytes of simulated memory",
             self.name, self.memory
@@ -146,6 +152,7 @@ fn init(host: &Host) -> Result<()> {
         priority: host.option_or("priority", 0)?,
         devices,
         memory,
+        log_kernel_states: host.option_or("log_kernel_states", 0u8)? == 1,
         logger: host.logger(),
     };
     host.log(
@@ -163,7 +170,8 @@ fn init(host: &Host) -> Result<()> {
     Ok(())
 }
 
-// RSIM needs kernels (1.1) and nothing newer: it loads into 1.1 and 1.2 hosts.
+// RSIM needs kernels (1.1) and nothing newer: it loads into hosts of 1.1 and later (its Cast
+// keeps its state in a 1.5 host; from an older one the SDK makes the state for each launch).
 devplug_plugin!(
     name: "rust_example",
     version: env!("CARGO_PKG_VERSION"),

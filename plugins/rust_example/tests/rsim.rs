@@ -318,7 +318,7 @@ fn many_threads_with_their_own_streams() {
 
 // ---- kernels ----------------------------------------------------------------------------------
 
-use devplug_plugin_sdk::testing::{KernelDesc, KernelTensor, TestAttrs, TestDevice};
+use devplug_plugin_sdk::testing::{AttrValue, KernelDesc, KernelTensor, TestAttrs, TestDevice};
 use devplug_plugin_sdk::DType;
 
 fn upload(dev: &TestDevice<'_>, dtype: DType, shape: &[i64], bytes: &[u8]) -> KernelTensor {
@@ -337,18 +337,27 @@ fn i64_bytes(v: &[i64]) -> Vec<u8> {
 }
 
 #[test]
-fn add_is_registered_for_rsim_and_kernels_0_registers_none() {
+fn add_and_cast_are_registered_for_rsim_and_kernels_0_registers_none() {
     let host = TestHost::new();
     let plugin = host.load(devplug_plugin_entry).expect("load");
     assert_eq!(
         plugin.kernels(),
-        vec![KernelDesc {
-            op: "Add".into(),
-            device_type: "NPU".into(),
-            platform: "RSIM".into(),
-            dtypes: vec![DType::F32, DType::I64, DType::F16],
-            priority: 0,
-        }]
+        vec![
+            KernelDesc {
+                op: "Add".into(),
+                device_type: "NPU".into(),
+                platform: "RSIM".into(),
+                dtypes: vec![DType::F32, DType::I64, DType::F16],
+                priority: 0,
+            },
+            KernelDesc {
+                op: "Cast".into(),
+                device_type: "NPU".into(),
+                platform: "RSIM".into(),
+                dtypes: DType::ALL.to_vec(),
+                priority: 0,
+            }
+        ]
     );
     drop(plugin);
     let host = TestHost::new()
@@ -508,4 +517,176 @@ fn add_checks_its_arguments_with_messages() {
     for t in [x, y, z] {
         dev.deallocate(t.addr, t.byte_size);
     }
+}
+
+// ---- Cast: a kernel with a state (ABI 1.5) ----------------------------------------------------
+
+/// RSIM's log lines about Cast's states: `(created?, live after)`.
+fn cast_states(host: &TestHost) -> Vec<(bool, usize)> {
+    host.logs()
+        .iter()
+        .filter(|(_, m)| m.starts_with("RSIM:0: kernel Cast: state "))
+        .map(|(_, m)| {
+            let live = m
+                .rsplit("; ")
+                .next()
+                .and_then(|t| t.strip_suffix(" live"))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no live count in {m:?}"));
+            (m.contains("state created"), live)
+        })
+        .collect()
+}
+
+fn cast_to(dtype: DType) -> TestAttrs {
+    TestAttrs::new().with("dtype", AttrValue::DType(dtype))
+}
+
+/// Cast converts as the runtime's CPU does; its `create` runs once per input dtype and `dtype`
+/// attribute (the device keeps the state), and every state is dropped with the device.
+#[test]
+fn cast_converts_with_one_state_per_dtype_pair() {
+    let host = TestHost::new().with_option("log_kernel_states", "1");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device("RSIM", 0).expect("device");
+    let s = dev.create_stream().expect("stream");
+    let x = upload(
+        &dev,
+        DType::F32,
+        &[2, 2],
+        &f32_bytes(&[1.5, -2.7, 300.0, f32::NAN]),
+    );
+    let out = |dtype: DType| {
+        let t = KernelTensor::new(dtype, &[2, 2], DeviceAddr(0));
+        let addr = dev.allocate(t.byte_size).expect("allocate");
+        KernelTensor { addr, ..t }
+    };
+    let (to_i64, to_u8, to_bool) = (out(DType::I64), out(DType::U8), out(DType::BOOL));
+    let cast = |x: &KernelTensor, y: &KernelTensor| {
+        s.run_kernel(
+            "Cast",
+            std::slice::from_ref(x),
+            std::slice::from_ref(y),
+            &cast_to(y.dtype),
+        )
+        .expect("Cast")
+    };
+    for y in [&to_i64, &to_u8, &to_bool, &to_i64, &to_u8] {
+        cast(&x, y);
+    }
+    // From i64 back to f32: another pair, another state.
+    let back = out(DType::F32);
+    cast(&to_i64, &back);
+    s.synchronize().expect("sync");
+    let read = |t: &KernelTensor| {
+        let mut b = vec![0u8; t.byte_size as usize];
+        dev.memcpy_dtoh(&mut b, t.addr).expect("read");
+        b
+    };
+    assert_eq!(read(&to_i64), i64_bytes(&[1, -2, 300, 0]));
+    assert_eq!(read(&to_u8), [1, 0, 255, 0], "saturated, NaN to 0");
+    assert_eq!(read(&to_bool), [1, 1, 1, 1], "NaN is not 0");
+    assert_eq!(read(&back), f32_bytes(&[1.0, -2.0, 300.0, 0.0]));
+    assert_eq!(
+        cast_states(&host),
+        [(true, 1), (true, 2), (true, 3), (true, 4)],
+        "one create per pair"
+    );
+    assert_eq!(dev.kernel_states(), 4);
+
+    // The kernel's own checks.
+    let err = s
+        .run_kernel(
+            "Cast",
+            std::slice::from_ref(&x),
+            &[KernelTensor::new(DType::I64, &[4], to_i64.addr)],
+            &cast_to(DType::I64),
+        )
+        .expect_err("shapes");
+    assert_eq!(
+        err.message(),
+        "RSIM:0: Cast: the output has shape [4], not the input's [2, 2]"
+    );
+    let err = s
+        .run_kernel(
+            "Cast",
+            std::slice::from_ref(&x),
+            std::slice::from_ref(&to_i64),
+            &TestAttrs::new(),
+        )
+        .expect_err("no dtype");
+    assert_eq!(err.code(), Status::NotFound);
+    assert_eq!(
+        err.message(),
+        "kernel Cast: create: kernel Cast: the op has no attribute `dtype`"
+    );
+
+    drop(s);
+    for t in [&x, &to_i64, &to_u8, &to_bool, &back] {
+        dev.deallocate(t.addr, t.byte_size);
+    }
+    drop(dev);
+    let states = cast_states(&host);
+    assert_eq!(states.len(), 8, "{states:?}");
+    assert_eq!(
+        states.last(),
+        Some(&(false, 0)),
+        "all dropped with the device"
+    );
+    assert!(
+        !host
+            .logs()
+            .iter()
+            .any(|(_, m)| m.contains("never destroyed")),
+        "{:?}",
+        host.logs()
+    );
+}
+
+/// RSIM declares ABI 1.1: in a host older than 1.5 (no kernel states) the SDK makes Cast's
+/// state for each launch and drops it once the stream has run the launch's work.
+#[test]
+fn cast_in_an_abi_1_4_host_makes_a_state_per_launch() {
+    let host = TestHost::new()
+        .with_abi_minor(4)
+        .with_option("log_kernel_states", "1");
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device("RSIM", 0).expect("device");
+    let s = dev.create_stream().expect("stream");
+    let x = upload(&dev, DType::I64, &[3], &i64_bytes(&[7, -1, 1 << 40]));
+    let y = upload(&dev, DType::F64, &[3], &[0; 24]);
+    let (release, gate) = mpsc::channel::<()>();
+    let gate = std::sync::Mutex::new(gate);
+    s.host_callback(move || {
+        let _ = gate.lock().map(|g| g.recv());
+    })
+    .expect("gate");
+    for _ in 0..2 {
+        s.run_kernel(
+            "Cast",
+            std::slice::from_ref(&x),
+            std::slice::from_ref(&y),
+            &cast_to(DType::F64),
+        )
+        .expect("Cast");
+    }
+    assert_eq!(
+        cast_states(&host),
+        [(true, 1), (true, 2)],
+        "made per launch, kept until the stream ran the launches"
+    );
+    assert_eq!(dev.kernel_states(), 0, "the host keeps none");
+    release.send(()).expect("release");
+    s.synchronize().expect("sync");
+    assert_eq!(
+        cast_states(&host),
+        [(true, 1), (true, 2), (false, 1), (false, 0)]
+    );
+    let mut out = vec![0u8; 24];
+    dev.memcpy_dtoh(&mut out, y.addr).expect("read");
+    let want: Vec<u8> = [7.0f64, -1.0, (1u64 << 40) as f64]
+        .iter()
+        .flat_map(|v| v.to_ne_bytes())
+        .collect();
+    assert_eq!(out, want);
 }

@@ -1588,59 +1588,72 @@ unsafe extern "C" fn se_host_callback<D: Device>(
         // SAFETY: a stream handle of the host.
         let stream = unsafe { s.stream(stream, W) }?;
         let func = func.ok_or_else(|| out_null(W, "func"))?;
-        let state = Arc::new(AtomicU8::new(0));
-        let callback = HostCallback {
-            inner: Some(CallbackInner {
-                func,
-                arg,
-                state: Arc::clone(&state),
-                host: Arc::clone(&s.host),
-            }),
-        };
-        // Caught here (not only by device_call) to settle the callback's state first.
-        let result = match catch_unwind(AssertUnwindSafe(|| {
-            s.device.host_callback(stream, callback)
-        })) {
-            Ok(r) => r,
-            Err(payload) => Err(Error::from_panic(payload)),
-        };
-        match result {
-            Ok(()) => {
-                let prev = state.fetch_or(CB_ACCEPTED, Ordering::AcqRel);
-                if prev & (CB_DROPPED | CB_CALLED) == CB_DROPPED {
-                    state.fetch_or(CB_REFUSED, Ordering::AcqRel);
-                    return Err(Error::internal(
-                        "the plugin dropped the callback without calling it and returned Ok \
-                         (call it once the stream's earlier work is done, or return Err)",
-                    ));
-                }
-                Ok(())
-            }
-            Err(e) => {
-                let prev = state.fetch_or(CB_REFUSED, Ordering::AcqRel);
-                if prev & CB_CALLED != 0 {
-                    // The host's function already ran: failing now would make the host clean
-                    // up `arg` a second time. The ABI's exactly-once promise wins; the error
-                    // is the plugin's bug, said as such.
-                    s.host.log(
-                        LogLevel::Error,
-                        &format!(
-                            "host_callback: a bug in the plugin: it called the callback, then \
-                             returned an error ({}: {}); the host's function ran, so the host \
-                             is told the call succeeded and the error is dropped. Return Ok \
-                             once the callback was called (an error means it never runs)",
-                            e.code(),
-                            e.message()
-                        ),
-                    );
-                    return Ok(());
-                }
-                Err(e)
-            }
-        }
+        host_callback_on(s, stream, func, arg)
     };
     // SAFETY: the ABI's calling contract.
     unsafe { device_call(device, f) }
+}
+
+/// Enqueues `func(arg)` on `stream` with the device's `host_callback`, keeping the ABI's promise
+/// about it: after `Ok` it runs exactly once (once the stream reached its earlier work), after
+/// `Err` never. For the host's callbacks, and for the SDK's own (a kernel state dropped in
+/// stream order).
+fn host_callback_on<D: Device>(
+    s: &DeviceState<D>,
+    stream: &D::Stream,
+    func: unsafe extern "C" fn(*mut c_void),
+    arg: *mut c_void,
+) -> Result<()> {
+    let state = Arc::new(AtomicU8::new(0));
+    let callback = HostCallback {
+        inner: Some(CallbackInner {
+            func,
+            arg,
+            state: Arc::clone(&state),
+            host: Arc::clone(&s.host),
+        }),
+    };
+    // Caught here (not only by device_call) to settle the callback's state first.
+    let result = match catch_unwind(AssertUnwindSafe(|| {
+        s.device.host_callback(stream, callback)
+    })) {
+        Ok(r) => r,
+        Err(payload) => Err(Error::from_panic(payload)),
+    };
+    match result {
+        Ok(()) => {
+            let prev = state.fetch_or(CB_ACCEPTED, Ordering::AcqRel);
+            if prev & (CB_DROPPED | CB_CALLED) == CB_DROPPED {
+                state.fetch_or(CB_REFUSED, Ordering::AcqRel);
+                return Err(Error::internal(
+                    "the plugin dropped the callback without calling it and returned Ok \
+                     (call it once the stream's earlier work is done, or return Err)",
+                ));
+            }
+            Ok(())
+        }
+        Err(e) => {
+            let prev = state.fetch_or(CB_REFUSED, Ordering::AcqRel);
+            if prev & CB_CALLED != 0 {
+                // The host's function already ran: failing now would make the host clean
+                // up `arg` a second time. The ABI's exactly-once promise wins; the error
+                // is the plugin's bug, said as such.
+                s.host.log(
+                    LogLevel::Error,
+                    &format!(
+                        "host_callback: a bug in the plugin: it called the callback, then \
+                         returned an error ({}: {}); the host's function ran, so the host \
+                         is told the call succeeded and the error is dropped. Return Ok \
+                         once the callback was called (an error means it never runs)",
+                        e.code(),
+                        e.message()
+                    ),
+                );
+                return Ok(());
+            }
+            Err(e)
+        }
+    }
 }
 
 unsafe extern "C" fn se_create_event<D: Device>(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ffi::{self, HostShared};
-use crate::kernel::{KernelArgs, KernelContext, KernelSpec};
+use crate::kernel::{CreateArgs, KernelArgs, KernelContext, KernelSpec};
 use crate::op::OpDef;
 use crate::platform::Platform;
 
@@ -154,6 +154,66 @@ impl Host {
         crate::ffi::kernel::register_kernel::<D, F>(&self.shared, &spec, compute)
     }
 
+    /// Registers a kernel with a **state** (plugin ABI 1.5's `create`/`destroy`): what every
+    /// launch with the same device, input dtypes and attributes can share (attributes read and
+    /// checked once, a variant picked for the dtypes, a descriptor), made once by `create` and
+    /// handed to each `compute` as `&S`. Otherwise as [`Host::register_kernel`] (same
+    /// refusals).
+    ///
+    /// - `create` gets a [`CreateArgs`]: the device, the op, the input dtypes and the same
+    ///   attribute readers as the [`KernelContext`] (no shapes: one state serves every shape).
+    ///   An `Err` fails that op run with its code and message (the host names the kernel); a
+    ///   panic fails it with `INTERNAL`; the next run with that combination calls `create`
+    ///   again.
+    /// - The host calls `create` before the first launch of each new combination and keeps
+    ///   the state (a bounded number per kernel and device: 64 for devplug's, the least
+    ///   recently used go first, so `create` may run again for a combination seen before). The
+    ///   SDK boxes it; `S` is dropped exactly once per `create`, in stream order (once the
+    ///   device's default stream reached every launch that used it) and before the device is
+    ///   destroyed, on any thread. Several launches may use it at once: it is shared (`Sync`);
+    ///   lock what you change.
+    /// - **Work enqueued on the stream holds what it needs.** `compute` gets `&S` for the call
+    ///   only: copy values out of it, or clone `Arc`s it holds, into the stream's closures (the
+    ///   borrow checker sees to it). A state that owns device resources may free them in `Drop`:
+    ///   it runs only after the stream reached the launches that used it.
+    /// - From a host older than ABI 1.5 (it never calls `create` and passes no state; a plugin
+    ///   that declares `abi_minor` below 5 may meet one) the SDK calls `create` itself before
+    ///   every launch and drops that state once the stream reached the launch's work (with the
+    ///   device's `host_callback`; when the device refuses it, after synchronizing the stream).
+    ///   Correct everywhere, only slower there: `create` should be cheap enough to run per
+    ///   launch.
+    ///
+    /// ```text
+    /// struct Scale { factor: f32 }
+    /// host.register_kernel_with_state(
+    ///     KernelSpec::new("Scale", "NPU").dtypes(&[DType::F32]),
+    ///     |args: &CreateArgs<'_, MyDevice>| Ok(Scale { factor: args.attr_float("factor")? as f32 }),
+    ///     |cx: &KernelContext<'_, MyDevice>, s: &Scale| {
+    ///         let factor = s.factor; // copied into the work
+    ///         cx.device().enqueue_scale(cx.stream(), cx.input(0)?, cx.output(0)?, factor)
+    ///     },
+    /// )?;
+    /// ```
+    pub fn register_kernel_with_state<D, S, C, F>(
+        &self,
+        spec: KernelSpec<'_>,
+        create: C,
+        compute: F,
+    ) -> Result<()>
+    where
+        D: Device,
+        S: Send + Sync + 'static,
+        C: Fn(&CreateArgs<'_, D>) -> Result<S> + Send + Sync + 'static,
+        F: Fn(&KernelContext<'_, D>, &S) -> Result<()> + Send + Sync + 'static,
+    {
+        crate::ffi::kernel::register_kernel_with_state::<D, S, C, F>(
+            &self.shared,
+            &spec,
+            create,
+            compute,
+        )
+    }
+
     /// Whether the host can take ops of the plugin's own (plugin ABI 1.2 or newer: its table
     /// has `register_op`).
     pub fn supports_ops(&self) -> bool {
@@ -180,7 +240,7 @@ impl Host {
     /// reach some other way: e.g. a host-visible platform's). `spec.platform` must be `None`
     /// or `"ANY"`. Otherwise as [`Host::register_kernel`].
     ///
-    /// **devplug 0.1 refuses it**: its hosts (every plugin ABI so far, 1.1 to 1.4) bind a
+    /// **devplug 0.1 refuses it**: its hosts (every plugin ABI so far, 1.1 to 1.5) bind a
     /// plugin's kernels to the plugin's own platforms, so this returns the host's
     /// `InvalidArgument` (`dpp_kernel_t.platform is "ANY": …`), and init fails if it passes
     /// the error on. It exists for a later ABI and for test hosts (`testing::TestHost`

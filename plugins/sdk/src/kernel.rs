@@ -32,6 +32,13 @@
 //! A kernel that returns `Err` fails the op with the error's code and message; a kernel that
 //! panics fails it with `INTERNAL` and the panic message. Neither reaches the host as an
 //! unwind.
+//!
+//! A kernel whose launches share preparation (attributes read and checked, a variant picked
+//! for the dtypes) registers it with
+//! [`Host::register_kernel_with_state`](crate::Host::register_kernel_with_state) (plugin ABI
+//! 1.5): its `create` gets a [`CreateArgs`] and returns the state, made once per device, input
+//! dtypes and attributes, and its compute gets `&S` with the [`KernelContext`]. From an older
+//! host the SDK makes the state for each launch.
 
 use std::fmt;
 
@@ -39,7 +46,7 @@ use devplug_plugin_abi as abi;
 
 use crate::device::DeviceAddr;
 
-pub use crate::ffi::kernel::{KernelArgs, KernelContext, Tensors, TensorsIter};
+pub use crate::ffi::kernel::{CreateArgs, KernelArgs, KernelContext, Tensors, TensorsIter};
 
 /// An element type (`DPP_DTYPE_*`).
 ///

@@ -23,7 +23,9 @@
 //! with [`Host::register_kernel`]: a closure that receives a [`KernelContext`] with the
 //! platform's typed device, its default stream, the inputs and outputs ([`Tensor`] views) and
 //! typed attribute readers. An `Err` or a panic in a kernel reaches the host as a status and
-//! a message. See the [`kernel`] module.
+//! a message. A kernel with a state (plugin ABI 1.5) is registered with
+//! [`Host::register_kernel_with_state`]: its `create` ([`CreateArgs`]) runs once per device,
+//! input dtypes and attributes, its compute gets the state. See the [`kernel`] module.
 //!
 //! Kernels' shape rules (NumPy broadcasting, reductions over `axes` with `keep_dims`, rank 0,
 //! dimensions of size 0): the [`shape`] module checks them with the runtime's messages and walks
@@ -60,7 +62,7 @@ pub use device::{
 };
 pub use error::{Error, Result, Status};
 pub use host::{Host, LogLevel, Logger};
-pub use kernel::{DType, KernelArgs, KernelContext, KernelSpec, Tensor, Tensors};
+pub use kernel::{CreateArgs, DType, KernelArgs, KernelContext, KernelSpec, Tensor, Tensors};
 pub use op::OpDef;
 pub use platform::{Platform, PlatformFlags};
 

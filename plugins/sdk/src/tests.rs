@@ -8,11 +8,13 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 
-use crate::testing::{AttrValue, KernelDesc, KernelTensor, TestAttrs, TestHost, TestPlugin};
+use crate::testing::{
+    AttrValue, KernelDesc, KernelTensor, TestAttrs, TestDevice, TestHost, TestPlugin, TestStream,
+};
 use crate::{
-    devplug_plugin, DType, Device, DeviceAddr, DeviceInfo, Error, EventStatus, Host, HostBuf,
-    HostBufMut, HostCallback, KernelArgs, KernelContext, KernelSpec, Logger, MemoryUsage, OpDef,
-    Platform, PlatformFlags, Result, Status,
+    devplug_plugin, CreateArgs, DType, Device, DeviceAddr, DeviceInfo, Error, EventStatus, Host,
+    HostBuf, HostBufMut, HostCallback, KernelArgs, KernelContext, KernelSpec, Logger, MemoryUsage,
+    OpDef, Platform, PlatformFlags, Result, Status,
 };
 
 pub(crate) const TEST_PLATFORM: &str = "TESTP";
@@ -33,6 +35,14 @@ pub(crate) struct Probe {
     any_calls: Mutex<Vec<usize>>,
     /// Live allocations on the devices (allocate minus deallocate).
     allocations: AtomicI64,
+    /// Calls of the `Scale` kernel's `create` (mode `state`), failed ones included.
+    create_calls: AtomicUsize,
+    /// What each state `Scale`'s `create` made was made for, in order (state `i + 1`).
+    states_made: Mutex<Vec<String>>,
+    /// The states `Scale`'s launches got (their numbers), in order.
+    pub(crate) states_used: Mutex<Vec<usize>>,
+    /// States of `Scale` dropped.
+    pub(crate) state_drops: AtomicUsize,
 }
 
 /// Captured by every test kernel: counts the drops of the kernel closures.
@@ -223,6 +233,96 @@ fn temp_copy_kernel(cx: &KernelContext<'_, TDevice>) -> Result<()> {
     Ok(())
 }
 
+/// The state of the `Scale` kernel (mode `state`, ABI 1.5): made once per device, input dtypes
+/// and attributes; numbered in the order made; counts its drop.
+struct ScaleState {
+    number: usize,
+    dtype: DType,
+    factor: f64,
+    probe: Arc<Probe>,
+}
+
+impl Drop for ScaleState {
+    fn drop(&mut self) {
+        self.probe.state_drops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// `Scale`'s `create`: reads the input dtype (f32 or f64) and the attribute `factor` once.
+/// Attributes `fail_create` / `panic_create` make it fail or panic.
+fn scale_create(args: &CreateArgs<'_, TDevice>, probe: &Arc<Probe>) -> Result<ScaleState> {
+    probe.create_calls.fetch_add(1, Ordering::SeqCst);
+    if args.attr_bool("panic_create").unwrap_or(false) {
+        panic!("create exploded on purpose");
+    }
+    if args.attr_bool("fail_create").unwrap_or(false) {
+        return Err(Error::failed_precondition(
+            "Scale refuses to make a state on purpose",
+        ));
+    }
+    let dtype = args.input_dtype(0)?;
+    if dtype != DType::F32 && dtype != DType::F64 {
+        return Err(Error::invalid_argument(format!(
+            "{}: scales f32 or f64, not {dtype}",
+            args.op()
+        )));
+    }
+    let factor = args.attr_float("factor")?;
+    let mut made = probe.states_made.lock();
+    made.push(format!("{:?} x{factor}", args.input_dtypes()));
+    Ok(ScaleState {
+        number: made.len(),
+        dtype,
+        factor,
+        probe: Arc::clone(probe),
+    })
+}
+
+/// `Scale`'s `compute`: y = x * factor on the stream, the factor and the dtype copied out of
+/// the state into the work. Attribute `panic_compute` makes it panic after it enqueued it.
+fn scale_compute(cx: &KernelContext<'_, TDevice>, s: &ScaleState) -> Result<()> {
+    s.probe.states_used.lock().push(s.number);
+    cx.check_arity(1, 1)?;
+    let (x, y) = (cx.input(0)?, cx.output(0)?);
+    let n = x.byte_size();
+    if x.dtype() != s.dtype || y.dtype() != s.dtype || y.byte_size() != n {
+        return Err(Error::invalid_argument(format!(
+            "Scale: {x:?} -> {y:?} for a state of {}",
+            s.dtype
+        )));
+    }
+    let (xa, ya, dtype, factor) = (x.addr(), y.addr(), s.dtype, s.factor);
+    let mem = Arc::clone(&cx.device().mem);
+    cx.stream().0.enqueue(Box::new(move || {
+        let mut m = mem.lock();
+        let (block, off) = m.locate(xa, n)?;
+        let xs = block[off..off + n as usize].to_vec();
+        let out: Vec<u8> = if dtype == DType::F32 {
+            xs.chunks_exact(4)
+                .flat_map(|c| {
+                    ((f32::from_ne_bytes([c[0], c[1], c[2], c[3]]) as f64 * factor) as f32)
+                        .to_ne_bytes()
+                })
+                .collect()
+        } else {
+            xs.chunks_exact(8)
+                .flat_map(|c| {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(c);
+                    (f64::from_ne_bytes(b) * factor).to_ne_bytes()
+                })
+                .collect()
+        };
+        let (block, off) = m.locate(ya, n)?;
+        block[off..off + out.len()].copy_from_slice(&out);
+        Ok(())
+    }));
+    if cx.attr_bool("panic_compute").unwrap_or(false) {
+        panic!("compute exploded on purpose");
+    }
+    Ok(())
+}
+
 /// Registers the test kernels; `mode` picks extra (failing) registrations.
 fn register_test_kernels(host: &Host, mode: &str, probe: &Arc<Probe>) -> Result<()> {
     let guard = || KernelGuard(Arc::clone(probe));
@@ -311,6 +411,17 @@ fn register_test_kernels(host: &Host, mode: &str, probe: &Arc<Probe>) -> Result<
             |_cx: &KernelContext<'_, TDevice>| Ok(()),
         ),
         "temp" => host.register_kernel(KernelSpec::new("TempCopy", "TPU"), temp_copy_kernel),
+        "state" => {
+            let (g, p) = (guard(), Arc::clone(probe));
+            host.register_kernel_with_state(
+                KernelSpec::new("Scale", "TPU"),
+                move |args: &CreateArgs<'_, TDevice>| {
+                    let _ = &g;
+                    scale_create(args, &p)
+                },
+                scale_compute,
+            )
+        }
         // A kernel for a device type with no platform of this plugin, its `Err` dropped.
         "ignored" => {
             let _ = host.register_kernel(
@@ -1959,4 +2070,312 @@ fn allocate_temp_is_unimplemented_in_an_abi_1_3_host() {
     )
     .expect("TempCopy");
     s.synchronize().expect("sync");
+}
+
+// ---- kernel states (ABI 1.5) ----------------------------------------------------------------
+
+/// A host with the `Scale` kernel (a kernel with a state), tagged `tag`.
+fn state_host(tag: &str) -> TestHost {
+    TestHost::new()
+        .with_option("tag", tag)
+        .with_option("kernels", "state")
+}
+
+/// An f32 tensor of `values` on `dev`, and one of zeros of the same shape.
+fn f32_pair(dev: &TestDevice<'_>, values: &[f32]) -> (KernelTensor, KernelTensor) {
+    let n = values.len() as u64 * 4;
+    let (x, y) = (dev.allocate(n).expect("x"), dev.allocate(n).expect("y"));
+    dev.memcpy_htod(x, &f32_bytes(values)).expect("upload");
+    dev.memset(y, 0, n).expect("clear");
+    let shape = [values.len() as i64];
+    (
+        KernelTensor::new(DType::F32, &shape, x),
+        KernelTensor::new(DType::F32, &shape, y),
+    )
+}
+
+fn read_f32(dev: &TestDevice<'_>, t: &KernelTensor) -> Vec<f32> {
+    let mut out = vec![0u8; t.byte_size as usize];
+    dev.memcpy_dtoh(&mut out, t.addr).expect("read");
+    f32s(&out)
+}
+
+fn factor(f: f64) -> TestAttrs {
+    TestAttrs::new().with("factor", AttrValue::Float(f))
+}
+
+/// `create` runs once per device, input dtypes and attributes (given in any order), its state
+/// reaches every launch with them, and each state is dropped exactly once: when the host lets
+/// it go, or with its device.
+#[test]
+fn a_kernel_state_is_made_once_per_device_dtypes_and_attributes() {
+    let tag = "kstate";
+    let host = state_host(tag);
+    let p = probe(tag);
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let (dev, dev1) = (
+        plugin.create_device(TEST_PLATFORM, 0).expect("device 0"),
+        plugin.create_device(TEST_PLATFORM, 1).expect("device 1"),
+    );
+    let (s, s1) = (
+        dev.create_stream().expect("stream"),
+        dev1.create_stream().expect("stream 1"),
+    );
+    let (x, y) = f32_pair(&dev, &[1.0, -2.0, 3.5]);
+    let (x1, y1) = f32_pair(&dev1, &[4.0]);
+    let run = |s: &TestStream<'_>, x: &KernelTensor, y: &KernelTensor, attrs: &TestAttrs| {
+        s.run_kernel(
+            "Scale",
+            std::slice::from_ref(x),
+            std::slice::from_ref(y),
+            attrs,
+        )
+    };
+    // Two attributes, given in either order: one combination.
+    let twice = factor(2.0).with("label", AttrValue::Str("a".into()));
+    let twice_again = TestAttrs::new()
+        .with("label", AttrValue::Str("a".into()))
+        .with("factor", AttrValue::Float(2.0));
+    for attrs in [&twice, &twice, &twice_again] {
+        run(&s, &x, &y, attrs).expect("Scale x2");
+    }
+    s.synchronize().expect("sync");
+    assert_eq!(read_f32(&dev, &y), [2.0, -4.0, 7.0]);
+    assert_eq!(p.create_calls.load(Ordering::SeqCst), 1, "one combination");
+    assert_eq!(
+        *p.states_used.lock(),
+        [1, 1, 1],
+        "its state reached every launch"
+    );
+
+    // Another attribute value, another dtype, another device: a state each.
+    run(&s, &x, &y, &factor(3.0)).expect("Scale x3");
+    let xd = KernelTensor::new(DType::F64, &[1], dev.allocate(8).expect("f64 x"));
+    let yd = KernelTensor::new(DType::F64, &[1], dev.allocate(8).expect("f64 y"));
+    dev.memcpy_htod(xd.addr, &1.25f64.to_ne_bytes())
+        .expect("upload");
+    run(&s, &xd, &yd, &factor(2.0)).expect("Scale f64");
+    run(&s1, &x1, &y1, &twice).expect("Scale on device 1");
+    run(&s, &x, &y, &twice).expect("the first state again");
+    s.synchronize().expect("sync");
+    s1.synchronize().expect("sync");
+    assert_eq!(read_f32(&dev, &y), [2.0, -4.0, 7.0]);
+    assert_eq!(read_f32(&dev1, &y1), [8.0]);
+    let mut out = [0u8; 8];
+    dev.memcpy_dtoh(&mut out, yd.addr).expect("read");
+    assert_eq!(f64::from_ne_bytes(out), 2.5);
+    assert_eq!(
+        *p.states_made.lock(),
+        ["[f32] x2", "[f32] x3", "[f64] x2", "[f32] x2"]
+    );
+    assert_eq!(*p.states_used.lock(), [1, 1, 1, 2, 3, 4, 1]);
+    assert_eq!((dev.kernel_states(), dev1.kernel_states()), (3, 1));
+    assert_eq!(p.state_drops.load(Ordering::SeqCst), 0, "all kept");
+
+    // Let go (as the runtime's bound does): each dropped once; the next launch makes one anew.
+    dev.release_kernel_states().expect("release");
+    assert_eq!(dev.kernel_states(), 0);
+    assert_eq!(p.state_drops.load(Ordering::SeqCst), 3);
+    run(&s, &x, &y, &twice).expect("Scale x2 again");
+    assert_eq!(p.create_calls.load(Ordering::SeqCst), 5);
+    assert_eq!(p.states_used.lock().last(), Some(&5));
+
+    // The rest go with their devices, before the plugin shuts down.
+    s.synchronize().expect("sync");
+    drop((s, s1));
+    for t in [&x, &y, &xd, &yd] {
+        dev.deallocate(t.addr, t.byte_size);
+    }
+    drop(dev);
+    assert_eq!(p.state_drops.load(Ordering::SeqCst), 4);
+    drop(dev1);
+    assert_eq!(
+        p.state_drops.load(Ordering::SeqCst),
+        5,
+        "one drop per create"
+    );
+    assert_eq!(p.kernel_drops.load(Ordering::SeqCst), 0);
+    drop(plugin);
+    assert_eq!(p.state_drops.load(Ordering::SeqCst), 5);
+    assert_eq!(
+        p.kernel_drops.load(Ordering::SeqCst),
+        6,
+        "Scale's closures too"
+    );
+}
+
+/// A `create` that fails fails the run with its code and message, the kernel named (as the
+/// runtime says it), keeps nothing and runs again next time; one that panics is `INTERNAL`;
+/// compute never runs without its state.
+#[test]
+fn a_failing_or_panicking_create_fails_the_run_naming_the_kernel() {
+    let tag = "kstate_fail";
+    let host = state_host(tag);
+    let p = probe(tag);
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    let s = dev.create_stream().expect("stream");
+    let (x, y) = f32_pair(&dev, &[1.0]);
+    let run = |attrs: &TestAttrs| {
+        s.run_kernel(
+            "Scale",
+            std::slice::from_ref(&x),
+            std::slice::from_ref(&y),
+            attrs,
+        )
+        .expect_err("create fails")
+    };
+    let fail = factor(2.0).with("fail_create", AttrValue::Bool(true));
+    for attempt in 1..=2 {
+        let err = run(&fail);
+        assert_eq!(err.code(), Status::FailedPrecondition);
+        assert_eq!(
+            err.message(),
+            "kernel Scale: create: Scale refuses to make a state on purpose"
+        );
+        assert_eq!(
+            p.create_calls.load(Ordering::SeqCst),
+            attempt,
+            "tried again"
+        );
+    }
+    let err = run(&factor(2.0).with("panic_create", AttrValue::Bool(true)));
+    assert_eq!(err.code(), Status::Internal);
+    assert_eq!(
+        err.message(),
+        "kernel Scale: create: panicked: create exploded on purpose"
+    );
+    // An attribute create reads that the run lacks.
+    let err = run(&TestAttrs::new());
+    assert_eq!(err.code(), Status::NotFound);
+    assert_eq!(
+        err.message(),
+        "kernel Scale: create: kernel Scale: the op has no attribute `factor`"
+    );
+    let err = s
+        .run_kernel("Scale", &[], &[], &factor(2.0))
+        .expect_err("no input");
+    assert_eq!(
+        err.message(),
+        "kernel Scale: create: kernel Scale: no input 0 (the op got 0)"
+    );
+    assert_eq!(dev.kernel_states(), 0, "nothing kept");
+    assert!(p.states_used.lock().is_empty(), "compute never ran");
+    assert_eq!(p.state_drops.load(Ordering::SeqCst), 0, "no state was made");
+    // The kernel still works.
+    s.run_kernel(
+        "Scale",
+        std::slice::from_ref(&x),
+        std::slice::from_ref(&y),
+        &factor(-1.0),
+    )
+    .expect("Scale");
+    s.synchronize().expect("sync");
+    assert_eq!(read_f32(&dev, &y), [-1.0]);
+}
+
+/// A host older than ABI 1.5 never calls `create` and passes 80-byte contexts without a state:
+/// the SDK makes one for each launch and drops it once the stream reached the launch's work
+/// (after synchronizing, when the device refuses the host callback that would do it), also
+/// when compute fails or panics. Errors of `create` are the launch's.
+#[test]
+fn an_older_host_gets_a_state_made_per_launch_and_dropped_in_stream_order() {
+    let tag = "kstate14";
+    let host = state_host(tag).with_abi_minor(4);
+    let p = probe(tag);
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    assert!(
+        host.logs()
+            .iter()
+            .any(|(level, m)| *level == crate::abi::DPP_LOG_DEBUG
+                && m == "kernel Scale for TPU: a host of plugin ABI 1.4 keeps no kernel states: \
+                     the SDK makes one for each launch"),
+        "{:?}",
+        host.logs()
+    );
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    let s = dev.create_stream().expect("stream");
+    let (x, y) = f32_pair(&dev, &[1.5, 2.0]);
+    let run = |attrs: &TestAttrs| {
+        s.run_kernel(
+            "Scale",
+            std::slice::from_ref(&x),
+            std::slice::from_ref(&y),
+            attrs,
+        )
+    };
+    run(&factor(2.0)).expect("Scale");
+    run(&factor(2.0)).expect("Scale");
+    assert_eq!(p.create_calls.load(Ordering::SeqCst), 2, "one per launch");
+    assert_eq!(*p.states_used.lock(), [1, 2]);
+    assert_eq!(dev.kernel_states(), 0, "the host keeps none");
+    assert_eq!(
+        p.state_drops.load(Ordering::SeqCst),
+        0,
+        "dropped behind the work (the test device runs its stream when synchronized)"
+    );
+    s.synchronize().expect("sync");
+    assert_eq!(p.state_drops.load(Ordering::SeqCst), 2);
+    assert_eq!(read_f32(&dev, &y), [3.0, 4.0]);
+
+    // A compute that panics after enqueuing its work: INTERNAL, the state dropped after it.
+    let err = run(&factor(10.0).with("panic_compute", AttrValue::Bool(true)))
+        .expect_err("compute panics");
+    assert_eq!(err.code(), Status::Internal);
+    assert_eq!(err.message(), "panicked: compute exploded on purpose");
+    assert_eq!(p.state_drops.load(Ordering::SeqCst), 2);
+    s.synchronize().expect("sync");
+    assert_eq!(p.state_drops.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        read_f32(&dev, &y),
+        [15.0, 20.0],
+        "its work ran with its state's factor"
+    );
+
+    // create's errors are the launch's (this host has no create to name).
+    let err = run(&factor(2.0).with("fail_create", AttrValue::Bool(true))).expect_err("fails");
+    assert_eq!(err.code(), Status::FailedPrecondition);
+    assert_eq!(err.message(), "Scale refuses to make a state on purpose");
+    let err = run(&factor(2.0).with("panic_create", AttrValue::Bool(true))).expect_err("panics");
+    assert_eq!(err.code(), Status::Internal);
+    assert_eq!(err.message(), "panicked: create exploded on purpose");
+    assert_eq!(
+        p.states_used.lock().len(),
+        3,
+        "compute never ran without a state"
+    );
+    drop(s);
+    for t in [&x, &y] {
+        dev.deallocate(t.addr, t.byte_size);
+    }
+
+    // A device that refuses host callbacks: the SDK synchronizes the stream, then drops it.
+    let tag = "kstate14_refuse";
+    let host = state_host(tag)
+        .with_abi_minor(4)
+        .with_option("callback_mode", "refuse");
+    let p = probe(tag);
+    let plugin = host.load(devplug_plugin_entry).expect("load");
+    let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+    let s = dev.create_stream().expect("stream");
+    let (x, y) = f32_pair(&dev, &[1.0]);
+    s.run_kernel(
+        "Scale",
+        std::slice::from_ref(&x),
+        std::slice::from_ref(&y),
+        &factor(5.0),
+    )
+    .expect("Scale");
+    assert_eq!(p.state_drops.load(Ordering::SeqCst), 1, "dropped at once");
+    assert_eq!(read_f32(&dev, &y), [5.0], "after its work ran");
+    assert!(
+        host.logs()
+            .iter()
+            .any(|(level, m)| *level == crate::abi::DPP_LOG_WARN
+                && m == "kernel Scale: cannot drop the launch's state in stream order (the \
+                     device's host_callback failed: callbacks refused on purpose); \
+                     synchronizing the stream first"),
+        "{:?}",
+        host.logs()
+    );
 }

@@ -5,6 +5,11 @@
 //! A kernel's `kernel_data` is a boxed [`KernelEntry`] (the plugin's closure, its op name and
 //! the host it was registered with). The host keeps it until shutdown; `HostShared` owns it
 //! and frees it in `retire` (shutdown, or a failed init that the host rolled back).
+//!
+//! A kernel with a state (ABI 1.5) also has `create` and `destroy` trampolines: a state is a
+//! boxed [`StateBox`] the host owns from `create` to `destroy`. From a host that passes no
+//! state (older than 1.5), its compute trampoline makes one for the launch and drops it in
+//! stream order behind the launch's work.
 
 use std::any::TypeId;
 use std::ffi::{c_char, c_void, CString};
@@ -12,6 +17,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::mem::{align_of, offset_of, size_of};
 use std::ops::Deref;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::Arc;
 
@@ -47,6 +53,11 @@ type AllocateTempFn = unsafe extern "C" fn(
     *mut abi::dpp_addr_t,
 ) -> abi::dpp_status_t;
 type ComputeFn = unsafe extern "C" fn(*const abi::dpp_kernel_context_t) -> abi::dpp_status_t;
+type CreateFn = unsafe extern "C" fn(
+    *const abi::dpp_kernel_create_context_t,
+    *mut *mut c_void,
+) -> abi::dpp_status_t;
+type DestroyFn = unsafe extern "C" fn(*mut c_void, *mut c_void);
 
 /// The functions added to the host table after ABI 1.0, each `None` when the host's table is
 /// too short to hold it (an older host) or the host left it NULL.
@@ -283,87 +294,25 @@ unsafe fn shape_slice<'a>(shape: *const i64, rank: usize) -> &'a [i64] {
 /// What every kernel gets: its inputs and outputs, the op's attributes, temporary device
 /// memory, and logging. Valid during the kernel call only.
 pub struct KernelArgs<'a> {
-    op: &'a str,
     inputs: Tensors<'a>,
     outputs: Tensors<'a>,
-    attrs: *const c_void,
+    attrs: AttrReader<'a>,
     /// The host's context, as the host passed it (`allocate_temp` wants it back).
     context: *const abi::dpp_kernel_context_t,
+}
+
+/// Reads the op's attributes with the host's `attr_*` functions: for `compute`
+/// ([`KernelArgs`]) and for `create` ([`CreateArgs`]), whose contexts both carry an `attrs`
+/// for them.
+#[derive(Clone, Copy)]
+struct AttrReader<'a> {
+    op: &'a str,
+    /// The context's `attrs`, valid for `'a`.
+    attrs: *const c_void,
     host: &'a Arc<HostShared>,
 }
 
-impl<'a> KernelArgs<'a> {
-    /// # Safety
-    /// `raw` is the host's kernel context of at least the ABI 1.1 size, valid for `'a`.
-    unsafe fn new(
-        raw: &'a abi::dpp_kernel_context_t,
-        op: &'a str,
-        host: &'a Arc<HostShared>,
-    ) -> Result<KernelArgs<'a>> {
-        Ok(KernelArgs {
-            op,
-            // SAFETY: the host's arrays, valid during the call.
-            inputs: unsafe { Tensors::new(raw.inputs, raw.num_inputs, "inputs", op) }?,
-            // SAFETY: as above.
-            outputs: unsafe { Tensors::new(raw.outputs, raw.num_outputs, "outputs", op) }?,
-            attrs: raw.attrs,
-            context: ptr::from_ref(raw),
-            host,
-        })
-    }
-
-    /// The op the kernel was registered for.
-    pub fn op(&self) -> &'a str {
-        self.op
-    }
-
-    /// The inputs.
-    pub fn inputs(&self) -> Tensors<'a> {
-        self.inputs
-    }
-
-    /// The outputs (allocated by the host with the shapes of the op's shape function).
-    pub fn outputs(&self) -> Tensors<'a> {
-        self.outputs
-    }
-
-    /// Input `i`; an `InvalidArgument` error naming the op when there is none.
-    pub fn input(&self, i: usize) -> Result<Tensor<'a>> {
-        self.inputs.get(i).ok_or_else(|| {
-            Error::invalid_argument(format!(
-                "kernel {}: no input {i} (the op got {})",
-                self.op, self.inputs.len
-            ))
-        })
-    }
-
-    /// Output `i`; an `InvalidArgument` error naming the op when there is none.
-    pub fn output(&self, i: usize) -> Result<Tensor<'a>> {
-        self.outputs.get(i).ok_or_else(|| {
-            Error::invalid_argument(format!(
-                "kernel {}: no output {i} (the op got {})",
-                self.op, self.outputs.len
-            ))
-        })
-    }
-
-    /// `Ok` when there are `inputs` inputs and `outputs` outputs; otherwise an
-    /// `InvalidArgument` error that says so.
-    pub fn check_arity(&self, inputs: usize, outputs: usize) -> Result<()> {
-        if self.inputs.len == inputs && self.outputs.len == outputs {
-            return Ok(());
-        }
-        Err(Error::invalid_argument(format!(
-            "kernel {}: expects {inputs} input(s) and {outputs} output(s), got {} and {}",
-            self.op, self.inputs.len, self.outputs.len
-        )))
-    }
-
-    /// A logger (usable from stream work, any thread, until shutdown).
-    pub fn logger(&self) -> Logger {
-        Logger::new(Arc::clone(self.host))
-    }
-
+impl<'a> AttrReader<'a> {
     /// Calls an `attr_*` function of the host. `call` gets the host function (or `None` when
     /// the host has none) and the name; the host's status becomes an error naming the op.
     fn read_attr(
@@ -407,7 +356,7 @@ impl<'a> KernelArgs<'a> {
 
     /// An integer attribute. `NotFound` when the op has no attribute `name`,
     /// `InvalidArgument` when it has another type.
-    pub fn attr_int(&self, name: &str) -> Result<i64> {
+    fn attr_int(&self, name: &str) -> Result<i64> {
         let mut out = 0i64;
         self.read_attr(name, "int", |n| {
             let f = self.host.kernel_fns.attr_int?;
@@ -419,7 +368,7 @@ impl<'a> KernelArgs<'a> {
     }
 
     /// A float attribute (an integer attribute converts). Errors as [`Self::attr_int`].
-    pub fn attr_float(&self, name: &str) -> Result<f64> {
+    fn attr_float(&self, name: &str) -> Result<f64> {
         let mut out = 0f64;
         self.read_attr(name, "float", |n| {
             let f = self.host.kernel_fns.attr_float?;
@@ -430,7 +379,7 @@ impl<'a> KernelArgs<'a> {
     }
 
     /// A bool attribute. Errors as [`Self::attr_int`].
-    pub fn attr_bool(&self, name: &str) -> Result<bool> {
+    fn attr_bool(&self, name: &str) -> Result<bool> {
         let mut out = 0i32;
         self.read_attr(name, "bool", |n| {
             let f = self.host.kernel_fns.attr_bool?;
@@ -441,7 +390,7 @@ impl<'a> KernelArgs<'a> {
     }
 
     /// An integer-list attribute, valid during the kernel call. Errors as [`Self::attr_int`].
-    pub fn attr_ints(&self, name: &str) -> Result<&'a [i64]> {
+    fn attr_ints(&self, name: &str) -> Result<&'a [i64]> {
         let mut data: *const i64 = ptr::null();
         let mut len = 0usize;
         self.read_attr(name, "ints", |n| {
@@ -466,7 +415,7 @@ impl<'a> KernelArgs<'a> {
     /// A string attribute, valid during the kernel call (ABI 1.2: `Unimplemented` from an
     /// older host). Errors as [`Self::attr_int`]; `Internal` when the host's bytes are not
     /// UTF-8.
-    pub fn attr_string(&self, name: &str) -> Result<&'a str> {
+    fn attr_string(&self, name: &str) -> Result<&'a str> {
         let mut data: *const c_char = ptr::null();
         let mut len = 0usize;
         self.read_attr(name, "string", |n| {
@@ -495,7 +444,7 @@ impl<'a> KernelArgs<'a> {
     }
 
     /// A dtype attribute. Errors as [`Self::attr_int`].
-    pub fn attr_dtype(&self, name: &str) -> Result<DType> {
+    fn attr_dtype(&self, name: &str) -> Result<DType> {
         let mut out = 0i32;
         self.read_attr(name, "dtype", |n| {
             let f = self.host.kernel_fns.attr_dtype?;
@@ -503,6 +452,116 @@ impl<'a> KernelArgs<'a> {
             Some(unsafe { f(self.attrs, n, &mut out) })
         })?;
         Ok(DType::from_code(out))
+    }
+}
+
+impl<'a> KernelArgs<'a> {
+    /// # Safety
+    /// `raw` is a copy of the host's kernel context `context` (see [`copy_context`]), whose
+    /// arrays and attributes are valid for `'a`.
+    unsafe fn new(
+        raw: &abi::dpp_kernel_context_t,
+        context: *const abi::dpp_kernel_context_t,
+        op: &'a str,
+        host: &'a Arc<HostShared>,
+    ) -> Result<KernelArgs<'a>> {
+        Ok(KernelArgs {
+            // SAFETY: the host's arrays, valid during the call.
+            inputs: unsafe { Tensors::new(raw.inputs, raw.num_inputs, "inputs", op) }?,
+            // SAFETY: as above.
+            outputs: unsafe { Tensors::new(raw.outputs, raw.num_outputs, "outputs", op) }?,
+            attrs: AttrReader {
+                op,
+                attrs: raw.attrs,
+                host,
+            },
+            context,
+        })
+    }
+
+    /// The op the kernel was registered for.
+    pub fn op(&self) -> &'a str {
+        self.attrs.op
+    }
+
+    /// The inputs.
+    pub fn inputs(&self) -> Tensors<'a> {
+        self.inputs
+    }
+
+    /// The outputs (allocated by the host with the shapes of the op's shape function).
+    pub fn outputs(&self) -> Tensors<'a> {
+        self.outputs
+    }
+
+    /// Input `i`; an `InvalidArgument` error naming the op when there is none.
+    pub fn input(&self, i: usize) -> Result<Tensor<'a>> {
+        self.inputs.get(i).ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "kernel {}: no input {i} (the op got {})",
+                self.attrs.op, self.inputs.len
+            ))
+        })
+    }
+
+    /// Output `i`; an `InvalidArgument` error naming the op when there is none.
+    pub fn output(&self, i: usize) -> Result<Tensor<'a>> {
+        self.outputs.get(i).ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "kernel {}: no output {i} (the op got {})",
+                self.attrs.op, self.outputs.len
+            ))
+        })
+    }
+
+    /// `Ok` when there are `inputs` inputs and `outputs` outputs; otherwise an
+    /// `InvalidArgument` error that says so.
+    pub fn check_arity(&self, inputs: usize, outputs: usize) -> Result<()> {
+        if self.inputs.len == inputs && self.outputs.len == outputs {
+            return Ok(());
+        }
+        Err(Error::invalid_argument(format!(
+            "kernel {}: expects {inputs} input(s) and {outputs} output(s), got {} and {}",
+            self.attrs.op, self.inputs.len, self.outputs.len
+        )))
+    }
+
+    /// A logger (usable from stream work, any thread, until shutdown).
+    pub fn logger(&self) -> Logger {
+        Logger::new(Arc::clone(self.attrs.host))
+    }
+
+    /// An integer attribute. `NotFound` when the op has no attribute `name`,
+    /// `InvalidArgument` when it has another type.
+    pub fn attr_int(&self, name: &str) -> Result<i64> {
+        self.attrs.attr_int(name)
+    }
+
+    /// A float attribute (an integer attribute converts). Errors as [`Self::attr_int`].
+    pub fn attr_float(&self, name: &str) -> Result<f64> {
+        self.attrs.attr_float(name)
+    }
+
+    /// A bool attribute. Errors as [`Self::attr_int`].
+    pub fn attr_bool(&self, name: &str) -> Result<bool> {
+        self.attrs.attr_bool(name)
+    }
+
+    /// An integer-list attribute, valid during the kernel call. Errors as [`Self::attr_int`].
+    pub fn attr_ints(&self, name: &str) -> Result<&'a [i64]> {
+        self.attrs.attr_ints(name)
+    }
+
+    /// A string attribute, valid during the kernel call (ABI 1.2: `Unimplemented` from an
+    /// older host). Errors as [`Self::attr_int`]; `Internal` when the host's bytes are not
+    /// UTF-8.
+    pub fn attr_string(&self, name: &str) -> Result<&'a str> {
+        self.attrs.attr_string(name)
+    }
+
+    /// A dtype attribute. Errors as [`Self::attr_int`].
+    pub fn attr_dtype(&self, name: &str) -> Result<DType> {
+        self.attrs.attr_dtype(name)
     }
 
     /// `size` bytes of device memory on the kernel's device, 256-byte aligned, for this
@@ -525,13 +584,13 @@ impl<'a> KernelArgs<'a> {
     /// device has no memory left; another code when the host refuses otherwise. Nothing is
     /// allocated on failure.
     pub fn allocate_temp(&self, size: u64) -> Result<DeviceAddr> {
-        let op = self.op;
-        let Some(f) = self.host.kernel_fns.allocate_temp else {
-            let (major, minor) = self.host.abi_version();
+        let op = self.attrs.op;
+        let Some(f) = self.attrs.host.kernel_fns.allocate_temp else {
+            let (major, minor) = self.attrs.host.abi_version();
             return Err(Error::unimplemented(format!(
                 "kernel {op}: the host has no allocate_temp function (plugin ABI \
                  {major}.{minor}, a {}-byte dpp_host_api_t); temporary memory needs ABI 1.4",
-                self.host.table_size()
+                self.attrs.host.table_size()
             )));
         };
         if size == 0 {
@@ -566,7 +625,7 @@ impl<'a> KernelArgs<'a> {
 impl fmt::Debug for KernelArgs<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KernelArgs")
-            .field("op", &self.op)
+            .field("op", &self.attrs.op)
             .field("inputs", &self.inputs)
             .field("outputs", &self.outputs)
             .finish_non_exhaustive()
@@ -641,32 +700,99 @@ unsafe fn free_entry<F>(p: *mut c_void) {
     drop(entry);
 }
 
-/// The context and the entry of a compute call; `Err(status)` when they are unusable.
+/// A kernel context with every field NULL or 0 (what `copy_context` fills from the host's).
+const EMPTY_CONTEXT: abi::dpp_kernel_context_t = abi::dpp_kernel_context_t {
+    struct_size: 0,
+    ext: ptr::null_mut(),
+    device: ptr::null_mut(),
+    stream: ptr::null_mut(),
+    num_inputs: 0,
+    inputs: ptr::null(),
+    num_outputs: 0,
+    outputs: ptr::null(),
+    attrs: ptr::null(),
+    kernel_data: ptr::null_mut(),
+    state: ptr::null_mut(),
+};
+
+/// A copy of the host's kernel context, as far as its `struct_size` reaches: a host older than
+/// ABI 1.5 passes the 80 bytes of ABI 1.1, without `state`, which stays NULL in the copy. No
+/// reference to the host's struct is formed (it may be shorter than this SDK's).
+/// `Err(status)` when it is too short to hold `kernel_data`.
+///
+/// # Safety
+/// `ctx` is non-NULL and readable for its `struct_size` bytes.
+unsafe fn copy_context(
+    ctx: *const abi::dpp_kernel_context_t,
+) -> std::result::Result<abi::dpp_kernel_context_t, abi::dpp_status_t> {
+    // SAFETY: non-NULL (the caller's contract); `struct_size` first.
+    let size = unsafe { ptr::addr_of!((*ctx).struct_size).read() };
+    if size < abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1 {
+        // Too short to hold kernel_data: no way to reach the host to say why.
+        return Err(abi::DPP_ABI_MISMATCH);
+    }
+    let mut copy = EMPTY_CONTEXT;
+    let n = size.min(size_of::<abi::dpp_kernel_context_t>());
+    // SAFETY: the host's `size >= n` readable bytes into a struct of at least `n` bytes; the
+    // fields are integers and raw pointers, for which any bytes the host wrote are valid.
+    unsafe { ptr::copy_nonoverlapping(ctx.cast::<u8>(), ptr::from_mut(&mut copy).cast(), n) };
+    Ok(copy)
+}
+
+/// The entry behind `kernel_data`; `None` when it is NULL or not a live `KernelEntry`.
+///
+/// # Safety
+/// `kernel_data` is NULL or what `register` gave the host for a `KernelEntry<F>` (the host
+/// passes each kernel its own).
+unsafe fn entry_at<'a, F>(kernel_data: *mut c_void) -> Option<&'a KernelEntry<F>> {
+    let entry = kernel_data.cast_const().cast::<KernelEntry<F>>();
+    // SAFETY: per the caller; `magic` is the first field of every KernelEntry.
+    if entry.is_null() || unsafe { ptr::addr_of!((*entry).magic).read() } != KERNEL_MAGIC {
+        return None;
+    }
+    // SAFETY: a live entry (freed only after the host can no longer call the kernel).
+    Some(unsafe { &*entry })
+}
+
+/// The context (copied, see [`copy_context`]) and the entry of a compute call; `Err(status)`
+/// when they are unusable.
 ///
 /// # Safety
 /// `ctx` is NULL or the host's kernel context, valid during the call, whose `kernel_data` is
 /// what `register` gave the host for a `KernelEntry<F>` (the host passes each kernel its own).
 unsafe fn entry_of<'a, F>(
     ctx: *const abi::dpp_kernel_context_t,
-) -> std::result::Result<(&'a abi::dpp_kernel_context_t, &'a KernelEntry<F>), abi::dpp_status_t> {
+) -> std::result::Result<(abi::dpp_kernel_context_t, &'a KernelEntry<F>), abi::dpp_status_t> {
     if ctx.is_null() {
         return Err(abi::DPP_INVALID_ARGUMENT);
     }
-    // SAFETY: non-NULL; `struct_size` first.
-    let size = unsafe { ptr::addr_of!((*ctx).struct_size).read() };
-    if size < abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1 {
-        // Too short to hold kernel_data: no way to reach the host to say why.
-        return Err(abi::DPP_ABI_MISMATCH);
-    }
-    // SAFETY: at least the ABI 1.1 size.
-    let raw = unsafe { &*ctx };
-    let entry = raw.kernel_data.cast_const().cast::<KernelEntry<F>>();
-    // SAFETY: per the caller; `magic` is the first field of every KernelEntry.
-    if entry.is_null() || unsafe { ptr::addr_of!((*entry).magic).read() } != KERNEL_MAGIC {
-        return Err(abi::DPP_INVALID_ARGUMENT);
-    }
-    // SAFETY: a live entry (freed only after the host can no longer call the kernel).
-    Ok((raw, unsafe { &*entry }))
+    // SAFETY: non-NULL, valid for its struct_size bytes (the caller's contract).
+    let raw = unsafe { copy_context(ctx) }?;
+    // SAFETY: per the caller.
+    let entry = unsafe { entry_at::<F>(raw.kernel_data) }.ok_or(abi::DPP_INVALID_ARGUMENT)?;
+    Ok((raw, entry))
+}
+
+/// The device and its default stream of a compute call.
+///
+/// # Safety
+/// `raw` is the context of a compute call of a kernel bound to a platform of this plugin
+/// whose devices are `D` (checked at registration), so the host passes one of its devices (the
+/// type is checked again) and that device's default stream.
+unsafe fn device_and_stream<'a, D: Device>(
+    raw: &abi::dpp_kernel_context_t,
+    op: &str,
+    what: &str,
+) -> Result<(&'a super::DeviceState<D>, &'a D::Stream)> {
+    // SAFETY: per the caller.
+    let state = unsafe { device_state::<D>(raw.device) }.ok_or_else(|| {
+        Error::internal(format!(
+            "kernel {op}: the context's device is not a device of this plugin's platform"
+        ))
+    })?;
+    // SAFETY: the device's default stream: a stream handle this device created.
+    let stream = unsafe { state.stream(raw.stream, what) }?;
+    Ok((state, stream))
 }
 
 unsafe extern "C" fn compute_bound<D, F>(ctx: *const abi::dpp_kernel_context_t) -> abi::dpp_status_t
@@ -681,19 +807,10 @@ where
             Err(status) => return status,
         };
         entry.host.call(|| {
-            // SAFETY: a context of at least the 1.1 size (checked), valid during the call.
-            let args = unsafe { KernelArgs::new(raw, &entry.op, &entry.host) }?;
-            // SAFETY: the kernel is bound to a platform of this plugin whose devices are `D`
-            // (checked at registration), so the host passes one of its devices (the type is
-            // checked again).
-            let state = unsafe { device_state::<D>(raw.device) }.ok_or_else(|| {
-                Error::internal(format!(
-                    "kernel {}: the context's device is not a device of this plugin's platform",
-                    entry.op
-                ))
-            })?;
-            // SAFETY: the device's default stream: a stream handle this device created.
-            let stream = unsafe { state.stream(raw.stream, &entry.what) }?;
+            // SAFETY: a copy of the host's context, whose arrays are valid during the call.
+            let args = unsafe { KernelArgs::new(&raw, ctx, &entry.op, &entry.host) }?;
+            // SAFETY: the context of a compute call of this kernel, bound to `D`'s platform.
+            let (state, stream) = unsafe { device_and_stream::<D>(&raw, &entry.op, &entry.what) }?;
             let cx = KernelContext {
                 args,
                 device: &state.device,
@@ -715,9 +832,376 @@ where
             Err(status) => return status,
         };
         entry.host.call(|| {
-            // SAFETY: a context of at least the 1.1 size (checked), valid during the call.
-            let args = unsafe { KernelArgs::new(raw, &entry.op, &entry.host) }?;
+            // SAFETY: a copy of the host's context, whose arrays are valid during the call.
+            let args = unsafe { KernelArgs::new(&raw, ctx, &entry.op, &entry.host) }?;
             (entry.compute)(&args)
+        })
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel states (ABI 1.5): `create`, `destroy` and the compute of a kernel with a state
+
+/// A kernel with a state: the `F` of its `KernelEntry`.
+struct Stateful<C, F> {
+    create: C,
+    compute: F,
+}
+
+const STATE_MAGIC: u64 = u64::from_be_bytes(*b"dpKSTATE");
+
+/// What the host holds as a kernel state (`*out_state`): the plugin's state, boxed.
+/// `repr(C)` keeps `magic` first for every `S`.
+#[repr(C)]
+struct StateBox<S> {
+    magic: u64,
+    /// The `KernelEntry` of the kernel whose `create` made it (a state passed to another
+    /// kernel is refused).
+    owner: *const c_void,
+    value: S,
+}
+
+/// The state behind a context's `state`, checked (a live state of this kernel).
+///
+/// # Safety
+/// `state` is non-NULL and what this SDK's `create` returned to the host (possibly for another
+/// kernel, or destroyed: detected while the memory is still mapped).
+unsafe fn state_ref<'a, S>(state: *mut c_void, owner: *const c_void, op: &str) -> Result<&'a S> {
+    let b = state.cast_const().cast::<StateBox<S>>();
+    // SAFETY: per the caller; `magic` and `owner` are read before the type is trusted.
+    let (magic, found) = unsafe {
+        (
+            ptr::addr_of!((*b).magic).read(),
+            ptr::addr_of!((*b).owner).read(),
+        )
+    };
+    if magic != STATE_MAGIC || found != owner {
+        return Err(Error::invalid_argument(format!(
+            "kernel {op}: the context's state is not a live state of this kernel (destroyed, or \
+             made by another kernel's create)"
+        )));
+    }
+    // SAFETY: the magic and the owner say this is a live StateBox<S> of this kernel.
+    Ok(unsafe { &(*b).value })
+}
+
+/// What a kernel's `create` gets (ABI 1.5; see
+/// [`Host::register_kernel_with_state`](crate::Host::register_kernel_with_state)): the device,
+/// the op, the input dtypes and the op's attributes the state is made for. Valid during the
+/// call only; the state it returns keeps nothing of it (copy what you need: an attribute list
+/// borrowed from the host is valid during the call only).
+///
+/// No shapes: one state serves launches of every shape.
+pub struct CreateArgs<'a, D: Device> {
+    attrs: AttrReader<'a>,
+    device: &'a D,
+    input_dtypes: Vec<DType>,
+}
+
+impl<'a, D: Device> CreateArgs<'a, D> {
+    /// The arguments of a `create` the SDK calls for one launch (a host that keeps no states).
+    fn for_launch(cx: &KernelContext<'a, D>) -> CreateArgs<'a, D> {
+        CreateArgs {
+            attrs: cx.args.attrs,
+            device: cx.device,
+            input_dtypes: cx.args.inputs.iter().map(|t| t.dtype()).collect(),
+        }
+    }
+
+    /// The device the state is for.
+    pub fn device(&self) -> &'a D {
+        self.device
+    }
+
+    /// The op the kernel was registered for.
+    pub fn op(&self) -> &'a str {
+        self.attrs.op
+    }
+
+    /// The inputs' dtypes, one per input.
+    pub fn input_dtypes(&self) -> &[DType] {
+        &self.input_dtypes
+    }
+
+    /// The dtype of input `i`; an `InvalidArgument` error naming the op when there is none.
+    pub fn input_dtype(&self, i: usize) -> Result<DType> {
+        self.input_dtypes.get(i).copied().ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "kernel {}: no input {i} (the op got {})",
+                self.attrs.op,
+                self.input_dtypes.len()
+            ))
+        })
+    }
+
+    /// An integer attribute, as [`KernelArgs::attr_int`].
+    pub fn attr_int(&self, name: &str) -> Result<i64> {
+        self.attrs.attr_int(name)
+    }
+
+    /// A float attribute, as [`KernelArgs::attr_float`].
+    pub fn attr_float(&self, name: &str) -> Result<f64> {
+        self.attrs.attr_float(name)
+    }
+
+    /// A bool attribute, as [`KernelArgs::attr_bool`].
+    pub fn attr_bool(&self, name: &str) -> Result<bool> {
+        self.attrs.attr_bool(name)
+    }
+
+    /// An integer-list attribute, valid during the `create` call (copy it into the state), as
+    /// [`KernelArgs::attr_ints`].
+    pub fn attr_ints(&self, name: &str) -> Result<&'a [i64]> {
+        self.attrs.attr_ints(name)
+    }
+
+    /// A string attribute, valid during the `create` call (copy it into the state), as
+    /// [`KernelArgs::attr_string`].
+    pub fn attr_string(&self, name: &str) -> Result<&'a str> {
+        self.attrs.attr_string(name)
+    }
+
+    /// A dtype attribute, as [`KernelArgs::attr_dtype`].
+    pub fn attr_dtype(&self, name: &str) -> Result<DType> {
+        self.attrs.attr_dtype(name)
+    }
+
+    /// A logger (usable from the state and stream work, any thread, until shutdown).
+    pub fn logger(&self) -> Logger {
+        Logger::new(Arc::clone(self.attrs.host))
+    }
+}
+
+impl<D: Device> fmt::Debug for CreateArgs<'_, D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CreateArgs")
+            .field("op", &self.attrs.op)
+            .field("input_dtypes", &self.input_dtypes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The host's `input_dtypes` of a create context, checked.
+///
+/// # Safety
+/// `dtypes` is NULL or points to `len` values valid during the call.
+unsafe fn dtype_list(dtypes: *const i32, len: usize, op: &str) -> Result<Vec<DType>> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    if dtypes.is_null() || len > isize::MAX as usize / size_of::<i32>() {
+        return Err(Error::invalid_argument(format!(
+            "kernel {op}: create: the host's input_dtypes is NULL (or too long) with \
+             num_inputs {len}"
+        )));
+    }
+    // SAFETY: per the caller, `len` values (non-NULL, checked).
+    let codes = unsafe { std::slice::from_raw_parts(dtypes, len) };
+    Ok(codes.iter().map(|&c| DType::from_code(c)).collect())
+}
+
+unsafe extern "C" fn create_bound<D, S, C, F>(
+    ctx: *const abi::dpp_kernel_create_context_t,
+    out_state: *mut *mut c_void,
+) -> abi::dpp_status_t
+where
+    D: Device,
+    S: Send + Sync + 'static,
+    C: Fn(&CreateArgs<'_, D>) -> Result<S> + Send + Sync + 'static,
+    F: Fn(&KernelContext<'_, D>, &S) -> Result<()> + Send + Sync + 'static,
+{
+    boundary(abi::DPP_INTERNAL, || {
+        if ctx.is_null() {
+            return abi::DPP_INVALID_ARGUMENT;
+        }
+        // SAFETY: non-NULL; `struct_size` first.
+        let size = unsafe { ptr::addr_of!((*ctx).struct_size).read() };
+        if size < abi::DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE {
+            // Too short to hold kernel_data: no way to reach the host to say why.
+            return abi::DPP_ABI_MISMATCH;
+        }
+        // SAFETY: the host's struct of at least this SDK's size (checked), valid during the
+        // call: read whole (a newer host's longer struct, as far as this SDK knows it).
+        let raw = unsafe { ptr::read(ctx) };
+        // SAFETY: the host calls create with this kernel's kernel_data.
+        let Some(entry) = (unsafe { entry_at::<Stateful<C, F>>(raw.kernel_data) }) else {
+            return abi::DPP_INVALID_ARGUMENT;
+        };
+        let op = entry.op.as_str();
+        entry.host.call(|| {
+            if out_state.is_null() {
+                return Err(Error::invalid_argument(format!(
+                    "kernel {op}: create: out_state is NULL"
+                )));
+            }
+            // SAFETY: a kernel bound to a platform of this plugin whose devices are `D`
+            // (checked at registration): the host passes one of its devices (the type is
+            // checked again).
+            let device = unsafe { device_state::<D>(raw.device) }.ok_or_else(|| {
+                Error::internal(format!(
+                    "kernel {op}: create: the context's device is not a device of this \
+                     plugin's platform"
+                ))
+            })?;
+            let args = CreateArgs {
+                attrs: AttrReader {
+                    op,
+                    attrs: raw.attrs,
+                    host: &entry.host,
+                },
+                device: &device.device,
+                // SAFETY: the host's `num_inputs` dtypes, valid during the call.
+                input_dtypes: unsafe { dtype_list(raw.input_dtypes, raw.num_inputs, op) }?,
+            };
+            let value = (entry.compute.create)(&args)?;
+            let state = Box::into_raw(Box::new(StateBox {
+                magic: STATE_MAGIC,
+                owner: ptr::from_ref(entry).cast(),
+                value,
+            }));
+            // SAFETY: a non-NULL out-pointer of the host; the host owns the state until it
+            // passes it to `destroy`.
+            unsafe { out_state.write(state.cast()) };
+            Ok(())
+        })
+    })
+}
+
+unsafe extern "C" fn destroy_bound<S, C, F>(kernel_data: *mut c_void, state: *mut c_void)
+where
+    S: Send + Sync + 'static,
+{
+    boundary((), || {
+        // SAFETY: the host calls destroy with this kernel's kernel_data.
+        let Some(entry) = (unsafe { entry_at::<Stateful<C, F>>(kernel_data) }) else {
+            return;
+        };
+        if state.is_null() {
+            return;
+        }
+        let b = state.cast::<StateBox<S>>();
+        // SAFETY: a state this kernel's create returned (the ABI's contract), checked before
+        // it is taken: `magic` and `owner` are read first.
+        let (magic, owner) = unsafe {
+            (
+                ptr::addr_of!((*b).magic).read(),
+                ptr::addr_of!((*b).owner).read(),
+            )
+        };
+        if magic != STATE_MAGIC || owner != ptr::from_ref(entry).cast() {
+            entry.host.log(
+                LogLevel::Error,
+                &format!(
+                    "kernel {}: destroy: the state is not a live state of this kernel \
+                     (destroyed twice, or made by another kernel's create); not freed",
+                    entry.op
+                ),
+            );
+            return;
+        }
+        // SAFETY: a live StateBox<S> from create_bound, released here once (the host destroys
+        // each state once; a second destroy finds DEAD_MAGIC while the memory is mapped).
+        let mut b = unsafe { Box::from_raw(b) };
+        b.magic = super::DEAD_MAGIC;
+        entry
+            .host
+            .call_void(&format!("drop of kernel {}'s state", entry.op), move || {
+                drop(b)
+            });
+    })
+}
+
+/// A state made for one launch (from a host that keeps none), on its way to its drop.
+struct Doomed<S> {
+    value: S,
+    host: Arc<HostShared>,
+    what: String,
+}
+
+/// Drops a `Doomed<S>` (a host callback of the device's stream).
+unsafe extern "C" fn drop_doomed<S>(arg: *mut c_void) {
+    boundary((), || {
+        // SAFETY: the Box<Doomed<S>> of `drop_in_stream_order`, passed to this function once.
+        let doomed = unsafe { Box::from_raw(arg.cast::<Doomed<S>>()) };
+        let Doomed { value, host, what } = *doomed;
+        host.call_void(&what, move || drop(value));
+    })
+}
+
+/// Drops `value`, a state made for one launch, once `stream` has reached the work the launch
+/// enqueued (as a host that keeps states destroys them): behind it, with the device's
+/// `host_callback`. When the device refuses that, after synchronizing the stream.
+fn drop_in_stream_order<D: Device, S: Send + 'static>(
+    device: &super::DeviceState<D>,
+    stream: &D::Stream,
+    op: &str,
+    value: S,
+) {
+    let what = format!("drop of kernel {op}'s state");
+    let arg = Box::into_raw(Box::new(Doomed {
+        value,
+        host: Arc::clone(&device.host),
+        what,
+    }));
+    let Err(e) = super::host_callback_on(device, stream, drop_doomed::<S>, arg.cast()) else {
+        return;
+    };
+    // SAFETY: refused, so `drop_doomed` never runs: the box is ours again.
+    let Doomed { value, host, what } = *unsafe { Box::from_raw(arg) };
+    host.log(
+        LogLevel::Warn,
+        &format!(
+            "kernel {op}: cannot drop the launch's state in stream order (the device's \
+             host_callback failed: {e}); synchronizing the stream first"
+        ),
+    );
+    if let Err(e) = device.device.synchronize_stream(stream) {
+        host.log(
+            LogLevel::Error,
+            &format!("kernel {op}: synchronizing the stream to drop a state: {e}"),
+        );
+    }
+    host.call_void(&what, move || drop(value));
+}
+
+unsafe extern "C" fn compute_stateful<D, S, C, F>(
+    ctx: *const abi::dpp_kernel_context_t,
+) -> abi::dpp_status_t
+where
+    D: Device,
+    S: Send + Sync + 'static,
+    C: Fn(&CreateArgs<'_, D>) -> Result<S> + Send + Sync + 'static,
+    F: Fn(&KernelContext<'_, D>, &S) -> Result<()> + Send + Sync + 'static,
+{
+    boundary(abi::DPP_INTERNAL, || {
+        // SAFETY: the host calls compute with its context and this kernel's kernel_data.
+        let (raw, entry) = match unsafe { entry_of::<Stateful<C, F>>(ctx) } {
+            Ok(x) => x,
+            Err(status) => return status,
+        };
+        entry.host.call(|| {
+            let op = entry.op.as_str();
+            // SAFETY: a copy of the host's context, whose arrays are valid during the call.
+            let args = unsafe { KernelArgs::new(&raw, ctx, op, &entry.host) }?;
+            // SAFETY: the context of a compute call of this kernel, bound to `D`'s platform.
+            let (device, stream) = unsafe { device_and_stream::<D>(&raw, op, &entry.what) }?;
+            let cx = KernelContext {
+                args,
+                device: &device.device,
+                stream,
+            };
+            let kernel = &entry.compute;
+            if !raw.state.is_null() {
+                // SAFETY: a non-NULL state from the host: one this SDK's create made.
+                let state = unsafe { state_ref::<S>(raw.state, ptr::from_ref(entry).cast(), op) }?;
+                return (kernel.compute)(&cx, state);
+            }
+            // No state from the host (older than ABI 1.5: its 80-byte context has none): one
+            // for this launch, dropped in stream order after it, as a 1.5 host would.
+            let value = (kernel.create)(&CreateArgs::for_launch(&cx))?;
+            let result = catch_unwind(AssertUnwindSafe(|| (kernel.compute)(&cx, &value)));
+            drop_in_stream_order(device, stream, op, value);
+            result.unwrap_or_else(|payload| Err(Error::from_panic(payload)))
         })
     })
 }
@@ -786,7 +1270,49 @@ where
     check_host(shared, spec)
         .and_then(|()| bound_platform::<D>(shared, spec))
         .map_err(|e| shared.refuse(e))?;
-    register::<F>(shared, spec, compute, compute_bound::<D, F>)
+    register::<F>(shared, spec, compute, compute_bound::<D, F>, None)
+}
+
+/// Registers the kernel `compute` with a state made by `create` (ABI 1.5; see
+/// [`Host::register_kernel_with_state`](crate::Host::register_kernel_with_state)).
+pub(crate) fn register_kernel_with_state<D, S, C, F>(
+    shared: &Arc<HostShared>,
+    spec: &KernelSpec<'_>,
+    create: C,
+    compute: F,
+) -> Result<()>
+where
+    D: Device,
+    S: Send + Sync + 'static,
+    C: Fn(&CreateArgs<'_, D>) -> Result<S> + Send + Sync + 'static,
+    F: Fn(&KernelContext<'_, D>, &S) -> Result<()> + Send + Sync + 'static,
+{
+    check_host(shared, spec)
+        .and_then(|()| bound_platform::<D>(shared, spec))
+        .map_err(|e| shared.refuse(e))?;
+    let fns = StateFns {
+        create: create_bound::<D, S, C, F>,
+        destroy: destroy_bound::<S, C, F>,
+    };
+    register::<Stateful<C, F>>(
+        shared,
+        spec,
+        Stateful { create, compute },
+        compute_stateful::<D, S, C, F>,
+        Some(fns),
+    )?;
+    let (major, minor) = shared.abi_version();
+    if (major, minor) < (1, 5) {
+        shared.log(
+            LogLevel::Debug,
+            &format!(
+                "kernel {} for {}: a host of plugin ABI {major}.{minor} keeps no kernel states: \
+                 the SDK makes one for each launch",
+                spec.op, spec.device_type
+            ),
+        );
+    }
+    Ok(())
 }
 
 /// Registers the memory-agnostic kernel `compute` (bound to `ANY`).
@@ -812,7 +1338,7 @@ where
         platform: Some("ANY"),
         ..*spec
     };
-    register::<F>(shared, &spec, compute, compute_any::<F>)
+    register::<F>(shared, &spec, compute, compute_any::<F>, None)
 }
 
 fn check_host(shared: &HostShared, spec: &KernelSpec<'_>) -> Result<()> {
@@ -829,11 +1355,18 @@ fn check_host(shared: &HostShared, spec: &KernelSpec<'_>) -> Result<()> {
     )))
 }
 
+/// A kernel's `create` and `destroy` (ABI 1.5).
+struct StateFns {
+    create: CreateFn,
+    destroy: DestroyFn,
+}
+
 fn register<F: Send + Sync + 'static>(
     shared: &Arc<HostShared>,
     spec: &KernelSpec<'_>,
     compute: F,
     trampoline: ComputeFn,
+    state: Option<StateFns>,
 ) -> Result<()> {
     let register = shared
         .kernel_fns
@@ -893,8 +1426,9 @@ fn register<F: Send + Sync + 'static>(
         priority: spec.priority,
         kernel_data: entry.cast(),
         compute: Some(trampoline),
-        create: None,
-        destroy: None,
+        // A host older than 1.5 reads the struct only as far as `compute` and never calls these.
+        create: state.as_ref().map(|s| s.create),
+        destroy: state.as_ref().map(|s| s.destroy),
     };
     // SAFETY: during init (only `Host` reaches this); `desc` and what it points to outlive
     // the call; `kernel_data` and `compute` stay valid until shutdown (owned below).

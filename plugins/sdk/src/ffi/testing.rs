@@ -39,11 +39,25 @@
 //! s.run_kernel("Transpose", &[m], &[mt.clone()], &perm)?;
 //! s.synchronize()?;
 //! ```
+//!
+//! Kernels with a state (ABI 1.5, `Host::register_kernel_with_state`, or a C kernel's
+//! `create`/`destroy`): as the runtime, `run_kernel` calls the kernel's `create` before the
+//! first launch of each new combination of device, input dtypes and attributes (compared as
+//! sets: the order the test gives them in does not matter), keeps the state for the device and
+//! passes it to every launch with that combination. A failed `create` fails the run with
+//! `kernel <op>: create: <message>` and keeps nothing (the next run calls it again). Unlike the
+//! runtime, which keeps at most 64 per kernel and device, this host keeps every state until
+//! [`TestDevice::release_kernel_states`] (which lets them go as the runtime's bound would) or
+//! the device's drop, which destroys them before `destroy_device`;
+//! [`TestDevice::kernel_states`] counts them. Acting as a host older than 1.5
+//! ([`TestHost::with_abi_minor`]), it never calls `create` and passes 80-byte contexts without
+//! `state`.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{self, NonNull};
+use std::sync::Arc;
 use std::thread::{self, ThreadId};
 
 use devplug_plugin_abi as abi;
@@ -56,6 +70,11 @@ use crate::kernel::DType;
 use crate::platform::PlatformFlags;
 
 type ComputeFn = unsafe extern "C" fn(*const abi::dpp_kernel_context_t) -> abi::dpp_status_t;
+type CreateFn = unsafe extern "C" fn(
+    *const abi::dpp_kernel_create_context_t,
+    *mut *mut c_void,
+) -> abi::dpp_status_t;
+type DestroyFn = unsafe extern "C" fn(*mut c_void, *mut c_void);
 
 /// The type of a plugin's entry function, as `devplug_plugin!` defines it.
 pub type EntryFn = extern "C" fn() -> *const abi::dpp_plugin_api_t;
@@ -139,6 +158,9 @@ struct RegisteredKernel {
     desc: KernelDesc,
     kernel_data: *mut c_void,
     compute: ComputeFn,
+    /// ABI 1.5 (read from a host of 1.5 or newer only).
+    create: Option<CreateFn>,
+    destroy: Option<DestroyFn>,
 }
 
 /// An attribute value of [`TestAttrs`].
@@ -516,8 +538,40 @@ unsafe extern "C" fn th_register_kernel(
                 format!("dpp_kernel_t.struct_size is {size}"),
             );
         }
-        // SAFETY: the plugin's struct of at least the ABI 1.1 size, valid during the call.
-        let k = unsafe { &*kernel };
+        // A copy, as far as the plugin's struct reaches and this host's ABI knows it: a host
+        // older than 1.5 reads the 80 bytes of ABI 1.1 (no `create`, no `destroy`); fields
+        // past that stay NULL.
+        let host_minor = state.abi_minor.load(std::sync::atomic::Ordering::Relaxed);
+        let known = if host_minor >= 5 {
+            std::mem::size_of::<abi::dpp_kernel_t>()
+        } else {
+            abi::DPP_KERNEL_STRUCT_SIZE_1_1
+        };
+        let mut copy = abi::dpp_kernel_t {
+            struct_size: 0,
+            ext: ptr::null_mut(),
+            op: ptr::null(),
+            device_type: ptr::null(),
+            platform: ptr::null(),
+            dtypes: ptr::null(),
+            num_dtypes: 0,
+            priority: 0,
+            kernel_data: ptr::null_mut(),
+            compute: None,
+            create: None,
+            destroy: None,
+        };
+        // SAFETY: the plugin's `size` (≥ n) readable bytes into a struct of at least n bytes;
+        // its fields are integers, raw pointers and nullable function pointers, for which
+        // the bytes of the plugin's struct of the same layout are valid.
+        unsafe {
+            ptr::copy_nonoverlapping(
+                kernel.cast::<u8>(),
+                ptr::from_mut(&mut copy).cast::<u8>(),
+                size.min(known),
+            )
+        };
+        let k = &copy;
         // SAFETY: C strings from the plugin, valid during the call.
         let (op, device_type, platform) =
             unsafe { (string(k.op), string(k.device_type), string(k.platform)) };
@@ -533,6 +587,15 @@ unsafe extern "C" fn th_register_kernel(
                 format!("kernel {op}: dpp_kernel_t.compute is NULL"),
             );
         };
+        if k.destroy.is_some() && k.create.is_none() {
+            return fail(
+                Status::InvalidArgument,
+                format!(
+                    "kernel {op}: dpp_kernel_t.destroy is set but create is NULL (destroy frees \
+                     what create made)"
+                ),
+            );
+        }
         let own: Vec<&str> = platforms
             .iter()
             .filter(|p| p.desc.device_type == device_type)
@@ -567,7 +630,6 @@ unsafe extern "C" fn th_register_kernel(
         for i in 0..k.num_dtypes.min(64) {
             // SAFETY: `num_dtypes` values (non-NULL, checked).
             let d = DType::from_code(unsafe { *k.dtypes.add(i) });
-            let host_minor = state.abi_minor.load(std::sync::atomic::Ordering::Relaxed);
             let half = matches!(d, DType::F16 | DType::BF16);
             if !d.is_known() || (half && host_minor < 3) {
                 return fail(
@@ -606,6 +668,8 @@ unsafe extern "C" fn th_register_kernel(
             desc,
             kernel_data: k.kernel_data,
             compute,
+            create: k.create,
+            destroy: k.destroy,
         });
         abi::DPP_OK
     })
@@ -900,11 +964,13 @@ impl TestHost {
         self
     }
 
-    /// Acts as a host of plugin ABI `1.minor` (0 to 4), as the runtime of that version
+    /// Acts as a host of plugin ABI `1.minor` (0 to 5), as the runtime of that version
     /// would: its table declares that version and ends where that version's table ends (the
     /// functions added later are out of the plugin's reach), it refuses a plugin that
-    /// declares a newer minor, and below 1.3 it refuses kernels that name the half dtypes it
-    /// does not know. Tests that a plugin loads, and degrades as it documents, in older
+    /// declares a newer minor, below 1.3 it refuses kernels that name the half dtypes it
+    /// does not know, and below 1.5 it reads a kernel's `dpp_kernel_t` only as far as
+    /// `compute` (it never calls `create`) and passes kernels contexts of the 80 bytes of ABI
+    /// 1.1, without `state`. Tests that a plugin loads, and degrades as it documents, in older
     /// hosts.
     ///
     /// # Panics
@@ -914,8 +980,8 @@ impl TestHost {
             0 => abi::DPP_HOST_API_STRUCT_SIZE_1_0,
             1 => abi::DPP_HOST_API_STRUCT_SIZE_1_1,
             2 | 3 => abi::DPP_HOST_API_STRUCT_SIZE_1_2,
-            4 => abi::DPP_HOST_API_STRUCT_SIZE,
-            _ => panic!("TestHost::with_abi_minor({minor}): this SDK knows plugin ABI 1.0 to 1.4"),
+            4 | 5 => abi::DPP_HOST_API_STRUCT_SIZE,
+            _ => panic!("TestHost::with_abi_minor({minor}): this SDK knows plugin ABI 1.0 to 1.5"),
         };
         self.api.abi_minor = minor;
         self.state
@@ -940,6 +1006,13 @@ impl TestHost {
 
     fn clear_error(&self) {
         self.state.errors.lock().remove(&thread::current().id());
+    }
+
+    /// The ABI minor this host acts as.
+    fn abi_minor(&self) -> u32 {
+        self.state
+            .abi_minor
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// `Ok` for `DPP_OK`; otherwise an error with the status and this thread's message.
@@ -1116,6 +1189,7 @@ impl<'h> TestPlugin<'h> {
             platform_data: reg.platform_data,
             destroy_device: reg.destroy_device,
             raw,
+            states: Mutex::new(Vec::new()),
         };
         device.validate()?;
         Ok(device)
@@ -1159,12 +1233,54 @@ impl std::fmt::Debug for TestPlugin<'_> {
     }
 }
 
-/// A device. Dropping it destroys it.
+/// A device. Dropping it destroys the kernel states kept for it (ABI 1.5), then the device.
 pub struct TestDevice<'p> {
     plugin: &'p TestPlugin<'p>,
     platform_data: *mut c_void,
     destroy_device: unsafe extern "C" fn(*mut c_void, *mut abi::dpp_device_t),
     raw: Box<abi::dpp_device_t>,
+    /// The states kernels' `create` made for this device (ABI 1.5), kept until
+    /// [`TestDevice::release_kernel_states`] or the drop.
+    states: Mutex<Vec<Arc<KeptState>>>,
+}
+
+/// A kernel state the fake host keeps for a device (ABI 1.5): what a kernel's `create` made for
+/// one list of input dtypes and one set of attributes. Dropping it (the last holder: the
+/// device's list, or a launch that used it) calls the kernel's `destroy`.
+struct KeptState {
+    kernel_data: *mut c_void,
+    dtypes: Vec<DType>,
+    attrs: TestAttrs,
+    ptr: *mut c_void,
+    destroy: Option<DestroyFn>,
+}
+
+// SAFETY: the ABI lets the host pass states to compute, and call `destroy`, on any thread.
+unsafe impl Send for KeptState {}
+// SAFETY: as above; the host never dereferences the state.
+unsafe impl Sync for KeptState {}
+
+impl KeptState {
+    /// Made by the kernel with `kernel_data` for these dtypes and these attributes (equal as
+    /// sets, in whatever order the test gave them, as the runtime compares them).
+    fn is_for(&self, kernel_data: *mut c_void, dtypes: &[DType], attrs: &TestAttrs) -> bool {
+        let (a, b) = (&self.attrs.values, &attrs.values);
+        self.kernel_data == kernel_data
+            && self.dtypes == dtypes
+            && a.len() == b.len()
+            && a.iter().all(|x| b.contains(x))
+            && b.iter().all(|x| a.contains(x))
+    }
+}
+
+impl Drop for KeptState {
+    fn drop(&mut self) {
+        if let Some(destroy) = self.destroy {
+            // SAFETY: the kernel's destroy with its kernel_data (valid until the plugin shuts
+            // down, after its devices) and a state its create made, once (dropped once).
+            unsafe { destroy(self.kernel_data, self.ptr) };
+        }
+    }
 }
 
 // SAFETY: the ABI lets every executor function be called from any thread, concurrently.
@@ -1421,6 +1537,24 @@ impl<'p> TestDevice<'p> {
     pub fn synchronize_all(&self) -> Result<()> {
         se_call!(self, synchronize_all)
     }
+
+    /// How many kernel states (ABI 1.5) the host keeps for this device: one per kernel, list
+    /// of input dtypes and set of attributes that ran on it since the last
+    /// [`TestDevice::release_kernel_states`].
+    pub fn kernel_states(&self) -> usize {
+        self.states.lock().len()
+    }
+
+    /// Lets go of the kernel states kept for this device, as the runtime does when it lets a
+    /// state go (its least recently used, beyond its bound): waits for the device's work
+    /// (`synchronize_all`), then calls each kernel's `destroy` (a state a launch running now
+    /// uses is destroyed when that launch returns). The next launch of each combination calls
+    /// `create` again. The states left are destroyed with the device.
+    pub fn release_kernel_states(&self) -> Result<()> {
+        let r = self.synchronize_all();
+        drop(std::mem::take(&mut *self.states.lock()));
+        r
+    }
 }
 
 impl std::fmt::Debug for TestDevice<'_> {
@@ -1434,6 +1568,9 @@ impl std::fmt::Debug for TestDevice<'_> {
 
 impl Drop for TestDevice<'_> {
     fn drop(&mut self) {
+        // The kernels' states first, as the runtime does: the device's streams borrow it, so
+        // they are gone and their work is done.
+        drop(std::mem::take(self.states.get_mut()));
         // SAFETY: the plugin's function, once, with the struct it filled; the device's
         // streams and events borrow it, so they are gone.
         unsafe { (self.destroy_device)(self.platform_data, &mut *self.raw) };
@@ -1637,25 +1774,93 @@ impl<'d> TestStream<'d> {
                     platform.desc.device_type
                 ))
             })?;
-        self.compute_with(
-            kernel.compute,
-            kernel.kernel_data,
-            op,
-            inputs,
-            outputs,
+        self.compute_with(kernel, op, inputs, outputs, attrs)
+    }
+
+    /// The state of `kernel` for these inputs' dtypes and these attributes (ABI 1.5): the one
+    /// the device keeps, or a new one from the kernel's `create`, kept from now on. `None`
+    /// for a kernel without `create` (or a host older than 1.5, which never read it).
+    fn state_for(
+        &self,
+        kernel: &RegisteredKernel,
+        op: &str,
+        inputs: &[KernelTensor],
+        attrs: &TestAttrs,
+    ) -> Result<Option<Arc<KeptState>>> {
+        let Some(create) = kernel.create else {
+            return Ok(None);
+        };
+        let dev = self.device;
+        let dtypes: Vec<DType> = inputs.iter().map(|t| t.dtype).collect();
+        let kept = || {
+            dev.states
+                .lock()
+                .iter()
+                .find(|s| s.is_for(kernel.kernel_data, &dtypes, attrs))
+                .cloned()
+        };
+        if let Some(s) = kept() {
+            return Ok(Some(s));
+        }
+        let codes: Vec<i32> = dtypes.iter().map(|d| d.code()).collect();
+        let c_op = CString::new(op.replace('\0', "")).unwrap_or_default();
+        // What the attr_* functions read; not a launch (never listed), so allocate_temp
+        // refuses it.
+        let record = Launch {
             attrs,
-        )
+            device: dev,
+            temps: Mutex::new(Vec::new()),
+        };
+        let context = abi::dpp_kernel_create_context_t {
+            struct_size: std::mem::size_of::<abi::dpp_kernel_create_context_t>(),
+            ext: ptr::null_mut(),
+            device: dev.raw.device_data,
+            op: c_op.as_ptr(),
+            num_inputs: codes.len(),
+            input_dtypes: if codes.is_empty() {
+                ptr::null()
+            } else {
+                codes.as_ptr()
+            },
+            attrs: ptr::from_ref(&record).cast(),
+            kernel_data: kernel.kernel_data,
+        };
+        let mut out: *mut c_void = ptr::null_mut();
+        dev.host().clear_error();
+        // SAFETY: the plugin's create with its own kernel_data, a context (the dtypes, the op's
+        // name, the attributes) valid for the call and a writable out-pointer; no lock held.
+        let status = unsafe { create(&context, &mut out) };
+        // As the runtime says it: the op run fails with the kernel's create named.
+        dev.host()
+            .check("create", status)
+            .map_err(|e| Error::new(e.code(), format!("kernel {op}: create: {}", e.message())))?;
+        let made = Arc::new(KeptState {
+            kernel_data: kernel.kernel_data,
+            dtypes: dtypes.clone(),
+            attrs: attrs.clone(),
+            ptr: out,
+            destroy: kernel.destroy,
+        });
+        // Another thread may have made one meanwhile: the first kept wins, the other is
+        // destroyed (outside the lock), unused.
+        if let Some(s) = kept() {
+            drop(made);
+            return Ok(Some(s));
+        }
+        dev.states.lock().push(Arc::clone(&made));
+        Ok(Some(made))
     }
 
     fn compute_with(
         &self,
-        compute: ComputeFn,
-        kernel_data: *mut c_void,
+        kernel: &RegisteredKernel,
         op: &str,
         inputs: &[KernelTensor],
         outputs: &[KernelTensor],
         attrs: &TestAttrs,
     ) -> Result<()> {
+        // Held until compute returned (the device keeps it too).
+        let state = self.state_for(kernel, op, inputs, attrs)?;
         let ins: Vec<abi::dpp_tensor_t> = inputs.iter().map(KernelTensor::raw).collect();
         let outs: Vec<abi::dpp_tensor_t> = outputs.iter().map(KernelTensor::raw).collect();
         let launch = Launch {
@@ -1674,14 +1879,37 @@ impl<'d> TestStream<'d> {
             num_outputs: outs.len(),
             outputs: outs.as_ptr(),
             attrs: ptr::from_ref(&launch).cast(),
-            kernel_data,
-            state: ptr::null_mut(),
+            kernel_data: kernel.kernel_data,
+            state: state.as_ref().map_or(ptr::null_mut(), |s| s.ptr),
+        };
+        // A host older than 1.5 passes the 80 bytes of ABI 1.1, without `state`: exactly
+        // that many, so that a plugin reading further reads past the host's struct.
+        const WORDS_1_1: usize = abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1 / 8;
+        let mut short = [0u64; WORDS_1_1];
+        let context: *const abi::dpp_kernel_context_t = if self.device.host().abi_minor() < 5 {
+            let old = abi::dpp_kernel_context_t {
+                struct_size: abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1,
+                ..ctx
+            };
+            // SAFETY: the first 80 bytes of a larger struct into 80 bytes of 8-byte aligned
+            // storage (the struct's alignment).
+            unsafe {
+                ptr::copy_nonoverlapping(
+                    ptr::from_ref(&old).cast::<u8>(),
+                    short.as_mut_ptr().cast::<u8>(),
+                    abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1,
+                )
+            };
+            short.as_ptr().cast()
+        } else {
+            &ctx
         };
         self.device.host().clear_error();
         LAUNCHES.lock().push(key);
         // SAFETY: the plugin's compute with its own kernel_data and a context (arrays, shapes,
-        // attributes, the launch) valid for the call. (It cannot unwind: `extern "C"`.)
-        let status = unsafe { compute(&ctx) };
+        // attributes, the launch, the state) valid for the call. (It cannot unwind:
+        // `extern "C"`.)
+        let status = unsafe { (kernel.compute)(context) };
         {
             let mut launches = LAUNCHES.lock();
             if let Some(i) = launches.iter().position(|&k| k == key) {
@@ -1691,6 +1919,7 @@ impl<'d> TestStream<'d> {
         // Work the kernel enqueued may use them, even when it then failed.
         let temps = launch.temps.into_inner();
         self.state.lock().temps.extend(temps);
+        drop(state);
         self.device.host().check(&format!("kernel {op}"), status)
     }
 
@@ -2157,6 +2386,132 @@ mod abuse_tests {
         assert!(plugin.kernels().is_empty());
         let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
         dev.allocate(8).expect("works");
+    }
+
+    /// The state trampolines of a kernel with a state (ABI 1.5) called directly: a state that
+    /// is not the kernel's, a NULL or short create context, a NULL out-pointer or input list
+    /// are refused; `destroy` ignores NULL, refuses (and logs) what is not a live state of the
+    /// kernel, and frees a state once.
+    #[test]
+    fn bad_kernel_states_are_errors_not_crashes() {
+        let tag = "kstate_abuse";
+        let host = TestHost::new()
+            .with_option("kernels", "state")
+            .with_option("tag", tag);
+        let plugin = host.load(test_entry).expect("load");
+        let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+        let stream = dev.create_stream().expect("stream");
+        let scale = plugin
+            .kernels
+            .iter()
+            .find(|k| k.desc.op == "Scale")
+            .expect("Scale");
+        let (compute, data) = (scale.compute, scale.kernel_data);
+        let create = scale.create.expect("a 1.5 host reads create");
+        let destroy = scale.destroy.expect("and destroy");
+        let probe = crate::tests::probe(tag);
+
+        // Not a state (of this kernel).
+        let mut bogus = [0u64; 4];
+        let mut ctx = context(dev.device_data(), stream.handle(), &[], data);
+        ctx.state = bogus.as_mut_ptr().cast();
+        host.clear_error();
+        // SAFETY: the SDK's compute with a context valid for the call whose state is not one
+        // its create made: what it must detect.
+        assert_eq!(unsafe { compute(&ctx) }, abi::DPP_INVALID_ARGUMENT);
+        assert_eq!(
+            host.last_error().as_deref(),
+            Some(
+                "kernel Scale: the context's state is not a live state of this kernel \
+                 (destroyed, or made by another kernel's create)"
+            )
+        );
+
+        let attrs = TestAttrs::new().with("factor", AttrValue::Float(2.0));
+        let launch = Launch {
+            attrs: &attrs,
+            device: &dev,
+            temps: Mutex::new(Vec::new()),
+        };
+        let dtypes = [DType::F32.code()];
+        let mut cc = abi::dpp_kernel_create_context_t {
+            struct_size: abi::DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE,
+            ext: ptr::null_mut(),
+            device: dev.device_data(),
+            op: c"Scale".as_ptr(),
+            num_inputs: 1,
+            input_dtypes: dtypes.as_ptr(),
+            attrs: ptr::from_ref(&launch).cast(),
+            kernel_data: data,
+        };
+        let call = |cc: *const abi::dpp_kernel_create_context_t, out: *mut *mut c_void| {
+            host.clear_error();
+            // SAFETY: the SDK's create with a context and an out-pointer that are NULL or
+            // valid for the call: what it must sort out.
+            let status = unsafe { create(cc, out) };
+            (status, host.last_error())
+        };
+        let mut out: *mut c_void = ptr::null_mut();
+        assert_eq!(
+            call(ptr::null(), &mut out),
+            (abi::DPP_INVALID_ARGUMENT, None)
+        );
+        assert_eq!(
+            call(&cc, ptr::null_mut()),
+            (
+                abi::DPP_INVALID_ARGUMENT,
+                Some("kernel Scale: create: out_state is NULL".to_owned())
+            )
+        );
+        cc.struct_size = 16;
+        assert_eq!(call(&cc, &mut out), (abi::DPP_ABI_MISMATCH, None));
+        cc.struct_size = abi::DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE;
+        cc.num_inputs = 2;
+        cc.input_dtypes = ptr::null();
+        assert_eq!(
+            call(&cc, &mut out),
+            (
+                abi::DPP_INVALID_ARGUMENT,
+                Some(
+                    "kernel Scale: create: the host's input_dtypes is NULL (or too long) with \
+                     num_inputs 2"
+                        .to_owned()
+                )
+            )
+        );
+        assert!(out.is_null(), "nothing written on failure");
+        cc.num_inputs = 1;
+        cc.input_dtypes = dtypes.as_ptr();
+        assert_eq!(call(&cc, &mut out).0, abi::DPP_OK);
+        assert!(!out.is_null());
+
+        // The state reaches compute (which then finds no input).
+        ctx.state = out;
+        host.clear_error();
+        // SAFETY: the SDK's compute with a context valid for the call and a state it made.
+        assert_eq!(unsafe { compute(&ctx) }, abi::DPP_INVALID_ARGUMENT);
+        assert_eq!(*probe.states_used.lock(), [1]);
+
+        // SAFETY (the three calls): the SDK's destroy with this kernel's data and a NULL, a
+        // bogus and a live state: it ignores, refuses and frees them.
+        unsafe { destroy(data, ptr::null_mut()) };
+        unsafe { destroy(data, bogus.as_mut_ptr().cast()) };
+        assert!(host
+            .logs()
+            .iter()
+            .any(|(level, m)| *level == abi::DPP_LOG_ERROR
+                && m == "kernel Scale: destroy: the state is not a live state of this kernel \
+                     (destroyed twice, or made by another kernel's create); not freed"));
+        assert_eq!(
+            probe.state_drops.load(std::sync::atomic::Ordering::SeqCst),
+            0
+        );
+        // SAFETY: as above, the live state, once.
+        unsafe { destroy(data, out) };
+        assert_eq!(
+            probe.state_drops.load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
     }
 
     /// A table that ends before attr_string (1.2): reading a string attribute is
