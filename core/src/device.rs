@@ -20,7 +20,9 @@ use crate::trace::{traced, SpanKind, Tracer};
 
 /// A platform as the runtime holds it.
 pub struct PlatformEntry {
+    /// What the platform says about itself: its name, device type, priority, vendor.
     pub info: PlatformInfo,
+    /// The implementation (the built-in `HOST`, a plugin's adapter, or a host's own).
     pub platform: Arc<dyn Platform>,
     /// Who registered it: `built-in` or `plugin 'NAME'`.
     pub owner: String,
@@ -29,6 +31,8 @@ pub struct PlatformEntry {
 }
 
 impl PlatformEntry {
+    /// Whether this platform is the one its device type resolves to (`GPU:0`): the one of
+    /// highest priority among the platforms of that type.
     pub fn is_active(&self) -> bool {
         self.active.load(Ordering::Acquire)
     }
@@ -37,15 +41,23 @@ impl PlatformEntry {
 /// A device's properties, as the C API reports them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceProperties {
+    /// [`Device::name`]: `TYPE:i` while its platform is active, else `PLATFORM:i`.
     pub name: String,
+    /// The device type (`CPU`, `GPU`).
     pub device_type: String,
+    /// The platform's name (`HOST`, `SIM`).
     pub platform: String,
+    /// The device's number within its platform.
     pub ordinal: usize,
+    /// The platform's priority among the platforms of its device type.
     pub priority: i32,
+    /// Whether the platform is the active one of its type ([`PlatformEntry::is_active`]).
     pub is_active_platform: bool,
+    /// Whether device memory is host memory (the CPU's is; SIM's is not).
     pub host_visible: bool,
     /// The memory limit if one is set, else the device's physical memory.
     pub total_memory: u64,
+    /// What the device says about itself (hardware name, vendor, PCI bus, compute units).
     pub description: DeviceDescription,
 }
 
@@ -74,7 +86,15 @@ unsafe impl Send for KernelHandles {}
 // SAFETY: as above; they are never written after the device is created.
 unsafe impl Sync for KernelHandles {}
 
-/// One device.
+/// One device: a platform and an ordinal, with its memory, its default stream and the
+/// streams and events made on it.
+///
+/// Runtimes hand devices out as `Arc<Device>` ([`Runtime::find_device`](crate::Runtime::find_device),
+/// [`Runtime::devices`](crate::Runtime::devices)); clone the `Arc` freely. `Send` and `Sync`.
+/// A device lives as long as something holds it: a tensor, a buffer, a stream or an `Arc`
+/// keeps it (and its plugin's library) alive after its runtime is dropped, and memory,
+/// copies and streams keep working. Ops cannot run on it then, and another runtime refuses
+/// it (`INVALID_ARGUMENT: ... is a device of another runtime`).
 pub struct Device {
     /// Position in the runtime's device list (a key of the dispatch cache).
     index: usize,
@@ -229,22 +249,28 @@ impl Device {
         &self.tracer
     }
 
+    /// The device's number within its platform (`1` for `SIM:1`).
     pub fn ordinal(&self) -> usize {
         self.ordinal
     }
 
+    /// The platform the device belongs to.
     pub fn platform(&self) -> &PlatformEntry {
         &self.platform
     }
 
+    /// The device type (`CPU`, `GPU`, `SIM`): what specs such as `GPU:0` name.
     pub fn device_type(&self) -> &str {
         &self.platform.info.device_type
     }
 
+    /// Whether the device's memory is host memory (the CPU's is; a discrete device's is not).
     pub fn host_visible(&self) -> bool {
         self.platform.info.host_visible
     }
 
+    /// The device's executor: the raw memory, stream and event interface its platform
+    /// implements. For platforms and bindings; hosts use the device, [`Stream`] and [`Event`].
     pub fn executor(&self) -> &Arc<dyn StreamExecutor> {
         &self.executor
     }
@@ -265,6 +291,7 @@ impl Device {
         &self.kernel_states
     }
 
+    /// The device's name, type, platform, priority, memory and description, in one value.
     pub fn properties(&self) -> DeviceProperties {
         let description = self.executor.description().clone();
         DeviceProperties {
@@ -387,6 +414,8 @@ impl Device {
         Ok(usage)
     }
 
+    /// The allocator's statistics for this device: bytes in use, reserved from the platform,
+    /// peak, allocation counts (see [`MemoryStats`]).
     pub fn memory_stats(&self) -> MemoryStats {
         self.pool.flush();
         let mut stats = self.allocator.stats();
@@ -450,10 +479,15 @@ impl Device {
         Stream::default_of(self.clone())
     }
 
+    /// A new stream on the device: an ordered queue of work that runs asynchronously (on a
+    /// worker thread for the CPU and for plugins whose streams run on host threads), destroyed
+    /// when dropped (after its work). Ops run on the device's default stream, not on these.
     pub fn create_stream(self: &Arc<Self>) -> Result<Stream> {
         Stream::create(self.clone())
     }
 
+    /// A new event on the device, to record in its streams ([`Event::record`]) and wait for
+    /// from any device's stream or from the host.
     pub fn create_event(self: &Arc<Self>) -> Result<Event> {
         Event::create(self.clone())
     }

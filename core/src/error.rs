@@ -10,21 +10,38 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(i32)]
 pub enum Code {
+    /// Success (C `DP_OK`); never in an [`Error`].
     Ok = 0,
+    /// The operation was cancelled.
     Cancelled = 1,
+    /// An error of no other kind.
     Unknown = 2,
+    /// A bad argument: a malformed shape, spec or definition, a wrong dtype or attribute, an
+    /// object of another runtime.
     InvalidArgument = 3,
+    /// A deadline passed.
     DeadlineExceeded = 4,
+    /// Something named does not exist: an op, a device, a plugin file, a kernel for an op.
     NotFound = 5,
+    /// A name is taken: an op, a platform, a kernel of equal priority.
     AlreadyExists = 6,
+    /// Not allowed.
     PermissionDenied = 7,
+    /// Out of memory, or past a memory limit.
     ResourceExhausted = 8,
+    /// The system is not in a state the call needs (e.g. an event never recorded).
     FailedPrecondition = 9,
+    /// The operation was aborted.
     Aborted = 10,
+    /// A value past its valid range (e.g. a buffer offset).
     OutOfRange = 11,
+    /// Not implemented by this device or plugin.
     Unimplemented = 12,
+    /// A broken invariant: a bug in devplug, a plugin or host code (a panicking callback).
     Internal = 13,
+    /// A transient failure; retrying may help.
     Unavailable = 14,
+    /// Data was lost or corrupted (e.g. a bool tensor holding a byte other than 0 or 1).
     DataLoss = 15,
     /// A plugin and the host disagree on the ABI version.
     AbiMismatch = 100,
@@ -91,11 +108,14 @@ impl fmt::Display for Code {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct Error {
+    /// What kind of failure; match on it, not on the message.
     pub code: Code,
+    /// What happened, naming the op, operand, device or file involved (without the code).
     pub message: String,
 }
 
 impl Error {
+    /// An error of `code` (never [`Code::Ok`]) with `message`.
     pub fn new(code: Code, message: impl Into<String>) -> Error {
         debug_assert!(code != Code::Ok, "an Error never carries Code::Ok");
         Error {
@@ -103,27 +123,35 @@ impl Error {
             message: message.into(),
         }
     }
+    /// A [`Code::InvalidArgument`] error.
     pub fn invalid_argument(message: impl Into<String>) -> Error {
         Error::new(Code::InvalidArgument, message)
     }
+    /// A [`Code::NotFound`] error.
     pub fn not_found(message: impl Into<String>) -> Error {
         Error::new(Code::NotFound, message)
     }
+    /// A [`Code::AlreadyExists`] error.
     pub fn already_exists(message: impl Into<String>) -> Error {
         Error::new(Code::AlreadyExists, message)
     }
+    /// A [`Code::FailedPrecondition`] error.
     pub fn failed_precondition(message: impl Into<String>) -> Error {
         Error::new(Code::FailedPrecondition, message)
     }
+    /// A [`Code::ResourceExhausted`] error.
     pub fn resource_exhausted(message: impl Into<String>) -> Error {
         Error::new(Code::ResourceExhausted, message)
     }
+    /// A [`Code::OutOfRange`] error.
     pub fn out_of_range(message: impl Into<String>) -> Error {
         Error::new(Code::OutOfRange, message)
     }
+    /// A [`Code::Unimplemented`] error.
     pub fn unimplemented(message: impl Into<String>) -> Error {
         Error::new(Code::Unimplemented, message)
     }
+    /// A [`Code::Internal`] error.
     pub fn internal(message: impl Into<String>) -> Error {
         Error::new(Code::Internal, message)
     }

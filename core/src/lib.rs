@@ -1,8 +1,24 @@
-//! devplug-core: the devplug runtime.
+//! devplug-core: the devplug runtime, used directly by Rust hosts.
 //!
 //! Start at [`Runtime`]: it owns the platforms (the built-in `HOST` platform with its `CPU`
 //! devices, and those plugins register) and their [`Device`]s. Devices allocate
-//! [`Buffer`]s, run [`Stream`]s and [`Event`]s, and hold [`Tensor`]s.
+//! [`Buffer`]s, run [`Stream`]s and [`Event`]s, and hold [`Tensor`]s. Ops run through the
+//! runtime, by handle:
+//!
+//! ```
+//! use devplug_core::{Attrs, Runtime, RuntimeOptions, RunOptions, Tensor};
+//! let rt = Runtime::new(RuntimeOptions::default())?;
+//! let cpu = rt.default_device();
+//! let x = Tensor::from_slice(cpu, &[2, 2], &[1.0f32, 2.0, 3.0, 4.0])?;
+//! let y = Tensor::from_slice(cpu, &[2], &[10.0f32, 20.0])?; // broadcast over the rows
+//! let add = rt.op("Add")?; // resolve the name once, run by handle
+//! let z = rt.run1(&add, &[x, y], &Attrs::new(), &RunOptions::default())?;
+//! assert_eq!(z.to_vec::<f32>()?, [11.0, 22.0, 13.0, 24.0]);
+//! # Ok::<(), devplug_core::Error>(())
+//! ```
+//!
+//! Devices are named by type or platform (see [`Runtime::find_device`]); tensors move between
+//! them with [`Tensor::copy_to`]:
 //!
 //! ```
 //! use devplug_core::{Runtime, RuntimeOptions, Tensor};
@@ -12,12 +28,29 @@
 //! assert_eq!(t.copy_to(&rt.find_device("CPU:0")?)?.to_vec::<f32>()?, [1.0, 2.0, 3.0, 4.0]);
 //! # Ok::<(), devplug_core::Error>(())
 //! ```
+//!
+//! The guide for Rust hosts is `docs/rust-host.md` in the devplug repository: the dependency,
+//! devices, tensors, ops and attributes, placement, plugins, streams, ops of your own, graphs,
+//! errors, lifetimes and threads. Every op, with its inputs, dtypes and attributes, is in the
+//! table of `docs/plugin-guide.md`, section 6 ("Ops and kernels"); at run time,
+//! `rt.op("MatMul")?.def().signature()` says the same.
+//!
+//! **Optimize it in debug builds.** A debug build of your crate builds devplug-core and the
+//! GEMM it uses unoptimized too, and ops run tens of times slower. Put this in your
+//! `Cargo.toml` (the workspace root's):
+//!
+//! ```toml
+//! [profile.dev.package."*"]
+//! opt-level = 3
+//! ```
 
+#[doc(hidden)]
 pub mod check;
 pub mod device;
 pub mod dispatch;
 pub mod error;
 #[cfg(feature = "fuzzing")]
+#[doc(hidden)]
 pub mod fuzzing;
 pub mod graph;
 pub mod host;

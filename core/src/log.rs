@@ -22,10 +22,15 @@ use parking_lot::RwLock;
 /// Severity, most severe first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
+    /// Something failed and nobody else will report it.
     Error = 1,
+    /// Something was refused or dropped (a plugin that failed to load); the default threshold.
     Warn = 2,
+    /// What happened, once per event worth knowing.
     Info = 3,
+    /// Details for debugging.
     Debug = 4,
+    /// Everything.
     Trace = 5,
 }
 
@@ -46,9 +51,11 @@ impl Level {
 /// One message, as a log callback receives it.
 #[derive(Clone, Copy, Debug)]
 pub struct Record<'a> {
+    /// Its severity.
     pub level: Level,
     /// Who said it: `"devplug"` for the runtime, `"plugin 'sim'"` for a plugin.
     pub source: &'a str,
+    /// The text, without the level or source.
     pub message: &'a str,
 }
 
@@ -132,10 +139,12 @@ pub fn log_from(level: Level, source: &str, message: &str) {
     }
 }
 
+/// Logs `message` from devplug at [`Level::Error`].
 pub fn error(message: &str) {
     log(Level::Error, message)
 }
 
+/// Logs `message` from devplug at [`Level::Warn`].
 pub fn warn(message: &str) {
     log(Level::Warn, message)
 }

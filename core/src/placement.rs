@@ -42,12 +42,17 @@ impl fmt::Display for Reason {
     }
 }
 
-/// One placement decision.
+/// One placement decision, as the host's callback receives it
+/// ([`Runtime::set_placement_callback`](crate::Runtime::set_placement_callback)). `Display`
+/// writes the line `DEVPLUG_LOG_PLACEMENT=1` prints: `MatMul on SIM:0: explicit (kernel from
+/// plugin 'devplug_sim')`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlacementEvent {
+    /// The op's type (`MatMul`), or a variable's name for a variable's placement.
     pub op: String,
     /// The device the op ran on (`SIMCUDA:0` style: platform and ordinal).
     pub device: String,
+    /// Why it ran there.
     pub reason: Reason,
     /// Who provided the kernel (`built-in`, `plugin 'sim'`), the decomposition, or a note.
     pub detail: String,
@@ -63,7 +68,9 @@ impl fmt::Display for PlacementEvent {
     }
 }
 
-/// A host's placement callback.
+/// A host's placement callback (see
+/// [`Runtime::set_placement_callback`](crate::Runtime::set_placement_callback) for the thread
+/// it runs on, calling back into the runtime, and panics).
 pub type PlacementCallback = Arc<dyn Fn(&PlacementEvent) + Send + Sync>;
 
 /// The runtime's placement log.
@@ -118,6 +125,8 @@ impl PlacementLog {
         }
     }
 
+    /// Reports `event` as the runtime does (standard error and the host's callback).
+    #[doc(hidden)]
     pub fn record(&self, event: PlacementEvent) {
         if self.to_stderr {
             eprintln!("[devplug placement] {event}");

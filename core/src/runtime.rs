@@ -63,7 +63,21 @@ struct PluginRecord {
     ops: Vec<String>,
 }
 
-/// The host object.
+/// The host object: the platforms and their devices, the ops, the kernels, the placement log
+/// and the loaded plugins. There is no process-wide state; two runtimes are independent.
+///
+/// `Send` and `Sync`: share one runtime between threads by reference or in an `Arc`; every
+/// method takes `&self`.
+///
+/// Dropping it waits for the work queued on every device (a failure nobody synchronized with
+/// is logged), then lets go of its devices, platforms and plugins. Objects that hold a device
+/// keep it alive: an `Arc<Device>`, a [`Tensor`], a [`Buffer`](crate::Buffer), a
+/// [`Stream`](crate::Stream) or a [`Variable`](crate::Variable) stays usable after the
+/// runtime is gone (a plugin's library stays loaded until the last object of it is dropped).
+/// What only the runtime can do (running ops, placing, loading plugins) goes with it; another
+/// runtime refuses its devices and op handles, and takes its tensors as inputs (copied).
+///
+/// The guide for Rust hosts is `docs/rust-host.md` in the repository.
 pub struct Runtime {
     platforms: RwLock<Vec<Arc<PlatformEntry>>>,
     devices: RwLock<Vec<Arc<Device>>>,
@@ -92,6 +106,18 @@ pub struct Runtime {
 static NEXT_RUNTIME_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Runtime {
+    /// Creates a runtime: the `HOST` platform with `options.cpu_device_count` CPU devices
+    /// (`CPU:0`…), then the plugins of `options.plugin_path` and, with
+    /// `options.discover_from_env`, of `DEVPLUG_PLUGIN_PATH`. A plugin that fails to load does
+    /// not fail the creation: it is logged and kept in [`Runtime::plugin_failures`].
+    /// `INVALID_ARGUMENT` for a CPU device count outside 1..=[`MAX_CPU_DEVICES`].
+    ///
+    /// ```
+    /// use devplug_core::{Runtime, RuntimeOptions};
+    /// let rt = Runtime::new(RuntimeOptions { cpu_device_count: 2, ..Default::default() })?;
+    /// assert_eq!(rt.find_device("CPU:1")?.name(), "CPU:1");
+    /// # Ok::<(), devplug_core::Error>(())
+    /// ```
     pub fn new(options: RuntimeOptions) -> Result<Runtime> {
         if !(1..=MAX_CPU_DEVICES).contains(&options.cpu_device_count) {
             return Err(Error::invalid_argument(format!(
@@ -392,10 +418,13 @@ impl Runtime {
         self.devices.read().clone()
     }
 
+    /// How many devices the runtime has (CPUs and plugins' devices together).
     pub fn device_count(&self) -> usize {
         self.devices.read().len()
     }
 
+    /// The device at `index` in [`Runtime::devices`]' order ([`Device::index`]); `None` past
+    /// the end.
     pub fn device(&self, index: usize) -> Option<Arc<Device>> {
         self.devices.read().get(index).cloned()
     }
@@ -406,12 +435,15 @@ impl Runtime {
     }
 
     /// Resolves a device spec: `TYPE:i` is device i of the active platform of that type;
-    /// `PLATFORM:i` is device i of that platform.
+    /// `PLATFORM:i` is device i of that platform. Case-insensitive; the ordinal defaults to 0;
+    /// TensorFlow's `/device:CPU:1` form is accepted. `INVALID_ARGUMENT` for a malformed spec,
+    /// `NOT_FOUND` (listing the known types and platforms) for an unknown name or ordinal.
     pub fn find_device(&self, spec: &str) -> Result<Arc<Device>> {
         let spec = DeviceSpec::parse(spec)?;
         self.resolve(&spec)
     }
 
+    /// [`Runtime::find_device`] for a spec parsed already ([`DeviceSpec::parse`]).
     pub fn resolve(&self, spec: &DeviceSpec) -> Result<Arc<Device>> {
         let platform = {
             let platforms = self.platforms.read();
@@ -462,6 +494,8 @@ impl Runtime {
         &self.plans
     }
 
+    /// The placement log (see [`crate::placement`]); hosts install a callback with
+    /// [`Runtime::set_placement_callback`].
     pub fn placement(&self) -> &PlacementLog {
         &self.placement
     }
@@ -629,6 +663,13 @@ impl Runtime {
     /// native kernel → decomposition → soft placement to the CPU → error. `op` and
     /// `options.device` must be this runtime's (`INVALID_ARGUMENT` otherwise); inputs may
     /// live anywhere (those on other devices are copied).
+    ///
+    /// The outputs live on the device that ran the op: the device asked for, or `CPU:0` when
+    /// the op was soft-placed. On an asynchronous device they may still be being computed;
+    /// reading them ([`Tensor::to_vec`]) or copying them waits. A panic in host code the run
+    /// calls (a setter, a Rust kernel, a shape function, a decomposition, the placement
+    /// callback) unwinds out of this call; the runtime stays consistent (no scope left
+    /// entered, later ops run normally).
     pub fn run(
         &self,
         op: &OpHandle,
@@ -703,7 +744,23 @@ impl Runtime {
         self.run(&h, inputs, attrs, options)
     }
 
-    /// Installs (or removes) the host's placement-log callback.
+    /// Installs (or, with `None`, removes) the host's placement-log callback: it receives every
+    /// placement decision ([`PlacementEvent`](crate::PlacementEvent), whose `Display` is the
+    /// line `DEVPLUG_LOG_PLACEMENT=1` prints, e.g. `Add on HOST:0: default (kernel from
+    /// built-in)`) — ops, the input copies and soft placements they cause, the ops a
+    /// decomposition runs, graph nodes and variables.
+    ///
+    /// - **Thread:** it runs synchronously on the thread that runs the op (the caller of
+    ///   [`Runtime::run`], [`Graph::run`](crate::Graph::run), [`Runtime::variable`], …), during
+    ///   that call; calls from several threads may overlap, so it must be `Send + Sync`.
+    /// - **Calling back:** no lock of the runtime is held while it runs, so it may call any
+    ///   method of the runtime, this one included. An op it runs is logged too, and calls it
+    ///   again: guard against recursion. A callback that owns an `Arc<Runtime>` keeps the
+    ///   runtime alive (the runtime holds the callback): capture a `Weak` instead.
+    /// - **Panics:** a panic in it unwinds out of the call that logged the event (the op's
+    ///   outputs are lost); the runtime stays consistent and later ops run normally.
+    ///
+    /// It costs nothing when none is installed (one atomic load per op).
     pub fn set_placement_callback(&self, callback: Option<PlacementCallback>) {
         self.placement.set_callback(callback);
     }

@@ -43,6 +43,7 @@ pub struct OpInfo<'a> {
     pub name: &'a str,
     /// The op's type (`"MatMul"`, `"vendor.op"`).
     pub op: &'a str,
+    /// A computation or a variable's creation.
     pub kind: OpKind,
 }
 

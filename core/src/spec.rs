@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 pub struct DeviceSpec {
     /// A device type (`GPU`) or a platform name (`SIMCUDA`), upper-case.
     pub name: String,
+    /// The device's number within the type or platform (0 when the spec gives none).
     pub ordinal: usize,
 }
 
@@ -25,6 +26,9 @@ impl fmt::Display for DeviceSpec {
 const MAX_ORDINAL: usize = 1 << 20;
 
 impl DeviceSpec {
+    /// Parses `TYPE`, `TYPE:i`, `PLATFORM:i` or TensorFlow's `/device:TYPE:i` (with an optional
+    /// `/job:…/replica:…/task:…` prefix), case-insensitively; `INVALID_ARGUMENT` naming the
+    /// spec when it is malformed.
     pub fn parse(spec: &str) -> Result<DeviceSpec> {
         let bad =
             |why: &str| Error::invalid_argument(format!("malformed device spec '{spec}': {why}"));

@@ -12,10 +12,15 @@ use crate::memory::Buffer;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(i32)]
 pub enum DType {
+    /// IEEE 754 binary32 (`f32`).
     F32 = 1,
+    /// IEEE 754 binary64 (`f64`).
     F64 = 2,
+    /// Signed 32-bit integers (`i32`); integer arithmetic wraps.
     I32 = 3,
+    /// Signed 64-bit integers (`i64`).
     I64 = 4,
+    /// Unsigned bytes (`u8`).
     U8 = 5,
     /// One byte per element, 0 or 1.
     Bool = 6,
@@ -26,6 +31,7 @@ pub enum DType {
 }
 
 impl DType {
+    /// Every dtype, in numeric order.
     pub const ALL: [DType; 8] = [
         DType::F32,
         DType::F64,
@@ -47,6 +53,7 @@ impl DType {
         DType::Bool,
     ];
 
+    /// The dtype of a C API value (`DP_DTYPE_*`), if any.
     pub fn from_i32(v: i32) -> Option<DType> {
         DType::ALL.iter().copied().find(|d| *d as i32 == v)
     }
@@ -61,6 +68,7 @@ impl DType {
         }
     }
 
+    /// The lower-case name (`f32`, `bf16`, `bool`), as messages and op signatures write it.
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -151,6 +159,7 @@ mod sealed {
 /// }
 /// ```
 pub trait Element: sealed::Sealed + Copy + Send + Sync + 'static {
+    /// The tensor dtype this Rust type holds.
     const DTYPE: DType;
 }
 
@@ -296,6 +305,21 @@ const _: () = assert!(
 
 /// A dense, row-major tensor on one device. Cloning shares the buffer (and allocates nothing).
 /// Dropping the last reference to a small buffer returns it to its device's buffer pool.
+///
+/// Tensors are values: no op changes its inputs, and ops return new tensors.
+/// [`Tensor::write_slice`] and writes through [`Tensor::buffer`] are the exceptions, seen by
+/// every clone. A tensor holds its device (an `Arc`), so it stays readable after the
+/// [`Runtime`](crate::Runtime) that made it is dropped; another runtime takes it as an input
+/// (copied to where the op runs). `Send` and `Sync`.
+///
+/// ```
+/// use devplug_core::{DType, Runtime, RuntimeOptions, Tensor};
+/// let rt = Runtime::new(RuntimeOptions::default())?;
+/// let t = Tensor::from_slice(rt.default_device(), &[2, 2], &[1i32, 2, 3, 4])?;
+/// assert_eq!((t.dtype(), t.shape()), (DType::I32, &[2i64, 2][..]));
+/// assert_eq!(t.to_vec::<i32>()?, [1, 2, 3, 4]);
+/// # Ok::<(), devplug_core::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Tensor {
     dtype: DType,
@@ -427,10 +451,12 @@ impl Tensor {
         })
     }
 
+    /// The element type.
     pub fn dtype(&self) -> DType {
         self.dtype
     }
 
+    /// The dimensions, outermost first (`[]` for a scalar).
     pub fn shape(&self) -> &[i64] {
         &self.shape
     }
@@ -444,22 +470,28 @@ impl Tensor {
         unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<usize>(), s.len()) }
     }
 
+    /// The number of dimensions (0 for a scalar).
     pub fn rank(&self) -> usize {
         self.shape.rank as usize
     }
 
+    /// The number of elements: the product of the dimensions (1 for a scalar).
     pub fn num_elements(&self) -> u64 {
         self.shape.iter().map(|d| *d as u64).product()
     }
 
+    /// The size of the contents in bytes: elements × [`DType::size`].
     pub fn byte_size(&self) -> u64 {
         self.num_elements() * self.dtype.size() as u64
     }
 
+    /// The device the tensor lives on.
     pub fn device(&self) -> &Arc<Device> {
         self.buffer.device()
     }
 
+    /// The device memory holding the contents (shared by clones; it may be larger than
+    /// [`Tensor::byte_size`] for a tensor made by [`Tensor::from_buffer`]).
     pub fn buffer(&self) -> &Arc<Buffer> {
         &self.buffer
     }
@@ -476,13 +508,17 @@ impl Tensor {
         self.buffer.read(0, dst)
     }
 
+    /// The contents as row-major bytes (see [`Tensor::read_bytes`]).
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let mut v = vec![0u8; self.byte_size() as usize];
         self.read_bytes(&mut v)?;
         Ok(v)
     }
 
-    /// The elements, in row-major order. `T` must match the dtype.
+    /// The elements, in row-major order. `T` must match the dtype (`INVALID_ARGUMENT`
+    /// otherwise); f16 and bf16 read as [`half::f16`] and [`half::bf16`]. Like every read, it
+    /// waits for the work queued on the device's default stream (the ops that produced the
+    /// tensor), not for streams the host created: synchronize those first.
     pub fn to_vec<T: Element + Default>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype {
             return Err(Error::invalid_argument(format!(
@@ -508,7 +544,9 @@ impl Tensor {
         Ok(v)
     }
 
-    /// A copy of this tensor on `device`.
+    /// A copy of this tensor on `device` (any device, of any runtime; the same device makes a
+    /// copy too). Synchronous: it returns once the copy is done, after the work queued on both
+    /// devices' default streams.
     pub fn copy_to(&self, device: &Arc<Device>) -> Result<Tensor> {
         let t = Tensor::unwritten(device, self.dtype, &self.shape)?;
         t.buffer.copy_from(0, &self.buffer, 0, self.byte_size())?;

@@ -84,6 +84,7 @@ impl Runtime {
 }
 
 impl Variable {
+    /// The name it was created with.
     pub fn name(&self) -> &str {
         &self.0.name
     }
@@ -93,10 +94,12 @@ impl Variable {
         &self.0.device
     }
 
+    /// The dtype of its value (fixed at creation).
     pub fn dtype(&self) -> DType {
         self.0.value.read().dtype()
     }
 
+    /// The shape of its value (fixed at creation).
     pub fn shape(&self) -> Vec<i64> {
         self.0.value.read().shape().to_vec()
     }

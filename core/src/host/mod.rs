@@ -1,6 +1,9 @@
 //! The built-in `HOST` platform: device type `CPU`, a configurable number of logical devices
 //! whose memory is host memory.
 
+// Public for the benchmarks (core/benches, capi/benches), hidden from the docs: hosts run ops
+// through `Runtime::run`.
+#[doc(hidden)]
 pub mod kernels;
 mod ops;
 mod queue;

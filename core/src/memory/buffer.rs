@@ -52,10 +52,12 @@ impl Buffer {
         self.stream_use.store(false, Ordering::Relaxed);
     }
 
+    /// The device whose memory this is.
     pub fn device(&self) -> &Arc<Device> {
         &self.device
     }
 
+    /// The size in bytes.
     pub fn size(&self) -> u64 {
         self.size
     }

@@ -317,7 +317,10 @@ impl Attrs {
         if widen {
             for (name, value) in &mut out.0 {
                 if let AttrValue::Int(i) = *value {
-                    if defs.iter().any(|d| d.name == name && d.ty == AttrType::Float) {
+                    if defs
+                        .iter()
+                        .any(|d| d.name == name && d.ty == AttrType::Float)
+                    {
                         *value = AttrValue::Float(i as f64);
                     }
                 }
@@ -381,7 +384,10 @@ mod tests {
         assert_eq!(done.get("n"), Some(&AttrValue::Int(3)));
         let as_float = Attrs::new().with("n", 3i64).with("k", 2.0);
         let done2 = as_float.complete("t.Op", &defs()).unwrap();
-        assert!(matches!(done2, Cow::Borrowed(_)), "nothing to change: borrowed");
+        assert!(
+            matches!(done2, Cow::Borrowed(_)),
+            "nothing to change: borrowed"
+        );
         assert_eq!(done2.get("k"), done.get("k"));
         // Defaults are filled in as before.
         let only_n = Attrs::new().with("n", 1i64);
@@ -393,7 +399,8 @@ mod tests {
             .complete("t.Op", &defs())
             .unwrap_err();
         assert!(
-            e.message.contains("attribute 'n' must be an int, not a float"),
+            e.message
+                .contains("attribute 'n' must be an int, not a float"),
             "{e}"
         );
     }

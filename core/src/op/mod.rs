@@ -36,7 +36,10 @@ pub enum ArgType {
 /// One input or output.
 #[derive(Clone, Debug)]
 pub struct ArgDef {
+    /// Its name, unique among the op's inputs, outputs and attributes (messages name
+    /// operands by it).
     pub name: &'static str,
+    /// What its dtype is.
     pub ty: ArgType,
     /// A variadic list (one or more tensors), allowed for the last input only.
     pub list: bool,
@@ -45,7 +48,10 @@ pub struct ArgDef {
 /// A type variable and the dtypes it may take.
 #[derive(Clone, Debug)]
 pub struct TypeVar {
+    /// The name arguments refer to with [`ArgType::Var`] (`T`).
     pub name: &'static str,
+    /// The dtypes it may take (at least one). The first type variable's binding is what
+    /// kernels are chosen by ([`KernelDef::dtypes`](crate::KernelDef::dtypes)).
     pub allowed: Vec<DType>,
 }
 
@@ -70,7 +76,9 @@ impl TypeVar {
 /// The dtype and shape of a tensor, before it exists. The shape is stored inline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TensorSpec {
+    /// The element type.
     pub dtype: DType,
+    /// The dimensions (at most [`MAX_RANK`](crate::tensor::MAX_RANK)).
     pub shape: Shape,
 }
 
@@ -96,11 +104,14 @@ pub type Specs = SmallVec<[TensorSpec; 1]>;
 /// The dtype and shape of an existing input, borrowed.
 #[derive(Clone, Copy, Debug)]
 pub struct SpecRef<'a> {
+    /// The element type.
     pub dtype: DType,
+    /// The dimensions.
     pub shape: &'a [i64],
 }
 
 impl SpecRef<'_> {
+    /// An owned copy ([`TensorSpec::new`]).
     pub fn to_spec(&self) -> Result<TensorSpec> {
         TensorSpec::new(self.dtype, self.shape)
     }
@@ -125,9 +136,16 @@ impl<'a> From<&'a TensorSpec> for SpecRef<'a> {
 }
 
 /// What a shape function sees: the inputs' dtypes and shapes, and the complete attributes.
+///
+/// The inputs have passed the signature's checks when the shape function runs: their number
+/// is the declared one (at least one tensor for a variadic last input), and each type
+/// variable is bound to one dtype it allows.
 pub struct InferContext<'a> {
+    /// The op's name, for messages ([`InferContext::error`] puts it first).
     pub op: &'a str,
+    /// One per input tensor, in order (a variadic list's tensors last).
     pub inputs: &'a [SpecRef<'a>],
+    /// The attributes, complete: every declared attribute is there, defaults filled in.
     pub attrs: &'a Attrs,
 }
 
@@ -142,10 +160,17 @@ impl InferContext<'_> {
 pub type ShapeFn = Arc<dyn Fn(&InferContext) -> Result<Specs> + Send + Sync>;
 
 /// Runs other ops on the device an op was placed on: what a decomposition is written with.
+///
+/// Each op it runs is dispatched on that device with the usual fallback order (native kernel,
+/// its own decomposition, soft placement to the CPU when the run allows it), appears in the
+/// placement log with the reason `decomposed`, and may return a tensor on the CPU (soft
+/// placed). Decompositions may nest 32 levels deep; deeper is an `INTERNAL` error (a cycle).
 pub trait Emitter {
-    /// Runs `op` (dispatched on the same device, with the same fallback rules).
+    /// Runs `op`, by name (any op of the runtime), with `inputs` (on any device: copied where
+    /// needed) and `attrs`, on the decomposed op's device; returns its outputs.
     fn op(&mut self, op: &str, inputs: &[Tensor], attrs: &Attrs) -> Result<Outputs>;
-    /// A scalar of `dtype` holding `value`, on the device.
+    /// A scalar (shape `[]`) of `dtype` holding `value` converted as Rust's `as` does, on the
+    /// device.
     fn scalar(&mut self, dtype: DType, value: f64) -> Result<Tensor>;
 }
 
@@ -153,15 +178,72 @@ pub trait Emitter {
 pub type Decomposition =
     Arc<dyn Fn(&mut dyn Emitter, &[Tensor], &Attrs) -> Result<Outputs> + Send + Sync>;
 
-/// An op definition.
+/// An op definition: a name, typed inputs and outputs, attributes, a shape function and an
+/// optional decomposition.
+///
+/// A host builds one in code and registers it with
+/// [`Runtime::register_op`](crate::Runtime::register_op), or writes the op in text
+/// ([`text`], [`Runtime::register_op_text`](crate::Runtime::register_op_text)), which builds
+/// one from a signature and a body. Argument, type-variable and attribute names are
+/// `&'static str`: literals in code (a host that makes ops from data at run time leaks its
+/// strings, or uses the text form, which interns them).
+///
+/// **The contract.** Every run checks the inputs against the signature, completes the
+/// attributes, then calls the shape function, whose specs are the outputs: a kernel gets its
+/// outputs allocated from them. It returns one spec per output, of the dtype the signature
+/// gives, or an error (use [`InferContext::error`]) when the inputs do not fit. On a device
+/// without a kernel for the op, the decomposition runs there, through an [`Emitter`]; what it
+/// returns must be exactly what the shape function said (count, dtypes, shapes). For ops a
+/// host built in code, both are checked on every run (`INVALID_ARGUMENT` naming the op and
+/// the output). An op without a decomposition runs only where a kernel for it exists (with
+/// soft placement, on the CPU if it has one).
+///
+/// ```
+/// use std::sync::Arc;
+/// use devplug_core::op::{broadcast_shapes, smallvec, ArgDef, ArgType, AttrDef, AttrType, TensorSpec, TypeVar};
+/// use devplug_core::{Attrs, DType, OpDef, Runtime, RuntimeOptions, RunOptions, Tensor};
+///
+/// let rt = Runtime::new(RuntimeOptions::default())?;
+/// let arg = |name| ArgDef { name, ty: ArgType::Var("T"), list: false };
+/// let add_scaled = rt.register_op(OpDef {                    // z = x + k·y
+///     name: "app.AddScaled".into(),
+///     inputs: vec![arg("x"), arg("y")],
+///     outputs: vec![arg("z")],
+///     type_vars: vec![TypeVar { name: "T", allowed: vec![DType::F32, DType::F64] }],
+///     attrs: vec![AttrDef { name: "k", ty: AttrType::Float, default: Some(1.0.into()) }],
+///     shape_fn: Arc::new(|cx| {
+///         let (x, y) = (&cx.inputs[0], &cx.inputs[1]);
+///         let shape = broadcast_shapes(x.shape, y.shape)
+///             .ok_or_else(|| cx.error(format!("{:?} and {:?} do not broadcast", x.shape, y.shape)))?;
+///         Ok(smallvec![TensorSpec::new(x.dtype, &shape)?])
+///     }),
+///     decomposition: Some(Arc::new(|em, inputs, attrs| {
+///         let k = em.scalar(inputs[1].dtype(), attrs.float("k")?)?;
+///         let ky = em.op("Mul", &[inputs[1].clone(), k], &Attrs::new())?;
+///         em.op("Add", &[inputs[0].clone(), ky[0].clone()], &Attrs::new())
+///     })),
+/// })?;
+/// let cpu = rt.default_device();
+/// let x = Tensor::from_slice(cpu, &[2], &[1.0f32, 2.0])?;
+/// let z = rt.run1(&add_scaled, &[x.clone(), x], &Attrs::new().with("k", 0.5), &RunOptions::default())?;
+/// assert_eq!(z.to_vec::<f32>()?, [1.5, 3.0]);
+/// # Ok::<(), devplug_core::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct OpDef {
+    /// `namespace.Name` for ops hosts and plugins add (`app.Swish`); the basis ops have none.
     pub name: String,
+    /// The inputs, in order; only the last may be a list.
     pub inputs: Vec<ArgDef>,
+    /// The outputs, in order (at least one).
     pub outputs: Vec<ArgDef>,
+    /// The type variables the arguments use.
     pub type_vars: Vec<TypeVar>,
+    /// The attributes, with their defaults (`None`: required).
     pub attrs: Vec<AttrDef>,
+    /// Computes the outputs' dtypes and shapes (see the contract above).
     pub shape_fn: ShapeFn,
+    /// The op in terms of other ops, for devices without a kernel for it.
     pub decomposition: Option<Decomposition>,
 }
 
@@ -219,7 +301,8 @@ impl OpDef {
 }
 
 /// A registered op. Hosts resolve a name once and keep the handle: running an op by handle
-/// looks nothing up by string.
+/// looks nothing up by string. A handle works with the runtime that resolved it only (another
+/// runtime refuses it with `INVALID_ARGUMENT`); cloning it is cheap, and it is `Send + Sync`.
 #[derive(Clone, Debug)]
 pub struct OpHandle(pub(crate) Arc<OpEntry>);
 
@@ -373,9 +456,12 @@ impl OpHandle {
         }))
     }
 
+    /// The op's name (`MatMul`, `app.Swish`).
     pub fn name(&self) -> &str {
         &self.0.def.name
     }
+    /// The op's definition: its inputs, outputs, type variables and attributes with their
+    /// defaults; [`OpDef::signature`] writes them on one line.
     pub fn def(&self) -> &OpDef {
         &self.0.def
     }
@@ -414,7 +500,8 @@ impl OpRegistry {
         op.0.registry == self.id
     }
 
-    /// A registry holding the basis set.
+    /// A registry holding the basis set (what every runtime starts with).
+    #[doc(hidden)]
     pub fn with_basis() -> OpRegistry {
         let r = OpRegistry::default();
         for def in basis::definitions() {
@@ -427,7 +514,11 @@ impl OpRegistry {
     }
 
     /// Registers an op; refused when the name is taken or the definition is inconsistent.
-    pub fn register(&self, def: OpDef) -> Result<OpHandle> {
+    /// For the runtime's own ops and parsed op text: hosts register through
+    /// [`Runtime::register_op`](crate::Runtime::register_op) or
+    /// [`Runtime::register_op_text`](crate::Runtime::register_op_text), which also require a
+    /// namespace and check a host-built op's shape function on every run.
+    pub(crate) fn register(&self, def: OpDef) -> Result<OpHandle> {
         self.register_as(def, false)
     }
 
@@ -459,6 +550,7 @@ impl OpRegistry {
         Ok(h)
     }
 
+    /// The op named `name` (case-sensitive); `NOT_FOUND` when there is none.
     pub fn find(&self, name: &str) -> Result<OpHandle> {
         self.ops
             .read()
@@ -480,10 +572,12 @@ impl OpRegistry {
         self.ops.read().sorted.get(index).cloned()
     }
 
+    /// How many ops the registry holds.
     pub fn len(&self) -> usize {
         self.ops.read().by_name.len()
     }
 
+    /// Whether the registry holds no op (never, for a runtime's).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

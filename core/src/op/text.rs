@@ -37,11 +37,17 @@ use crate::tensor::{DType, Tensor};
 /// An op definition as text (the fields of `dpp_op_def_t`).
 #[derive(Clone, Debug, Default)]
 pub struct OpText {
+    /// `namespace.Name`, e.g. `app.Swish`.
     pub name: String,
+    /// The inputs, `,`-separated: `x: T`, `y: f32`, `inputs: T...` (a list, last only).
     pub inputs: String,
+    /// The outputs: `y: T`, `mask: bool`, `out: @dtype` (the dtype an attribute gives).
     pub outputs: String,
+    /// The type variables and the dtypes each takes: `T: {f32, f64}`.
     pub type_vars: String,
+    /// The attributes with optional defaults: `beta: float = 1.0, axes: ints`.
     pub attrs: String,
+    /// The statements, `;`-separated, over ops the runtime has: `y = Mul(x, @beta)`.
     pub body: String,
 }
 

@@ -725,8 +725,11 @@ unsafe extern "C" fn host_register_platform(
 /// A loaded plugin as hosts see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginInfo {
+    /// The name the plugin gave itself (`devplug_sim`): the kernel source `plugin 'NAME'`.
     pub name: String,
+    /// The version the plugin reports.
     pub version: String,
+    /// The file it was loaded from.
     pub path: std::path::PathBuf,
     /// The platforms it registered.
     pub platforms: Vec<String>,
@@ -737,6 +740,8 @@ pub struct PluginInfo {
 /// A plugin that failed to load, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginFailure {
+    /// The file (or search-path entry) that failed.
     pub path: std::path::PathBuf,
+    /// Why: its code and message, as the load returned it.
     pub error: Error,
 }
