@@ -163,7 +163,12 @@ fn rust_hosts_write_attributes_options_and_single_outputs_briefly() {
     let attrs = Attrs::new().with("axes", [1]).with("keep_dims", true);
     assert_eq!(attrs.get("axes"), Some(&AttrValue::Ints(vec![1])));
     let y = rt
-        .run1(&sum, &[x.clone()], &attrs, &RunOptions::on(&cpu1))
+        .run1(
+            &sum,
+            std::slice::from_ref(&x),
+            &attrs,
+            &RunOptions::on(&cpu1),
+        )
         .unwrap();
     assert_eq!((y.shape(), y.device().name()), (&[2i64, 1][..], "CPU:1"));
     assert_eq!(y.to_vec::<f32>().unwrap(), [6., 15.]);
@@ -209,7 +214,12 @@ fn rust_hosts_write_attributes_options_and_single_outputs_briefly() {
         })
         .unwrap();
     let e = rt
-        .run1(&two, &[x.clone()], &Attrs::new(), &RunOptions::default())
+        .run1(
+            &two,
+            std::slice::from_ref(&x),
+            &Attrs::new(),
+            &RunOptions::default(),
+        )
         .unwrap_err();
     assert_eq!(e.code, Code::InvalidArgument);
     assert!(
@@ -313,7 +323,7 @@ fn ops_built_in_code_are_checked_like_text_ops() {
     let run = |name: &str| {
         rt.run1(
             &rt.op(name).unwrap(),
-            &[x.clone()],
+            std::slice::from_ref(&x),
             &Attrs::new(),
             &RunOptions::default(),
         )

@@ -197,6 +197,7 @@ fn memory_a_sim_kernel_may_still_use_is_reused_only_in_stream_order() {
 
     let open = devplug_tests::hold_stream(&sim.default_stream());
     let c = run(&[a, b]); // queued behind the gate; its inputs dropped at once
+
     // SAFETY: never read (only its address is).
     let raw = unsafe { Tensor::uninit(&sim, DType::F32, &[16]) }.unwrap();
     assert!(

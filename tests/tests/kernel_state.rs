@@ -58,9 +58,16 @@ fn kernel_states_are_made_once_per_attribute_set_and_all_destroyed() {
     let x = x_cpu.copy_to(&sim).unwrap();
     let on_sim = RunOptions::on(&sim).strict();
     let reduce = |attrs: &Attrs| {
-        let y = rt.run1(&sum, &[x.clone()], attrs, &on_sim).unwrap();
+        let y = rt
+            .run1(&sum, std::slice::from_ref(&x), attrs, &on_sim)
+            .unwrap();
         let want = rt
-            .run1(&sum, &[x_cpu.clone()], attrs, &RunOptions::on(&cpu))
+            .run1(
+                &sum,
+                std::slice::from_ref(&x_cpu),
+                attrs,
+                &RunOptions::on(&cpu),
+            )
             .unwrap();
         assert_eq!(y.shape(), want.shape(), "{attrs:?}");
         assert_eq!(

@@ -162,9 +162,11 @@ fn rsims_cast_keeps_a_state_per_dtype_pair_and_equals_the_cpu() {
     let targets = [DType::I64, DType::U8, DType::Bool, DType::F16, DType::F64];
     for round in 0..2 {
         for dtype in targets {
-            let y = rt.run1(&cast, &[x.clone()], &to(dtype), &on_dev).unwrap();
+            let y = rt
+                .run1(&cast, std::slice::from_ref(&x), &to(dtype), &on_dev)
+                .unwrap();
             let want = rt
-                .run1(&cast, &[x_cpu.clone()], &to(dtype), &on_cpu)
+                .run1(&cast, std::slice::from_ref(&x_cpu), &to(dtype), &on_cpu)
                 .unwrap();
             assert_eq!(y.dtype(), dtype);
             assert_eq!(values(&y), values(&want), "f32 -> {dtype:?}, round {round}");

@@ -62,7 +62,12 @@ fn info_ops_lists_signatures_and_where_kernels_are() {
         let i = out
             .find(line)
             .unwrap_or_else(|| panic!("missing {line:?}:\n{out}"));
-        out[i + line.len()..].lines().nth(1).unwrap_or("").trim().to_string()
+        out[i + line.len()..]
+            .lines()
+            .nth(1)
+            .unwrap_or("")
+            .trim()
+            .to_string()
     };
     assert_eq!(
         after("  Add(x: T, y: T) -> (z: T) where T: {f32, f64, i32, i64, u8, f16, bf16}"),

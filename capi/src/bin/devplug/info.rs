@@ -204,10 +204,7 @@ fn print_ops(rt: &Runtime) {
         let line = match (on.is_empty(), decomposed) {
             (true, true) => "no kernel: runs as its decomposition".to_string(),
             (true, false) => "no kernel".to_string(),
-            (false, true) => format!(
-                "kernels: {}; elsewhere: its decomposition",
-                on.join(", ")
-            ),
+            (false, true) => format!("kernels: {}; elsewhere: its decomposition", on.join(", ")),
             (false, false) => format!("kernels: {}", on.join(", ")),
         };
         println!("      {line}");
