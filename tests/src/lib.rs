@@ -35,6 +35,53 @@ pub fn runtime() -> devplug_core::Runtime {
     devplug_core::Runtime::new(options()).expect("a runtime")
 }
 
+/// Every log message of the process since the first [`collect_log`].
+pub type CollectedLog = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// Collects every log message of the process, at info level and above, from now on: the
+/// process-wide log callback is installed once and shared, so tests that run at once in one
+/// process each pick out their own lines (by a platform name of their own, say).
+pub fn collect_log() -> CollectedLog {
+    static LOG: std::sync::OnceLock<CollectedLog> = std::sync::OnceLock::new();
+    LOG.get_or_init(|| {
+        let log = CollectedLog::default();
+        let l = log.clone();
+        devplug_core::log::set_level(Some(devplug_core::log::Level::Info));
+        devplug_core::log::set_callback(Some(std::sync::Arc::new(
+            move |r: &devplug_core::log::Record| l.lock().unwrap().push(r.message.to_string()),
+        )));
+        log
+    })
+    .clone()
+}
+
+/// The collected messages `pick` selects.
+pub fn log_lines(log: &CollectedLog, pick: impl Fn(&str) -> bool) -> Vec<String> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|m| pick(m))
+        .cloned()
+        .collect()
+}
+
+/// A plugin's kernel-state lines (`log_kernel_states=1`: "<prefix>created …; N live",
+/// "<prefix>destroyed; N live") that start with `prefix`, in order: (created?, live after).
+pub fn kernel_state_lines(log: &CollectedLog, prefix: &str) -> Vec<(bool, u64)> {
+    log_lines(log, |m| m.starts_with(prefix))
+        .iter()
+        .map(|m| {
+            let live = m
+                .rsplit("; ")
+                .next()
+                .and_then(|t| t.strip_suffix(" live"))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no live count in {m:?}"));
+            (m[prefix.len()..].starts_with("created"), live)
+        })
+        .collect()
+}
+
 /// The placement events a runtime has recorded, in order (see [`record_placements`]).
 pub type PlacementLog = std::sync::Arc<std::sync::Mutex<Vec<devplug_core::PlacementEvent>>>;
 

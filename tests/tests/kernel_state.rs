@@ -1,48 +1,30 @@
-//! Kernel states (plugin ABI 1.5) through the runtime, with SIM's ReduceSum, whose `create`
-//! reads its attributes once per state: one `create` per device and attribute set (in whatever
-//! order the host set the attributes), the results the CPU's, at most 64 states kept per
-//! kernel and device, and every state destroyed — in stream order, and before the device is —
-//! by the time the runtime is gone. SIM logs each state made and destroyed
-//! (`log_kernel_states=1`); the log is process-wide, so this file holds one test.
+//! Kernel states (plugin ABI 1.5) through the runtime: one `create` per device, input dtypes
+//! and attribute set (in whatever order the host set the attributes), the results the CPU's,
+//! at most 64 states kept per kernel and device, and every state destroyed — in stream order,
+//! and before the device is — by the time the runtime is gone. SIM's ReduceSum (C) and RSIM's
+//! Cast (the Rust SDK) keep states; both log each state made and destroyed
+//! (`log_kernel_states=1`), and each test picks out the lines of its own platform name.
 
-use std::sync::{Arc, Mutex};
+use devplug_core::{Attrs, DType, RunOptions, Runtime, Tensor};
+use devplug_tests::{
+    collect_log, kernel_state_lines, log_lines, options, plugin_path, record_placements, runtime,
+    CollectedLog,
+};
 
-use devplug_core::log::{self, Level, Record};
-use devplug_core::{Attrs, RunOptions, Runtime, Tensor};
-use devplug_tests::{options, plugin_path};
-
-/// SIM's lines about kernel states: (created?, live count after).
-fn state_lines(seen: &Mutex<Vec<String>>) -> Vec<(bool, u64)> {
-    seen.lock()
-        .unwrap()
-        .iter()
-        .filter(|m| m.contains("KSTATE:0: kernel ReduceSum: state"))
-        .map(|m| {
-            let live = m
-                .rsplit("; ")
-                .next()
-                .and_then(|t| t.strip_suffix(" live"))
-                .and_then(|n| n.parse().ok())
-                .unwrap_or_else(|| panic!("no live count in {m:?}"));
-            (m.contains("state created"), live)
-        })
-        .collect()
+/// SIM's lines about kernel states on KSTATE:0: (created?, live count after).
+fn state_lines(log: &CollectedLog) -> Vec<(bool, u64)> {
+    kernel_state_lines(log, "SIM KSTATE:0: kernel ReduceSum: state ")
 }
 
-fn counts(seen: &Mutex<Vec<String>>) -> (usize, usize) {
-    let lines = state_lines(seen);
+fn counts(log: &CollectedLog) -> (usize, usize) {
+    let lines = state_lines(log);
     let made = lines.iter().filter(|(c, _)| *c).count();
     (made, lines.len() - made)
 }
 
 #[test]
 fn kernel_states_are_made_once_per_attribute_set_and_all_destroyed() {
-    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let s = seen.clone();
-    log::set_level(Some(Level::Info));
-    log::set_callback(Some(Arc::new(move |r: &Record| {
-        s.lock().unwrap().push(r.message.to_string())
-    })));
+    let seen = collect_log();
     let rt = Runtime::new(options()).unwrap();
     rt.load_plugin(
         plugin_path("devplug_sim"),
@@ -116,13 +98,87 @@ fn kernel_states_are_made_once_per_attribute_set_and_all_destroyed() {
     let (made, destroyed) = counts(&seen);
     assert_eq!((made, destroyed), (81, 81), "{:?}", state_lines(&seen));
     assert_eq!(state_lines(&seen).last().unwrap().1, 0);
-    let leaks: Vec<String> = seen
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|m| m.contains("never destroyed") || m.contains("leaked"))
-        .cloned()
-        .collect();
+    let leaks = log_lines(&seen, |m| {
+        m.contains("KSTATE:") && (m.contains("never destroyed") || m.contains("leaked"))
+    });
     assert!(leaks.is_empty(), "{leaks:?}");
-    log::set_callback(None);
+}
+
+/// RSIM's Cast keeps a kernel state (plugin ABI 1.5) through the runtime: one `create` per
+/// input dtype and `dtype` attribute on the device however often it runs, the CPU's results,
+/// and every state destroyed by the time the runtime is gone, none left for RSIM to report at
+/// `destroy_device` (RSIM logs its states with `log_kernel_states=1`).
+#[test]
+fn rsims_cast_keeps_a_state_per_dtype_pair_and_equals_the_cpu() {
+    let log = collect_log();
+    let states = || kernel_state_lines(&log, "RSTATE:0: kernel Cast: state ");
+    let rt = runtime();
+    rt.load_plugin(
+        plugin_path("devplug_rust_example"),
+        &[("platform", "RSTATE"), ("log_kernel_states", "1")],
+    )
+    .unwrap();
+    let (cpu, dev) = (
+        rt.cpu_device().unwrap(),
+        rt.find_device("RSTATE:0").unwrap(),
+    );
+    let placements = record_placements(&rt);
+    let cast = rt.op("Cast").unwrap();
+    let to = |dtype: DType| Attrs::new().with("dtype", dtype);
+    let (on_dev, on_cpu) = (RunOptions::on(&dev).strict(), RunOptions::on(&cpu));
+    // A result as f64 values, cast on the CPU (exact for these values).
+    let values = |t: &Tensor| {
+        rt.run1(&cast, &[t.copy_to(&cpu).unwrap()], &to(DType::F64), &on_cpu)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap()
+    };
+    let x_cpu =
+        Tensor::from_slice(&cpu, &[2, 3], &[1.5f32, -2.7, 300.0, 0.0, 65504.0, 1e-8]).unwrap();
+    let x = x_cpu.copy_to(&dev).unwrap();
+
+    // Five attribute sets, each run twice: five states.
+    let targets = [DType::I64, DType::U8, DType::Bool, DType::F16, DType::F64];
+    for round in 0..2 {
+        for dtype in targets {
+            let y = rt
+                .run1(&cast, std::slice::from_ref(&x), &to(dtype), &on_dev)
+                .unwrap();
+            let want = rt
+                .run1(&cast, std::slice::from_ref(&x_cpu), &to(dtype), &on_cpu)
+                .unwrap();
+            assert_eq!(y.dtype(), dtype);
+            assert_eq!(values(&y), values(&want), "f32 -> {dtype:?}, round {round}");
+        }
+    }
+    // Another input dtype: another state.
+    let i = Tensor::from_slice(&dev, &[3], &[7i64, -1, 1 << 40]).unwrap();
+    let f = rt.run1(&cast, &[i], &to(DType::F32), &on_dev).unwrap();
+    assert_eq!(f.to_vec::<f32>().unwrap(), [7.0, -1.0, (1u64 << 40) as f32]);
+    dev.synchronize().unwrap();
+    assert_eq!(
+        states(),
+        (1..=6).map(|n| (true, n)).collect::<Vec<_>>(),
+        "one create per dtype pair, all kept"
+    );
+    assert!(
+        placements
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e.op == "Cast" && e.device == "RSTATE:0" && e.detail.contains("rust_example")),
+        "RSIM's own kernel ran"
+    );
+
+    // The runtime and every handle gone (the device with them): every state destroyed.
+    drop((x, x_cpu, f, on_dev, on_cpu, cast, dev, cpu));
+    drop(rt);
+    let all = states();
+    assert_eq!(all.len(), 12, "{all:?}");
+    assert_eq!(all.iter().filter(|(created, _)| !created).count(), 6);
+    assert_eq!(all.last(), Some(&(false, 0)));
+    let leaks = log_lines(&log, |m| {
+        m.starts_with("RSTATE:") && m.contains("never destroyed")
+    });
+    assert!(leaks.is_empty(), "{leaks:?}");
 }
