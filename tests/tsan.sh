@@ -41,6 +41,9 @@ nightly=(cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu)
 "${nightly[@]}" -p devplug-tests --test graph --test trace --test scope --test logging \
   --test buffer_pool
 "${nightly[@]}" -p devplug-tests --test sim -- --skip launched_work_runs_without_a_synchronize
+# Kernel states (ABI 1.5) with SIM: made on the launching thread, destroyed by host callbacks on
+# SIM's worker. (The RSIM test of the same file needs the Rust example plugin, not built here.)
+"${nightly[@]}" -p devplug-tests --test kernel_state -- kernel_states_are_made_once
 # The Rust plugin SDK's worker streams (queues, events, waits across streams, host callbacks).
 "${nightly[@]}" -p devplug-plugin-sdk --lib worker
 echo "tests/tsan.sh: no ThreadSanitizer report"
