@@ -86,6 +86,7 @@
  *   ZOO_KERNEL_COMPUTE_NULL        ... with dpp_kernel_t.compute NULL
  *   ZOO_KERNEL_CREATE_FAILS        ... with a create (ABI 1.5) that fails every time
  *   ZOO_KERNEL_DESTROY_ONLY        ... with a destroy but no create
+ *   ZOO_KERNEL_CREATE_ONLY         ... with a create (storing no state) but no destroy
  *   ZOO_OP_DEF_STRUCT_SIZE=n       with ZOO_OP_BODY: dpp_op_def_t.struct_size n
  *   ZOO_KERNEL_DTYPE=n             ... for dtype n instead of f32
  *   ZOO_KERNEL_DTYPES_NULL         ... with dtypes NULL but num_dtypes 3
@@ -1016,7 +1017,7 @@ static dpp_status_t zoo_kernel_temp(const dpp_kernel_context_t *cx) {
     return DPP_INVALID_ARGUMENT;
   }
   const dpp_host_api_t *host = d->platform->host;
-  if (host->struct_size < DPP_HOST_API_STRUCT_SIZE || host->allocate_temp == NULL) {
+  if (host->struct_size < DPP_HOST_API_STRUCT_SIZE_1_4 || host->allocate_temp == NULL) {
     return zoo_fail(d, DPP_UNIMPLEMENTED, "zoo: the host has no allocate_temp (ABI 1.4)");
   }
   uint64_t n = cx->inputs[0].byte_size;
@@ -1071,6 +1072,13 @@ static void zoo_kernel_destroy(void *kernel_data, void *state) {
   (void)state;
   fprintf(stderr, "zoo: kernel destroy called for a state that was never made\n");
   abort();
+}
+#endif
+#if defined(ZOO_KERNEL_CREATE_ONLY)
+/* ABI 1.5: a create that succeeds without storing a state (the host's NULL stays), and no
+ * destroy: the host warns at load; compute gets a NULL state. */
+static dpp_status_t zoo_kernel_create_null(const dpp_kernel_create_context_t *cx, void **out_state) {
+  return cx != NULL && out_state != NULL && *out_state == NULL ? DPP_OK : DPP_INVALID_ARGUMENT;
 }
 #endif
 #if defined(ZOO_KERNEL_CREATE_FAILS)
@@ -1133,6 +1141,8 @@ static dpp_status_t zoo_register_kernel(const dpp_host_api_t *host) {
   k.destroy = zoo_kernel_destroy;
 #elif defined(ZOO_KERNEL_DESTROY_ONLY)
   k.destroy = zoo_kernel_destroy;
+#elif defined(ZOO_KERNEL_CREATE_ONLY)
+  k.create = zoo_kernel_create_null;
 #endif
   return host->register_kernel(host->context, &k);
 }

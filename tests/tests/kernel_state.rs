@@ -8,7 +8,7 @@
 use devplug_core::{Attrs, DType, RunOptions, Runtime, Tensor};
 use devplug_tests::{
     collect_log, kernel_state_lines, log_lines, options, plugin_path, record_placements, runtime,
-    CollectedLog,
+    zoo_path, CollectedLog,
 };
 
 /// SIM's lines about kernel states on KSTATE:0: (created?, live count after).
@@ -181,4 +181,30 @@ fn rsims_cast_keeps_a_state_per_dtype_pair_and_equals_the_cpu() {
         m.starts_with("RSTATE:") && m.contains("never destroyed")
     });
     assert!(leaks.is_empty(), "{leaks:?}");
+}
+
+/// A kernel with `create` and no `destroy` loads, with a warning naming it (its states could
+/// never be freed); a `create` that stores nothing gives `compute` a NULL state, and it runs.
+#[test]
+fn a_create_without_destroy_is_warned_about_and_runs() {
+    let log = collect_log();
+    let rt = runtime();
+    rt.load_plugin(zoo_path("kernel_create_only"), &[]).unwrap();
+    let warned = log_lines(&log, |m| {
+        m.contains("plugin 'zoo_kernel_create_only': kernel Reshape on ZOO")
+            && m.contains("create is set but destroy is NULL")
+    });
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    let zoo = rt.find_device("ZOO:0").unwrap();
+    let x = Tensor::from_slice(&zoo, &[4], &[1f32, 2.0, 3.0, 4.0]).unwrap();
+    let reshape = rt.op("Reshape").unwrap();
+    let y = rt
+        .run1(
+            &reshape,
+            &[x],
+            &Attrs::new().with("shape", [2, 2]),
+            &RunOptions::on(&zoo).strict(),
+        )
+        .unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), [1., 2., 3., 4.]);
 }

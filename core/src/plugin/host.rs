@@ -431,6 +431,12 @@ impl HostContext {
                 "is set but create is NULL (destroy frees what create made)".into(),
             ));
         }
+        if k.create.is_some() && k.destroy.is_none() {
+            crate::log::warn(&format!(
+                "plugin '{plugin}': {who}: dpp_kernel_t.create is set but destroy is NULL: the \
+                 host cannot free the states create makes (each one leaks unless it is NULL)"
+            ));
+        }
         let (own, of_type): (Vec<String>, Option<String>) = {
             let pending = self.pending.lock();
             let own = pending

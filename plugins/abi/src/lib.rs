@@ -313,8 +313,8 @@ pub struct dpp_kernel_context_t {
     /// `dpp_kernel_t::kernel_data`.
     pub kernel_data: *mut c_void,
     /// (1.5; read it when `struct_size >= DPP_KERNEL_CONTEXT_STRUCT_SIZE`) What the kernel's
-    /// `create` returned for this device, these input dtypes and these attributes; NULL when
-    /// the kernel has no `create`.
+    /// `create` stored for this device, these input dtypes and these attributes; NULL when
+    /// the kernel has no `create` or its `create` stored NULL (or left `*out_state` alone).
     pub state: *mut c_void,
 }
 
@@ -373,7 +373,7 @@ pub struct dpp_kernel_t {
     /// of input dtypes and one set of attributes (TensorFlow's kernel `create`, XLA FFI's
     /// instantiate): read and check the attributes, build what every launch with them can
     /// share (a compiled variant, a descriptor, normalized parameters) and store it in
-    /// `*out_state` (NULL is allowed). The host calls it before the first `compute` with a
+    /// `*out_state`, which the host sets to NULL before the call (NULL is allowed). The host calls it before the first `compute` with a
     /// new combination and passes the state in `dpp_kernel_context_t::state` to every
     /// `compute` with it; a failure (after `set_error`) fails that op run, and the next run
     /// calls `create` again. The host keeps a bounded number of states per kernel and device
@@ -385,7 +385,8 @@ pub struct dpp_kernel_t {
             out_state: *mut *mut c_void,
         ) -> dpp_status_t,
     >,
-    /// (1.5) Optional (required with `create` when states hold resources). Frees a state
+    /// (1.5) Optional (with `create`: the host warns at load when a kernel has `create` and no
+    /// `destroy`, as its states could never be freed). Frees a state
     /// `create` made (what it stored in `*out_state`, NULL included), once for each: after the device's stream reached every launch that used
     /// it, and before the device is destroyed. Any thread (a stream's worker, when the host
     /// lets a state go while its work is queued); no lock of the host is held.
@@ -749,7 +750,11 @@ pub const DPP_HOST_API_STRUCT_SIZE_1_1: usize = 112;
 /// Size of `dpp_host_api_t` in ABI 1.2 and 1.3 (what a plugin may rely on for `register_op`
 /// and `attr_string`).
 pub const DPP_HOST_API_STRUCT_SIZE_1_2: usize = 128;
-/// Size of `dpp_host_api_t` in ABI 1.4 (`allocate_temp`).
+/// Size of `dpp_host_api_t` in ABI 1.4 and 1.5 (what a plugin may rely on for
+/// `allocate_temp`): compare with this, not with `DPP_HOST_API_STRUCT_SIZE`, which grows with
+/// the header.
+pub const DPP_HOST_API_STRUCT_SIZE_1_4: usize = 136;
+/// Size of `dpp_host_api_t` in this header (ABI 1.5; unchanged since 1.4).
 pub const DPP_HOST_API_STRUCT_SIZE: usize = 136;
 /// Size of `dpp_op_def_t` in ABI 1.2 to 1.4.
 pub const DPP_OP_DEF_STRUCT_SIZE: usize = 64;
@@ -799,9 +804,10 @@ mod tests {
             offset_of!(dpp_host_api_t, attr_string) + 8
         );
         assert_eq!(
-            DPP_HOST_API_STRUCT_SIZE,
+            DPP_HOST_API_STRUCT_SIZE_1_4,
             offset_of!(dpp_host_api_t, allocate_temp) + 8
         );
+        assert_eq!(DPP_HOST_API_STRUCT_SIZE, size_of::<dpp_host_api_t>());
         assert_eq!(DPP_OP_DEF_STRUCT_SIZE, offset_of!(dpp_op_def_t, body) + 8);
         assert_eq!(
             DPP_TENSOR_STRUCT_SIZE,
