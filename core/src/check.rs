@@ -42,6 +42,32 @@ pub enum Step {
 /// Loads the plugin at `path` with `options` and runs every check, reporting each step to
 /// `report`. True when every check passed.
 pub fn check_plugin(path: &Path, options: &[(&str, &str)], report: &mut dyn FnMut(Step)) -> bool {
+    // Errors plugins log while the checks run (a state never destroyed, a leak at
+    // destroy_device) fail the last check; every record is still shown as it comes.
+    let logged = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let seen = logged.clone();
+    let previous = crate::log::set_callback(Some(Arc::new(move |r: &crate::log::Record| {
+        // As the default sink prints them.
+        if r.source == "devplug" {
+            eprintln!("[devplug {:?}] {}", r.level, r.message);
+        } else {
+            eprintln!("[devplug {:?}] {}: {}", r.level, r.source, r.message);
+        }
+        if r.level == crate::log::Level::Error && r.source != "devplug" {
+            seen.lock().push(format!("{}: {}", r.source, r.message));
+        }
+    })));
+    let ok = check_plugin_logged(path, options, report, &logged);
+    crate::log::set_callback(previous);
+    ok
+}
+
+fn check_plugin_logged(
+    path: &Path,
+    options: &[(&str, &str)],
+    report: &mut dyn FnMut(Step),
+    logged: &parking_lot::Mutex<Vec<String>>,
+) -> bool {
     let mut checker = Checker { report, ok: true };
     let rt = match Runtime::new(RuntimeOptions {
         discover_from_env: false,
@@ -90,10 +116,23 @@ pub fn check_plugin(path: &Path, options: &[(&str, &str)], report: &mut dyn FnMu
             checker.kernel(&rt, dev, k);
         }
     }
+    // The devices go with the runtime (what their plugin reports at destroy_device, a leak,
+    // comes before the last check).
+    drop((devices, kernels));
     checker.run("unload", || {
         rt.synchronize()?;
         drop(rt);
         Ok(())
+    });
+    checker.run("the plugin logged no error", || {
+        let logged = logged.lock();
+        match logged.first() {
+            None => Ok(()),
+            Some(first) => Err(Error::internal(format!(
+                "{} error(s) logged during the checks, the first: {first}",
+                logged.len()
+            ))),
+        }
     });
     checker.ok
 }

@@ -87,6 +87,8 @@
  *   ZOO_KERNEL_CREATE_FAILS        ... with a create (ABI 1.5) that fails every time
  *   ZOO_KERNEL_DESTROY_ONLY        ... with a destroy but no create
  *   ZOO_KERNEL_CREATE_ONLY         ... with a create (storing no state) but no destroy
+ *   ZOO_LOG_ERROR_AT_DESTROY       destroy_device logs an error (a leak of its own, as a
+ *                                  plugin reports one)
  *   ZOO_OP_DEF_STRUCT_SIZE=n       with ZOO_OP_BODY: dpp_op_def_t.struct_size n
  *   ZOO_KERNEL_DTYPE=n             ... for dtype n instead of f32
  *   ZOO_KERNEL_DTYPES_NULL         ... with dtypes NULL but num_dtypes 3
@@ -800,6 +802,10 @@ ZOO_MAYBE_UNUSED static void zoo_destroy_device(void *platform_data, dpp_device_
     return;
   }
   zoo_device *d = zoo_dev(device->device_data);
+#if defined(ZOO_LOG_ERROR_AT_DESTROY)
+  /* As a plugin that finds a leak of its own reports it: an error in the host's log. */
+  pd->host->log(pd->host->context, DPP_LOG_ERROR, "zoo: a device resource leaked (on purpose)");
+#endif
   if (d != NULL) {
     d->magic = 0;
     free(d->arena);

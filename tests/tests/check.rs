@@ -277,6 +277,24 @@ fn host_callbacks_that_never_run_are_named() {
     assert!(!out.contains("out of order"), "{out}");
 }
 
+/// A plugin that logs an error of its own during the checks (a leak it found at
+/// destroy_device) does not conform, however its functions answered: the last check names the
+/// error. The sample plugins log none (`the_sample_plugins_conform`).
+#[test]
+fn an_error_the_plugin_logs_fails_the_check() {
+    let (code, out) = check(&zoo_path("log_error_at_destroy"), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "FAILED  the plugin logged no error: INTERNAL: 1 error(s) logged during the checks, \
+             the first: plugin 'zoo_log_error_at_destroy': zoo: a device resource leaked (on \
+             purpose)"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("1 failed: does NOT conform"), "{out}");
+}
+
 #[test]
 fn a_plugin_that_does_not_load_fails_the_load_check() {
     let (code, out) = check(&zoo_path("init_error"), &[]);
