@@ -35,6 +35,47 @@ pub fn runtime() -> devplug_core::Runtime {
     devplug_core::Runtime::new(options()).expect("a runtime")
 }
 
+/// A zoo variant whose kernel is a `Reshape` on `ZOO:0` (the kernel-state variants), loaded
+/// into a runtime of its own, with `[1, 2, 3, 4]` (f32) on the device to reshape to `[2, 2]`.
+pub struct ZooReshape {
+    pub rt: devplug_core::Runtime,
+    pub zoo: std::sync::Arc<devplug_core::Device>,
+    pub x: devplug_core::Tensor,
+    pub reshape: devplug_core::OpHandle,
+    /// `shape = [2, 2]`.
+    pub attrs: devplug_core::Attrs,
+}
+
+impl ZooReshape {
+    /// Loads zoo `variant` (which must load).
+    pub fn load(variant: &str) -> ZooReshape {
+        let rt = runtime();
+        rt.load_plugin(zoo_path(variant), &[])
+            .expect("the zoo variant loads");
+        let zoo = rt.find_device("ZOO:0").expect("ZOO:0");
+        let x = devplug_core::Tensor::from_slice(&zoo, &[4], &[1f32, 2.0, 3.0, 4.0]).expect("x");
+        let reshape = rt.op("Reshape").expect("Reshape");
+        let attrs = devplug_core::Attrs::new().with("shape", [2, 2]);
+        ZooReshape {
+            rt,
+            zoo,
+            x,
+            reshape,
+            attrs,
+        }
+    }
+
+    /// The Reshape run strictly on ZOO:0 (its kernel or an error).
+    pub fn run_on_zoo(&self) -> devplug_core::Result<devplug_core::Tensor> {
+        self.rt.run1(
+            &self.reshape,
+            std::slice::from_ref(&self.x),
+            &self.attrs,
+            &devplug_core::RunOptions::on(&self.zoo).strict(),
+        )
+    }
+}
+
 /// Every log message of the process since the first [`collect_log`].
 pub type CollectedLog = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
 

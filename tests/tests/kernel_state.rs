@@ -8,7 +8,7 @@
 use devplug_core::{Attrs, DType, RunOptions, Runtime, Tensor};
 use devplug_tests::{
     collect_log, kernel_state_lines, log_lines, options, plugin_path, record_placements, runtime,
-    zoo_path, CollectedLog,
+    CollectedLog, ZooReshape,
 };
 
 /// SIM's lines about kernel states on KSTATE:0: (created?, live count after).
@@ -188,23 +188,12 @@ fn rsims_cast_keeps_a_state_per_dtype_pair_and_equals_the_cpu() {
 #[test]
 fn a_create_without_destroy_is_warned_about_and_runs() {
     let log = collect_log();
-    let rt = runtime();
-    rt.load_plugin(zoo_path("kernel_create_only"), &[]).unwrap();
+    let z = ZooReshape::load("kernel_create_only");
     let warned = log_lines(&log, |m| {
         m.contains("plugin 'zoo_kernel_create_only': kernel Reshape on ZOO")
             && m.contains("create is set but destroy is NULL")
     });
     assert_eq!(warned.len(), 1, "{warned:?}");
-    let zoo = rt.find_device("ZOO:0").unwrap();
-    let x = Tensor::from_slice(&zoo, &[4], &[1f32, 2.0, 3.0, 4.0]).unwrap();
-    let reshape = rt.op("Reshape").unwrap();
-    let y = rt
-        .run1(
-            &reshape,
-            &[x],
-            &Attrs::new().with("shape", [2, 2]),
-            &RunOptions::on(&zoo).strict(),
-        )
-        .unwrap();
+    let y = z.run_on_zoo().unwrap();
     assert_eq!(y.to_vec::<f32>().unwrap(), [1., 2., 3., 4.]);
 }

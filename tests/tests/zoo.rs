@@ -18,7 +18,7 @@ use devplug_core::{
     Attrs, Code, DevicePtr, Error, EventStatus, PluginFailure, RunOptions, Runtime, RuntimeOptions,
     Tensor,
 };
-use devplug_tests::{runtime, zoo_path, TempDir};
+use devplug_tests::{runtime, zoo_path, TempDir, ZooReshape};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -670,23 +670,10 @@ fn a_status_a_call_should_not_return_is_mapped_and_its_message_kept() {
 /// plugin's destroy, which aborts if called, never is); the runtime goes on.
 #[test]
 fn a_kernel_whose_create_fails_fails_the_run_each_time() {
-    let rt = runtime();
-    rt.load_plugin(zoo_path("kernel_create_fails"), &[])
-        .unwrap();
-    let zoo = rt.find_device("ZOO:0").unwrap();
-    let x = Tensor::from_slice(&zoo, &[4], &[1f32, 2.0, 3.0, 4.0]).unwrap();
-    let held = zoo.memory_stats().active_allocs;
-    let reshape = rt.op("Reshape").unwrap();
-    let attrs = Attrs::new().with("shape", [2, 2]);
+    let z = ZooReshape::load("kernel_create_fails");
+    let held = z.zoo.memory_stats().active_allocs;
     for _ in 0..2 {
-        let e = rt
-            .run1(
-                &reshape,
-                std::slice::from_ref(&x),
-                &attrs,
-                &RunOptions::on(&zoo).strict(),
-            )
-            .unwrap_err();
+        let e = z.run_on_zoo().unwrap_err();
         assert_eq!(e.code, Code::Unimplemented, "{e}");
         for part in [
             "Reshape on ZOO:0",
@@ -695,20 +682,20 @@ fn a_kernel_whose_create_fails_fails_the_run_each_time() {
         ] {
             assert!(e.message.contains(part), "'{part}' is not named: {e}");
         }
-        zoo.synchronize().unwrap();
+        z.zoo.synchronize().unwrap();
         assert_eq!(
-            zoo.memory_stats().active_allocs,
+            z.zoo.memory_stats().active_allocs,
             held,
             "the failed run left memory"
         );
     }
     // The runtime goes on: the CPU runs the op.
-    let cpu = rt.find_device("CPU:0").unwrap();
-    let y = rt
-        .run1(
-            &reshape,
-            &[x.copy_to(&cpu).unwrap()],
-            &attrs,
+    let cpu = z.rt.find_device("CPU:0").unwrap();
+    let y =
+        z.rt.run1(
+            &z.reshape,
+            &[z.x.copy_to(&cpu).unwrap()],
+            &z.attrs,
             &RunOptions::on(&cpu),
         )
         .unwrap();
@@ -719,15 +706,7 @@ fn a_kernel_whose_create_fails_fails_the_run_each_time() {
 /// no `create` past it (the variant's would fail every run), and the kernel runs.
 #[test]
 fn a_kernel_struct_of_abi_1_4_is_read_as_far_as_it_reaches() {
-    let rt = runtime();
-    rt.load_plugin(zoo_path("kernel_size_1_4"), &[]).unwrap();
-    let zoo = rt.find_device("ZOO:0").unwrap();
-    let x = Tensor::from_slice(&zoo, &[4], &[1f32, 2.0, 3.0, 4.0]).unwrap();
-    let reshape = rt.op("Reshape").unwrap();
-    let attrs = Attrs::new().with("shape", [2, 2]);
-    let y = rt
-        .run1(&reshape, &[x], &attrs, &RunOptions::on(&zoo).strict())
-        .unwrap();
+    let y = ZooReshape::load("kernel_size_1_4").run_on_zoo().unwrap();
     assert_eq!(y.shape(), &[2, 2]);
     assert_eq!(y.to_vec::<f32>().unwrap(), [1., 2., 3., 4.]);
 }

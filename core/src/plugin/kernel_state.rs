@@ -144,8 +144,6 @@ struct Inner {
     entries: HashMap<u64, Vec<Entry>>,
     /// Counts lookups, for least-recently-used order.
     clock: u64,
-    /// Set when the device is going: no state is kept after that.
-    closed: bool,
 }
 
 impl KernelStates {
@@ -171,7 +169,6 @@ impl KernelStates {
         let mut inner = self.inner.lock();
         inner.clock += 1;
         let now = inner.clock;
-        let closed = inner.closed;
         let mine = inner.entries.entry(key.kernel).or_default();
         let (kept, unused) = if let Some(e) = mine
             .iter_mut()
@@ -179,9 +176,6 @@ impl KernelStates {
         {
             e.last_use = now;
             (e.state.clone(), Some(Arc::new(state)))
-        } else if closed {
-            // The device is going: the state serves this launch only.
-            (Arc::new(state), None)
         } else {
             let mut evicted = None;
             if mine.len() >= STATES_PER_KERNEL {
@@ -206,16 +200,9 @@ impl KernelStates {
         kept
     }
 
-    /// Lets every state go (the device is going and its work is done): the plugin destroys
-    /// them now, before the device (their `Weak` to it no longer upgrades). Later states serve
-    /// one launch each.
-    pub(crate) fn release_all(&self) {
-        let entries = {
-            let mut inner = self.inner.lock();
-            inner.closed = true;
-            std::mem::take(&mut inner.entries)
-        };
-        // Dropped outside the lock: each last reference calls the plugin's `destroy`.
-        drop(entries);
+    /// Lets every state go, from the device's drop (its work done, no launch left): the plugin
+    /// destroys them now, before the device (their `Weak` to it no longer upgrades).
+    pub(crate) fn release_all(&mut self) {
+        drop(std::mem::take(&mut self.inner.get_mut().entries));
     }
 }
