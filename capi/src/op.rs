@@ -600,7 +600,9 @@ fn call(cb: &Callback, e: &PlacementEvent) {
 }
 
 /// Installs the placement-log callback (`fn` NULL removes it). The previous callback's `drop`
-/// is called. The log is also written to standard error when `DEVPLUG_LOG_PLACEMENT=1`.
+/// is called. The log is also written to standard error when `DEVPLUG_LOG_PLACEMENT=1`. The
+/// callback may run ops; theirs are not reported to it (they would call it again, without
+/// end).
 ///
 /// # Safety
 /// `runtime` is a runtime handle; `fn` may be called from any thread that runs ops, with

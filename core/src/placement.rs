@@ -125,7 +125,9 @@ impl PlacementLog {
         }
     }
 
-    /// Reports `event` as the runtime does (standard error and the host's callback).
+    /// Reports `event` as the runtime does (standard error and the host's callback). An event
+    /// raised while this log's callback runs on this thread (an op the callback itself ran) is
+    /// not passed to the callback: it would call it again, without end.
     #[doc(hidden)]
     pub fn record(&self, event: PlacementEvent) {
         if self.to_stderr {
@@ -133,7 +135,39 @@ impl PlacementLog {
         }
         let cb = self.callback.read().clone();
         if let Some(cb) = cb {
-            cb(&event);
+            if let Some(_inside) = Inside::enter(self) {
+                cb(&event);
+            }
         }
+    }
+}
+
+thread_local! {
+    /// The logs whose callback runs on this thread (a callback may run ops of another
+    /// runtime, whose callback may run ops of the first: each log is listed once).
+    static INSIDE: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Marks a log's callback as running on this thread until dropped (also when it panics).
+struct Inside(usize);
+
+impl Inside {
+    /// `None` when `log`'s callback already runs on this thread.
+    fn enter(log: &PlacementLog) -> Option<Inside> {
+        let key = log as *const PlacementLog as usize;
+        INSIDE.with_borrow_mut(|v| {
+            if v.contains(&key) {
+                None
+            } else {
+                v.push(key);
+                Some(Inside(key))
+            }
+        })
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        INSIDE.with_borrow_mut(|v| v.retain(|&k| k != self.0));
     }
 }

@@ -754,9 +754,11 @@ impl Runtime {
     ///   [`Runtime::run`], [`Graph::run`](crate::Graph::run), [`Runtime::variable`], …), during
     ///   that call; calls from several threads may overlap, so it must be `Send + Sync`.
     /// - **Calling back:** no lock of the runtime is held while it runs, so it may call any
-    ///   method of the runtime, this one included. An op it runs is logged too, and calls it
-    ///   again: guard against recursion. A callback that owns an `Arc<Runtime>` keeps the
-    ///   runtime alive (the runtime holds the callback): capture a `Weak` instead.
+    ///   method of the runtime, this one included. The ops it runs are not reported to it
+    ///   (they would call it again, without end; `DEVPLUG_LOG_PLACEMENT=1` still prints
+    ///   them); another runtime's callback sees the ops it runs there. A callback that owns
+    ///   an `Arc<Runtime>` keeps the runtime alive (the runtime holds the callback): capture a
+    ///   `Weak` instead.
     /// - **Panics:** a panic in it unwinds out of the call that logged the event (the op's
     ///   outputs are lost); the runtime stays consistent and later ops run normally.
     ///

@@ -49,6 +49,49 @@ fn add_broadcasts_and_reports_its_placement() {
     assert!(ev[0].detail.contains("built-in"));
 }
 
+/// A callback that runs ops is not called for the events of those ops (it would call itself
+/// without end); another runtime's callback still is, and so is this one for the next op.
+#[test]
+fn a_placement_callback_that_runs_ops_is_not_called_for_them() {
+    let rt = Arc::new(runtime());
+    let other = Arc::new(runtime());
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (s, w) = (seen.clone(), Arc::downgrade(&rt));
+    let o = Arc::downgrade(&other);
+    rt.set_placement_callback(Some(Arc::new(move |ev: &PlacementEvent| {
+        s.lock().unwrap().push(format!("rt: {}", ev.op));
+        let (Some(rt), Some(other)) = (w.upgrade(), o.upgrade()) else {
+            return;
+        };
+        // An op on this runtime from inside its own callback, and one on another runtime.
+        let x = f32s(&rt, &[2], &[1., 2.]);
+        let y = run(&rt, "Neg", &[x], Attrs::new()).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), [-1., -2.]);
+        let x = f32s(&other, &[2], &[1., 2.]);
+        run(&other, "Exp", &[x], Attrs::new()).unwrap();
+    })));
+    let s = seen.clone();
+    let r = Arc::downgrade(&rt);
+    other.set_placement_callback(Some(Arc::new(move |ev: &PlacementEvent| {
+        s.lock().unwrap().push(format!("other: {}", ev.op));
+        // Back into the first runtime, whose callback is running on this thread.
+        if let Some(rt) = r.upgrade() {
+            let x = f32s(&rt, &[1], &[4.]);
+            run(&rt, "Sqrt", &[x], Attrs::new()).unwrap();
+        }
+    })));
+    let a = f32s(&rt, &[2], &[1., 2.]);
+    run(&rt, "Add", &[a.clone(), a.clone()], Attrs::new()).unwrap();
+    assert_eq!(*seen.lock().unwrap(), ["rt: Add", "other: Exp"]);
+    run(&rt, "Mul", &[a.clone(), a], Attrs::new()).unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ["rt: Add", "other: Exp", "rt: Mul", "other: Exp"]
+    );
+    rt.set_placement_callback(None);
+    other.set_placement_callback(None);
+}
+
 #[test]
 fn bad_inputs_name_the_op_and_operand() {
     let rt = runtime();

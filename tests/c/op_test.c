@@ -1739,6 +1739,57 @@ static void test_placement_callback(void) {
     CHECK(cb_d.drops == 2);
 }
 
+/* A callback that runs an op is not called again for that op's event (it would call itself
+ * without end); the op's result is right, and the next op outside the callback is reported. */
+typedef struct reentry {
+    dp_runtime_t *rt;
+    int calls, ran, ok;
+    char ops[8][32];
+} reentry;
+
+static void on_place_run(const dp_placement_event_t *e, void *user_data) {
+    reentry *r = (reentry *)user_data;
+    static const double v[] = {1, 2};
+    if (r->calls < 8) snprintf(r->ops[r->calls], sizeof r->ops[0], "%s", e->op);
+    r->calls++;
+    if (r->calls > 8) return; /* a runaway recursion would end here, and fail below */
+    {
+        dp_tensor_t *in = MK_ON(find_device(r->rt, "CPU:0"), DP_DTYPE_F32, S1(2), v);
+        dp_tensor_t *out = NULL;
+        dp_op_t *neg = NULL;
+        float got[2] = {0, 0};
+        if (dp_runtime_find_op(r->rt, "Neg", &neg) == DP_OK &&
+            dp_op_run(r->rt, neg, &in, 1, NULL, NULL, &out, 1, NULL) == DP_OK &&
+            dp_tensor_read(out, got, sizeof got) == DP_OK && got[0] == -1.0f && got[1] == -2.0f)
+            r->ok++;
+        r->ran++;
+        dp_tensor_release(out);
+        dp_tensor_release(in);
+    }
+}
+
+static void test_placement_callback_runs_ops(void) {
+    static const double v[] = {1, 2, 3};
+    static const double w[] = {2, 4, 6};
+    static reentry r;
+    dp_runtime_t *rt = new_runtime(1);
+    dp_tensor_t *ins[2];
+    SECTION("placement callback that runs ops: not called for them, no recursion");
+    memset(&r, 0, sizeof r);
+    r.rt = rt;
+    CHECK_OK(dp_runtime_set_placement_callback(rt, on_place_run, &r, NULL));
+    ins[0] = MK_ON(find_device(rt, "CPU:0"), DP_DTYPE_F32, S1(3), v);
+    ins[1] = MK_ON(find_device(rt, "CPU:0"), DP_DTYPE_F32, S1(3), v);
+    EXPECT(RUN_OPT(rt, "Add", ins, 2, NULL, NULL), DP_DTYPE_F32, S1(3), w, 0, "Add");
+    CHECK(r.calls == 1 && r.ran == 1 && r.ok == 1);
+    CHECK(strcmp(r.ops[0], "Add") == 0);
+    EXPECT(RUN_OPT(rt, "Add", ins, 2, NULL, NULL), DP_DTYPE_F32, S1(3), w, 0, "Add again");
+    CHECK(r.calls == 2 && r.ok == 2);
+    CHECK(strcmp(r.ops[1], "Add") == 0);
+    release_all(ins, 2);
+    dp_runtime_destroy(rt);
+}
+
 /* Inputs on another device than the op's are copied there ("input copied"). */
 static void test_input_copied(void) {
     static const double x[] = {1, 2, 3, 4};
@@ -2067,6 +2118,7 @@ int main(void) {
     test_run_api();
     g_check_log = 1;
     test_placement_callback();
+    test_placement_callback_runs_ops();
     test_input_copied();
     test_sim_without_kernels();
     test_sim_default();

@@ -2015,7 +2015,7 @@ class Runtime {
    *        function removes it. It runs on the thread that ran the op (on several at once when
    *        several threads run ops); the event's strings (`op`, `device`, `reason`, `detail`)
    *        are never NULL (`detail` may be empty) and valid during the call only. Exceptions it
-   *        throws are caught and dropped.
+   *        throws are caught and dropped. It may run ops; theirs are not reported to it.
    */
   void set_placement_callback(std::function<void(const dp_placement_event_t&)> fn) {
     if (!fn) {
