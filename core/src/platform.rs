@@ -21,7 +21,9 @@ pub struct PlatformInfo {
     pub device_type: String,
     /// Among platforms of one device type, the highest priority is what `TYPE:i` means.
     pub priority: i32,
+    /// Who makes the devices (free text, e.g. `devplug`, `NVIDIA`).
     pub vendor: String,
+    /// The platform's own version (free text, e.g. `0.1.0` or a driver version).
     pub version: String,
     /// Device memory is host memory: the runtime may dereference device pointers.
     pub host_visible: bool,
@@ -32,8 +34,11 @@ pub struct PlatformInfo {
 /// What a device says about itself.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceDescription {
+    /// The hardware's name (e.g. `NVIDIA H100 80GB HBM3`, the CPU's model name).
     pub hardware_name: String,
+    /// Who makes the hardware.
     pub vendor: String,
+    /// The PCI bus id (`0000:3b:00.0`), empty when there is none.
     pub pci_bus_id: String,
     /// Physical memory in bytes (0 when unknown).
     pub total_memory: u64,
@@ -45,7 +50,9 @@ pub struct DeviceDescription {
 
 /// One implementation of devices.
 pub trait Platform: Send + Sync {
+    /// Its name, device type, priority and flags; the same value for the platform's life.
     fn info(&self) -> &PlatformInfo;
+    /// How many devices it has (fixed when the runtime registers the platform).
     fn device_count(&self) -> usize;
     /// Creates the executor of device `ordinal` (`0..device_count()`); called once per device.
     fn create_executor(&self, ordinal: usize) -> Result<Arc<dyn StreamExecutor>>;
@@ -62,7 +69,9 @@ pub type HostFn = Box<dyn FnOnce() + Send + 'static>;
 /// cached blocks included, and its largest free block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AllocatorFigures {
+    /// Bytes the allocator holds from the device, in use or cached.
     pub bytes_reserved: u64,
+    /// The largest allocation that could succeed now without asking the device for more.
     pub largest_free_block: u64,
 }
 
@@ -83,10 +92,15 @@ pub enum EventStatus {
 /// `_async` ones until the stream has reached the operation. Device pointers and sizes have
 /// been checked by the caller against live allocations.
 pub trait StreamExecutor: Send + Sync {
+    /// What the device says about itself; the same value for the executor's life.
     fn description(&self) -> &DeviceDescription;
 
     // ---- memory ----
+    /// `size` bytes of device memory; `RESOURCE_EXHAUSTED` when the device has
+    /// no room.
     fn allocate(&self, size: u64) -> Result<DevicePtr>;
+    /// Frees what [`allocate`](Self::allocate) returned for `size`; no stream uses it any
+    /// more (the core orders frees after the work that used the memory).
     fn deallocate(&self, ptr: DevicePtr, size: u64);
     /// Pinned host memory usable for fast async copies.
     fn host_allocate(&self, size: u64) -> Result<*mut u8>;
@@ -108,10 +122,13 @@ pub trait StreamExecutor: Send + Sync {
     /// # Safety
     /// `dst` is valid for writes of `size` bytes.
     unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: DevicePtr, size: u64) -> Result<()>;
+    /// Copies `size` bytes between two allocations of this device, done when it returns.
     fn memcpy_dtod(&self, dst: DevicePtr, src: DevicePtr, size: u64) -> Result<()>;
+    /// Sets `size` bytes at `dst` to `value`, done when it returns.
     fn memset(&self, dst: DevicePtr, value: u8, size: u64) -> Result<()>;
 
     // ---- streams ----
+    /// A new stream: work enqueued on it runs in order, asynchronously to the caller.
     fn create_stream(&self) -> Result<RawStream>;
     /// The device's default stream. Platforms may make it synchronous.
     fn create_default_stream(&self) -> Result<RawStream> {
@@ -123,6 +140,8 @@ pub trait StreamExecutor: Send + Sync {
     fn stream_is_synchronous(&self, _stream: &RawStream) -> bool {
         false
     }
+    /// Waits until the stream has reached everything enqueued on it; the stream's first
+    /// error, if any.
     fn synchronize_stream(&self, stream: &RawStream) -> Result<()>;
     /// Work enqueued on `stream` after this call waits for all work enqueued on `other` before it.
     fn stream_wait_stream(&self, stream: &RawStream, other: &RawStream) -> Result<()>;
@@ -144,6 +163,7 @@ pub trait StreamExecutor: Send + Sync {
         src: DevicePtr,
         size: u64,
     ) -> Result<()>;
+    /// [`memcpy_dtod`](Self::memcpy_dtod) in stream order.
     fn memcpy_dtod_async(
         &self,
         stream: &RawStream,
@@ -151,26 +171,34 @@ pub trait StreamExecutor: Send + Sync {
         src: DevicePtr,
         size: u64,
     ) -> Result<()>;
+    /// [`memset`](Self::memset) in stream order.
     fn memset_async(&self, stream: &RawStream, dst: DevicePtr, value: u8, size: u64) -> Result<()>;
     /// Runs `f` exactly once after all earlier work of `stream`. When enqueueing fails the
     /// executor drops `f` without running it and returns the error.
     fn host_callback(&self, stream: &RawStream, f: HostFn) -> Result<()>;
 
     // ---- events ----
+    /// A new event, [`Complete`](EventStatus::Complete) until recorded.
     fn create_event(&self) -> Result<RawEvent>;
+    /// Releases an event; a stream may still have its record or a wait for it queued.
     fn destroy_event(&self, event: RawEvent);
+    /// Marks the point of `stream` reached after everything enqueued on it so far: the event
+    /// is [`Pending`](EventStatus::Pending) until the stream gets there.
     fn record_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()>;
+    /// Whether the stream reached the event's last record.
     fn event_status(&self, event: &RawEvent) -> Result<EventStatus>;
+    /// Work enqueued on `stream` after this call waits until the event is reached.
     fn stream_wait_event(&self, stream: &RawStream, event: &RawEvent) -> Result<()>;
+    /// Waits until the event is reached; an error when its stream failed before it.
     fn event_synchronize(&self, event: &RawEvent) -> Result<()>;
-    /// The device's time, in nanoseconds, from reaching `start` to reaching `end` (negative
-    /// when `end` was reached first). `FAILED_PRECONDITION` when either was never recorded or
-    /// is not reached yet; `UNIMPLEMENTED` when the device does not time its events.
     /// Whether [`event_elapsed_ns`](Self::event_elapsed_ns) can succeed (the trace brackets
     /// kernels with events only on devices that time them).
     fn times_events(&self) -> bool {
         false
     }
+    /// The device's time, in nanoseconds, from reaching `start` to reaching `end` (negative
+    /// when `end` was reached first). `FAILED_PRECONDITION` when either was never recorded or
+    /// is not reached yet; `UNIMPLEMENTED` when the device does not time its events.
     fn event_elapsed_ns(&self, _start: &RawEvent, _end: &RawEvent) -> Result<i64> {
         Err(Error::unimplemented("its platform does not time events"))
     }

@@ -36,9 +36,12 @@ pub struct HostPlatform {
 }
 
 impl HostPlatform {
+    /// The platform's name, as device names like `HOST:0` show it.
     pub const NAME: &'static str = "HOST";
+    /// Its device type: `CPU:0` is its first device.
     pub const DEVICE_TYPE: &'static str = "CPU";
 
+    /// The platform with `device_count` CPU devices (the runtime's `cpu_device_count`).
     pub fn new(device_count: usize) -> HostPlatform {
         HostPlatform {
             info: PlatformInfo {

@@ -38,6 +38,8 @@ struct DirectState {
 }
 
 impl DirectAllocator {
+    /// An allocator that passes every request to `raw`, refusing those that would take its
+    /// bytes in use over `limit`.
     pub fn new(raw: Arc<dyn RawAllocator>, limit: Option<u64>) -> DirectAllocator {
         DirectAllocator {
             raw,
@@ -117,6 +119,7 @@ impl DirectAllocator {
         }
     }
 
+    /// Starts the peak of bytes in use again from the bytes in use now.
     pub fn reset_peak(&self) {
         let mut state = self.state.lock();
         state.peak_bytes_in_use = state.bytes_in_use;

@@ -75,6 +75,7 @@ pub struct TraceEvent {
     /// The op; for a copy `read`, `write` or `copy`; for a wait `synchronize device`,
     /// `synchronize stream` or `synchronize event`.
     pub name: String,
+    /// What the span is: a kernel, a decomposition, a copy, a wait, a device's own span.
     pub kind: SpanKind,
     /// The device it ran on (`PLATFORM:ordinal`); for a copy, its destination.
     pub device: String,
@@ -94,6 +95,7 @@ pub struct TraceEvent {
     pub depth: u32,
     /// Since the trace started.
     pub start: Duration,
+    /// How long it took.
     pub duration: Duration,
 }
 
