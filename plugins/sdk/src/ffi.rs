@@ -316,6 +316,26 @@ impl HostShared {
         }
     }
 
+    /// [`call`](Self::call) for a kernel's `compute` or `create` of op `op`: the host puts
+    /// `kernel <op>: ` (and `create: `) in front of the message, so a message that begins so
+    /// (the SDK's own, `KernelArgs`'s, or the plugin's) is passed without it, not doubled.
+    fn call_kernel(&self, op: &str, f: impl FnOnce() -> Result<()>) -> abi::dpp_status_t {
+        match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(Ok(())) => abi::DPP_OK,
+            Ok(Err(e)) => {
+                let m = e.message();
+                let m = m
+                    .strip_prefix("kernel ")
+                    .and_then(|m| m.strip_prefix(op))
+                    .and_then(|m| m.strip_prefix(": "))
+                    .map_or(m, |m| m.strip_prefix("create: ").unwrap_or(m));
+                self.set_error(m);
+                e.code().code()
+            }
+            Err(payload) => self.report_panic(payload),
+        }
+    }
+
     /// Runs plugin code `f` for the host call `what`, which cannot fail: a panic is logged.
     fn call_void(&self, what: &str, f: impl FnOnce()) {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {

@@ -131,7 +131,7 @@ fn add_kernel(cx: &KernelContext<'_, TDevice>) -> Result<()> {
     for t in [x, y, z] {
         if t.dtype() != DType::F32 || t.shape() != z.shape() {
             return Err(Error::invalid_argument(format!(
-                "Add: wants f32 tensors of one shape, got {x:?} + {y:?} -> {z:?}"
+                "wants f32 tensors of one shape, got {x:?} + {y:?} -> {z:?}"
             )));
         }
         if t.expected_byte_size() != Some(t.byte_size()) {
@@ -1601,7 +1601,7 @@ fn a_kernel_round_trip_runs_on_the_devices_stream() {
     assert_eq!(err.code(), Status::InvalidArgument);
     assert!(
         err.message()
-            .starts_with("Add: wants f32 tensors of one shape, got f32[2, 2]"),
+            .starts_with("kernel Add: wants f32 tensors of one shape, got f32[2, 2]"),
         "{err}"
     );
     let err = s
@@ -1633,7 +1633,10 @@ fn a_kernel_round_trip_runs_on_the_devices_stream() {
         .run_kernel("Refuse", &[], &[], &TestAttrs::new())
         .expect_err("refuses");
     assert_eq!(err.code(), Status::Unimplemented);
-    assert_eq!(err.message(), "Refuse refuses on purpose on Test Chip");
+    assert_eq!(
+        err.message(),
+        "kernel Refuse: Refuse refuses on purpose on Test Chip"
+    );
     for t in [tx, ty, tz] {
         dev.deallocate(t.addr, 16);
     }
@@ -1649,7 +1652,7 @@ fn the_highest_priority_kernel_wins() {
     let err = s
         .run_kernel("Add", &[a.clone(), a.clone()], &[a], &TestAttrs::new())
         .expect_err("the priority-1 kernel");
-    assert_eq!(err.message(), "the priority-1 Add ran");
+    assert_eq!(err.message(), "kernel Add: the priority-1 Add ran");
 }
 
 #[test]
@@ -1699,7 +1702,10 @@ fn a_panicking_kernel_is_internal_with_the_message() {
         .run_kernel("Explode", &[], &[], &TestAttrs::new())
         .expect_err("panicked");
     assert_eq!(err.code(), Status::Internal);
-    assert_eq!(err.message(), "panicked: kernel exploded on purpose");
+    assert_eq!(
+        err.message(),
+        "kernel Explode: panicked: kernel exploded on purpose"
+    );
     // The kernel, the device and the stream are still usable.
     let err = s
         .run_kernel("Explode", &[], &[], &TestAttrs::new())
@@ -2250,14 +2256,14 @@ fn a_failing_or_panicking_create_fails_the_run_naming_the_kernel() {
     assert_eq!(err.code(), Status::NotFound);
     assert_eq!(
         err.message(),
-        "kernel Scale: create: kernel Scale: the op has no attribute `factor`"
+        "kernel Scale: create: the op has no attribute `factor`"
     );
     let err = s
         .run_kernel("Scale", &[], &[], &factor(2.0))
         .expect_err("no input");
     assert_eq!(
         err.message(),
-        "kernel Scale: create: kernel Scale: no input 0 (the op got 0)"
+        "kernel Scale: create: no input 0 (the op got 0)"
     );
     assert_eq!(dev.kernel_states(), 0, "nothing kept");
     assert!(p.states_used.lock().is_empty(), "compute never ran");
@@ -2322,7 +2328,10 @@ fn an_older_host_gets_a_state_made_per_launch_and_dropped_in_stream_order() {
     let err = run(&factor(10.0).with("panic_compute", AttrValue::Bool(true)))
         .expect_err("compute panics");
     assert_eq!(err.code(), Status::Internal);
-    assert_eq!(err.message(), "panicked: compute exploded on purpose");
+    assert_eq!(
+        err.message(),
+        "kernel Scale: panicked: compute exploded on purpose"
+    );
     assert_eq!(p.state_drops.load(Ordering::SeqCst), 2);
     s.synchronize().expect("sync");
     assert_eq!(p.state_drops.load(Ordering::SeqCst), 3);
@@ -2335,10 +2344,16 @@ fn an_older_host_gets_a_state_made_per_launch_and_dropped_in_stream_order() {
     // create's errors are the launch's (this host has no create to name).
     let err = run(&factor(2.0).with("fail_create", AttrValue::Bool(true))).expect_err("fails");
     assert_eq!(err.code(), Status::FailedPrecondition);
-    assert_eq!(err.message(), "Scale refuses to make a state on purpose");
+    assert_eq!(
+        err.message(),
+        "kernel Scale: Scale refuses to make a state on purpose"
+    );
     let err = run(&factor(2.0).with("panic_create", AttrValue::Bool(true))).expect_err("panics");
     assert_eq!(err.code(), Status::Internal);
-    assert_eq!(err.message(), "panicked: create exploded on purpose");
+    assert_eq!(
+        err.message(),
+        "kernel Scale: panicked: create exploded on purpose"
+    );
     assert_eq!(
         p.states_used.lock().len(),
         3,

@@ -806,7 +806,7 @@ where
             Ok(x) => x,
             Err(status) => return status,
         };
-        entry.host.call(|| {
+        entry.host.call_kernel(&entry.op, || {
             // SAFETY: a copy of the host's context, whose arrays are valid during the call.
             let args = unsafe { KernelArgs::new(&raw, ctx, &entry.op, &entry.host) }?;
             // SAFETY: the context of a compute call of this kernel, bound to `D`'s platform.
@@ -831,7 +831,7 @@ where
             Ok(x) => x,
             Err(status) => return status,
         };
-        entry.host.call(|| {
+        entry.host.call_kernel(&entry.op, || {
             // SAFETY: a copy of the host's context, whose arrays are valid during the call.
             let args = unsafe { KernelArgs::new(&raw, ctx, &entry.op, &entry.host) }?;
             (entry.compute)(&args)
@@ -1028,7 +1028,7 @@ where
             return abi::DPP_INVALID_ARGUMENT;
         };
         let op = entry.op.as_str();
-        entry.host.call(|| {
+        entry.host.call_kernel(&entry.op, || {
             if out_state.is_null() {
                 return Err(Error::invalid_argument(format!(
                     "kernel {op}: create: out_state is NULL"
@@ -1179,7 +1179,7 @@ where
             Ok(x) => x,
             Err(status) => return status,
         };
-        entry.host.call(|| {
+        entry.host.call_kernel(&entry.op, || {
             let op = entry.op.as_str();
             // SAFETY: a copy of the host's context, whose arrays are valid during the call.
             let args = unsafe { KernelArgs::new(&raw, ctx, op, &entry.host) }?;

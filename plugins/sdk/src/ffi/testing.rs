@@ -1920,7 +1920,11 @@ impl<'d> TestStream<'d> {
         let temps = launch.temps.into_inner();
         self.state.lock().temps.extend(temps);
         drop(state);
-        self.device.host().check(&format!("kernel {op}"), status)
+        // As the runtime does: the kernel named in front of the plugin's message.
+        self.device
+            .host()
+            .check(&format!("kernel {op}"), status)
+            .map_err(|e| Error::new(e.code(), format!("kernel {op}: {}", e.message())))
     }
 
     /// `stream_wait_stream(self, other)`.
@@ -2298,15 +2302,12 @@ mod abuse_tests {
         ctx.inputs = ptr::null();
         let (status, message) = run(&ctx);
         assert_eq!(status, abi::DPP_INVALID_ARGUMENT);
-        assert_eq!(
-            message,
-            "kernel Refuse: inputs: the array of 2 tensors is NULL"
-        );
+        assert_eq!(message, "inputs: the array of 2 tensors is NULL");
 
         let cases: [(abi::dpp_tensor_t, &str); 4] = [
             (
                 abi::dpp_tensor_t { rank: -1, ..good },
-                "kernel Refuse: inputs: tensor 1: rank -1 is negative",
+                "inputs: tensor 1: rank -1 is negative",
             ),
             (
                 abi::dpp_tensor_t {
@@ -2314,7 +2315,7 @@ mod abuse_tests {
                     shape: ptr::null(),
                     ..good
                 },
-                "kernel Refuse: inputs: tensor 1: rank 2 but the shape is NULL",
+                "inputs: tensor 1: rank 2 but the shape is NULL",
             ),
             (
                 abi::dpp_tensor_t {
@@ -2322,14 +2323,14 @@ mod abuse_tests {
                     shape: shape.as_ptr(),
                     ..good
                 },
-                "kernel Refuse: inputs: tensor 1: shape [2, -3] has a negative dimension -3",
+                "inputs: tensor 1: shape [2, -3] has a negative dimension -3",
             ),
             (
                 abi::dpp_tensor_t {
                     struct_size: 8,
                     ..good
                 },
-                "kernel Refuse: inputs: tensor 1: dpp_tensor_t.struct_size is 8",
+                "inputs: tensor 1: dpp_tensor_t.struct_size is 8",
             ),
         ];
         for (bad, expected) in cases {
@@ -2422,8 +2423,8 @@ mod abuse_tests {
         assert_eq!(
             host.last_error().as_deref(),
             Some(
-                "kernel Scale: the context's state is not a live state of this kernel \
-                 (destroyed, or made by another kernel's create)"
+                "the context's state is not a live state of this kernel (destroyed, or made \
+                 by another kernel's create)"
             )
         );
 
@@ -2460,7 +2461,7 @@ mod abuse_tests {
             call(&cc, ptr::null_mut()),
             (
                 abi::DPP_INVALID_ARGUMENT,
-                Some("kernel Scale: create: out_state is NULL".to_owned())
+                Some("out_state is NULL".to_owned())
             )
         );
         cc.struct_size = 16;
@@ -2473,7 +2474,7 @@ mod abuse_tests {
             (
                 abi::DPP_INVALID_ARGUMENT,
                 Some(
-                    "kernel Scale: create: the host's input_dtypes is NULL (or too long) with \
+                    "the host's input_dtypes is NULL (or too long) with \
                      num_inputs 2"
                         .to_owned()
                 )
