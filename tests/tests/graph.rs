@@ -303,6 +303,71 @@ fn a_constant_is_copied_to_another_device_once() {
     );
 }
 
+/// A node placed on SIM whose op SIM has no kernel for runs on the CPU (soft placement): a
+/// constant given on the CPU goes to it as it is, on every run — not to SIM and back. A
+/// decomposed node on SIM takes the constant's one copy there, as a native one does.
+#[test]
+fn a_soft_placed_node_takes_a_cpu_constant_where_it_is() {
+    let rt = with_sim();
+    let log = record_placements(&rt);
+    let sim = rt.find_device("SIM:0").unwrap();
+    let cpu = rt.default_device().clone();
+    let (div, log_softmax) = (rt.op("Div").unwrap(), rt.op("LogSoftmax").unwrap());
+    let mut g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Some(&[2])).unwrap();
+    let b = g
+        .constant("b", &Tensor::from_slice(&cpu, &[2], &[2f32, 4.]).unwrap())
+        .unwrap();
+    let y = g
+        .op(&rt, "y", &div, &[x, b], &Attrs::new(), Some(&sim))
+        .unwrap()[0];
+    let z = g
+        .op(&rt, "z", &log_softmax, &[b], &Attrs::new(), Some(&sim))
+        .unwrap()[0];
+    for i in 0..3 {
+        let xt = Tensor::from_slice(&cpu, &[2], &[8f32, i as f32]).unwrap();
+        let out = g.run(&rt, &[(x, xt)], &[y, z]).unwrap();
+        assert_eq!(f32s(&out[0]), [4., i as f32 / 4.]);
+        let want = [
+            2f32 - (2f32.exp() + 4f32.exp()).ln(),
+            4. - (2f32.exp() + 4f32.exp()).ln(),
+        ];
+        let got = f32s(&out[1]);
+        assert!(
+            got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-5),
+            "{got:?} vs {want:?}"
+        );
+    }
+    let l = log.lock().unwrap();
+    // Div ran on the CPU every time, and nothing was copied for it.
+    let divs: Vec<_> = l.iter().filter(|e| e.op == "Div").collect();
+    assert_eq!(divs.len(), 3, "{l:?}");
+    assert!(
+        divs.iter()
+            .all(|e| e.reason == Reason::SoftPlaced && e.device == "HOST:0"),
+        "{divs:?}"
+    );
+    // The one copy of `b` is LogSoftmax's, to SIM, made by the first run.
+    let constant_copies: Vec<_> = l
+        .iter()
+        .filter(|e| e.reason == Reason::InputCopied && e.detail.contains("constant 'b'"))
+        .collect();
+    assert_eq!(constant_copies.len(), 1, "{l:?}");
+    assert_eq!(
+        (
+            constant_copies[0].op.as_str(),
+            constant_copies[0].device.as_str()
+        ),
+        ("LogSoftmax", "SIM:0")
+    );
+    // No input of Div was copied back from SIM.
+    assert!(
+        !l.iter()
+            .any(|e| e.op == "Div" && e.detail.contains("copied from SIM:0")),
+        "{l:?}"
+    );
+}
+
 /// Placement is decided when a node is added, under the scopes entered then: a graph built
 /// inside a scope runs there later, outside any scope. A setter sees each node's name, and a
 /// variable's kind: variables on the CPU, computation on SIM.

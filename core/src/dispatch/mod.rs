@@ -12,6 +12,8 @@ mod plan;
 
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 pub(crate) use plan::{Plan, Plans};
 
 use crate::device::Device;
@@ -151,15 +153,25 @@ pub(crate) fn run_on(
         },
     };
     let start = out.len();
-    let r = execute(rt, op, device, inputs, attrs, soft, reason, 0, out);
+    let r = execute(rt, op, device, inputs, None, attrs, soft, reason, 0, out);
     if r.is_err() {
         out.truncate(start);
     }
     r
 }
 
+/// Where an input that must move to another device may already be there: a graph's constant
+/// keeps one copy per device for all its runs (`index` is the input's position).
+pub(crate) trait InputCopies {
+    /// The input `index` on `device`, when this source keeps it (made now if need be);
+    /// `None`: copy it as any input.
+    fn on(&self, index: usize, device: &Arc<Device>) -> Option<Result<Tensor>>;
+}
+
 /// Runs `op` on a device placement already chose (a graph node's), logging `reason` for it;
-/// the fallback order applies as for any op. Outputs are appended to `out` (nothing on error).
+/// the fallback order applies as for any op. An input the op needs on another device than its
+/// own is taken from `copies` when it keeps one there. Outputs are appended to `out` (nothing
+/// on error).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_placed(
     rt: &Runtime,
@@ -167,12 +179,24 @@ pub(crate) fn run_placed(
     device: &Arc<Device>,
     reason: Reason,
     inputs: &[Tensor],
+    copies: &dyn InputCopies,
     attrs: &Attrs,
     soft: bool,
     out: &mut Outputs,
 ) -> Result<()> {
     let start = out.len();
-    let r = execute(rt, op, device, inputs, attrs, soft, reason, 0, out);
+    let r = execute(
+        rt,
+        op,
+        device,
+        inputs,
+        Some(copies),
+        attrs,
+        soft,
+        reason,
+        0,
+        out,
+    );
     if r.is_err() {
         out.truncate(start);
     }
@@ -185,6 +209,7 @@ fn execute(
     op: &OpHandle,
     device: &Arc<Device>,
     inputs: &[Tensor],
+    copies: Option<&dyn InputCopies>,
     attrs: &Attrs,
     soft: bool,
     reason: Reason,
@@ -224,7 +249,7 @@ fn execute(
     rt.plans()
         .with(key, generation, compute, |plan| match plan {
             Plan::Native(k) => run_kernel(
-                rt, op, k, device, device, inputs, &attrs, &outputs, reason, depth, out,
+                rt, op, k, device, device, inputs, copies, &attrs, &outputs, reason, depth, out,
             ),
             Plan::Decompose => {
                 if depth >= MAX_DEPTH {
@@ -246,6 +271,26 @@ fn execute(
                     device: device.clone(),
                     soft,
                     depth: depth + 1,
+                };
+                // Inputs a source keeps on the device (a graph's constants) are taken there;
+                // the decomposition's ops copy the others as they need them.
+                let kept: SmallVec<[Tensor; 4]>;
+                let inputs = match copies {
+                    Some(c) => {
+                        kept = inputs
+                            .iter()
+                            .enumerate()
+                            .map(|(i, t)| {
+                                if Arc::ptr_eq(t.device(), device) {
+                                    Ok(t.clone())
+                                } else {
+                                    c.on(i, device).unwrap_or_else(|| Ok(t.clone()))
+                                }
+                            })
+                            .collect::<Result<_>>()?;
+                        &kept[..]
+                    }
+                    None => inputs,
                 };
                 let results = decomposition(&mut emitter, inputs, &attrs).map_err(|e| {
                     e.context(format!(
@@ -279,6 +324,7 @@ fn execute(
                     &cpu,
                     device,
                     inputs,
+                    copies,
                     &attrs,
                     &outputs,
                     Reason::SoftPlaced,
@@ -353,6 +399,7 @@ fn no_kernel(
 
 /// Runs `kernel` on `device` (the op was placed on `placed`: the same device, or the one it
 /// was soft-placed away from) and logs the placement after the input copies, as every op's.
+/// Inputs elsewhere are copied to `device`, or taken from `copies` when it keeps them there.
 #[allow(clippy::too_many_arguments)]
 fn run_kernel(
     rt: &Runtime,
@@ -361,6 +408,7 @@ fn run_kernel(
     device: &Arc<Device>,
     placed: &Device,
     inputs: &[Tensor],
+    copies: Option<&dyn InputCopies>,
     attrs: &Attrs,
     outputs: &[crate::op::TensorSpec],
     reason: Reason,
@@ -369,15 +417,18 @@ fn run_kernel(
 ) -> Result<()> {
     let begun = rt.tracer().on().then(std::time::Instant::now);
     // Inputs living elsewhere are copied to the device first.
-    let moved: Vec<Tensor>;
+    let moved: SmallVec<[Tensor; 4]>;
     let inputs = if inputs.iter().all(|t| Arc::ptr_eq(t.device(), device)) {
         inputs
     } else {
         moved = inputs
             .iter()
-            .map(|t| {
+            .enumerate()
+            .map(|(i, t)| {
                 if Arc::ptr_eq(t.device(), device) {
                     Ok(t.clone())
+                } else if let Some(kept) = copies.and_then(|c| c.on(i, device)) {
+                    kept
                 } else {
                     rt.placement()
                         .note(op.name(), device, Reason::InputCopied, || {
@@ -456,6 +507,7 @@ impl Emitter for DeviceEmitter<'_> {
             &h,
             &self.device,
             inputs,
+            None,
             attrs,
             self.soft,
             Reason::Decomposed,

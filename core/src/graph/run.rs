@@ -7,6 +7,8 @@ use std::sync::Arc;
 use smallvec::{smallvec, SmallVec};
 
 use super::{Graph, NodeKind, NodeOutput};
+use crate::device::Device;
+use crate::dispatch::InputCopies;
 use crate::error::{Error, Result};
 use crate::op::Outputs;
 use crate::runtime::Runtime;
@@ -40,6 +42,27 @@ pub(crate) struct Plan {
     /// Per node of the graph: how many times this run takes its outputs (as inputs of the
     /// nodes in `order`, or as fetches).
     uses: Vec<u32>,
+}
+
+/// The copies a node's constant inputs keep on other devices: the first run that needs one on
+/// a device makes it (logged as an input copied once), later runs reuse it. Dispatch asks only
+/// where the op really runs: a node soft-placed to the CPU takes a constant given on the CPU
+/// as it is, not a copy that went to the node's device and back.
+struct ConstantCopies<'a> {
+    rt: &'a Runtime,
+    graph: &'a Graph,
+    node: usize,
+}
+
+impl InputCopies for ConstantCopies<'_> {
+    fn on(&self, index: usize, device: &Arc<Device>) -> Option<Result<Tensor>> {
+        let node = &self.graph.nodes[self.node];
+        let input = &self.graph.nodes[node.inputs.get(index)?.node()];
+        let (NodeKind::Constant(c), NodeKind::Op { op, .. }) = (&input.kind, &node.kind) else {
+            return None;
+        };
+        Some(c.on(self.rt, device, &input.name, op.name()))
+    }
 }
 
 impl Graph {
@@ -91,13 +114,10 @@ impl Graph {
             let node = &self.nodes[i];
             inputs.clear();
             for o in &node.inputs {
-                let input = match (&self.nodes[o.node()].kind, &node.kind) {
-                    // A constant for an op on another device: its copy there, made once.
-                    (NodeKind::Constant(c), NodeKind::Op { op, device, .. }) => c
-                        .on(rt, device, &self.nodes[o.node()].name, op.name())
-                        .map_err(|e| {
-                            e.context(format!("graph node '{}' ({})", node.name, op.name()))
-                        })?,
+                let input = match &self.nodes[o.node()].kind {
+                    // A constant as it was given; an op that runs it on another device takes
+                    // its copy there, made once (`ConstantCopies`).
+                    NodeKind::Constant(c) => c.value.clone(),
                     // Every input ran before (graph order) and is held until its last use.
                     _ => values[o.node()].as_ref().expect("input computed")[o.index()].clone(),
                 };
@@ -129,8 +149,13 @@ impl Graph {
                     reason,
                 } => {
                     let mut out = Outputs::new();
+                    let copies = ConstantCopies {
+                        rt,
+                        graph: self,
+                        node: i,
+                    };
                     crate::dispatch::run_placed(
-                        rt, op, device, *reason, &inputs, attrs, soft, &mut out,
+                        rt, op, device, *reason, &inputs, &copies, attrs, soft, &mut out,
                     )
                     .map_err(|e| {
                         e.context(format!(
