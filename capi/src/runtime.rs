@@ -290,6 +290,8 @@ pub unsafe extern "C" fn dp_runtime_create(
             } else {
                 o.intra_op_threads as usize
             },
+            // Not in the C API: an older plugin ABI is for conformance checks (devplug check).
+            plugin_abi_minor: None,
         })?;
         let mut obj = RuntimeObj {
             runtime,

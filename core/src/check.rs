@@ -9,6 +9,10 @@
 //! inputs (there is one for every basis op and composite), comparing the result with the
 //! built-in CPU device's. Each check is announced before it runs ([`Step::Begin`]), so that a
 //! supervisor knows which one a crash interrupted.
+//!
+//! [`check_plugin_as`] runs the same checks as a host of an older plugin ABI minor
+//! ([`RuntimeOptions::plugin_abi_minor`]): `devplug check` does so, in a second child process,
+//! for a plugin that declares an older minor than the newest ([`declared_abi_version`]).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -39,9 +43,25 @@ pub enum Step {
     Note(String),
 }
 
-/// Loads the plugin at `path` with `options` and runs every check, reporting each step to
-/// `report`. True when every check passed.
+/// Loads the plugin at `path` with `options` and runs every check as a host of the newest
+/// plugin ABI, reporting each step to `report`. True when every check passed.
 pub fn check_plugin(path: &Path, options: &[(&str, &str)], report: &mut dyn FnMut(Step)) -> bool {
+    check_plugin_as(path, options, crate::PLUGIN_ABI_MINOR, report)
+}
+
+/// [`check_plugin`], as a host of plugin ABI 1.`host_abi_minor`
+/// ([`RuntimeOptions::plugin_abi_minor`]): the host table, kernel contexts and everything else
+/// the plugin gets are that minor's, as a real host of that minor hands them out. A plugin
+/// that declares an older minor than the newest ([`declared_abi_version`]) promises to work
+/// in such a host too: `devplug check` runs its checks once more as a host of its declared
+/// minor. A plugin of a newer minor fails to load (`ABI_MISMATCH`), a minor newer than
+/// [`crate::PLUGIN_ABI_MINOR`] fails the first check (`runtime`).
+pub fn check_plugin_as(
+    path: &Path,
+    options: &[(&str, &str)],
+    host_abi_minor: u32,
+    report: &mut dyn FnMut(Step),
+) -> bool {
     // Errors plugins log while the checks run (a state never destroyed, a leak at
     // destroy_device) fail the last check; every record is still shown as it comes.
     let logged = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
@@ -57,20 +77,30 @@ pub fn check_plugin(path: &Path, options: &[(&str, &str)], report: &mut dyn FnMu
             seen.lock().push(format!("{}: {}", r.source, r.message));
         }
     })));
-    let ok = check_plugin_logged(path, options, report, &logged);
+    let ok = check_plugin_logged(path, options, host_abi_minor, report, &logged);
     crate::log::set_callback(previous);
     ok
+}
+
+/// The plugin ABI version `(major, minor)` the plugin at `path` declares
+/// (`dpp_plugin_api_t::abi_major` and `abi_minor`), read without running its `init`: the
+/// library is opened and its entry called. The errors are those of a load that fails there
+/// (no such file, not a library, no entry point, a description too small).
+pub fn declared_abi_version(path: &Path) -> Result<(u32, u32)> {
+    crate::plugin::declared_version(path)
 }
 
 fn check_plugin_logged(
     path: &Path,
     options: &[(&str, &str)],
+    host_abi_minor: u32,
     report: &mut dyn FnMut(Step),
     logged: &parking_lot::Mutex<Vec<String>>,
 ) -> bool {
     let mut checker = Checker { report, ok: true };
     let rt = match Runtime::new(RuntimeOptions {
         discover_from_env: false,
+        plugin_abi_minor: Some(host_abi_minor),
         ..Default::default()
     }) {
         Ok(rt) => rt,

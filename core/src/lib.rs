@@ -85,7 +85,7 @@ pub use op::{AttrValue, Attrs, OpDef, OpHandle, Outputs};
 pub use placement::{PlacementEvent, Reason};
 pub use platform::{EventStatus, Platform, PlatformInfo, StreamExecutor};
 pub use plugin::{PluginFailure, PluginInfo};
-pub use runtime::{Runtime, RuntimeOptions};
+pub use runtime::{Runtime, RuntimeOptions, PLUGIN_ABI_MINOR};
 pub use scope::{DeviceScope, DeviceSetter, OpInfo, OpKind, ScopeGuard};
 pub use spec::DeviceSpec;
 pub use stream::{Event, Stream};

@@ -40,7 +40,28 @@ pub struct RuntimeOptions {
     pub soft_placement: bool,
     /// Threads a CPU kernel may use (default: the machine's available parallelism).
     pub intra_op_threads: usize,
+    /// The plugin ABI minor this runtime speaks to the plugins it loads: `None` (the default)
+    /// for the newest, [`PLUGIN_ABI_MINOR`]; `Some(n)` to act as a host of ABI 1.n, for
+    /// conformance testing (`devplug check` runs a plugin that declares an older minor once
+    /// more as a host of that minor). Such a runtime does what a real 1.n host does: it
+    /// refuses a plugin that declares a newer minor (`ABI_MISMATCH`, quoting both versions);
+    /// its host table reports ABI 1.n and that minor's `struct_size` (64 for 1.0, 112 for 1.1,
+    /// 128 for 1.2 and 1.3, 136 since 1.4), the functions of later minors NULL; it reads
+    /// `dpp_kernel_t` only as far as 1.n defines it (before 1.5: 80 bytes, so a kernel's
+    /// `create` and `destroy` are ignored and never called) and passes kernel contexts of
+    /// 1.n's size (80 bytes before 1.5; the `state` slot past them, which such a host does not
+    /// have, holds a non-NULL value no `create` made, so that a plugin reading it without
+    /// checking `struct_size` is caught); it reads the stream executor table only to 240 bytes
+    /// before 1.4 (no event timing); before 1.3 it knows no f16 or bf16 (a kernel naming them
+    /// is refused as an unknown dtype, and no half tensor reaches a plugin). Built-in kernels
+    /// and platforms are not affected. A minor newer than [`PLUGIN_ABI_MINOR`] is
+    /// `INVALID_ARGUMENT`.
+    pub plugin_abi_minor: Option<u32>,
 }
+
+/// The newest plugin ABI minor, the one a runtime speaks to plugins unless
+/// [`RuntimeOptions::plugin_abi_minor`] names an older one (the ABI's major is 1).
+pub const PLUGIN_ABI_MINOR: u32 = plugin::NEWEST_ABI_MINOR;
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
@@ -51,6 +72,7 @@ impl Default for RuntimeOptions {
             discover_from_env: true,
             soft_placement: true,
             intra_op_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            plugin_abi_minor: None,
         }
     }
 }
@@ -98,6 +120,8 @@ pub struct Runtime {
     /// destroyed.
     trace_file: Option<std::path::PathBuf>,
     soft_placement: bool,
+    /// The plugin ABI minor spoken to plugins ([`RuntimeOptions::plugin_abi_minor`]).
+    plugin_abi_minor: u32,
     cpu0: Arc<Device>,
     /// Unique in the process: what the device scopes entered on a thread are keyed by.
     id: u64,
@@ -110,7 +134,8 @@ impl Runtime {
     /// (`CPU:0`…), then the plugins of `options.plugin_path` and, with
     /// `options.discover_from_env`, of `DEVPLUG_PLUGIN_PATH`. A plugin that fails to load does
     /// not fail the creation: it is logged and kept in [`Runtime::plugin_failures`].
-    /// `INVALID_ARGUMENT` for a CPU device count outside 1..=[`MAX_CPU_DEVICES`].
+    /// `INVALID_ARGUMENT` for a CPU device count outside 1..=[`MAX_CPU_DEVICES`] and for a
+    /// `plugin_abi_minor` newer than [`PLUGIN_ABI_MINOR`].
     ///
     /// ```
     /// use devplug_core::{Runtime, RuntimeOptions};
@@ -125,6 +150,16 @@ impl Runtime {
                 options.cpu_device_count
             )));
         }
+        let plugin_abi_minor = match options.plugin_abi_minor {
+            None => PLUGIN_ABI_MINOR,
+            Some(n) if n <= PLUGIN_ABI_MINOR => n,
+            Some(n) => {
+                return Err(Error::invalid_argument(format!(
+                    "plugin_abi_minor is {n}: this host speaks plugin ABI 1.0 to \
+                     1.{PLUGIN_ABI_MINOR} (None for the newest)"
+                )))
+            }
+        };
         let host = Arc::new(HostPlatform::new(options.cpu_device_count));
         let host_entry = Arc::new(PlatformEntry {
             info: host.info().clone(),
@@ -159,6 +194,7 @@ impl Runtime {
             tracer,
             trace_file: trace_file_from_env(),
             soft_placement: options.soft_placement,
+            plugin_abi_minor,
             id,
         };
         if rt.trace_file.is_some() {
@@ -306,7 +342,8 @@ impl Runtime {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let (loaded, platforms, mut kernels, op_texts) = plugin::load(path, &options, existing)?;
+        let (loaded, platforms, mut kernels, op_texts) =
+            plugin::load(path, &options, existing, self.plugin_abi_minor)?;
         let _registering = self.registering.lock();
         let ops = self
             .plugin_ops(&op_texts)
@@ -429,7 +466,12 @@ impl Runtime {
         self.devices.read().get(index).cloned()
     }
 
-    /// The registered platforms, in registration order.
+    /// The registered platforms, in registration order (`HOST` first, then the plugins' in
+    /// load order: the order of [`Runtime::devices`]), those without devices included. Each
+    /// entry has its [`PlatformInfo`](crate::platform::PlatformInfo) (`info`: name, device
+    /// type, priority, vendor, version, host_visible), its `owner` (`built-in` or
+    /// `plugin 'NAME'`), its device count (`platform.device_count()`) and
+    /// [`is_active`](PlatformEntry::is_active).
     pub fn platforms(&self) -> Vec<Arc<PlatformEntry>> {
         self.platforms.read().clone()
     }

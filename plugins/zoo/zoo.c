@@ -105,6 +105,21 @@
  *                                  then zeros
  *   ZOO_LATE_REGISTER              create_device calls register_platform (after init) and
  *                                  writes the status it got to the marker
+ *   ZOO_KERNEL_STATE               with a kernel (ZOO_KERNEL_COPY, say): a create (ABI 1.5)
+ *                                  that makes a state its device records, a destroy that frees
+ *                                  it (destroy_device logs an error for states never
+ *                                  destroyed), and a compute that fails (DPP_INTERNAL, naming
+ *                                  the pointer) when the state it gets is not one its device's
+ *                                  create made, then runs the kernel. It reads `state` only when
+ *                                  the context's struct_size reaches it (an older host's 80-byte
+ *                                  context has none; it then works without), as SIM does ...
+ *   ZOO_KERNEL_STATE_UNCHECKED     ... or, the fault, whatever struct_size says: past the end of
+ *                                  the context of a host of ABI 1.4 or older
+ *   ZOO_MARK_HOST                  init writes "host ABI 1.N, dpp_host_api_t.struct_size S" to
+ *                                  the marker (what the host's table says); with
+ *                                  ZOO_KERNEL_STATE, create writes "create" and compute
+ *                                  "compute: dpp_kernel_context_t.struct_size S, state W" (W:
+ *                                  "from create", "not read" or "unknown")
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -235,6 +250,7 @@ typedef struct zoo_device {
   uint64_t in_use;
   char hardware_name[64];
   dpp_stream_executor_t se;
+  void *kstates; /* ZOO_KERNEL_STATE: the states create made and destroy has not freed, a list */
 } zoo_device;
 
 typedef struct zoo_stream {
@@ -806,6 +822,10 @@ ZOO_MAYBE_UNUSED static void zoo_destroy_device(void *platform_data, dpp_device_
   /* As a plugin that finds a leak of its own reports it: an error in the host's log. */
   pd->host->log(pd->host->context, DPP_LOG_ERROR, "zoo: a device resource leaked (on purpose)");
 #endif
+  if (d != NULL && d->kstates != NULL) {
+    /* The host destroys every state before destroy_device (ABI 1.5): one left is its bug. */
+    pd->host->log(pd->host->context, DPP_LOG_ERROR, "zoo: kernel states never destroyed at destroy_device");
+  }
   if (d != NULL) {
     d->magic = 0;
     free(d->arena);
@@ -1099,6 +1119,97 @@ static dpp_status_t zoo_kernel_create_fails(const dpp_kernel_create_context_t *c
 }
 #endif
 
+#if defined(ZOO_KERNEL_STATE)
+#if !defined(ZOO_KERNEL_COMPUTE)
+#error "ZOO_KERNEL_STATE wraps a kernel: define ZOO_KERNEL_COPY (or another kernel) too"
+#endif
+/* ABI 1.5 kernel state: what create made, recorded by its device until destroy frees it. */
+typedef struct zoo_kstate {
+  zoo_device *device;
+  struct zoo_kstate *next;
+} zoo_kstate;
+
+static dpp_status_t zoo_kernel_state_create(const dpp_kernel_create_context_t *cx, void **out_state) {
+  zoo_device *d = cx ? zoo_dev(cx->device) : NULL;
+  if (d == NULL || out_state == NULL) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  zoo_kstate *st = (zoo_kstate *)calloc(1, sizeof *st);
+  if (st == NULL) {
+    return zoo_fail(d, DPP_RESOURCE_EXHAUSTED, "zoo: create: out of host memory");
+  }
+  st->device = d;
+  zoo_lock(d);
+  st->next = (zoo_kstate *)d->kstates;
+  d->kstates = st;
+  zoo_unlock(d);
+  zoo_mark(d->platform->marker, "create");
+  *out_state = st;
+  return DPP_OK;
+}
+
+static void zoo_kernel_state_destroy(void *kernel_data, void *state) {
+  (void)kernel_data;
+  zoo_kstate *st = (zoo_kstate *)state;
+  if (st == NULL) {
+    return;
+  }
+  zoo_device *d = st->device;
+  zoo_lock(d);
+  for (zoo_kstate **p = (zoo_kstate **)&d->kstates; *p != NULL; p = &(*p)->next) {
+    if (*p == st) {
+      *p = st->next;
+      break;
+    }
+  }
+  zoo_unlock(d);
+  free(st);
+}
+
+/* True when `state` is one of the states create made for `d` that destroy has not freed;
+ * compared by address only, never read (it may be anything). */
+static bool zoo_kernel_state_known(zoo_device *d, const void *state) {
+  bool known = false;
+  zoo_lock(d);
+  for (const zoo_kstate *k = (const zoo_kstate *)d->kstates; k != NULL && !known; k = k->next) {
+    known = (const void *)k == state;
+  }
+  zoo_unlock(d);
+  return known;
+}
+
+/* The kernel, run only when the state it gets is one its create made: from a host of ABI 1.5
+ * every launch has one (create runs first); from an older host, whose 80-byte context ends
+ * before `state`, there is none, and the kernel works without (unless it reads past the end:
+ * ZOO_KERNEL_STATE_UNCHECKED). */
+static dpp_status_t zoo_kernel_stateful(const dpp_kernel_context_t *cx) {
+  zoo_device *d = cx ? zoo_dev(cx->device) : NULL;
+  if (d == NULL) {
+    return DPP_INVALID_ARGUMENT;
+  }
+#if defined(ZOO_KERNEL_STATE_UNCHECKED)
+  const bool has_state = true; /* the fault: struct_size not checked */
+#else
+  const bool has_state = cx->struct_size >= DPP_KERNEL_CONTEXT_STRUCT_SIZE;
+#endif
+  const void *state = has_state ? cx->state : NULL;
+  const bool known = has_state && zoo_kernel_state_known(d, state);
+#if defined(ZOO_MARK_HOST)
+  char line[ZOO_MSG_MAX];
+  snprintf(line, sizeof line, "compute: dpp_kernel_context_t.struct_size %zu, state %s", cx->struct_size,
+           !has_state ? "not read" : known ? "from create" : "unknown");
+  zoo_mark(d->platform->marker, line);
+#endif
+  if (has_state && !known) {
+    return zoo_fail(d, DPP_INTERNAL,
+                    "zoo: compute got state %p, which no create of this plugin made (the context's "
+                    "struct_size is %zu)",
+                    state, cx->struct_size);
+  }
+  return ZOO_KERNEL_COMPUTE(cx);
+}
+#endif
+
 #if defined(ZOO_KERNEL_COMPUTE)
 #ifndef ZOO_KERNEL_STRUCT_SIZE
 #define ZOO_KERNEL_STRUCT_SIZE DPP_KERNEL_STRUCT_SIZE
@@ -1139,10 +1250,15 @@ static dpp_status_t zoo_register_kernel(const dpp_host_api_t *host) {
 #endif
 #if defined(ZOO_KERNEL_COMPUTE_NULL)
   k.compute = NULL;
+#elif defined(ZOO_KERNEL_STATE)
+  k.compute = zoo_kernel_stateful;
 #else
   k.compute = ZOO_KERNEL_COMPUTE;
 #endif
-#if defined(ZOO_KERNEL_CREATE_FAILS)
+#if defined(ZOO_KERNEL_STATE)
+  k.create = zoo_kernel_state_create;
+  k.destroy = zoo_kernel_state_destroy;
+#elif defined(ZOO_KERNEL_CREATE_FAILS)
   k.create = zoo_kernel_create_fails;
   k.destroy = zoo_kernel_destroy;
 #elif defined(ZOO_KERNEL_DESTROY_ONLY)
@@ -1226,7 +1342,7 @@ static dpp_status_t zoo_register_op(const dpp_host_api_t *host) {
 #endif
 
 ZOO_MAYBE_UNUSED static dpp_status_t zoo_init(const dpp_host_api_t *host, void **out_plugin_data) {
-  if (host == NULL || host->struct_size < DPP_HOST_API_STRUCT_SIZE_1_2 || out_plugin_data == NULL) {
+  if (host == NULL || host->struct_size < DPP_HOST_API_STRUCT_SIZE_1_0 || out_plugin_data == NULL) {
     return DPP_INVALID_ARGUMENT;
   }
   const char *marker = host->get_option(host->context, "marker");
@@ -1238,6 +1354,24 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_init(const dpp_host_api_t *host, void *
     return DPP_INVALID_ARGUMENT;
   }
   zoo_mark(marker, "init " ZOO_PLUGIN_NAME);
+#if defined(ZOO_MARK_HOST)
+  {
+    char line[ZOO_MSG_MAX];
+    snprintf(line, sizeof line, "host ABI %u.%u, dpp_host_api_t.struct_size %zu", (unsigned)host->abi_major,
+             (unsigned)host->abi_minor, host->struct_size);
+    zoo_mark(marker, line);
+  }
+#endif
+#if defined(ZOO_KERNEL_COMPUTE) || defined(ZOO_OP_BODY)
+  /* Kernels and ops of its own: register_kernel (1.1), register_op and attr_string (1.2). */
+  if (host->struct_size < DPP_HOST_API_STRUCT_SIZE_1_2) {
+    char why[ZOO_MSG_MAX];
+    snprintf(why, sizeof why, "zoo: init: the host's table (ABI %u.%u, %zu bytes) ends before ABI 1.2's",
+             (unsigned)host->abi_major, (unsigned)host->abi_minor, host->struct_size);
+    host->set_error(host->context, why);
+    return DPP_ABI_MISMATCH;
+  }
+#endif
 
 #if defined(ZOO_INIT_FAIL_STATUS) && !defined(ZOO_INIT_FAIL_AFTER_REGISTER)
 #ifdef ZOO_INIT_FAIL_MESSAGE

@@ -36,7 +36,23 @@ fn the_sample_plugins_conform() {
     ] {
         assert!(out.contains(line), "missing {line:?}:\n{out}");
     }
+    // SIM declares the newest minor: one pass.
+    assert!(out.contains("\nas an ABI 1.5 host:\n"), "{out}");
+    assert!(!out.contains("declared minor"), "{out}");
     for (plugin, line) in [
+        // RSIM, SIMDML and the CUDA plugin declare ABI 1.1: they conform as a 1.1 host too.
+        (
+            "devplug_rust_example",
+            "as an ABI 1.1 host (the plugin's declared minor):",
+        ),
+        (
+            "devplug_simdml",
+            "as an ABI 1.1 host (the plugin's declared minor):",
+        ),
+        (
+            "devplug_cuda",
+            "as an ABI 1.1 host (the plugin's declared minor):",
+        ),
         (
             "devplug_rust_example",
             "ok      NPU:0: kernel Add (f32) agrees with the CPU",
@@ -198,10 +214,17 @@ fn a_kernel_for_every_dtype_is_checked_in_each_sampled_dtype() {
     }
     assert!(!out.contains("(bool)"), "{out}");
     assert!(out.contains("14 failed: does NOT conform"), "{out}");
+    // It declares ABI 1.2: checked as a 1.5 host and as a 1.2 host, ten failures in each.
     let (code, out) = check(&zoo_path("kernel_all_dtypes_abi_1_2"), &[]);
     assert_eq!(code, 1, "{out}");
     assert!(!out.contains("(f16)") && !out.contains("(bf16)"), "{out}");
-    assert!(out.contains("10 failed: does NOT conform"), "{out}");
+    assert!(
+        out.contains(
+            "20 failed: does NOT conform (as an ABI 1.5 host: 9 passed, 10 failed; as an ABI \
+             1.2 host: 9 passed, 10 failed)"
+        ),
+        "{out}"
+    );
     // A right kernel passes in every dtype, bool (values true, false, …) and u8 included.
     let (code, out) = check(&zoo_path("kernel_copy_all_dtypes"), &[]);
     assert_eq!(code, 0, "{out}");
@@ -306,6 +329,102 @@ fn a_plugin_that_does_not_load_fails_the_load_check() {
     );
 }
 
+/// The output of one pass: from its heading (`as an ABI 1.N host…`) to the next heading or the
+/// summary.
+fn pass<'a>(out: &'a str, heading: &str) -> &'a str {
+    let start = out
+        .find(heading)
+        .unwrap_or_else(|| panic!("no pass {heading:?}:\n{out}"));
+    let rest = &out[start + heading.len()..];
+    let end = ["\nas an ABI ", "\ndevplug check: "]
+        .iter()
+        .filter_map(|h| rest.find(h))
+        .min()
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// A plugin that declares ABI 1.4 promises to load into 1.4 hosts: `devplug check` runs it as
+/// the newest host and once more as a 1.4 host, whose kernel contexts are 80 bytes without
+/// `state` and which never calls `create`. A kernel that reads `state` without checking
+/// struct_size passes as a 1.5 host and fails as a 1.4 host, naming the value it read; one
+/// that checks conforms in both.
+#[test]
+fn a_plugin_of_an_older_minor_is_checked_as_a_host_of_that_minor_too() {
+    let kernel = "ZOO:0: kernel Reshape (f32) agrees with the CPU";
+    let (code, out) = check(&zoo_path("kernel_state_1_4_unchecked"), &[]);
+    assert_eq!(code, 1, "{out}");
+    let newest = pass(&out, "as an ABI 1.5 host:\n");
+    assert!(newest.contains(&format!("ok      {kernel}\n")), "{out}");
+    assert!(!newest.contains("FAILED"), "{out}");
+    let declared = pass(&out, "as an ABI 1.4 host (the plugin's declared minor):\n");
+    assert!(
+        declared.contains(&format!(
+            "FAILED  {kernel}: INTERNAL: Reshape on ZOO:0 (kernel from plugin \
+             'zoo_kernel_state_1_4_unchecked'): plugin 'zoo_kernel_state_1_4_unchecked': kernel \
+             Reshape: zoo: compute got state 0xd0d0d0d0d0d0d0d0, which no create of this plugin \
+             made (the context's struct_size is 80)"
+        )),
+        "{out}"
+    );
+    assert!(declared.contains("ok      load\n"), "{out}");
+    assert!(
+        out.contains(
+            "2 failed: does NOT conform (as an ABI 1.5 host: 11 passed, 0 failed; as an ABI 1.4 \
+             host: 9 passed, 2 failed)"
+        ),
+        "{out}"
+    );
+
+    let (code, out) = check(&zoo_path("kernel_state_1_4"), &[]);
+    assert_eq!(code, 0, "{out}");
+    for heading in [
+        "as an ABI 1.5 host:\n",
+        "as an ABI 1.4 host (the plugin's declared minor):\n",
+    ] {
+        assert!(
+            pass(&out, heading).contains(&format!("ok      {kernel}\n")),
+            "{heading}{out}"
+        );
+    }
+    assert!(out.contains(" 0 failed: conforms"), "{out}");
+}
+
+/// `--host-abi 1.N` runs one pass, as a host of ABI 1.N: a plugin of a newer minor fails to
+/// load, as in a real host of that minor.
+#[test]
+fn host_abi_runs_one_pass_as_that_host() {
+    let plugin = zoo_path("kernel_state_1_4_unchecked");
+    let (code, out) = check(&plugin, &["--host-abi", "1.5"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("\nas an ABI 1.5 host (--host-abi):\n"),
+        "{out}"
+    );
+    assert!(!out.contains("1.4 host"), "{out}");
+    let (code, out) = check(&plugin, &["--host-abi", "1.4"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("\nas an ABI 1.4 host (--host-abi):\n"),
+        "{out}"
+    );
+    assert!(!out.contains("1.5 host"), "{out}");
+    assert!(
+        out.contains("9 passed, 2 failed: does NOT conform\n"),
+        "{out}"
+    );
+    let (code, out) = check(&plugin, &["--host-abi", "1.3"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAILED  load: ABI_MISMATCH: plugin '",)
+            && out.contains(
+                "': built against plugin ABI 1.4, but this host implements ABI 1.3 (the plugin's \
+             minor version is newer)"
+            ),
+        "{out}"
+    );
+}
+
 #[test]
 fn bad_arguments_are_usage_errors() {
     for (args, says) in [
@@ -329,12 +448,39 @@ fn bad_arguments_are_usage_errors() {
             vec!["check", "/dev/null", "--verbose"],
             "unknown option '--verbose'",
         ),
+        (
+            vec!["check", "/dev/null", "--host-abi"],
+            "--host-abi needs a plugin ABI version, 1.0 to 1.5",
+        ),
+        (
+            vec!["check", "/dev/null", "--host-abi", "2.0"],
+            "--host-abi 2.0: devplug speaks plugin ABI 1.0 to 1.5; major version 2 is not one",
+        ),
+        (
+            vec!["check", "/dev/null", "--host-abi", "1.9"],
+            "--host-abi 1.9: devplug speaks plugin ABI 1.0 to 1.5; 1.9 is newer than any",
+        ),
+        (
+            vec!["check", "/dev/null", "--host-abi", "x"],
+            "--host-abi x: expected a plugin ABI version MAJOR.MINOR, 1.0 to 1.5",
+        ),
+        (
+            vec!["check", "/dev/null", "--host-abi", "1.04"],
+            "--host-abi 1.04: expected a plugin ABI version",
+        ),
     ] {
         let (code, out) = devplug(&args);
         assert_eq!(code, 2, "{args:?}: {out}");
         assert!(out.contains(says), "{args:?}: {out}");
         assert!(out.contains("usage: devplug check"), "{args:?}: {out}");
     }
+    // `check --help` is no error: the usage, with --host-abi.
+    let (code, out) = devplug(&["check", "--help"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("usage: devplug check PLUGIN") && out.contains("--host-abi 1.N"),
+        "{out}"
+    );
     let (code, out) = devplug(&["--version"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.starts_with("devplug 0."), "{out}");

@@ -1507,3 +1507,227 @@ fn load_options_the_plugin_ignores_are_warned_about() {
     assert!(again[0].contains("are ignored"), "{}", again[0]);
     assert!(again[0].contains("devcies"), "{}", again[0]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// An older host (`RuntimeOptions::plugin_abi_minor`): what `devplug check` runs a plugin that
+// declares an older minor as, a second time.
+
+/// A runtime that speaks plugin ABI 1.`minor` to its plugins.
+fn host_of_minor(minor: u32) -> Runtime {
+    Runtime::new(RuntimeOptions {
+        discover_from_env: false,
+        plugin_abi_minor: Some(minor),
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("a host of ABI 1.{minor}: {e}"))
+}
+
+/// A minor newer than the newest is refused when the runtime is created, naming the option
+/// and the minors there are; the newest itself (and None) is the default host.
+#[test]
+fn a_plugin_abi_minor_newer_than_the_newest_is_invalid() {
+    let _env = env_shared();
+    for minor in [devplug_core::PLUGIN_ABI_MINOR + 1, 99, u32::MAX] {
+        let e = Runtime::new(RuntimeOptions {
+            discover_from_env: false,
+            plugin_abi_minor: Some(minor),
+            ..Default::default()
+        })
+        .err()
+        .unwrap_or_else(|| panic!("plugin_abi_minor {minor} was taken"));
+        assert_eq!(e.code, Code::InvalidArgument, "{e}");
+        for needle in [
+            format!("plugin_abi_minor is {minor}"),
+            format!("plugin ABI 1.0 to 1.{}", devplug_core::PLUGIN_ABI_MINOR),
+        ] {
+            assert!(e.message.contains(&needle), "{needle}: {e}");
+        }
+    }
+    assert_eq!(RuntimeOptions::default().plugin_abi_minor, None);
+    host_of_minor(devplug_core::PLUGIN_ABI_MINOR);
+}
+
+/// An older host refuses a plugin of a newer minor as a real one would: ABI_MISMATCH, quoting
+/// both versions; a plugin of its own minor or an older one loads.
+#[test]
+fn an_older_host_refuses_a_plugin_of_a_newer_minor() {
+    let _env = env_shared();
+    for (variant, declared, host) in [
+        ("good", 5, 4),
+        ("kernel_state_1_4", 4, 3),
+        ("kernel_state_1_4", 4, 0),
+    ] {
+        let rt = host_of_minor(host);
+        let e = rt.load_plugin(zoo_path(variant), &[]).unwrap_err();
+        assert_eq!(e.code, Code::AbiMismatch, "{variant} into 1.{host}: {e}");
+        let says = format!(
+            "built against plugin ABI 1.{declared}, but this host implements ABI 1.{host} (the \
+             plugin's minor version is newer)"
+        );
+        assert!(e.message.contains(&says), "{variant} into 1.{host}: {e}");
+        assert_eq!(rt.plugin_failures().len(), 1);
+    }
+    for host in [4, 5] {
+        host_of_minor(host)
+            .load_plugin(zoo_path("kernel_state_1_4"), &[])
+            .unwrap_or_else(|e| panic!("into 1.{host}: {e}"));
+    }
+}
+
+/// The host table a plugin gets says the host's minor and that minor's struct_size, read by
+/// the plugin itself (a zoo plugin of ABI 1.0, which every host loads, writes them down).
+#[test]
+fn the_host_table_has_the_version_and_size_of_the_hosts_minor() {
+    let _env = env_shared();
+    let sizes = [64, 112, 128, 128, 136, 136];
+    assert_eq!(sizes.len() as u32, devplug_core::PLUGIN_ABI_MINOR + 1);
+    for (minor, size) in sizes.into_iter().enumerate() {
+        let marker = Marker::new(&format!("host_abi_1_{minor}"));
+        let rt = host_of_minor(minor as u32);
+        rt.load_plugin(zoo_path("host_abi_1_0"), &[("marker", marker.option())])
+            .unwrap_or_else(|e| panic!("into 1.{minor}: {e}"));
+        let line = format!("host ABI 1.{minor}, dpp_host_api_t.struct_size {size}");
+        assert!(marker.has(&line), "{line}: {:?}", marker.lines());
+        assert_zoo_device_works(&rt, "ZOO:0");
+    }
+    // The default host is the newest.
+    let marker = Marker::new("host_abi_default");
+    runtime()
+        .load_plugin(zoo_path("host_abi_1_0"), &[("marker", marker.option())])
+        .unwrap();
+    assert!(
+        marker.has("host ABI 1.5, dpp_host_api_t.struct_size 136"),
+        "{:?}",
+        marker.lines()
+    );
+}
+
+/// Loads zoo `variant` with a marker into a host of `minor` (None: the newest) and runs its
+/// Reshape on ZOO:0: the result, and the plugin's marker lines from its kernel (`create`,
+/// `compute: …`).
+fn reshape_as_host(
+    variant: &str,
+    minor: Option<u32>,
+) -> (devplug_core::Result<Vec<f32>>, Vec<String>) {
+    let marker = Marker::new(&format!("{variant}-{minor:?}"));
+    let rt = Runtime::new(RuntimeOptions {
+        discover_from_env: false,
+        plugin_abi_minor: minor,
+        ..Default::default()
+    })
+    .unwrap();
+    rt.load_plugin(zoo_path(variant), &[("marker", marker.option())])
+        .unwrap_or_else(|e| panic!("{variant} into {minor:?}: {e}"));
+    let zoo = rt.find_device("ZOO:0").unwrap();
+    let x = Tensor::from_slice(&zoo, &[4], &[1f32, 2.0, 3.0, 4.0]).unwrap();
+    let y = rt
+        .run_named(
+            "Reshape",
+            &[x],
+            &Attrs::new().with("shape", [2, 2]),
+            &RunOptions::on(&zoo).strict(),
+        )
+        .and_then(|y| y[0].to_vec::<f32>());
+    drop(zoo);
+    drop(rt);
+    let kernel = marker
+        .lines()
+        .into_iter()
+        .filter(|l| l == "create" || l.starts_with("compute"))
+        .collect();
+    (y, kernel)
+}
+
+/// A kernel with create and destroy from a plugin that declares ABI 1.4: a 1.5 host makes it
+/// a state and passes 88-byte contexts holding it; a 1.4 host ignores create and destroy (it
+/// reads 80 bytes of dpp_kernel_t) and passes 80-byte contexts. A plugin that checks
+/// struct_size works with both; one that reads `state` regardless finds, from the 1.4 host, a
+/// value its create never made (the slot past the context holds the host's poison), and says
+/// so.
+#[test]
+fn a_host_of_abi_1_4_passes_contexts_without_state_and_never_calls_create() {
+    let _env = env_shared();
+    for variant in ["kernel_state_1_4", "kernel_state_1_4_unchecked"] {
+        let (y, kernel) = reshape_as_host(variant, None);
+        assert_eq!(y.unwrap(), [1., 2., 3., 4.], "{variant}");
+        assert_eq!(
+            kernel,
+            [
+                "create",
+                "compute: dpp_kernel_context_t.struct_size 88, state from create"
+            ],
+            "{variant}"
+        );
+    }
+    let (y, kernel) = reshape_as_host("kernel_state_1_4", Some(4));
+    assert_eq!(y.unwrap(), [1., 2., 3., 4.]);
+    assert_eq!(
+        kernel,
+        ["compute: dpp_kernel_context_t.struct_size 80, state not read"]
+    );
+    let (y, kernel) = reshape_as_host("kernel_state_1_4_unchecked", Some(4));
+    let e = y.unwrap_err();
+    assert_eq!(e.code, Code::Internal, "{e}");
+    for needle in [
+        "plugin 'zoo_kernel_state_1_4_unchecked'",
+        "kernel Reshape",
+        "zoo: compute got state 0xd0d0d0d0d0d0d0d0, which no create of this plugin made (the \
+         context's struct_size is 80)",
+    ] {
+        assert!(e.message.contains(needle), "{needle}: {e}");
+    }
+    assert_eq!(
+        kernel,
+        ["compute: dpp_kernel_context_t.struct_size 80, state unknown"]
+    );
+}
+
+/// F16 and BF16 arrived in ABI 1.3: a host of 1.2 refuses a kernel that names them as it
+/// refuses any value that is no dtype (a plugin of 1.2 may name them only when the host's
+/// version says 1.3 or newer), and a 1.3 host takes it.
+#[test]
+fn a_host_before_abi_1_3_knows_no_half_dtypes() {
+    let _env = env_shared();
+    let e = host_of_minor(2)
+        .load_plugin(zoo_path("kernel_f16_abi_1_2"), &[])
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument, "{e}");
+    assert!(
+        e.message.contains(
+            "kernel Add on ZOO: dpp_kernel_t.dtypes[0] is 7, not a DPP_DTYPE_* value of ABI 1.2 \
+             (f16 and bf16, 7 and 8, arrived in ABI 1.3)"
+        ),
+        "{e}"
+    );
+    host_of_minor(3)
+        .load_plugin(zoo_path("kernel_f16_abi_1_2"), &[])
+        .unwrap();
+}
+
+/// A host of ABI 1.3 or older reads the stream executor table only to its 1.0 size (240
+/// bytes): a plugin's `event_elapsed_ns` (ABI 1.4) is absent, and timing is UNIMPLEMENTED,
+/// saying why. SIMDML declares ABI 1.1 and times its events.
+#[test]
+fn a_host_before_abi_1_4_has_no_event_timing() {
+    let _env = env_shared();
+    for (minor, times) in [(1, false), (3, false), (4, true)] {
+        let rt = host_of_minor(minor);
+        rt.load_plugin(devplug_tests::plugin_path("devplug_simdml"), &[])
+            .unwrap_or_else(|e| panic!("SIMDML into 1.{minor}: {e}"));
+        let dev = rt.find_device("GPU:0").unwrap();
+        let q = dev.create_stream().unwrap();
+        let (a, b) = (dev.create_event().unwrap(), dev.create_event().unwrap());
+        a.record(&q).unwrap();
+        b.record(&q).unwrap();
+        b.synchronize().unwrap();
+        match a.elapsed_ns(&b) {
+            Ok(ns) => assert!(times && ns >= 0, "1.{minor}: {ns}"),
+            Err(e) => {
+                assert!(!times, "1.{minor}: {e}");
+                assert_eq!(e.code, Code::Unimplemented, "1.{minor}: {e}");
+                let why = format!("this host speaks plugin ABI 1.{minor}, before timed events");
+                assert!(e.message.contains(&why), "1.{minor}: {e}");
+            }
+        }
+    }
+}

@@ -278,7 +278,7 @@ pub(crate) fn create_device(
     };
     check(plugin, &format!("create_device({ordinal})"), status)?;
     // SAFETY: the plugin keeps a non-NULL table valid until destroy_device.
-    let se = unsafe { read_executor_table(device.se) };
+    let se = unsafe { read_executor_table(device.se, plugin.context.host_minor) };
     if let Err(e) = validate_device(&device, se.as_ref(), platform) {
         // SAFETY: undo the creation the plugin just did.
         unsafe { (platform.table.destroy_device)(platform.table.platform_data, &mut *device) };
@@ -317,21 +317,28 @@ impl Drop for PluginExecutor {
     }
 }
 
-/// A copy of the plugin's executor table: the `struct_size` bytes it filled, the fields of
-/// newer ABI minors it does not know NULL. `None` when `se` is NULL.
+/// A copy of the plugin's executor table: the `struct_size` bytes it filled, as far as the
+/// host's ABI minor `host_minor` defines the table (240 bytes before 1.4: a host speaking 1.3
+/// or older has no `event_elapsed_ns`), the fields past either NULL. `None` when `se` is NULL.
 ///
 /// # Safety
 /// `se` is NULL or points to a table of at least `struct_size` bytes (and at least
 /// `struct_size` itself).
 unsafe fn read_executor_table(
     se: *const abi::dpp_stream_executor_t,
+    host_minor: u32,
 ) -> Option<abi::dpp_stream_executor_t> {
     if se.is_null() {
         return None;
     }
     // SAFETY: every table starts with its size.
     let filled = unsafe { std::ptr::read_unaligned(se as *const usize) };
-    let n = filled.min(std::mem::size_of::<abi::dpp_stream_executor_t>());
+    let known = if host_minor >= 4 {
+        std::mem::size_of::<abi::dpp_stream_executor_t>()
+    } else {
+        abi::DPP_STREAM_EXECUTOR_STRUCT_SIZE_1_0
+    };
+    let n = filled.min(known);
     // SAFETY: all-zero is a valid table (a size, a NULL pointer and `None` functions).
     let mut table: abi::dpp_stream_executor_t = unsafe { std::mem::zeroed() };
     // SAFETY: the plugin's table holds `filled` ≥ `n` bytes; the copy holds `n` or more.
@@ -651,10 +658,16 @@ impl StreamExecutor for PluginExecutor {
 
     fn event_elapsed_ns(&self, start: &RawEvent, end: &RawEvent) -> Result<i64> {
         let Some(f) = self.se.event_elapsed_ns else {
-            let why = if self.se.struct_size < abi::DPP_STREAM_EXECUTOR_STRUCT_SIZE {
-                "its table is of ABI 1.0–1.3, before timed events"
+            let host_minor = self.platform.plugin.context.host_minor;
+            let why = if host_minor < 4 {
+                format!(
+                    "this host speaks plugin ABI {}.{host_minor}, before timed events",
+                    abi::DPP_ABI_MAJOR
+                )
+            } else if self.se.struct_size < abi::DPP_STREAM_EXECUTOR_STRUCT_SIZE {
+                "its table is of ABI 1.0–1.3, before timed events".to_string()
             } else {
-                "its event_elapsed_ns is NULL"
+                "its event_elapsed_ns is NULL".to_string()
             };
             return Err(Error::unimplemented(format!(
                 "plugin '{}' does not time events ({why})",

@@ -67,6 +67,14 @@ pub(crate) struct HostContext {
     pub(crate) plugin: String,
     /// The ABI minor the plugin was built against: which dtypes it knows of.
     pub(crate) abi_minor: u32,
+    /// The ABI minor this host speaks to the plugin (at least `abi_minor`): the newest, or an
+    /// older one a host asked for (`RuntimeOptions::plugin_abi_minor`). Every versioned struct
+    /// the host hands out or reads follows it: the host table's version, size and functions
+    /// (`host_api`), how far a `dpp_kernel_t` is read and which dtypes it may name
+    /// (`register_kernel`), the kernel context's size and whether `create` is ever called
+    /// (`plugin::kernel`), and how far the stream executor table is read
+    /// (`plugin::executor::read_executor_table`).
+    pub(crate) host_minor: u32,
     options: Vec<(CString, CString)>,
     /// Whether the plugin asked for each of `options` (by index) during init.
     options_read: Vec<AtomicBool>,
@@ -122,6 +130,7 @@ impl HostContext {
     pub(crate) fn new(
         plugin: String,
         abi_minor: u32,
+        host_minor: u32,
         options: &[(String, String)],
         existing: Vec<ExistingPlatform>,
     ) -> crate::Result<HostContext> {
@@ -136,6 +145,7 @@ impl HostContext {
         Ok(HostContext {
             plugin,
             abi_minor,
+            host_minor,
             options_read: opts.iter().map(|_| AtomicBool::new(false)).collect(),
             options: opts,
             existing,
@@ -178,27 +188,30 @@ impl HostContext {
         }
     }
 
-    /// Builds the host table pointing at this context.
+    /// Builds the host table pointing at this context, as a host of ABI 1.`host_minor` has
+    /// it: that minor's version and `struct_size`, and the functions of later minors NULL
+    /// (the table a real older host hands out ends before them).
     pub(crate) fn host_api(&self) -> abi::dpp_host_api_t {
+        let since = |minor: u32| self.host_minor >= minor;
         abi::dpp_host_api_t {
-            struct_size: abi::DPP_HOST_API_STRUCT_SIZE,
+            struct_size: crate::plugin::host_api_struct_size(self.host_minor),
             ext: std::ptr::null_mut(),
             abi_major: abi::DPP_ABI_MAJOR,
-            abi_minor: abi::DPP_ABI_MINOR,
+            abi_minor: self.host_minor,
             context: self as *const HostContext as *mut c_void,
             set_error: Some(host_set_error),
             log: Some(host_log),
             get_option: Some(host_get_option),
             register_platform: Some(host_register_platform),
-            register_kernel: Some(host_register_kernel),
-            attr_int: Some(crate::plugin::kernel::attr_int),
-            attr_float: Some(crate::plugin::kernel::attr_float),
-            attr_bool: Some(crate::plugin::kernel::attr_bool),
-            attr_ints: Some(crate::plugin::kernel::attr_ints),
-            attr_dtype: Some(crate::plugin::kernel::attr_dtype),
-            register_op: Some(host_register_op),
-            attr_string: Some(crate::plugin::kernel::attr_string),
-            allocate_temp: Some(crate::plugin::kernel::allocate_temp),
+            register_kernel: since(1).then_some(host_register_kernel as _),
+            attr_int: since(1).then_some(crate::plugin::kernel::attr_int as _),
+            attr_float: since(1).then_some(crate::plugin::kernel::attr_float as _),
+            attr_bool: since(1).then_some(crate::plugin::kernel::attr_bool as _),
+            attr_ints: since(1).then_some(crate::plugin::kernel::attr_ints as _),
+            attr_dtype: since(1).then_some(crate::plugin::kernel::attr_dtype as _),
+            register_op: since(2).then_some(host_register_op as _),
+            attr_string: since(2).then_some(crate::plugin::kernel::attr_string as _),
+            allocate_temp: since(4).then_some(crate::plugin::kernel::allocate_temp as _),
         }
     }
 
@@ -378,10 +391,17 @@ impl HostContext {
             )));
         }
         // As far as the plugin's struct reaches (a plugin older than 1.5 has no `create` and
-        // `destroy`): the fields past it stay NULL.
+        // `destroy`), and as far as this host's minor defines it (a host speaking 1.4 or older
+        // reads 80 bytes: a plugin's `create` and `destroy` are ignored, not refused): the
+        // fields past it stay NULL.
         // SAFETY: all-zero is a valid dpp_kernel_t (NULL pointers, no functions).
         let mut copy: abi::dpp_kernel_t = unsafe { std::mem::zeroed() };
-        let n = size.min(std::mem::size_of::<abi::dpp_kernel_t>());
+        let known = if self.host_minor >= 5 {
+            std::mem::size_of::<abi::dpp_kernel_t>()
+        } else {
+            abi::DPP_KERNEL_STRUCT_SIZE_1_1
+        };
+        let n = size.min(known);
         // SAFETY: the plugin declared `size >= n` readable bytes at `k`.
         unsafe { std::ptr::copy_nonoverlapping(k as *const u8, &mut copy as *mut _ as *mut u8, n) };
         let k = &copy;
@@ -521,10 +541,23 @@ impl HostContext {
         for i in 0..k.num_dtypes {
             // SAFETY: `dtypes` holds `num_dtypes` values (checked non-NULL above).
             let d = unsafe { *k.dtypes.add(i) };
-            dtypes.push(crate::tensor::DType::from_i32(d).ok_or_else(|| {
+            let dtype = crate::tensor::DType::from_i32(d)
+                // F16 and BF16 arrived in ABI 1.3: a host of an older minor does not know
+                // them, and refuses them as it refuses any value that is no DPP_DTYPE_*.
+                .filter(|d| self.host_minor >= 3 || !d.is_half());
+            dtypes.push(dtype.ok_or_else(|| {
+                let why = if self.host_minor < 3 && crate::tensor::DType::from_i32(d).is_some() {
+                    format!(
+                        " of ABI {}.{} (f16 and bf16, 7 and 8, arrived in ABI 1.3)",
+                        abi::DPP_ABI_MAJOR,
+                        self.host_minor
+                    )
+                } else {
+                    String::new()
+                };
                 err(
                     &format!("dtypes[{i}]"),
-                    format!("is {d}, not a DPP_DTYPE_* value"),
+                    format!("is {d}, not a DPP_DTYPE_* value{why}"),
                 )
             })?);
         }
@@ -750,4 +783,49 @@ pub struct PluginFailure {
     pub path: std::path::PathBuf,
     /// Why: its code and message, as the load returned it.
     pub error: Error,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table a host of each minor hands out: that minor's version and size, and exactly
+    /// the functions that lie within that size set (the ones after it NULL, as a real host of
+    /// that minor has no such fields).
+    #[test]
+    fn the_host_table_is_the_one_of_the_hosts_minor() {
+        use std::mem::offset_of;
+        type T = abi::dpp_host_api_t;
+        let sizes = [64, 112, 128, 128, 136, 136];
+        assert_eq!(sizes.len() as u32, crate::plugin::NEWEST_ABI_MINOR + 1);
+        assert_eq!(sizes[sizes.len() - 1], abi::DPP_HOST_API_STRUCT_SIZE);
+        for minor in 0..=crate::plugin::NEWEST_ABI_MINOR {
+            let cx = HostContext::new("t".into(), 0, minor, &[], Vec::new()).unwrap();
+            let t = cx.host_api();
+            assert_eq!((t.abi_major, t.abi_minor), (abi::DPP_ABI_MAJOR, minor));
+            assert_eq!(t.struct_size, sizes[minor as usize], "1.{minor}");
+            let set = [
+                (offset_of!(T, set_error), t.set_error.is_some()),
+                (offset_of!(T, log), t.log.is_some()),
+                (offset_of!(T, get_option), t.get_option.is_some()),
+                (
+                    offset_of!(T, register_platform),
+                    t.register_platform.is_some(),
+                ),
+                (offset_of!(T, register_kernel), t.register_kernel.is_some()),
+                (offset_of!(T, attr_int), t.attr_int.is_some()),
+                (offset_of!(T, attr_float), t.attr_float.is_some()),
+                (offset_of!(T, attr_bool), t.attr_bool.is_some()),
+                (offset_of!(T, attr_ints), t.attr_ints.is_some()),
+                (offset_of!(T, attr_dtype), t.attr_dtype.is_some()),
+                (offset_of!(T, register_op), t.register_op.is_some()),
+                (offset_of!(T, attr_string), t.attr_string.is_some()),
+                (offset_of!(T, allocate_temp), t.allocate_temp.is_some()),
+            ];
+            for (i, (offset, is_set)) in set.into_iter().enumerate() {
+                let within = offset + std::mem::size_of::<usize>() <= t.struct_size;
+                assert_eq!(is_set, within, "1.{minor}: function {i} at offset {offset}");
+            }
+        }
+    }
 }

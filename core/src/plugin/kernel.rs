@@ -36,6 +36,12 @@ struct PluginKernel {
         ) -> abi::dpp_status_t,
     >,
     destroy: Option<Destroy>,
+    /// `dpp_kernel_context_t::struct_size` as the host's ABI minor has it: 88, or 80 from a
+    /// host speaking 1.4 or older (`HostContext::host_minor`).
+    context_size: usize,
+    /// What the context's `state` holds without a state: NULL, or, from a host speaking 1.4 or
+    /// older, [`STATE_PAST_THE_END`] (the slot lies past such a context's `struct_size`).
+    no_state: *mut c_void,
 }
 // SAFETY: kernel data belongs to the plugin, whose compute may run on any thread (ABI rule).
 unsafe impl Send for PluginKernel {}
@@ -108,6 +114,15 @@ struct Temps {
     /// plugin's own message (an SDK's, say) replaced the host's.
     refused: Option<String>,
 }
+
+/// What a host speaking plugin ABI 1.4 or older puts in the `state` slot of the kernel context
+/// it passes: the slot lies past the context's `struct_size` (80), where a real 1.4 host's
+/// context has ended, so a plugin that reads `state` without checking `struct_size` sees a
+/// value its `create` never made (non-NULL and, on 64-bit targets, no valid address: not
+/// canonical on x86-64), which it can tell apart, or crashes on, instead of reading memory
+/// that is not its own unnoticed (`devplug check` runs such a host for a plugin that declares
+/// an older minor).
+const STATE_PAST_THE_END: usize = 0xD0D0_D0D0_D0D0_D0D0_u64 as usize;
 
 const LAUNCH_TAG: u64 = u64::from_le_bytes(*b"dpLaunch");
 /// The tag of the record `create` reads attributes from: `allocate_temp` refuses it.
@@ -183,8 +198,10 @@ impl PluginKernel {
             temps: Mutex::new(Temps::default()),
         };
         let status = with_described(cx.inputs, cx.outputs, |inputs, outputs| {
+            // The whole struct of the newest minor backs the context also for an older host,
+            // whose `struct_size` ends before `state`: the slot then holds `no_state`.
             let context = abi::dpp_kernel_context_t {
-                struct_size: abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE,
+                struct_size: self.context_size,
                 ext: std::ptr::null_mut(),
                 device: handles.device,
                 stream: handles.stream,
@@ -194,7 +211,7 @@ impl PluginKernel {
                 outputs: outputs.as_ptr(),
                 attrs: &launch as *const KernelLaunch as *const c_void,
                 kernel_data: self.kernel_data,
-                state: state.as_ref().map_or(std::ptr::null_mut(), |s| s.ptr()),
+                state: state.as_ref().map_or(self.no_state, |s| s.ptr()),
             };
             // SAFETY: the plugin's compute with a context valid for the call (the tensor
             // descriptions and the shapes they point to outlive it).
@@ -224,6 +241,16 @@ impl PluginKernel {
 /// The kernel definition of a plugin kernel.
 pub(crate) fn kernel_def(plugin: &Arc<LoadedPlugin>, k: PendingKernel) -> KernelDef {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+    // A host speaking 1.4 or older never read `create` and `destroy` (`register_kernel`), so
+    // they are None, and passes contexts of that minor's size.
+    let (context_size, no_state) = if plugin.context.host_minor >= 5 {
+        (abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE, std::ptr::null_mut())
+    } else {
+        (
+            abi::DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1,
+            std::ptr::without_provenance_mut(STATE_PAST_THE_END),
+        )
+    };
     let pk = PluginKernel {
         plugin: plugin.clone(),
         name: k.op.clone(),
@@ -235,6 +262,8 @@ pub(crate) fn kernel_def(plugin: &Arc<LoadedPlugin>, k: PendingKernel) -> Kernel
             func,
             kernel_data: k.kernel_data,
         }),
+        context_size,
+        no_state,
     };
     let func: KernelFn = Arc::new(move |cx: &KernelContext| pk.run(cx));
     KernelDef {

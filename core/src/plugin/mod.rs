@@ -39,15 +39,36 @@ pub(crate) type Loaded = (
     Vec<crate::op::text::OpText>,
 );
 
-/// Opens `path`, checks the plugin's version and description, runs its `init` with
-/// `options`, and returns its platforms (not yet added to any runtime). On any failure,
-/// whatever the plugin registered is rolled back and the library is closed.
-pub(crate) fn load(
-    path: &Path,
-    options: &[(String, String)],
-    existing: Vec<ExistingPlatform>,
-) -> Result<Loaded> {
-    let shown = path.display().to_string();
+/// The newest plugin ABI minor, the one a host speaks by default. A host may speak any older
+/// minor N instead (`RuntimeOptions::plugin_abi_minor`, for conformance checks): it then hands
+/// out and reads each versioned struct as ABI 1.N defines it, as a real 1.N host would (see
+/// `HostContext::host_minor` and where it is read).
+pub(crate) const NEWEST_ABI_MINOR: u32 = abi::DPP_ABI_MINOR;
+
+/// `dpp_host_api_t::struct_size` in ABI 1.`minor`.
+pub(crate) const fn host_api_struct_size(minor: u32) -> usize {
+    match minor {
+        0 => abi::DPP_HOST_API_STRUCT_SIZE_1_0,
+        1 => abi::DPP_HOST_API_STRUCT_SIZE_1_1,
+        2 | 3 => abi::DPP_HOST_API_STRUCT_SIZE_1_2,
+        _ => abi::DPP_HOST_API_STRUCT_SIZE_1_4,
+    }
+}
+
+/// The library at `path`, opened, with the static description its entry returned (non-NULL,
+/// holding at least `struct_size`, `ext` and the version) and that description's
+/// `struct_size`.
+struct Opened {
+    library: libloading::os::unix::Library,
+    api: *const abi::dpp_plugin_api_t,
+    size: usize,
+}
+
+/// The end of the version fields of `dpp_plugin_api_t`: struct_size, ext, abi_major, abi_minor.
+const VERSION_END: usize = 24;
+
+/// Opens the library at `path` and calls its entry (no other plugin code runs).
+fn open(path: &Path, shown: &str) -> Result<Opened> {
     if !path.is_absolute() {
         return Err(Error::invalid_argument(format!(
             "plugin path '{shown}' is relative; relative plugin paths are never resolved against the working directory"
@@ -98,16 +119,45 @@ pub(crate) fn load(
     }
     // SAFETY: non-NULL; struct_size is the first field of every ABI struct.
     let size = unsafe { *(api as *const usize) };
-    const VERSION_END: usize = 24; // struct_size, ext, abi_major, abi_minor
     if size < VERSION_END {
         return Err(Error::invalid_argument(format!(
             "plugin '{shown}': dpp_plugin_api_t.struct_size is {size}, smaller than the smallest supported size {}",
             abi::DPP_PLUGIN_API_STRUCT_SIZE
         )));
     }
-    // SAFETY: at least the version fields are present (checked above).
+    Ok(Opened { library, api, size })
+}
+
+/// The plugin ABI version `(major, minor)` the plugin at `path` declares in its
+/// `dpp_plugin_api_t`, read without running its `init` (the library is opened, its entry
+/// called, and the library closed again).
+pub(crate) fn declared_version(path: &Path) -> Result<(u32, u32)> {
+    let shown = path.display().to_string();
+    let opened = open(path, &shown)?;
+    // SAFETY: `open` checked that the version fields are present.
+    let version = unsafe { ((*opened.api).abi_major, (*opened.api).abi_minor) };
+    drop(opened.library);
+    Ok(version)
+}
+
+/// Opens `path`, checks the plugin's version and description, runs its `init` with
+/// `options`, and returns its platforms (not yet added to any runtime). On any failure,
+/// whatever the plugin registered is rolled back and the library is closed.
+///
+/// The host speaks plugin ABI 1.`host_minor` (at most [`NEWEST_ABI_MINOR`]): it refuses a
+/// plugin of a newer minor, and hands out and reads every versioned struct as that minor
+/// defines it.
+pub(crate) fn load(
+    path: &Path,
+    options: &[(String, String)],
+    existing: Vec<ExistingPlatform>,
+    host_minor: u32,
+) -> Result<Loaded> {
+    let shown = path.display().to_string();
+    let Opened { library, api, size } = open(path, &shown)?;
+    // SAFETY: at least the version fields are present (checked by `open`).
     let (major, minor) = unsafe { ((*api).abi_major, (*api).abi_minor) };
-    if major != abi::DPP_ABI_MAJOR || minor > abi::DPP_ABI_MINOR {
+    if major != abi::DPP_ABI_MAJOR || minor > host_minor {
         let why = if major != abi::DPP_ABI_MAJOR {
             "the major versions differ"
         } else {
@@ -116,9 +166,8 @@ pub(crate) fn load(
         return Err(Error::new(
             Code::AbiMismatch,
             format!(
-                "plugin '{shown}': built against plugin ABI {major}.{minor}, but this host implements ABI {}.{} ({why})",
+                "plugin '{shown}': built against plugin ABI {major}.{minor}, but this host implements ABI {}.{host_minor} ({why})",
                 abi::DPP_ABI_MAJOR,
-                abi::DPP_ABI_MINOR
             ),
         ));
     }
@@ -160,7 +209,13 @@ pub(crate) fn load(
         .init
         .ok_or_else(|| field_err("init", "is NULL (required)"))?;
 
-    let context = Box::new(HostContext::new(name.clone(), minor, options, existing)?);
+    let context = Box::new(HostContext::new(
+        name.clone(),
+        minor,
+        host_minor,
+        options,
+        existing,
+    )?);
     let host_api = Box::new(context.host_api());
     let mut plugin = LoadedPlugin {
         name: name.clone(),

@@ -1,7 +1,8 @@
 //! `devplug`, the SDK's command-line tool.
 //!
-//! - `devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS]` proves a device plugin's
-//!   conformance ([`check`]).
+//! - `devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS] [--host-abi 1.N]` proves a
+//!   device plugin's conformance, as the newest host and as a host of the plugin's declared ABI
+//!   minor ([`check`]).
 //! - `devplug info [PLUGIN [-o KEY=VALUE]...]... [--no-env] [--ops]` shows what a runtime sees:
 //!   its platforms, devices, loaded plugins and the plugins that failed to load, with why; with
 //!   `--ops`, every op's signature and its kernels ([`info`]).
@@ -16,7 +17,8 @@ mod info;
 
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS]
+const USAGE: &str =
+    "usage: devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS] [--host-abi 1.N]
        devplug info [PLUGIN [-o KEY=VALUE]...]... [--no-env] [--ops]
        devplug bench PLUGIN [-o KEY=VALUE]...
        devplug --version
@@ -24,7 +26,12 @@ const USAGE: &str = "usage: devplug check PLUGIN [-o KEY=VALUE]... [--timeout SE
   check    load the device plugin PLUGIN (a path to its shared library; a relative path is
            made absolute from the working directory) with the given load options and check
            what hosts rely on: its devices' memory, copies, streams, host callbacks, events
-           and memory usage, and its kernels against the CPU device's results. Runs in a child process: a crash or a hang (no answer within SECONDS,
+           and memory usage, and its kernels against the CPU device's results. The checks
+           run as a host of the newest plugin ABI and, when the plugin declares an older
+           minor (abi_minor in its dpp_plugin_api_t), once more as a host of that minor,
+           which hands it that minor's smaller structs; it conforms only if both passes do.
+           --host-abi 1.N runs one pass, as a host of plugin ABI 1.N (1.0 to the newest).
+           Each pass runs in a child process: a crash or a hang (no answer within SECONDS,
            default 60) is reported with the check it happened in.
   info     create a runtime, load the plugins of DEVPLUG_PLUGIN_PATH (unless --no-env) and
            each PLUGIN with the options that follow it, and list the platforms, devices and
@@ -58,6 +65,10 @@ fn main() -> ExitCode {
     end_quietly_on_a_closed_pipe();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
+        Some("check") if args[1..].iter().any(|a| a == "--help" || a == "-h") => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
         Some("check") => match check::parse(&args[1..]) {
             Ok(cmd) => check::supervise(&cmd),
             Err(e) => usage_error(&e),
