@@ -11,7 +11,8 @@ use devplug_core::{Attrs, Error, Graph, GraphRunOptions, NodeOutput, Tensor, Var
 use crate::handle::{self, check_out, get, handle, write_out};
 use crate::op::{dp_attrs_t, dp_op_t, DP_SOFT_PLACEMENT_DEFAULT};
 use crate::runtime::{
-    dp_device_t, dp_runtime_t, optional_device, runtime_obj, DevicePtr, RuntimeObj,
+    dp_device_t, dp_runtime_t, kept_device_handle, optional_device, runtime_obj, DevicePtr,
+    RuntimeObj,
 };
 use crate::status::{bad_arg, dp_status_t, guard, guard_value};
 use crate::tensor::{dp_dtype_t, dp_tensor_t, dtype, tensor, TensorObj};
@@ -732,6 +733,8 @@ pub unsafe extern "C" fn dp_variable_name(variable: *const dp_variable_t) -> *co
 }
 
 /// Writes the device the variable lives on (borrowed from the runtime) to `*out_device`.
+/// `DP_FAILED_PRECONDITION` once the device's runtime was destroyed: its device handles went
+/// with it, though the variable can still be read and assigned.
 ///
 /// # Safety
 /// `variable` is a variable handle; `out_device` writable.
@@ -743,8 +746,18 @@ pub unsafe extern "C" fn dp_variable_device(
     guard("dp_variable_device", || {
         // SAFETY: the caller's contract.
         let v = unsafe { self::variable(variable)? };
+        check_out(out_device, "out_device")?;
+        // SAFETY: a device handle this library made, kept by the variable.
+        let d = unsafe {
+            kept_device_handle(
+                v.device,
+                v.variable.device(),
+                "variable",
+                "read and assigned",
+            )?
+        };
         // SAFETY: the caller's contract.
-        unsafe { write_out(out_device, "out_device", v.device.0) }
+        unsafe { write_out(out_device, "out_device", d) }
     })
 }
 

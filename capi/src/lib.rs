@@ -12,6 +12,7 @@ pub mod log;
 pub mod memory;
 pub mod op;
 pub mod op_def;
+pub mod platform;
 pub mod plugin;
 pub mod runtime;
 pub mod scope;

@@ -105,7 +105,14 @@ pub unsafe extern "C" fn dp_buffer_device(buffer: *const dp_buffer_t) -> *mut dp
     guard_value("dp_buffer_device", std::ptr::null_mut(), || {
         let b = unsafe { self::buffer(buffer, "buffer")? };
         // SAFETY: a device handle this library made, kept by the buffer.
-        unsafe { kept_device_handle(b.device, b.buffer.device(), "buffer") }
+        unsafe {
+            kept_device_handle(
+                b.device,
+                b.buffer.device(),
+                "buffer",
+                "read, written and copied",
+            )
+        }
     })
 }
 

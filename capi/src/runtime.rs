@@ -175,10 +175,14 @@ impl RuntimeObj {
         Ok(p)
     }
 
-    /// Keeps strings alive until the runtime is destroyed; returns their addresses.
+    /// Keeps strings alive until the runtime is destroyed; returns their addresses. A string
+    /// kept before is handed out again, so that asking repeatedly does not grow the list.
     pub(crate) fn keep<const N: usize>(&self, strings: [CString; N]) -> [*const c_char; N] {
         let mut kept = self.strings.lock();
         strings.map(|s| {
+            if let Some(k) = kept.iter().find(|k| **k == s) {
+                return k.as_ptr();
+            }
             let p = s.as_ptr();
             kept.push(s);
             p
@@ -367,10 +371,11 @@ pub(crate) unsafe fn device<'a>(
     Ok(&unsafe { get(device, arg) }?.device)
 }
 
-/// The handle of `of`'s device that a tensor or buffer kept (`handle`), while it still is
-/// that device's handle: its runtime destroys its device handles with it, and the memory may
-/// have gone to another handle since, so it is checked like an argument and compared with the
-/// device `of` lives on. `what` names the holder for the error.
+/// The handle of `of`'s device that a tensor, buffer, stream or variable kept (`handle`),
+/// while it still is that device's handle: its runtime destroys its device handles with it,
+/// and the memory may have gone to another handle since, so it is checked like an argument
+/// and compared with the device `of` lives on. For the error, `what` names the holder and
+/// `still` what it can still do (`"read, copied and used"`).
 ///
 /// # Safety
 /// `handle` was a device handle made by this library (live or destroyed since).
@@ -378,13 +383,14 @@ pub(crate) unsafe fn kept_device_handle(
     handle: DevicePtr,
     of: &Arc<Device>,
     what: &str,
+    still: &str,
 ) -> devplug_core::Result<*mut dp_device_t> {
     // SAFETY: forwarded; a destroyed handle or one of another kind is refused.
     match unsafe { get::<dp_device_t>(handle.0, "device") } {
         Ok(obj) if Arc::ptr_eq(&obj.device, of) => Ok(handle.0),
         _ => Err(devplug_core::Error::failed_precondition(format!(
             "the runtime of the {what}'s device {} was destroyed, and its device handles with it \
-             (the {what} can still be read, copied and used)",
+             (the {what} can still be {still})",
             of.qualified_name()
         ))),
     }

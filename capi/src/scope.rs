@@ -104,11 +104,15 @@ impl Setter {
         // SAFETY: the host's setter with a query valid for the call and a writable out slot.
         let status = unsafe { (self.func)(&query, self.user_data, &mut out) };
         if status != DP_OK {
-            let code = Code::from_i32(status).unwrap_or(Code::Unknown);
-            return Err(Error::new(
-                code,
-                format!("the setter returned {status} ({code})"),
-            ));
+            // The status is the error's code, so the message does not repeat it (the core
+            // adds "<op>: the device setter failed"); only a value that is no code is named.
+            return Err(match Code::from_i32(status) {
+                Some(code) => Error::new(code, String::new()),
+                None => Error::new(
+                    Code::Unknown,
+                    format!("it returned {status}, which is not a status code"),
+                ),
+            });
         }
         if out.is_null() {
             return Ok(None);

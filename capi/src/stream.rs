@@ -6,7 +6,7 @@ use devplug_core::{Code, Error, Event, EventStatus, Stream};
 
 use crate::handle::{self, check_out, get, handle, write_out};
 use crate::memory::{buffer, dp_buffer_t};
-use crate::runtime::{device, dp_device_t, DevicePtr};
+use crate::runtime::{device, dp_device_t, kept_device_handle, DevicePtr};
 use crate::status::{bad_arg, dp_status_t, guard, guard_value};
 
 #[doc(hidden)]
@@ -129,7 +129,10 @@ pub unsafe extern "C" fn dp_device_default_stream(
     })
 }
 
-/// The stream's device; NULL for an invalid handle.
+/// The stream's device; NULL for an invalid handle, and NULL (the error says why) for a
+/// created stream once the device's runtime was destroyed: its device handles went with it,
+/// though the stream can still take work and be synchronized and destroyed. (A default
+/// stream's handle goes with the runtime too.)
 ///
 /// # Safety
 /// `stream` is a stream handle.
@@ -137,7 +140,16 @@ pub unsafe extern "C" fn dp_device_default_stream(
 pub unsafe extern "C" fn dp_stream_device(stream: *const dp_stream_t) -> *mut dp_device_t {
     // SAFETY: the caller's contract.
     guard_value("dp_stream_device", std::ptr::null_mut(), || {
-        Ok(unsafe { self::stream(stream, "stream")? }.device.0)
+        let s = unsafe { self::stream(stream, "stream")? };
+        // SAFETY: a device handle this library made, kept by the stream.
+        unsafe {
+            kept_device_handle(
+                s.device,
+                s.stream.device(),
+                "stream",
+                "given work, synchronized and destroyed",
+            )
+        }
     })
 }
 

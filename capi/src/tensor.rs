@@ -269,7 +269,14 @@ pub unsafe extern "C" fn dp_tensor_device(tensor: *const dp_tensor_t) -> *mut dp
     guard_value("dp_tensor_device", std::ptr::null_mut(), || {
         let t = unsafe { self::tensor(tensor, "tensor")? };
         // SAFETY: a device handle this library made, kept by the tensor.
-        unsafe { kept_device_handle(t.device, t.tensor.device(), "tensor") }
+        unsafe {
+            kept_device_handle(
+                t.device,
+                t.tensor.device(),
+                "tensor",
+                "read, copied and used as an input",
+            )
+        }
     })
 }
 

@@ -156,11 +156,17 @@ impl Error {
         Error::new(Code::Internal, message)
     }
 
-    /// The same error with `context: ` put before its message.
+    /// The same error with `context: ` put before its message (an empty message becomes
+    /// `context`).
     pub fn context(self, context: impl fmt::Display) -> Error {
+        let message = if self.message.is_empty() {
+            context.to_string()
+        } else {
+            format!("{context}: {}", self.message)
+        };
         Error {
             code: self.code,
-            message: format!("{context}: {}", self.message),
+            message,
         }
     }
 }
@@ -188,5 +194,7 @@ mod tests {
             e.to_string(),
             "INVALID_ARGUMENT: dp_tensor_create: bad shape"
         );
+        let e = Error::new(Code::Unknown, "").context("Add: the device setter failed");
+        assert_eq!(e.message, "Add: the device setter failed");
     }
 }

@@ -223,8 +223,76 @@ static void plugin_ops(void) {
   dp_runtime_destroy(rt);
 }
 
+/* Ops run on their device's default stream. Work on a created stream is ordered before an op
+ * with an event (recorded on the created stream, waited for on the default stream), and work
+ * after the op the other way round. A host callback holds the created stream back, so that
+ * without the event the op would read the buffer before the upload. */
+static void hold_back(void *user) {
+  (void)user;
+  dp_test_sleep_ms(150);
+}
+
+static void streams_and_ops(void) {
+  SECTION("an upload on a created stream, ordered before Add on SIM:0 with an event, and back");
+  dp_runtime_t *rt = make_runtime();
+  const char *opts[] = {"latency_us=2000"};
+  CHECK_OK(dp_runtime_load_plugin(rt, SIM, opts, 1));
+  dp_device_t *sim = NULL;
+  CHECK_OK(dp_runtime_find_device(rt, "SIM:0", &sim));
+  const int64_t shape[1] = {4};
+  const float up[4] = {1.5f, -2.0f, 3.25f, 100.0f};
+  float down[4] = {0, 0, 0, 0}, sum[4] = {0, 0, 0, 0};
+  dp_tensor_t *x = NULL, *z = NULL;
+  dp_buffer_t *xb = NULL, *zb = NULL;
+  dp_stream_t *s = NULL, *def = NULL;
+  dp_event_t *uploaded = NULL, *added = NULL;
+  dp_op_t *add = NULL;
+  CHECK_OK(dp_tensor_create(sim, DP_DTYPE_F32, shape, 1, NULL, 0, &x)); /* zeros */
+  CHECK_OK(dp_tensor_buffer(x, &xb));
+  CHECK_OK(dp_stream_create(sim, &s));
+  CHECK_OK(dp_device_default_stream(sim, &def));
+  CHECK_OK(dp_event_create(sim, &uploaded));
+  CHECK_OK(dp_event_create(sim, &added));
+  CHECK_OK(dp_runtime_find_op(rt, "Add", &add));
+  if (!x || !xb || !s || !def || !uploaded || !added || !add) return;
+
+  CHECK_OK(dp_stream_host_callback(s, hold_back, NULL));
+  CHECK_OK(dp_stream_write(s, xb, 0, up, sizeof up));
+  CHECK_OK(dp_event_record(uploaded, s));
+  CHECK_OK(dp_stream_wait_event(def, uploaded)); /* the op waits for the upload */
+
+  dp_run_options_t o;
+  dp_run_options_init(&o, sizeof o);
+  o.device = sim;
+  o.soft_placement = DP_SOFT_PLACEMENT_OFF; /* SIM's own kernel, on SIM's default stream */
+  dp_tensor_t *ins[2] = {x, x};
+  CHECK_OK(dp_op_run(rt, add, ins, 2, NULL, &o, &z, 1, NULL));
+  if (!z) return;
+  CHECK(dp_tensor_device(z) == sim);
+
+  /* the other way: a read on the created stream waits for the op */
+  CHECK_OK(dp_tensor_buffer(z, &zb));
+  CHECK_OK(dp_event_record(added, def));
+  CHECK_OK(dp_stream_wait_event(s, added));
+  CHECK_OK(dp_stream_read(s, zb, 0, down, sizeof down));
+  CHECK_OK(dp_stream_synchronize(s));
+  for (int i = 0; i < 4; ++i) CHECKF(down[i] == 2 * up[i], "read on the stream: z[%d] = %g", i, down[i]);
+  CHECK_OK(dp_tensor_read(z, sum, sizeof sum)); /* synchronous: after the default stream's work */
+  for (int i = 0; i < 4; ++i) CHECKF(sum[i] == 2 * up[i], "dp_tensor_read: z[%d] = %g", i, sum[i]);
+
+  dp_buffer_release(zb);
+  dp_buffer_release(xb);
+  dp_tensor_release(z);
+  dp_tensor_release(x);
+  dp_event_destroy(added);
+  dp_event_destroy(uploaded);
+  dp_stream_destroy(s);
+  dp_runtime_destroy(rt);
+}
+
 int main(void) {
   enumeration_and_copies();
+  streams_and_ops();
   plugin_ops();
   failures_are_listed();
   injected_faults();

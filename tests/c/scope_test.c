@@ -187,6 +187,16 @@ int main(void) {
     CHECK(run_on(rt, cpu[0], add_op, NULL, &st) == NULL);
     CHECK(st == DP_UNAVAILABLE);
     CHECK(strstr(dp_last_error_message(), "device setter failed") != NULL);
+    /* the status is the code the call returns: the message does not say it again */
+    CHECKF(strstr(dp_last_error_message(), "UNAVAILABLE") == NULL &&
+               strstr(dp_last_error_message(), "14") == NULL,
+           "the setter's status is repeated in '%s'", dp_last_error_message());
+    SECTION("a setter returning a value that is not a status fails the op with DP_UNKNOWN, naming it");
+    st_state.fail_with = 42;
+    CHECK(run_on(rt, cpu[0], add_op, NULL, &st) == NULL);
+    CHECK(st == DP_UNKNOWN);
+    CHECKF(strstr(dp_last_error_message(), "device setter failed: it returned 42, which is not a status code") != NULL,
+           "message '%s'", dp_last_error_message());
     st_state.fail_with = DP_OK;
 
     SECTION("a setter choosing another runtime's device, or no device at all, is refused");

@@ -219,23 +219,36 @@ static void test_buffer_is_storage(dp_device_t *d0) {
     dp_tensor_release(c);
 }
 
-/* A tensor and a buffer outlive their runtime: they can still be read, but their device
- * handles went with the runtime, so asking for the device gives NULL and says why (not a dead
- * handle that a later device handle could take the place of). */
+/* A tensor, a buffer, a created stream and a variable outlive their runtime: they can still be
+ * used, but their device handles went with the runtime, so asking for the device gives NULL (or
+ * DP_FAILED_PRECONDITION) and says why (not a dead handle that a later device handle could take
+ * the place of). A default stream's handle goes with the runtime. */
 static void test_outliving_the_runtime(void) {
     static const int64_t shape[1] = {3};
     static const float v[3] = {1.0f, 2.0f, 3.0f};
+    static const unsigned char bytes[4] = {9, 8, 7, 6};
     float back[3] = {0};
+    unsigned char got[4] = {0};
     dp_runtime_t *rt = dp_test_runtime(1, 0);
     dp_device_t *d = dp_test_device(rt, 0);
-    dp_tensor_t *t = NULL;
+    dp_device_t *where = SENTINEL(dp_device_t);
+    dp_tensor_t *t = NULL, *value = NULL;
     dp_buffer_t *b = NULL;
+    dp_stream_t *s = NULL, *def = NULL;
+    dp_variable_t *var = NULL;
     const char *m;
-    SECTION("a tensor and a buffer outliving their runtime");
+    SECTION("a tensor, a buffer, a stream and a variable outliving their runtime");
     CHECK_OK(dp_tensor_create(d, DP_DTYPE_F32, shape, 1, v, sizeof v, &t));
     CHECK_OK(dp_buffer_allocate(d, 64, &b));
+    CHECK_OK(dp_stream_create(d, &s));
+    CHECK_OK(dp_device_default_stream(d, &def));
+    CHECK_OK(dp_variable_create(rt, "w", t, d, &var));
     CHECK(dp_tensor_device(t) == d);
     CHECK(dp_buffer_device(b) == d);
+    CHECK(dp_stream_device(s) == d);
+    CHECK(dp_stream_device(def) == d);
+    CHECK_OK(dp_variable_device(var, &where));
+    CHECK(where == d);
     dp_runtime_destroy(rt);
     CHECK(dp_tensor_device(t) == NULL);
     m = dp_last_error_message();
@@ -245,8 +258,34 @@ static void test_outliving_the_runtime(void) {
     m = dp_last_error_message();
     CHECKF(m != NULL && strstr(m, "dp_buffer_device") && strstr(m, "was destroyed"),
            "dp_buffer_device after the runtime: message '%s'", m ? m : "(null)");
+    CHECK(dp_stream_device(s) == NULL);
+    m = dp_last_error_message();
+    CHECKF(m != NULL && strstr(m, "dp_stream_device") &&
+               strstr(m, "the runtime of the stream's device HOST:0 was destroyed"),
+           "dp_stream_device after the runtime: message '%s'", m ? m : "(null)");
+    where = SENTINEL(dp_device_t);
+    CHECK_STATUS_MSG(dp_variable_device(var, &where), DP_FAILED_PRECONDITION,
+                     "runtime of the variable's device HOST:0 was destroyed");
+    CHECK_UNTOUCHED(dp_device_t, where);
+    /* the default stream's handle went with the runtime: refused as a destroyed handle */
+    CHECK(dp_stream_device(def) == NULL);
+    m = dp_last_error_message();
+    CHECKF(m != NULL && strstr(m, "dp_stream_device") && strstr(m, "destroyed"),
+           "dp_stream_device on a destroyed default stream: message '%s'", m ? m : "(null)");
+    /* ... while the objects themselves still work */
     CHECK_OK(dp_tensor_read(t, back, sizeof back));
     CHECK(back[0] == 1.0f && back[1] == 2.0f && back[2] == 3.0f);
+    CHECK_OK(dp_stream_write(s, b, 0, bytes, sizeof bytes));
+    CHECK_OK(dp_stream_synchronize(s));
+    CHECK_OK(dp_buffer_read(b, 0, got, sizeof got));
+    CHECK(memcmp(got, bytes, sizeof got) == 0);
+    CHECK_OK(dp_variable_read(var, &value));
+    memset(back, 0, sizeof back);
+    CHECK_OK(dp_tensor_read(value, back, sizeof back));
+    CHECK(back[0] == 1.0f && back[1] == 2.0f && back[2] == 3.0f);
+    dp_tensor_release(value);
+    dp_variable_release(var);
+    dp_stream_destroy(s);
     dp_tensor_release(t);
     dp_buffer_release(b);
 }

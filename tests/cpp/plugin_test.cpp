@@ -1,9 +1,11 @@
 // A C++ host with device plugins: SIM (C) with two devices next to the CPU, and the drop-in
 // override scenario — SIM registered as type GPU (platform SIMCUDA, priority 0) and the C++
-// plugin SIMDML as type GPU (priority 100), loaded in either order.
+// plugin SIMDML as type GPU (priority 100), loaded in either order; and work on a created
+// stream of SIM ordered before and after an op (on the default stream) with events.
 #include <devplug/devplug.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -11,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -169,6 +172,40 @@ void a_plugins_own_op() {
   CHECK_ERROR(rt.run1(swish, {&i32}), DP_INVALID_ARGUMENT, "simdml.Swish");
 }
 
+// Ops run on their device's default stream: an upload into a tensor's buffer on a created
+// stream is ordered before Add with an event the default stream waits for, and a read on the
+// created stream after Add with an event recorded on the default stream. A host callback
+// holds the created stream back, so that without the event Add would see zeros.
+void stream_work_ordered_with_ops() {
+  devplug::Runtime rt = make_runtime();
+  rt.load_plugin(kSim, {"latency_us=2000"});
+  const devplug::Device sim = rt.device("SIM:0");
+  const std::vector<float> up{1.5f, -2.0f, 3.25f, 100.0f};
+  devplug::Tensor x = devplug::Tensor::zeros(sim, devplug::DType::F32, {4});
+  devplug::Buffer xb = x.buffer();
+  devplug::Stream s = sim.create_stream();
+  devplug::Stream def = sim.default_stream();
+  devplug::Event uploaded = sim.create_event();
+  devplug::Event added = sim.create_event();
+  s.host_callback([] { std::this_thread::sleep_for(std::chrono::milliseconds(150)); });
+  s.write(xb, up);
+  s.record(uploaded);
+  def.wait(uploaded);
+  devplug::RunOptions strict;
+  strict.device = sim;
+  strict.soft_placement = DP_SOFT_PLACEMENT_OFF;
+  devplug::Tensor z = rt.run1(rt.op("Add"), {&x, &x}, nullptr, strict);
+  std::vector<float> down(4, 0.0f);
+  devplug::Buffer zb = z.buffer();
+  def.record(added);
+  s.wait(added);
+  s.read(zb, down);
+  s.synchronize();
+  const std::vector<float> want{3.0f, -4.0f, 6.5f, 200.0f};
+  CHECK(down == want);
+  CHECK(z.to_vector<float>() == want);
+}
+
 void cxx_plugin_exceptions_become_errors() {
   devplug::Runtime rt = make_runtime();
   CHECK_ERROR(rt.load_plugin(kSimdml, {"throw_in_init=1"}), DP_INTERNAL, "throw_in_init");
@@ -186,6 +223,7 @@ int main() {
     override_scenario(false);
     cxx_plugin_exceptions_become_errors();
     a_plugins_own_op();
+    stream_work_ordered_with_ops();
   } catch (const devplug::Error& e) {
     std::fprintf(stderr, "unexpected devplug::Error: %s\n", e.what());
     return 1;

@@ -600,28 +600,67 @@ void test_move_semantics() {
   Buffer b4 = Buffer::adopt(rb);
   CHECK_EQ(b4.size(), size_t{8});
 
-  // buffers and tensors may outlive their runtime: still readable, released safely
+  // buffers, tensors, created streams and variables may outlive their runtime: still usable,
+  // released safely
   Buffer survivor;
   Tensor survivor_t;
+  Stream survivor_s;
+  Stream dead_view;
+  devplug::Variable survivor_v;
+  Device dead_device;
   {
     Runtime inner(RuntimeOptions().cpu_device_count(1));
     const Device id = inner.device("CPU:0");
     survivor = id.allocate(4);
     survivor.write(std::vector<uint8_t>({1, 2, 3, 4}));
     survivor_t = Tensor::from_vector<int32_t>(id, {2}, {7, 8});
+    survivor_s = id.create_stream();
+    dead_view = id.default_stream();
+    survivor_v = inner.variable("v", survivor_t);
+    dead_device = id;
+    CHECK(survivor_s.device() == id);
+    CHECK(dead_view.device() == id);
+    CHECK(survivor_v.device() == id);
   }
   CHECK_EQ(survivor.read_vector<uint8_t>(4), std::vector<uint8_t>({1, 2, 3, 4}));
   CHECK_EQ(survivor_t.to_vector<int32_t>(), std::vector<int32_t>({7, 8}));
-  // ... but their device handles went with the runtime: device() says so, not a dead handle
+  CHECK_EQ(survivor_v.read().to_vector<int32_t>(), std::vector<int32_t>({7, 8}));
+  const std::vector<uint8_t> later = {5, 6, 7, 8};
+  survivor_s.write(survivor, later);
+  survivor_s.synchronize();
+  CHECK_EQ(survivor.read_vector<uint8_t>(4), later);
+  // ... but their device handles went with the runtime: device() says so (the C library's
+  // message, naming the function), not a dead handle
+  const auto message_of = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.message();
+    }
+    return "(nothing thrown)";
+  };
+  const auto has = [](const std::string& s, const char* part) { return s.find(part) != std::string::npos; };
   CHECK_ERROR(survivor.device(), DP_FAILED_PRECONDITION);
   CHECK_ERROR(survivor_t.device(), DP_FAILED_PRECONDITION);
-  try {
-    (void)survivor_t.device();
-  } catch (const Error& e) {
-    CHECK(std::string(e.what()).find("was destroyed") != std::string::npos);
-  }
+  CHECK_ERROR(survivor_s.device(), DP_FAILED_PRECONDITION);
+  CHECK_ERROR(survivor_v.device(), DP_FAILED_PRECONDITION);
+  CHECK(has(message_of([&] { (void)survivor_t.device(); }), "dp_tensor_device: the runtime of the tensor's device"));
+  CHECK(has(message_of([&] { (void)survivor_s.device(); }), "dp_stream_device: the runtime of the stream's device HOST:0 was destroyed"));
+  CHECK(has(message_of([&] { (void)survivor_v.device(); }), "dp_variable_device: the runtime of the variable's device HOST:0 was destroyed"));
+  // the default stream went with the runtime, as did the device handle: the C library says so
+  CHECK_ERROR(dead_view.device(), DP_INVALID_ARGUMENT);
+  CHECK(has(message_of([&] { (void)dead_view.device(); }), "dp_stream_device: "));
+  CHECK_ERROR(dead_device.name(), DP_INVALID_ARGUMENT);
+  CHECK(has(message_of([&] { (void)dead_device.name(); }), "dp_device_name: "));
+  // an empty object: refused by the wrapper before any C call, saying so
+  CHECK_ERROR(Stream().device(), DP_INVALID_ARGUMENT);
+  CHECK(has(message_of([&] { (void)Stream().device(); }), "devplug::Stream is empty"));
+  CHECK(has(message_of([&] { (void)Tensor().shape(); }), "devplug::Tensor is empty"));
+  CHECK(has(message_of([&] { (void)Tensor().num_elements(); }), "dp_tensor_num_elements: "));
   survivor = Buffer();
   survivor_t = Tensor();
+  survivor_s = Stream();
+  survivor_v = devplug::Variable();
 
   // an empty Device is refused by every call
   const Device none;

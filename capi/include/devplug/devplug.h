@@ -285,6 +285,55 @@ typedef struct dp_op_def_t {
 } dp_op_def_t;
 
 /**
+ * A platform, as [`dp_runtime_platform_info`] reports it. Set `struct_size` before the call;
+ * the runtime fills the fields that fit. Strings stay valid until the runtime is destroyed.
+ */
+typedef struct dp_platform_info_t {
+  /**
+   * Set by the caller: `sizeof(dp_platform_info_t)`.
+   */
+  size_t struct_size;
+  /**
+   * The platform's name, e.g. `"HOST"`, `"SIM"`, `"CUDA"`; `"NAME:i"` names its devices.
+   */
+  const char *name;
+  /**
+   * The device type users place on, e.g. `"CPU"`, `"GPU"`.
+   */
+  const char *device_type;
+  /**
+   * Who makes the devices (free text).
+   */
+  const char *vendor;
+  /**
+   * The platform's own version (free text).
+   */
+  const char *version;
+  /**
+   * The name of the plugin that registered it (as `dp_plugin_info_t.name`), or
+   * `"built-in"` for the runtime's own `HOST` platform.
+   */
+  const char *plugin;
+  /**
+   * Among the platforms of one device type, the highest priority is what `"TYPE:i"` means.
+   */
+  int32_t priority;
+  /**
+   * 1 when this is that platform: `"TYPE:i"` resolves to its devices.
+   */
+  uint32_t is_active;
+  /**
+   * How many devices it has; 0 is possible (e.g. the CUDA plugin on a machine without a
+   * GPU). They are among `dp_runtime_device`'s, as `"NAME:0"` … `"NAME:<count - 1>"`.
+   */
+  size_t device_count;
+  /**
+   * 1 when its device memory is host memory.
+   */
+  uint32_t host_visible;
+} dp_platform_info_t;
+
+/**
  * A loaded plugin, as [`dp_runtime_plugin_info`] reports it. Set `struct_size` before the
  * call. Strings stay valid until the runtime is destroyed.
  */
@@ -858,6 +907,8 @@ const char *dp_variable_name(const dp_variable_t *variable);
 
 /**
  * Writes the device the variable lives on (borrowed from the runtime) to `*out_device`.
+ * `DP_FAILED_PRECONDITION` once the device's runtime was destroyed: its device handles went
+ * with it, though the variable can still be read and assigned.
  *
  * # Safety
  * `variable` is a variable handle; `out_device` writable.
@@ -1183,6 +1234,31 @@ dp_status_t dp_runtime_set_placement_callback(dp_runtime_t *runtime,
 dp_status_t dp_runtime_register_op(dp_runtime_t *runtime,
                                    const struct dp_op_def_t *def,
                                    dp_op_t **out_op);
+
+/**
+ * Writes the number of platforms of the runtime into `*out_count`: the built-in `HOST` and
+ * every platform a plugin registered, those without devices included.
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `out_count` is writable.
+ */
+dp_status_t dp_runtime_platform_count(const dp_runtime_t *runtime, size_t *out_count);
+
+/**
+ * Describes platform `index` into `*out_info` (whose `struct_size` the caller set; at least
+ * `sizeof(size_t)`). Platforms are in registration order: `HOST` is 0, then the platforms of
+ * each plugin in the order the plugins loaded (a plugin's own in the order it registered
+ * them) — the order `dp_runtime_device` lists their devices in. Platforms are never removed
+ * and a plugin loaded later appends its own, so an index names the same platform for the
+ * runtime's life. `DP_OUT_OF_RANGE` past the end; nothing is written on failure.
+ *
+ * # Safety
+ * `runtime` is a runtime handle; `out_info` points to a `dp_platform_info_t` with
+ * `struct_size` set, writable for that many bytes.
+ */
+dp_status_t dp_runtime_platform_info(const dp_runtime_t *runtime,
+                                     size_t index,
+                                     struct dp_platform_info_t *out_info);
 
 /**
  * Loads a device plugin from an absolute `path`. `options` holds `option_count` strings of
@@ -1516,7 +1592,10 @@ void dp_stream_destroy(dp_stream_t *stream);
 dp_status_t dp_device_default_stream(dp_device_t *device, dp_stream_t **out_stream);
 
 /**
- * The stream's device; NULL for an invalid handle.
+ * The stream's device; NULL for an invalid handle, and NULL (the error says why) for a
+ * created stream once the device's runtime was destroyed: its device handles went with it,
+ * though the stream can still take work and be synchronized and destroyed. (A default
+ * stream's handle goes with the runtime too.)
  *
  * # Safety
  * `stream` is a stream handle.

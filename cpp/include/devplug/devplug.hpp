@@ -276,7 +276,7 @@ struct f16 {
   }
   /** @brief The exact float value. */
   explicit operator float() const noexcept {
-    const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+    const uint32_t sign = (uint32_t{bits} & 0x8000u) << 16;
     const uint32_t e = (bits >> 10) & 0x1fu;
     const uint32_t m = bits & 0x3ffu;
     uint32_t u;
@@ -499,8 +499,12 @@ size_t byte_size(const C& c) noexcept {
   return std::size(c) * sizeof(element_t<const C>);
 }
 
-[[noreturn]] inline void throw_invalid_handle(const char* what) {
-  throw Error(DP_INVALID_ARGUMENT, std::string("invalid or empty ") + what + " handle");
+// For a call on an empty wrapper (default-constructed, moved from or released), refused
+// before any C call is made: the one case where the wrapper makes the message itself. Where a
+// C call failed, the Error carries the C library's message (Error::from_last_error).
+[[noreturn]] inline void throw_empty(const char* what) {
+  throw Error(DP_INVALID_ARGUMENT,
+              std::string("the devplug::") + what + " is empty (default-constructed, moved from or released)");
 }
 
 }  // namespace detail
@@ -605,7 +609,7 @@ class Device {
    *  whose platform is not the active one of its type (`dp_device_name()`). */
   std::string name() const {
     const char* n = dp_device_name(handle_);
-    if (n == nullptr) detail::throw_invalid_handle("device");
+    if (n == nullptr) throw Error::from_last_error(DP_INVALID_ARGUMENT);
     return n;
   }
 
@@ -821,7 +825,7 @@ class Buffer {
   /** @brief The device that holds the memory. Throws `FAILED_PRECONDITION` once the device's
    *         runtime was destroyed (its device handles went with it). */
   Device device() const {
-    if (handle_ == nullptr) detail::throw_invalid_handle("buffer");
+    if (handle_ == nullptr) detail::throw_empty("Buffer");
     dp_device_t* d = dp_buffer_device(handle_);
     // NULL for a live buffer: its device's runtime was destroyed (the message says so).
     if (d == nullptr) throw Error::from_last_error(DP_FAILED_PRECONDITION);
@@ -1061,11 +1065,21 @@ class Stream {
   /** @brief Whether this holds a stream. */
   explicit operator bool() const noexcept { return handle_ != nullptr; }
 
-  /** @brief The stream's device. */
+  /** @brief The stream's device. Throws `FAILED_PRECONDITION` for a created stream once the
+   *         device's runtime was destroyed (its device handles went with it; the stream can
+   *         still take work), `INVALID_ARGUMENT` for a default-stream view then (the default
+   *         stream went with the runtime). */
   Device device() const {
+    if (handle_ == nullptr) detail::throw_empty("Stream");
     dp_device_t* d = dp_stream_device(handle_);
-    if (d == nullptr) detail::throw_invalid_handle("stream");
-    return Device(d);
+    if (d != nullptr) return Device(d);
+    // The message says why; the code is INVALID_ARGUMENT for a dead handle, and
+    // FAILED_PRECONDITION for a live stream whose runtime was destroyed: asked of the handle
+    // itself (dp_stream_id), once the message was taken.
+    const Error e = Error::from_last_error(DP_INVALID_ARGUMENT);
+    uint32_t id = 0;
+    if (dp_stream_id(handle_, &id) == DP_OK) throw Error(DP_FAILED_PRECONDITION, e.message());
+    throw e;
   }
   /** @brief The stream's id (`dp_stream_id()`): 0 for a default stream, created streams from
    *         1; what a trace's device tracks are named by. */
@@ -1236,7 +1250,7 @@ class Event {
   /**
    * @brief The device's time from reaching this event to reaching @p end
    * (`dp_event_elapsed_ns()`; negative when @p end came first). Both are recorded and reached
-   * events of one device; throws `dp::Error` with `DP_FAILED_PRECONDITION` when one is not,
+   * events of one device; throws `devplug::Error` with `DP_FAILED_PRECONDITION` when one is not,
    * and `DP_UNIMPLEMENTED` when the device's platform does not time events.
    */
   std::chrono::nanoseconds elapsed(const Event& end) const {
@@ -1366,7 +1380,7 @@ class Tensor {
   size_t rank() const noexcept { return handle_ != nullptr ? dp_tensor_rank(handle_) : 0; }
   /** @brief The extents. */
   Shape shape() const {
-    if (handle_ == nullptr) detail::throw_invalid_handle("tensor");
+    if (handle_ == nullptr) detail::throw_empty("Tensor");
     Shape out(dp_tensor_rank(handle_));
     int64_t scalar = 0;
     check(dp_tensor_shape(handle_, out.empty() ? &scalar : out.data(), out.size()));
@@ -1375,7 +1389,7 @@ class Tensor {
   /** @brief The number of elements (the product of the extents). */
   int64_t num_elements() const {
     const int64_t n = dp_tensor_num_elements(handle_);
-    if (n < 0) detail::throw_invalid_handle("tensor");
+    if (n < 0) throw Error::from_last_error(DP_INVALID_ARGUMENT);
     return n;
   }
   /** @brief The size of the data in bytes. */
@@ -1385,7 +1399,7 @@ class Tensor {
   /** @brief The device that holds the data. Throws `FAILED_PRECONDITION` once the device's runtime
    *         was destroyed (its device handles went with it; the tensor can still be read). */
   Device device() const {
-    if (handle_ == nullptr) detail::throw_invalid_handle("tensor");
+    if (handle_ == nullptr) detail::throw_empty("Tensor");
     dp_device_t* d = dp_tensor_device(handle_);
     // NULL for a live tensor: its device's runtime was destroyed (the message says so).
     if (d == nullptr) throw Error::from_last_error(DP_FAILED_PRECONDITION);
@@ -1406,7 +1420,7 @@ class Tensor {
     constexpr DType want = dtype_of<T>();
     const DType have = dtype();
     if (have != want) {
-      if (handle_ == nullptr) detail::throw_invalid_handle("tensor");
+      if (handle_ == nullptr) detail::throw_empty("Tensor");
       throw Error(DP_INVALID_ARGUMENT, std::string("tensor has dtype ") + dtype_name(have) +
                                            ", not " + dtype_name(want));
     }
@@ -1466,7 +1480,9 @@ struct PlacementQuery {
  * @brief A device setter: the device for an op, or an empty `Device` for no opinion (the
  *        scopes around decide). A `devplug::Error` it throws fails the op with its code, any
  *        other exception with `DP_UNKNOWN`; the `Error` the failed call throws ends with what
- *        the exception's `what()` said (`"...: it threw PERMISSION_DENIED: no GPU for you"`).
+ *        the exception said, its status named once, in front (`"PERMISSION_DENIED: Add: the
+ *        device setter failed: it threw: no GPU for you"`; a `devplug::Error`'s `message()`,
+ *        another exception's `what()`).
  */
 using DeviceSetter = std::function<Device(const PlacementQuery&)>;
 
@@ -1566,7 +1582,11 @@ inline dp_status_t devplug_cxx_device_setter_trampoline(const dp_placement_query
     *out = (*static_cast<DeviceSetter*>(user))(query).get();
     return DP_OK;
   } catch (const Error& e) {
-    return setter_threw(e.code() != DP_OK ? e.code() : DP_UNKNOWN, "it threw ", e.what());
+    // The status it returns is the failed call's code, which the caller's Error states once:
+    // the text is the message alone (only an Error with DP_OK, which fails as DP_UNKNOWN,
+    // names its code).
+    if (e.code() == DP_OK) return setter_threw(DP_UNKNOWN, "it threw a devplug::Error with status ", e.what());
+    return setter_threw(e.code(), "it threw: ", e.message());
   } catch (const std::exception& e) {
     return setter_threw(DP_UNKNOWN, "it threw: ", e.what());
   } catch (...) {
@@ -1650,6 +1670,19 @@ struct PluginInfo {
   size_t platform_count = 0;
   /** The ops it defined (plugin ABI 1.2), in order: run them by name (`Runtime::op`). */
   std::vector<std::string> ops;
+};
+
+/** @brief A platform of the runtime (`dp_platform_info_t`, strings copied). */
+struct PlatformInfo {
+  std::string name;         /**< e.g. `"HOST"`, `"SIM"`, `"CUDA"`: `"NAME:i"` names its devices */
+  std::string device_type;  /**< the type users place on, e.g. `"CPU"`, `"GPU"` */
+  std::string vendor;       /**< who makes the devices */
+  std::string version;      /**< the platform's own version */
+  std::string plugin;       /**< the plugin that registered it, or `"built-in"` (`HOST`) */
+  int32_t priority = 0;     /**< the highest of a device type is what `"TYPE:i"` means */
+  bool is_active = false;   /**< `"TYPE:i"` resolves to this platform's devices */
+  size_t device_count = 0;  /**< may be 0 (e.g. the CUDA plugin without a GPU) */
+  bool host_visible = false; /**< device memory is host memory */
 };
 
 /** @brief A plugin that failed to load, and why (`dp_plugin_failure_t`). */
@@ -2088,6 +2121,34 @@ class Runtime {
         check(dp_runtime_plugin_op(handle_, i, k, &op));
         info.ops.emplace_back(op);
       }
+      out.push_back(std::move(info));
+    }
+    return out;
+  }
+  /**
+   * @brief Every platform (`dp_runtime_platform_count()`, `dp_runtime_platform_info()`), those
+   *        without devices included, in registration order: `HOST` first, then the plugins'
+   *        platforms in load order (the order of `devices()`).
+   */
+  std::vector<PlatformInfo> platforms() const {
+    size_t n = 0;
+    check(dp_runtime_platform_count(handle_, &n));
+    std::vector<PlatformInfo> out;
+    out.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      dp_platform_info_t p{};
+      p.struct_size = sizeof p;
+      check(dp_runtime_platform_info(handle_, i, &p));  // platforms are never removed
+      PlatformInfo info;
+      info.name = p.name != nullptr ? p.name : "";
+      info.device_type = p.device_type != nullptr ? p.device_type : "";
+      info.vendor = p.vendor != nullptr ? p.vendor : "";
+      info.version = p.version != nullptr ? p.version : "";
+      info.plugin = p.plugin != nullptr ? p.plugin : "";
+      info.priority = p.priority;
+      info.is_active = p.is_active != 0;
+      info.device_count = p.device_count;
+      info.host_visible = p.host_visible != 0;
       out.push_back(std::move(info));
     }
     return out;

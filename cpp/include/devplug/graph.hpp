@@ -69,7 +69,8 @@ class Variable {
     if (n == nullptr) throw Error::from_last_error(DP_INVALID_ARGUMENT);
     return n;
   }
-  /** @brief The device it lives on. */
+  /** @brief The device it lives on. Throws `FAILED_PRECONDITION` once the device's runtime was
+   *         destroyed (its device handles went with it; the variable can still be read). */
   Device device() const {
     dp_device_t* d = nullptr;
     check(dp_variable_device(handle_, &d));
