@@ -49,8 +49,11 @@ fn cstring(s: &str) -> CString {
 
 /// Loads a device plugin from an absolute `path`. `options` holds `option_count` strings of
 /// the form `"key=value"` handed to the plugin (may be NULL when the count is 0). Loading the
-/// same file again returns `DP_OK` and changes nothing. On failure only this plugin is lost:
-/// the runtime keeps working and lists the failure (see [`dp_runtime_plugin_failure`]).
+/// same file again with the same options (in any order) returns `DP_OK` and changes nothing;
+/// with other options it is `DP_ALREADY_EXISTS` (a library is loaded once per runtime, so they
+/// could not apply). On failure only this plugin is lost: the runtime keeps working and lists
+/// the failure (see [`dp_runtime_plugin_failure`]); the failure is logged at `info` only (the
+/// caller has the status and message).
 ///
 /// # Safety
 /// `runtime` is a runtime handle; `path` a NUL-terminated string; `options` NULL or

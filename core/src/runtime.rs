@@ -9,7 +9,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::device::{set_active, Device, PlatformEntry};
 use crate::dispatch::{Plans, RunOptions};
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 use crate::host::HostPlatform;
 use crate::kernel::{KernelDef, KernelRegistry};
 use crate::op::{Attrs, OpDef, OpHandle, OpRegistry, Outputs};
@@ -285,18 +285,30 @@ impl Runtime {
 
     /// Loads a device plugin from an absolute path, with `key=value` load options.
     ///
-    /// Loading the same file again (also through another path) returns the plugin already
-    /// loaded. A failure costs only this plugin: it is returned, and also kept in
-    /// [`Runtime::plugin_failures`].
+    /// Loading the same file again (also through another path) with the same options (in any
+    /// order) returns the plugin already loaded; with other options it is `ALREADY_EXISTS`
+    /// (a library is loaded once per runtime, so the options could not apply). A failure
+    /// costs only this plugin: it is returned, and also kept in [`Runtime::plugin_failures`]
+    /// (and logged at `info`: the caller has the error; failures of the plugins a search path
+    /// finds are logged as warnings).
     pub fn load_plugin(
         &self,
         path: impl AsRef<Path>,
         options: &[(&str, &str)],
     ) -> Result<PluginInfo> {
-        let path = path.as_ref();
+        self.load_plugin_reporting(path.as_ref(), options, crate::log::Level::Info)
+    }
+
+    /// [`Runtime::load_plugin`], logging a failure at `level`.
+    fn load_plugin_reporting(
+        &self,
+        path: &Path,
+        options: &[(&str, &str)],
+        level: crate::log::Level,
+    ) -> Result<PluginInfo> {
         let result = self.load_plugin_inner(path, options);
         if let Err(e) = &result {
-            crate::log::warn(&e.message);
+            crate::log::log(level, &e.message);
             self.failures.lock().push(PluginFailure {
                 path: path.to_path_buf(),
                 error: e.clone(),
@@ -318,11 +330,16 @@ impl Runtime {
             given.sort_unstable();
             kept.sort_unstable();
             if given != kept {
-                crate::log::warn(&format!(
-                    "plugin '{}' ({}) is loaded already, with the options {had:?}: the options \
-                     {options:?} given now are ignored (a library is loaded once per runtime)",
-                    r.plugin.name,
-                    path.display()
+                return Err(Error::new(
+                    Code::AlreadyExists,
+                    format!(
+                        "plugin '{}' ({}) is loaded already, with the options {had:?}; it \
+                         cannot be loaded again with the options {options:?} (a library is \
+                         loaded once per runtime: give the options at the first load, or use \
+                         another runtime)",
+                        r.plugin.name,
+                        path.display()
+                    ),
                 ));
             }
             return Ok(info_of(r));
@@ -421,7 +438,9 @@ impl Runtime {
         for candidate in plugin::search_path_candidates(search_path) {
             match candidate {
                 Ok(path) => {
-                    if let Ok(info) = self.load_plugin(&path, &[]) {
+                    if let Ok(info) =
+                        self.load_plugin_reporting(&path, &[], crate::log::Level::Warn)
+                    {
                         loaded.push(info);
                     }
                 }

@@ -35,7 +35,7 @@ static void on_log(const dp_log_record_t *r, void *user) {
     if (s->reenter) {
         s->reenter = 0;
         /* Logs a warning of its own: standard error, not this callback again. */
-        (void)dp_runtime_load_plugin(s->rt, "/no/such/dir/libreentered.so", NULL, 0);
+        (void)dp_runtime_load_plugin_path(s->rt, "/no/such/dir/libreentered.so");
     }
 }
 
@@ -49,7 +49,7 @@ static void drop_b(void *user) {
 }
 
 static void *fail_a_load(void *rt) {
-    (void)dp_runtime_load_plugin((dp_runtime_t *)rt, "/no/such/dir/libthreaded.so", NULL, 0);
+    (void)dp_runtime_load_plugin_path((dp_runtime_t *)rt, "/no/such/dir/libthreaded.so");
     return NULL;
 }
 
@@ -74,9 +74,9 @@ int main(void) {
     CHECK_STATUS_MSG(dp_log_set_level(-1), DP_INVALID_ARGUMENT, "level");
     CHECK(dp_log_level() == DP_LOG_WARN);
 
-    SECTION("a failed load's warning reaches the callback");
+    SECTION("a search path's failed load: its warning reaches the callback");
     CHECK_OK(dp_log_set_callback(on_log, &a, drop_a));
-    CHECK_STATUS(dp_runtime_load_plugin(rt, "/no/such/dir/libmissing.so", NULL, 0), DP_NOT_FOUND);
+    CHECK_OK(dp_runtime_load_plugin_path(rt, "/no/such/dir/libmissing.so"));
     CHECK(a.count == 1);
     CHECK(a.level == DP_LOG_WARN);
     CHECK_STR(a.source, "devplug");
@@ -85,8 +85,20 @@ int main(void) {
     SECTION("below the level nothing is logged");
     CHECK_OK(dp_log_set_level(DP_LOG_ERROR));
     CHECK(dp_log_level() == DP_LOG_ERROR);
-    CHECK_STATUS(dp_runtime_load_plugin(rt, "/no/such/dir/libmissing.so", NULL, 0), DP_NOT_FOUND);
+    CHECK_OK(dp_runtime_load_plugin_path(rt, "/no/such/dir/libmissing.so"));
     CHECK(a.count == 1);
+
+    SECTION("an explicit load's failure is the caller's error: logged at DP_LOG_INFO only");
+    a.count = 0;
+    CHECK_STATUS(dp_runtime_load_plugin(rt, "/no/such/dir/libexplicit.so", NULL, 0), DP_NOT_FOUND);
+    CHECK(a.count == 0);
+    CHECK_OK(dp_log_set_level(DP_LOG_INFO));
+    CHECK_STATUS(dp_runtime_load_plugin(rt, "/no/such/dir/libexplicit.so", NULL, 0), DP_NOT_FOUND);
+    CHECK(a.count == 1);
+    CHECK(a.level == DP_LOG_INFO);
+    CHECK(strstr(a.message, "libexplicit.so") != NULL);
+    CHECK_OK(dp_log_set_level(DP_LOG_WARN));
+    a.count = 1;
 
     SECTION("a plugin's own message, at DP_LOG_INFO");
     CHECK_OK(dp_log_set_level(DP_LOG_INFO));
@@ -101,7 +113,7 @@ int main(void) {
     SECTION("a callback that calls devplug is not re-entered");
     a.count = 0;
     a.reenter = 1;
-    CHECK_STATUS(dp_runtime_load_plugin(rt, "/no/such/dir/libfirst.so", NULL, 0), DP_NOT_FOUND);
+    CHECK_OK(dp_runtime_load_plugin_path(rt, "/no/such/dir/libfirst.so"));
     CHECK(a.count == 1);
     CHECK(strstr(a.message, "libfirst.so") != NULL);
 
@@ -117,14 +129,14 @@ int main(void) {
     CHECK_OK(dp_log_set_callback(on_log, &b, drop_b));
     CHECK(drops_a == 1);
     a.count = 0;
-    CHECK_STATUS(dp_runtime_load_plugin(rt, "/no/such/dir/libsecond.so", NULL, 0), DP_NOT_FOUND);
+    CHECK_OK(dp_runtime_load_plugin_path(rt, "/no/such/dir/libsecond.so"));
     CHECK(a.count == 0);
     CHECK(b.count == 1);
     CHECK_OK(dp_log_set_callback(NULL, &a, drop_a)); /* nothing installed with &a: dropped now */
     CHECK(drops_a == 2);
     CHECK(drops_b == 1);
     b.count = 0;
-    CHECK_STATUS(dp_runtime_load_plugin(rt, "/no/such/dir/libthird.so", NULL, 0), DP_NOT_FOUND);
+    CHECK_OK(dp_runtime_load_plugin_path(rt, "/no/such/dir/libthird.so"));
     CHECK(b.count == 0);
     CHECK_OK(dp_log_set_callback(NULL, NULL, NULL));
     CHECK(drops_a == 2 && drops_b == 1);

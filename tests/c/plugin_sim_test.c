@@ -120,12 +120,18 @@ static void failures_are_listed(void) {
   CHECK(strstr(f.path, "libdevplug_sim.so") != NULL);
   CHECK_STATUS(dp_runtime_plugin_failure(rt, 3, &f), DP_OUT_OF_RANGE);
 
-  /* the runtime still loads the good plugin, once, even when asked twice */
+  /* the runtime still loads the good plugin, once, even when asked twice; asked again with
+   * other options, which could not apply, it refuses (the plugin stays as first loaded) */
   CHECK_OK(dp_runtime_load_plugin(rt, SIM, NULL, 0));
   CHECK_OK(dp_runtime_load_plugin(rt, SIM, NULL, 0));
+  const char *as_gpu[] = {"device_type=GPU"};
+  CHECK_STATUS_MSG(dp_runtime_load_plugin(rt, SIM, as_gpu, 1), DP_ALREADY_EXISTS,
+                   "is loaded already");
   size_t plugins = 0;
   CHECK_OK(dp_runtime_plugin_count(rt, &plugins));
   CHECK(plugins == 1);
+  dp_device_t *gpu = NULL;
+  CHECK_STATUS(dp_runtime_find_device(rt, "GPU", &gpu), DP_NOT_FOUND);
   dp_device_t *sim = NULL;
   CHECK_OK(dp_runtime_find_device(rt, "SIM", &sim));
   dp_runtime_destroy(rt);

@@ -23,7 +23,7 @@ int main() {
   try {
     devplug::Runtime rt(devplug::RuntimeOptions().discover_plugins(false));
 
-    section("a failed load's warning");
+    section("a search path's failed load warns; an explicit load's failure is the caller's");
     devplug::set_log_level(devplug::LogLevel::Warn);
     CHECK(devplug::log_level() == devplug::LogLevel::Warn);
     devplug::set_log_callback([seen](const devplug::LogRecord& r) {
@@ -32,11 +32,16 @@ int main() {
     });
     CHECK(seen.use_count() == 2);  // the installed callback holds a copy
     try {
-      rt.load_plugin("/no/such/dir/libmissing_cxx.so");
+      rt.load_plugin("/no/such/dir/libexplicit_cxx.so");
       CHECK(false);
     } catch (const devplug::Error& e) {
       CHECK(e.code() == DP_NOT_FOUND);
     }
+    {
+      std::lock_guard<std::mutex> lock(seen->mu);
+      CHECK(seen->records.empty());  // at Info, below the level
+    }
+    rt.load_plugin_path("/no/such/dir/libmissing_cxx.so");
     {
       std::lock_guard<std::mutex> lock(seen->mu);
       CHECK(seen->records.size() == 1);

@@ -27,10 +27,16 @@ fn the_log_reaches_the_hosts_callback_at_its_level() {
     log::set_level(Some(Level::Warn));
     assert!(log::set_callback(Some(collect(&seen))).is_none());
 
-    // The runtime's warning.
+    // An explicit load's failure is the caller's error: logged at Info, below this level.
     assert!(rt
-        .load_plugin("/no/such/dir/libmissing_rs.so", &[])
+        .load_plugin("/no/such/dir/libexplicit_rs.so", &[])
         .is_err());
+    assert!(seen.lock().unwrap().is_empty());
+
+    // The runtime's warning: a plugin a search path names fails to load.
+    assert!(rt
+        .load_search_path("/no/such/dir/libmissing_rs.so")
+        .is_empty());
     {
         let s = seen.lock().unwrap();
         assert_eq!(s.len(), 1, "{s:?}");
@@ -39,12 +45,22 @@ fn the_log_reaches_the_hosts_callback_at_its_level() {
     }
     seen.lock().unwrap().clear();
 
-    // A plugin's message, with the plugin as its source, at Info.
+    // A plugin's message, with the plugin as its source, at Info; and an explicit load's
+    // failure, from devplug, at Info.
     log::set_level(Some(Level::Info));
     assert!(log::enabled(Level::Info) && !log::enabled(Level::Debug));
     rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    assert!(rt
+        .load_plugin("/no/such/dir/libexplicit_rs.so", &[])
+        .is_err());
     {
         let s = seen.lock().unwrap();
+        assert!(
+            s.iter().any(|(l, src, m)| *l == Level::Info
+                && src == "devplug"
+                && m.contains("libexplicit_rs.so")),
+            "{s:?}"
+        );
         assert!(
             s.iter().any(|(l, src, m)| *l == Level::Info
                 && src.starts_with("plugin '")
@@ -57,8 +73,8 @@ fn the_log_reaches_the_hosts_callback_at_its_level() {
     // Below the level: nothing.
     log::set_level(Some(Level::Error));
     assert!(rt
-        .load_plugin("/no/such/dir/libmissing_rs.so", &[])
-        .is_err());
+        .load_search_path("/no/such/dir/libmissing_rs.so")
+        .is_empty());
     assert!(seen.lock().unwrap().is_empty());
     log::set_level(Some(Level::Warn));
 
@@ -69,20 +85,28 @@ fn the_log_reaches_the_hosts_callback_at_its_level() {
     let rt3 = rt2.clone();
     let old = log::set_callback(Some(Arc::new(move |_: &Record| {
         *c.lock().unwrap() += 1;
-        let _ = rt3.load_plugin("/no/such/dir/libinner_rs.so", &[]);
+        let _ = rt3.load_search_path("/no/such/dir/libinner_rs.so");
     })));
     assert!(old.is_some());
-    assert!(rt.load_plugin("/no/such/dir/libouter_rs.so", &[]).is_err());
+    assert!(rt
+        .load_search_path("/no/such/dir/libouter_rs.so")
+        .is_empty());
     assert_eq!(*calls.lock().unwrap(), 1);
 
     // A panicking callback is caught; the load still reports its own error.
     log::set_callback(Some(Arc::new(|_: &Record| {
         panic!("the host's logger broke")
     })));
-    let e = rt
-        .load_plugin("/no/such/dir/libmissing_rs.so", &[])
-        .unwrap_err();
-    assert!(e.message.contains("libmissing_rs.so"), "{e}");
+    let before = rt.plugin_failures().len();
+    assert!(rt
+        .load_search_path("/no/such/dir/libmissing_rs.so")
+        .is_empty());
+    let failures = rt.plugin_failures();
+    assert_eq!(failures.len(), before + 1);
+    assert!(
+        failures[before].error.message.contains("libmissing_rs.so"),
+        "{failures:?}"
+    );
 
     // Work that failed and that no one synchronized with is logged when its runtime is
     // destroyed (nothing else could report it then).

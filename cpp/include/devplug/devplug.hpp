@@ -2093,7 +2093,8 @@ class Runtime {
 
   /**
    * @brief Loads a device plugin from an absolute path with `key=value` load options
-   *        (`dp_runtime_load_plugin()`). Loading the same file again changes nothing.
+   *        (`dp_runtime_load_plugin()`). Loading the same file again with the same options
+   *        changes nothing; with other options it throws `DP_ALREADY_EXISTS`.
    * @throws Error with the loader's reason; the runtime keeps working either way.
    */
   void load_plugin(const std::string& path, const std::vector<std::string>& options = {}) {
