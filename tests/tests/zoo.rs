@@ -496,6 +496,41 @@ fn a_kernel_for_every_dtype_takes_the_dtypes_its_abi_knows() {
     }
 }
 
+/// A kernel's dtypes constrain its type variable only: Cast from f32 to f16 on the device of a
+/// plugin of ABI 1.2 (which knows no f16) finds its kernel by the input's f32, but the host
+/// refuses the launch (UNIMPLEMENTED, naming the plugin, the kernel and the f16 output) instead
+/// of handing the plugin a dtype value it never heard of; to i32 it runs.
+#[test]
+fn a_plugin_older_than_1_3_is_never_handed_a_half_tensor() {
+    use devplug_core::{AttrValue, DType, Tensor};
+    let _env = env_shared();
+    let rt = runtime();
+    rt.load_plugin(zoo_path("kernel_cast_abi_1_2"), &[])
+        .unwrap();
+    let zoo = rt.find_device("ZOO:0").unwrap();
+    let x = Tensor::from_slice(&zoo, &[3], &[1.5f32, 2.5, -1.0]).unwrap();
+    let cast = rt.op("Cast").unwrap();
+    let to = |d: DType| Attrs::new().with("dtype", AttrValue::DType(d));
+    let strict = RunOptions::on(&zoo).strict();
+    let e = rt
+        .run(&cast, std::slice::from_ref(&x), &to(DType::F16), &strict)
+        .unwrap_err();
+    assert_eq!(e.code, Code::Unimplemented, "{e}");
+    for needle in [
+        "plugin 'zoo_kernel_cast_abi_1_2' (ABI 1.2)",
+        "kernel Cast",
+        "output 0, a f16 tensor",
+        "ABI 1.3",
+    ] {
+        assert!(e.message.contains(needle), "{needle}: {e}");
+    }
+    // The zoo's kernel writes zeros.
+    let y = rt
+        .run(&cast, std::slice::from_ref(&x), &to(DType::I32), &strict)
+        .unwrap();
+    assert_eq!(y[0].to_vec::<i32>().unwrap(), [0, 0, 0]);
+}
+
 /// A string attribute of a plugin's op reaches the plugin's kernel (attr_string, ABI 1.2):
 /// its default, a value the host set, and the host's type check before the kernel runs.
 #[test]

@@ -42,6 +42,11 @@ struct PluginKernel {
     /// What the context's `state` holds without a state: NULL, or, from a host speaking 1.4 or
     /// older, [`STATE_PAST_THE_END`] (the slot lies past such a context's `struct_size`).
     no_state: *mut c_void,
+    /// Whether the plugin knows f16 and bf16 (ABI 1.3): it declares 1.3 or newer, or named
+    /// them in this kernel's dtypes (having read the host's version), and the host speaks 1.3
+    /// or newer. The kernel's dtypes constrain only its type variable's dtype, so an op may
+    /// still bring a half tensor elsewhere (Cast to f16); such a launch is refused.
+    knows_half: bool,
 }
 // SAFETY: kernel data belongs to the plugin, whose compute may run on any thread (ABI rule).
 unsafe impl Send for PluginKernel {}
@@ -178,6 +183,29 @@ impl PluginKernel {
         Ok(Some(device.kernel_states().keep(key, state)))
     }
 
+    /// `UNIMPLEMENTED` when a tensor of the launch is f16 or bf16, which the plugin does not
+    /// know (its ABI is older than 1.3): it would read dtype 7 or 8 as a value it never heard of.
+    #[cold]
+    fn refuse_half(&self, cx: &KernelContext) -> Result<()> {
+        let inputs = cx.inputs.iter().enumerate().map(|(i, t)| ("input", i, t));
+        let outputs = cx.outputs.iter().enumerate().map(|(i, t)| ("output", i, t));
+        match inputs.chain(outputs).find(|(_, _, t)| t.dtype().is_half()) {
+            None => Ok(()),
+            Some((what, i, t)) => Err(crate::Error::unimplemented(format!(
+                "plugin '{}' (ABI {}.{}): kernel {} cannot take its {what} {i}, a {} tensor: \
+                 f16 and bf16 arrived in plugin ABI 1.3",
+                self.plugin.name,
+                abi::DPP_ABI_MAJOR,
+                self.plugin
+                    .context
+                    .abi_minor
+                    .min(self.plugin.context.host_minor),
+                self.name,
+                t.dtype()
+            ))),
+        }
+    }
+
     fn run(&self, cx: &KernelContext) -> Result<()> {
         let device = cx.device;
         let handles = device.kernel_handles().ok_or_else(|| {
@@ -188,6 +216,9 @@ impl PluginKernel {
                 device.name()
             ))
         })?;
+        if !self.knows_half {
+            self.refuse_half(cx)?;
+        }
         // Held until compute returned; dropping the last reference destroys it in stream order.
         let state = self.state_for(cx)?;
         device.default_stream_used();
@@ -264,6 +295,8 @@ pub(crate) fn kernel_def(plugin: &Arc<LoadedPlugin>, k: PendingKernel) -> Kernel
         }),
         context_size,
         no_state,
+        knows_half: plugin.context.host_minor >= 3
+            && (plugin.context.abi_minor >= 3 || k.dtypes.iter().any(|d| d.is_half())),
     };
     let func: KernelFn = Arc::new(move |cx: &KernelContext| pk.run(cx));
     KernelDef {
