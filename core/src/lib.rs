@@ -44,6 +44,9 @@
 //! opt-level = 3
 //! ```
 
+// Every public item says what it is for: the crate is the Rust host's API (docs/rust-host.md).
+#![warn(missing_docs)]
+
 #[doc(hidden)]
 pub mod check;
 pub mod device;
