@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_void, CString};
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use devplug_core::{AttrValue, Attrs, Error, OpHandle, PlacementEvent, Tensor};
+use devplug_core::{AttrValue, Attrs, Error, OpHandle, PlacementEvent, Reason, Tensor};
 
 use crate::handle::{self, check_out, get, handle, write_out};
 use crate::host_fn::HostFn;
@@ -553,8 +553,37 @@ pub unsafe extern "C" fn dp_op_run(
     })
 }
 
+/// `dp_placement_event_t.reason_code`: the caller named the device.
+pub const DP_PLACEMENT_EXPLICIT: i32 = 0;
+/// No device was named: the runtime's default device.
+pub const DP_PLACEMENT_DEFAULT: i32 = 1;
+/// No device was named: the innermost device scope entered on the thread.
+pub const DP_PLACEMENT_SCOPE: i32 = 2;
+/// No device was named: a device setter of a scope entered on the thread chose it.
+pub const DP_PLACEMENT_SETTER: i32 = 3;
+/// The device has no kernel for the op; its decomposition ran there instead.
+pub const DP_PLACEMENT_DECOMPOSED: i32 = 4;
+/// Neither a kernel nor a decomposition on the device; the op ran on the CPU.
+pub const DP_PLACEMENT_SOFT_PLACED: i32 = 5;
+/// An input lived on another device and was copied.
+pub const DP_PLACEMENT_INPUT_COPIED: i32 = 6;
+
+/// The `DP_PLACEMENT_*` value of `reason`.
+fn reason_code(reason: Reason) -> i32 {
+    match reason {
+        Reason::Explicit => DP_PLACEMENT_EXPLICIT,
+        Reason::Default => DP_PLACEMENT_DEFAULT,
+        Reason::Scope => DP_PLACEMENT_SCOPE,
+        Reason::Setter => DP_PLACEMENT_SETTER,
+        Reason::Decomposed => DP_PLACEMENT_DECOMPOSED,
+        Reason::SoftPlaced => DP_PLACEMENT_SOFT_PLACED,
+        Reason::InputCopied => DP_PLACEMENT_INPUT_COPIED,
+    }
+}
+
 /// One placement decision, as the placement callback receives it. Strings are valid during
-/// the call only.
+/// the call only. Fields after `detail` arrived later: read one only when `struct_size` covers
+/// it (a library older than your header passes a shorter event).
 #[repr(C)]
 pub struct dp_placement_event_t {
     /// `sizeof(dp_placement_event_t)` as the library was compiled.
@@ -569,6 +598,8 @@ pub struct dp_placement_event_t {
     /// What ran it: `"kernel from built-in"`, `"kernel from plugin 'devplug_sim'"` (the source
     /// of the kernel), or a note (a decomposition, a soft placement, a copy). Never NULL.
     pub detail: *const c_char,
+    /// `reason` as a `DP_PLACEMENT_*` value, to count or switch on without comparing strings.
+    pub reason_code: i32,
 }
 
 /// A placement-log callback; runs on the thread that ran the op.
@@ -594,6 +625,7 @@ fn call(cb: &Callback, e: &PlacementEvent) {
         device: device.as_ptr(),
         reason: reason.as_ptr(),
         detail: detail.as_ptr(),
+        reason_code: reason_code(e.reason),
     };
     // SAFETY: the host's callback with an event valid for the call.
     unsafe { (cb.func)(&ev, cb.user_data) };

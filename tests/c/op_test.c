@@ -315,9 +315,25 @@ typedef struct plog {
     char detail[LOG_MAX][160];
 } plog;
 
+/* The DP_PLACEMENT_* value of a reason string; -1 for none. */
+static int reason_code_of(const char *reason) {
+    static const char *const names[] = {"explicit",   "default",     "scope",       "setter",
+                                        "decomposed", "soft-placed", "input copied"};
+    static const int codes[] = {DP_PLACEMENT_EXPLICIT,   DP_PLACEMENT_DEFAULT,
+                                DP_PLACEMENT_SCOPE,      DP_PLACEMENT_SETTER,
+                                DP_PLACEMENT_DECOMPOSED, DP_PLACEMENT_SOFT_PLACED,
+                                DP_PLACEMENT_INPUT_COPIED};
+    size_t i;
+    for (i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (reason != NULL && strcmp(reason, names[i]) == 0) return codes[i];
+    return -1;
+}
+
+/* Counts an event whose struct is short or whose reason_code disagrees with its reason. */
 static void on_place(const dp_placement_event_t *e, void *user_data) {
     plog *l = (plog *)user_data;
-    if (e == NULL || e->struct_size < sizeof(dp_placement_event_t)) {
+    if (e == NULL || e->struct_size < sizeof(dp_placement_event_t) ||
+        reason_code_of(e->reason) != e->reason_code) {
         l->bad_struct++;
         return;
     }

@@ -74,6 +74,41 @@ typedef struct dp_variable_t dp_variable_t; /**< shared: dp_variable_retain / dp
 #define DP_SOFT_PLACEMENT_ON 1
 
 /**
+ * `dp_placement_event_t.reason_code`: the caller named the device.
+ */
+#define DP_PLACEMENT_EXPLICIT 0
+
+/**
+ * No device was named: the runtime's default device.
+ */
+#define DP_PLACEMENT_DEFAULT 1
+
+/**
+ * No device was named: the innermost device scope entered on the thread.
+ */
+#define DP_PLACEMENT_SCOPE 2
+
+/**
+ * No device was named: a device setter of a scope entered on the thread chose it.
+ */
+#define DP_PLACEMENT_SETTER 3
+
+/**
+ * The device has no kernel for the op; its decomposition ran there instead.
+ */
+#define DP_PLACEMENT_DECOMPOSED 4
+
+/**
+ * Neither a kernel nor a decomposition on the device; the op ran on the CPU.
+ */
+#define DP_PLACEMENT_SOFT_PLACED 5
+
+/**
+ * An input lived on another device and was copied.
+ */
+#define DP_PLACEMENT_INPUT_COPIED 6
+
+/**
  * An op computing outputs from inputs: every eager op and graph op node.
  */
 #define DP_OP_KIND_COMPUTE 0
@@ -214,7 +249,8 @@ typedef struct dp_run_options_t {
 
 /**
  * One placement decision, as the placement callback receives it. Strings are valid during
- * the call only.
+ * the call only. Fields after `detail` arrived later: read one only when `struct_size` covers
+ * it (a library older than your header passes a shorter event).
  */
 typedef struct dp_placement_event_t {
   /**
@@ -239,6 +275,10 @@ typedef struct dp_placement_event_t {
    * of the kernel), or a note (a decomposition, a soft placement, a copy). Never NULL.
    */
   const char *detail;
+  /**
+   * `reason` as a `DP_PLACEMENT_*` value, to count or switch on without comparing strings.
+   */
+  int32_t reason_code;
 } dp_placement_event_t;
 
 /**
