@@ -302,7 +302,8 @@ static inline size_t dp_test_pattern_mismatch(const void *p, size_t n, unsigned 
     return n;
 }
 
-/* A runtime with `cpu_devices` CPU devices (and an optional per-device memory limit). */
+/* A runtime with `cpu_devices` CPU devices (and an optional per-device memory limit), and no
+ * plugins but those the test loads (DEVPLUG_PLUGIN_PATH is not read). */
 static inline dp_runtime_t *dp_test_runtime(uint32_t cpu_devices, uint64_t limit) {
     dp_runtime_options_t o;
     dp_runtime_t *rt = NULL;
@@ -310,6 +311,7 @@ static inline dp_runtime_t *dp_test_runtime(uint32_t cpu_devices, uint64_t limit
     dp_runtime_options_init(&o, sizeof o);
     o.cpu_device_count = cpu_devices;
     o.cpu_memory_limit = limit;
+    o.discover_plugins = 0;
     st = dp_runtime_create(&o, &rt);
     if (st != DP_OK || rt == NULL) {
         char msg[512];

@@ -51,15 +51,7 @@ static void ignore_event(const dp_placement_event_t *e, void *user_data) {
     (void)user_data;
 }
 
-static dp_runtime_t *new_runtime(uint32_t cpus) {
-    dp_runtime_options_t o;
-    dp_runtime_t *rt = NULL;
-    dp_runtime_options_init(&o, sizeof o);
-    o.cpu_device_count = cpus;
-    o.discover_plugins = 0;
-    DP_TEST_MUST(dp_runtime_create(&o, &rt));
-    return rt;
-}
+static dp_runtime_t *new_runtime(uint32_t cpus) { return dp_test_runtime(cpus, 0); }
 
 static dp_tensor_t *tensor(dp_device_t *d, dp_dtype_t dt, const int64_t *shape, size_t rank,
                            const void *data) {

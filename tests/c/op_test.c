@@ -404,15 +404,7 @@ static int g_check_log = 1; /* check the log after each run on g_rt */
  * explicitly, strict, in the second */
 static const dp_run_options_t *g_opt = NULL;
 
-static dp_runtime_t *new_runtime(uint32_t cpus) {
-    dp_runtime_options_t o;
-    dp_runtime_t *rt = NULL;
-    dp_runtime_options_init(&o, sizeof o);
-    o.cpu_device_count = cpus;
-    o.discover_plugins = 0;
-    DP_TEST_MUST(dp_runtime_create(&o, &rt));
-    return rt;
-}
+static dp_runtime_t *new_runtime(uint32_t cpus) { return dp_test_runtime(cpus, 0); }
 
 static dp_device_t *find_device(dp_runtime_t *rt, const char *spec) {
     dp_device_t *d = NULL;

@@ -8,15 +8,7 @@
 #define SIM DEVPLUG_TEST_PLUGIN_DIR "/libdevplug_sim.so"
 #define CUDA DEVPLUG_TEST_PLUGIN_DIR "/libdevplug_cuda.so"
 
-static dp_runtime_t *make_runtime(uint32_t cpus) {
-    dp_runtime_options_t o;
-    dp_runtime_t *rt = NULL;
-    dp_runtime_options_init(&o, sizeof o);
-    o.cpu_device_count = cpus;
-    o.discover_plugins = 0;
-    DP_TEST_MUST(dp_runtime_create(&o, &rt));
-    return rt;
-}
+static dp_runtime_t *make_runtime(uint32_t cpus) { return dp_test_runtime(cpus, 0); }
 
 static dp_platform_info_t info_at(dp_runtime_t *rt, size_t i) {
     dp_platform_info_t p;
