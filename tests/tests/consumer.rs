@@ -1,7 +1,7 @@
 //! Uses the installed SDK exactly as a user would: every folder in examples/ with a
 //! CMakeLists.txt is configured in a fresh build dir with `-DCMAKE_PREFIX_PATH=<prefix>`
-//! (`find_package(DevPlug 0.1 CONFIG REQUIRED)`), built, and its programs run. Also checks the
-//! pkg-config file.
+//! (`find_package(DevPlug 0.1 CONFIG REQUIRED)`), built, its programs run and its ctests (an
+//! example's plugin under `devplug check`) run. Also checks the pkg-config file.
 use std::path::Path;
 use std::process::Command;
 
@@ -83,6 +83,22 @@ fn examples_build_and_run_against_the_installed_package() {
             run_example(&static_exe);
             ran.push(format!("{name}_static"));
         }
+
+        // An example that adds tests (`enable_testing()`, `add_test`) has them run.
+        if tmp.path().join("CTestTestfile.cmake").is_file() {
+            let stdout = run_ctest(tmp.path());
+            if name == "porting_from_tf" {
+                // docs/porting.md's worked example: the ported plugin conforms.
+                for line in [
+                    "ok      GPU:0: streams, host callbacks and events",
+                    "ok      GPU:0: kernel Add (f32) agrees with the CPU on edge shapes",
+                    "0 failed: conforms",
+                ] {
+                    assert!(stdout.contains(line), "no `{line}` in:\n{stdout}");
+                }
+                ran.push(format!("{name} (devplug check)"));
+            }
+        }
     }
 
     // The static library and its native libraries link (DevPlug::devplug_static).
@@ -91,12 +107,27 @@ fn examples_build_and_run_against_the_installed_package() {
         "hello_devices_c_static",
         "hello_devices_cpp",
         "hello_gpu_cpp",
+        "porting_from_tf",
+        "porting_from_tf (devplug check)",
     ] {
         assert!(
             ran.iter().any(|r| r == required),
             "{required} was not built and run (ran: {ran:?})"
         );
     }
+}
+
+/// Runs the tests of a built example (ctest, verbose so that each test's output shows) and
+/// returns what it printed; fails when a test fails.
+fn run_ctest(build: &Path) -> String {
+    let output = run(Command::new("ctest")
+        .arg("--test-dir")
+        .arg(build)
+        .arg("--output-on-failure")
+        .arg("--verbose")
+        .env_remove("DEVPLUG_PLUGIN_PATH")
+        .env_remove("DEVPLUG_LOG"));
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Runs the GPU example on the fake CUDA driver (plugins/cuda/fake, built by the CMake build
@@ -204,4 +235,55 @@ fn a_vendor_plugin_builds_and_passes_devplug_check_as_a_ctest() {
         "{stdout}"
     );
     assert!(stdout.contains("0 failed: conforms"), "{stdout}");
+}
+
+/// docs/porting.md quotes the worked example that the test above builds and checks: every code
+/// block of the guide whose first line names a file of `examples/porting_from_tf/`
+/// (`// examples/porting_from_tf/tfport.c`, `# examples/porting_from_tf/CMakeLists.txt`) holds
+/// that file's lines, unchanged and in the file's order (the guide may leave lines out between
+/// them, not change them).
+#[test]
+fn the_porting_guide_quotes_the_compiled_example() {
+    let doc_path = source_dir().join("docs/porting.md");
+    let doc = std::fs::read_to_string(&doc_path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", doc_path.display()));
+    let mut quoted = Vec::new();
+    let mut lines = doc.lines();
+    while let Some(line) = lines.next() {
+        // An opening fence names a language (```c, ```cmake, ```text): the block runs to the
+        // next bare fence.
+        if !line.starts_with("```") || line.trim() == "```" {
+            continue;
+        }
+        let block: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
+        let Some(path) = block.first().and_then(|first| {
+            first
+                .strip_prefix("// ")
+                .or_else(|| first.strip_prefix("# "))
+                .filter(|p| p.starts_with("examples/porting_from_tf/"))
+        }) else {
+            continue;
+        };
+        let file_path = source_dir().join(path);
+        let file = std::fs::read_to_string(&file_path)
+            .unwrap_or_else(|e| panic!("docs/porting.md quotes {path}: {e}"));
+        let file_lines: Vec<&str> = file.lines().collect();
+        let mut at = 0;
+        for l in block[1..].iter().filter(|l| !l.trim().is_empty()) {
+            match file_lines[at..].iter().position(|f| f == l) {
+                Some(i) => at += i + 1,
+                None => panic!(
+                    "docs/porting.md quotes {path} with a line that is not in the file (or not \
+                     in this order): {l:?}; regenerate the quote from the file"
+                ),
+            }
+        }
+        quoted.push(path.to_owned());
+    }
+    assert!(
+        quoted.iter().filter(|p| p.ends_with("tfport.c")).count() >= 8
+            && quoted.iter().any(|p| p.ends_with("CMakeLists.txt")),
+        "docs/porting.md should quote the example's tfport.c (at least 8 blocks) and its \
+         CMakeLists.txt; it quotes: {quoted:?}"
+    );
 }
