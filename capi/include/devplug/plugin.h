@@ -139,7 +139,7 @@
 #define DPP_HOST_API_STRUCT_SIZE 136
 
 /**
- * Size of `dpp_op_def_t` in ABI 1.2 to 1.4.
+ * Size of `dpp_op_def_t` since ABI 1.2 (unchanged since).
  */
 #define DPP_OP_DEF_STRUCT_SIZE 64
 
@@ -888,8 +888,8 @@ typedef struct dpp_host_api_t {
    * kernel's own use during one launch: call it during `compute`, with the context `compute`
    * got, and use the memory in the work `compute` enqueues on `context->stream`. The host
    * takes it back by itself once the stream has reached that work (stream order, like the
-   * inputs and outputs; do not free it); it comes from the host's allocator and counts
-   * against the device's memory limit. `DPP_RESOURCE_EXHAUSTED` when there is no memory,
+   * inputs and outputs; do not free it); it comes from the host's allocator for the device,
+   * as outputs do. `DPP_RESOURCE_EXHAUSTED` when there is no memory,
    * `DPP_INVALID_ARGUMENT` for a size of 0, a NULL out-pointer or a context the host did
    * not pass (nothing written on failure). `*out_addr` is 256-byte aligned.
    */

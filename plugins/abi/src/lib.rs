@@ -222,8 +222,8 @@ pub struct dpp_host_api_t {
     /// kernel's own use during one launch: call it during `compute`, with the context `compute`
     /// got, and use the memory in the work `compute` enqueues on `context->stream`. The host
     /// takes it back by itself once the stream has reached that work (stream order, like the
-    /// inputs and outputs; do not free it); it comes from the host's allocator and counts
-    /// against the device's memory limit. `DPP_RESOURCE_EXHAUSTED` when there is no memory,
+    /// inputs and outputs; do not free it); it comes from the host's allocator for the device,
+    /// as outputs do. `DPP_RESOURCE_EXHAUSTED` when there is no memory,
     /// `DPP_INVALID_ARGUMENT` for a size of 0, a NULL out-pointer or a context the host did
     /// not pass (nothing written on failure). `*out_addr` is 256-byte aligned.
     pub allocate_temp: Option<
@@ -756,7 +756,7 @@ pub const DPP_HOST_API_STRUCT_SIZE_1_2: usize = 128;
 pub const DPP_HOST_API_STRUCT_SIZE_1_4: usize = 136;
 /// Size of `dpp_host_api_t` in this header (ABI 1.5; unchanged since 1.4).
 pub const DPP_HOST_API_STRUCT_SIZE: usize = 136;
-/// Size of `dpp_op_def_t` in ABI 1.2 to 1.4.
+/// Size of `dpp_op_def_t` since ABI 1.2 (unchanged since).
 pub const DPP_OP_DEF_STRUCT_SIZE: usize = 64;
 /// Size of `dpp_tensor_t` in ABI 1.1.
 pub const DPP_TENSOR_STRUCT_SIZE: usize = 48;
