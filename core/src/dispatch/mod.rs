@@ -153,7 +153,9 @@ pub(crate) fn run_on(
         },
     };
     let start = out.len();
-    let r = execute(rt, op, device, inputs, None, attrs, soft, reason, 0, out);
+    let r = execute(
+        rt, op, device, inputs, &NoCopies, attrs, soft, reason, 0, out,
+    );
     if r.is_err() {
         out.truncate(start);
     }
@@ -161,11 +163,22 @@ pub(crate) fn run_on(
 }
 
 /// Where an input that must move to another device may already be there: a graph's constant
-/// keeps one copy per device for all its runs (`index` is the input's position).
+/// keeps one copy per device for all its runs (`index` is the input's position). Dispatch is
+/// generic over it, so that eager ops ([`NoCopies`]) pay nothing for it.
 pub(crate) trait InputCopies {
     /// The input `index` on `device`, when this source keeps it (made now if need be);
     /// `None`: copy it as any input.
     fn on(&self, index: usize, device: &Arc<Device>) -> Option<Result<Tensor>>;
+}
+
+/// Eager ops and the ops of a decomposition: no input is kept anywhere.
+struct NoCopies;
+
+impl InputCopies for NoCopies {
+    #[inline(always)]
+    fn on(&self, _: usize, _: &Arc<Device>) -> Option<Result<Tensor>> {
+        None
+    }
 }
 
 /// Runs `op` on a device placement already chose (a graph node's), logging `reason` for it;
@@ -179,24 +192,13 @@ pub(crate) fn run_placed(
     device: &Arc<Device>,
     reason: Reason,
     inputs: &[Tensor],
-    copies: &dyn InputCopies,
+    copies: &impl InputCopies,
     attrs: &Attrs,
     soft: bool,
     out: &mut Outputs,
 ) -> Result<()> {
     let start = out.len();
-    let r = execute(
-        rt,
-        op,
-        device,
-        inputs,
-        Some(copies),
-        attrs,
-        soft,
-        reason,
-        0,
-        out,
-    );
+    let r = execute(rt, op, device, inputs, copies, attrs, soft, reason, 0, out);
     if r.is_err() {
         out.truncate(start);
     }
@@ -209,7 +211,7 @@ fn execute(
     op: &OpHandle,
     device: &Arc<Device>,
     inputs: &[Tensor],
-    copies: Option<&dyn InputCopies>,
+    copies: &impl InputCopies,
     attrs: &Attrs,
     soft: bool,
     reason: Reason,
@@ -251,70 +253,9 @@ fn execute(
             Plan::Native(k) => run_kernel(
                 rt, op, k, device, device, inputs, copies, &attrs, &outputs, reason, depth, out,
             ),
-            Plan::Decompose => {
-                if depth >= MAX_DEPTH {
-                    return Err(Error::internal(format!(
-                        "{}: decompositions nest deeper than {MAX_DEPTH} levels (a cycle?)",
-                        def.name
-                    )));
-                }
-                rt.placement()
-                    .note(op.name(), device, Reason::Decomposed, || {
-                        "no kernel on the device; its decomposition runs there".into()
-                    });
-                let begun = rt.tracer().on().then(std::time::Instant::now);
-                let decomposition = def.decomposition.clone().ok_or_else(|| {
-                    Error::internal(format!("{}: planned decomposition is missing", def.name))
-                })?;
-                let mut emitter = DeviceEmitter {
-                    rt,
-                    device: device.clone(),
-                    soft,
-                    depth: depth + 1,
-                };
-                // Inputs a source keeps on the device (a graph's constants) are taken there;
-                // the decomposition's ops copy the others as they need them.
-                let kept: SmallVec<[Tensor; 4]>;
-                let inputs = match copies {
-                    Some(c) => {
-                        kept = inputs
-                            .iter()
-                            .enumerate()
-                            .map(|(i, t)| {
-                                if Arc::ptr_eq(t.device(), device) {
-                                    Ok(t.clone())
-                                } else {
-                                    c.on(i, device).unwrap_or_else(|| Ok(t.clone()))
-                                }
-                            })
-                            .collect::<Result<_>>()?;
-                        &kept[..]
-                    }
-                    None => inputs,
-                };
-                let results = decomposition(&mut emitter, inputs, &attrs).map_err(|e| {
-                    e.context(format!(
-                        "{} (decomposed on {})",
-                        def.name,
-                        device.qualified_name()
-                    ))
-                })?;
-                check_decomposed(def, &outputs, &results)?;
-                out.extend(results);
-                if let Some(begun) = begun {
-                    let device = device.qualified_name();
-                    let span = Span::op(
-                        op.name(),
-                        SpanKind::Decomposition,
-                        &device,
-                        reason,
-                        "",
-                        depth,
-                    );
-                    rt.tracer().record(begun, span);
-                }
-                Ok(())
-            }
+            Plan::Decompose => decompose(
+                rt, op, device, inputs, copies, &attrs, &outputs, soft, reason, depth, out,
+            ),
             Plan::SoftPlace(k) if soft => {
                 let cpu = rt.cpu_device()?;
                 run_kernel(
@@ -336,6 +277,87 @@ fn execute(
                 Err(no_kernel(rt, op, device, kernel_dtype, soft))
             }
         })
+}
+
+/// Runs `op` as its decomposition on `device` (the plan found no kernel there), logging and
+/// tracing it as such. Kept out of `execute`, whose common path is a kernel.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn decompose(
+    rt: &Runtime,
+    op: &OpHandle,
+    device: &Arc<Device>,
+    inputs: &[Tensor],
+    copies: &impl InputCopies,
+    attrs: &Attrs,
+    outputs: &[crate::op::TensorSpec],
+    soft: bool,
+    reason: Reason,
+    depth: usize,
+    out: &mut Outputs,
+) -> Result<()> {
+    let def = op.def();
+    if depth >= MAX_DEPTH {
+        return Err(Error::internal(format!(
+            "{}: decompositions nest deeper than {MAX_DEPTH} levels (a cycle?)",
+            def.name
+        )));
+    }
+    rt.placement()
+        .note(op.name(), device, Reason::Decomposed, || {
+            "no kernel on the device; its decomposition runs there".into()
+        });
+    let begun = rt.tracer().on().then(std::time::Instant::now);
+    let decomposition = def.decomposition.clone().ok_or_else(|| {
+        Error::internal(format!("{}: planned decomposition is missing", def.name))
+    })?;
+    let mut emitter = DeviceEmitter {
+        rt,
+        device: device.clone(),
+        soft,
+        depth: depth + 1,
+    };
+    // Inputs a source keeps on the device (a graph's constants) are taken there;
+    // the decomposition's ops copy the others as they need them.
+    let kept: SmallVec<[Tensor; 4]>;
+    let inputs = if inputs.iter().all(|t| Arc::ptr_eq(t.device(), device)) {
+        inputs
+    } else {
+        kept = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                if Arc::ptr_eq(t.device(), device) {
+                    Ok(t.clone())
+                } else {
+                    copies.on(i, device).unwrap_or_else(|| Ok(t.clone()))
+                }
+            })
+            .collect::<Result<_>>()?;
+        &kept[..]
+    };
+    let results = decomposition(&mut emitter, inputs, attrs).map_err(|e| {
+        e.context(format!(
+            "{} (decomposed on {})",
+            def.name,
+            device.qualified_name()
+        ))
+    })?;
+    check_decomposed(def, outputs, &results)?;
+    out.extend(results);
+    if let Some(begun) = begun {
+        let device = device.qualified_name();
+        let span = Span::op(
+            op.name(),
+            SpanKind::Decomposition,
+            &device,
+            reason,
+            "",
+            depth,
+        );
+        rt.tracer().record(begun, span);
+    }
+    Ok(())
 }
 
 /// What a decomposition returned must be what the op's shape function said (a kernel's outputs
@@ -408,7 +430,7 @@ fn run_kernel(
     device: &Arc<Device>,
     placed: &Device,
     inputs: &[Tensor],
-    copies: Option<&dyn InputCopies>,
+    copies: &impl InputCopies,
     attrs: &Attrs,
     outputs: &[crate::op::TensorSpec],
     reason: Reason,
@@ -417,7 +439,7 @@ fn run_kernel(
 ) -> Result<()> {
     let begun = rt.tracer().on().then(std::time::Instant::now);
     // Inputs living elsewhere are copied to the device first.
-    let moved: SmallVec<[Tensor; 4]>;
+    let moved: Vec<Tensor>;
     let inputs = if inputs.iter().all(|t| Arc::ptr_eq(t.device(), device)) {
         inputs
     } else {
@@ -427,7 +449,7 @@ fn run_kernel(
             .map(|(i, t)| {
                 if Arc::ptr_eq(t.device(), device) {
                     Ok(t.clone())
-                } else if let Some(kept) = copies.and_then(|c| c.on(i, device)) {
+                } else if let Some(kept) = copies.on(i, device) {
                     kept
                 } else {
                     rt.placement()
@@ -507,7 +529,7 @@ impl Emitter for DeviceEmitter<'_> {
             &h,
             &self.device,
             inputs,
-            None,
+            &NoCopies,
             attrs,
             self.soft,
             Reason::Decomposed,
