@@ -59,6 +59,8 @@
  *                                  Otherwise event_elapsed_ns is NULL (zoo does not time events)
  *   ZOO_SE_NULL_FIELD=<field>      that dpp_stream_executor_t function is NULL
  *   ZOO_HOST_ALLOC_ONLY            host_allocate set, host_deallocate NULL
+ *   ZOO_UNIFIED_ALLOC_ONLY         unified_allocate set (to host_allocate's function),
+ *                                  unified_deallocate NULL
  *   ZOO_CREATE_DEVICE_FAIL         create_device fails (DPP_UNAVAILABLE, with a message)
  *   ZOO_ALLOCATOR_STATS_FAIL       allocator_stats is set and always fails (DPP_UNAVAILABLE,
  *                                  with a message); with ZOO_FLAGS=2u (NO_SUBALLOCATOR)
@@ -746,6 +748,9 @@ static void zoo_fill_executor(dpp_stream_executor_t *se) {
 #endif
 #ifdef ZOO_HOST_ALLOC_ONLY
   se->host_deallocate = NULL;
+#endif
+#ifdef ZOO_UNIFIED_ALLOC_ONLY
+  se->unified_allocate = zoo_host_allocate;
 #endif
 }
 

@@ -344,6 +344,8 @@ refused! {
         ["dpp_stream_executor_t.host_callback", "NULL"];
     executor_host_allocate_without_host_deallocate: "host_allocate_only" => InvalidArgument
         ["dpp_stream_executor_t.host_allocate", "host_deallocate"];
+    executor_unified_allocate_without_unified_deallocate: "unified_allocate_only" => InvalidArgument
+        ["dpp_stream_executor_t.unified_allocate", "unified_deallocate"];
 
     // ops of the plugin's own (ABI 1.2): the text is checked when the load commits, after a
     // successful init, and a mistake undoes the whole load (its platform included)

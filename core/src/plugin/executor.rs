@@ -250,6 +250,11 @@ fn validate_device(
     if se.host_allocate.is_some() != se.host_deallocate.is_some() {
         return err("dpp_stream_executor_t.host_allocate and host_deallocate must both be set or both be NULL".into());
     }
+    // The host does not allocate unified memory yet (docs/porting.md, "Gaps"); a table that
+    // offers half of it is still malformed, as the header says.
+    if se.unified_allocate.is_some() != se.unified_deallocate.is_some() {
+        return err("dpp_stream_executor_t.unified_allocate and unified_deallocate must both be set or both be NULL".into());
+    }
     Ok(())
 }
 
