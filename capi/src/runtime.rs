@@ -666,6 +666,52 @@ pub unsafe extern "C" fn dp_device_memory_usage(
     })
 }
 
+/// Sets the most bytes the runtime's allocator for the device may hold from its platform
+/// (TensorFlow's `memory_limit`, PyTorch's `set_per_process_memory_fraction`); 0 removes the
+/// limit. Any device, at any time, from any thread; on a CPU device it replaces
+/// `cpu_memory_limit`, its initial value (other devices start without a limit).
+///
+/// An allocation that would take the device past the limit fails with
+/// `DP_RESOURCE_EXHAUSTED`, the message naming the device and the limit. A limit below what is
+/// held now is allowed: cached free memory is given back to the platform as far as needed,
+/// memory in use is never touched, and allocations that need more fail until enough is freed.
+/// `dp_device_memory_usage`, `dp_device_memory_stats` (`bytes_limit`) and
+/// `dp_device_get_properties` (`total_memory`) follow it.
+///
+/// # Safety
+/// `device` is a device handle.
+#[no_mangle]
+pub unsafe extern "C" fn dp_device_set_memory_limit(
+    device: *mut dp_device_t,
+    bytes: u64,
+) -> dp_status_t {
+    guard("dp_device_set_memory_limit", || {
+        // SAFETY: the caller's contract.
+        let d = unsafe { self::device(device, "device")? };
+        d.set_memory_limit((bytes != 0).then_some(bytes))
+    })
+}
+
+/// Writes the device's memory limit in bytes into `*out_bytes` (0 when there is none; see
+/// [`dp_device_set_memory_limit`]).
+///
+/// # Safety
+/// `device` is a device handle; `out_bytes` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_device_memory_limit(
+    device: *const dp_device_t,
+    out_bytes: *mut u64,
+) -> dp_status_t {
+    guard("dp_device_memory_limit", || {
+        // SAFETY: the caller's contract.
+        let d = unsafe { self::device(device, "device")? };
+        check_out(out_bytes, "out_bytes")?;
+        let limit = d.memory_limit().unwrap_or(0);
+        // SAFETY: the caller's contract (checked non-NULL).
+        unsafe { write_out(out_bytes, "out_bytes", limit) }
+    })
+}
+
 /// Waits for all work on all streams of the device. Returns the first failure on any of them
 /// not reported yet (see `dp_stream_synchronize`), once.
 ///

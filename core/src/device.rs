@@ -55,7 +55,8 @@ pub struct DeviceProperties {
     pub is_active_platform: bool,
     /// Whether device memory is host memory (the CPU's is; SIM's is not).
     pub host_visible: bool,
-    /// The memory limit if one is set, else the device's physical memory.
+    /// The memory limit if one is set (see [`Device::set_memory_limit`]), else the device's
+    /// physical memory.
     pub total_memory: u64,
     /// What the device says about itself (hardware name, vendor, PCI bus, compute units).
     pub description: DeviceDescription,
@@ -110,7 +111,6 @@ pub struct Device {
     allocator: DeviceAllocator,
     /// Small buffers tensors let go of, for the next allocation (see `memory::pool`).
     pool: BufferPool,
-    memory_limit: Option<u64>,
     default_stream: RawStream,
     /// The default stream runs work inline (the CPU's).
     default_stream_inline: bool,
@@ -197,7 +197,6 @@ impl Device {
             executor,
             pool: BufferPool::new(allocator.pool_granule()),
             allocator,
-            memory_limit,
             default_stream_inline,
             kernel_handles,
             default_stream,
@@ -302,7 +301,7 @@ impl Device {
             priority: self.platform.info.priority,
             is_active_platform: self.platform.is_active(),
             host_visible: self.platform.info.host_visible,
-            total_memory: self.memory_limit.unwrap_or(description.total_memory),
+            total_memory: self.allocator.limit().unwrap_or(description.total_memory),
             description,
         }
     }
@@ -393,7 +392,8 @@ impl Device {
     /// How much of the device's memory this runtime could still allocate, and how much it may
     /// use at all (TensorFlow's `DeviceMemoryUsage`): the platform's free memory (which counts
     /// other users of the device) plus what the runtime holds cached but unused, and the
-    /// platform's total; both capped by the device's memory limit, if one was set. On the CPU
+    /// platform's total; both capped by the device's memory limit, if one is set
+    /// ([`Device::set_memory_limit`]). On the CPU
     /// device, the host's available and total memory. `UNIMPLEMENTED` for a plugin device whose
     /// plugin does not report its memory (no `memory_usage`).
     pub fn memory_usage(&self) -> Result<MemoryUsage> {
@@ -407,7 +407,7 @@ impl Device {
             free: platform_free.saturating_add(cached).min(platform_total),
             total: platform_total,
         };
-        if let Some(limit) = self.memory_limit {
+        if let Some(limit) = self.allocator.limit() {
             usage.total = usage.total.min(limit);
             usage.free = usage.free.min(limit.saturating_sub(stats.bytes_in_use));
         }
@@ -439,6 +439,49 @@ impl Device {
             }
         }
         stats
+    }
+
+    /// Sets the most bytes the runtime's allocator for this device may hold from its platform
+    /// (`None`: no limit), at any time and from any thread — TensorFlow's
+    /// `set_logical_device_configuration(memory_limit=...)`, PyTorch's
+    /// `set_per_process_memory_fraction`. On a CPU device it replaces
+    /// [`RuntimeOptions::cpu_memory_limit`](crate::RuntimeOptions::cpu_memory_limit), its
+    /// initial value; other devices start without a limit.
+    ///
+    /// The limit caps the caching suballocator's regions (in use or cached), or, on a platform
+    /// that opted out of it (`DPP_PLATFORM_NO_SUBALLOCATOR`), the bytes in use. An allocation
+    /// that would take the allocator past it fails with `RESOURCE_EXHAUSTED` naming the device
+    /// and the limit. A limit below what is held now is allowed: cached free memory is given
+    /// back to the platform as far as needed to meet it, memory in use is never touched, and
+    /// allocations that need more memory from the platform fail until enough is freed.
+    /// [`Device::memory_usage`], [`Device::memory_stats`] (`bytes_limit`) and
+    /// [`Device::properties`] (`total_memory`) follow it. Allocations on other threads see the
+    /// old or the new limit (an allocation already asking the platform for memory under the old
+    /// one completes). `INVALID_ARGUMENT` for `Some(0)`: use `None` for no limit.
+    pub fn set_memory_limit(&self, limit: Option<u64>) -> Result<()> {
+        if limit == Some(0) {
+            return Err(Error::invalid_argument(format!(
+                "{}: a memory limit of 0 bytes; use None for no limit",
+                self.name()
+            )));
+        }
+        self.allocator.set_limit(limit);
+        if limit.is_some() {
+            // Pooled buffers are live allocations of the allocator, so they count as held:
+            // flushed, their chunks are free again and the regions they kept can go back to
+            // the platform, so that a lowered limit can be met. (Without the flush they would
+            // only go when an allocation fails; the pool refills by itself.)
+            if self.pool.flush() {
+                self.allocator.trim_to_limit();
+            }
+        }
+        Ok(())
+    }
+
+    /// The limit [`Device::set_memory_limit`] set (or `cpu_memory_limit` for a CPU device), if
+    /// any.
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.allocator.limit()
     }
 
     /// Returns cached, wholly free memory regions to the platform; the bytes released.
@@ -690,6 +733,37 @@ mod tests {
         assert_eq!(again.ptr(), ptr);
         assert!(!again.stream_used());
         drop((other, again));
+    }
+
+    /// Pooled buffers are held memory: setting a limit frees them at once, so that the regions
+    /// they kept go back to the platform (not only when an allocation would fail).
+    #[test]
+    fn setting_a_limit_flushes_the_buffer_pool() {
+        let rt = runtime();
+        let cpu = rt.find_device("CPU").expect("CPU");
+        let before = cpu.memory_stats();
+        let b = cpu.allocate(1024).expect("alloc");
+        assert!(cpu.buffer_pool().put(b).is_none(), "pooled");
+        let held = cpu.allocator.stats();
+        assert_eq!(held.active_allocs, before.active_allocs + 1);
+        assert!(held.bytes_reserved > before.bytes_reserved);
+        cpu.set_memory_limit(Some(before.bytes_reserved.max(256)))
+            .expect("limit");
+        let after = cpu.allocator.stats();
+        assert_eq!(
+            after.active_allocs, before.active_allocs,
+            "the pool was flushed"
+        );
+        assert!(
+            after.bytes_reserved <= before.bytes_reserved.max(256),
+            "{after:?}"
+        );
+        assert!(cpu.buffer_pool().take(1024).is_none());
+        let e = cpu
+            .set_memory_limit(Some(0))
+            .expect_err("0 is no limit in C only");
+        assert_eq!(e.code, crate::Code::InvalidArgument);
+        assert_eq!(cpu.memory_limit(), Some(before.bytes_reserved.max(256)));
     }
 
     /// The pool without a lock: threads taking and keeping buffers at once lose none and free

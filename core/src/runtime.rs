@@ -29,7 +29,8 @@ pub const MAX_CPU_DEVICES: usize = 64;
 pub struct RuntimeOptions {
     /// Logical devices of the built-in `HOST` platform (1..=64).
     pub cpu_device_count: usize,
-    /// Bytes each CPU device may hold; `None` for no limit.
+    /// Bytes each CPU device may hold; `None` for no limit. The initial value of the CPU
+    /// devices' [`Device::set_memory_limit`](crate::Device::set_memory_limit).
     pub cpu_memory_limit: Option<u64>,
     /// Plugin search path (`:`-separated files or folders, absolute), loaded at creation.
     pub plugin_path: Option<String>,

@@ -127,6 +127,14 @@ static void test_device(dp_test_fixture *fx) {
     dev = dead_device();
     CHECK_STATUS_MSG(dp_device_release_cached_memory(dev), DP_INVALID_ARGUMENT, "device");
     dev = dead_device();
+    CHECK_STATUS_MSG(dp_device_set_memory_limit(dev, 1u << 20), DP_INVALID_ARGUMENT, "device");
+    dev = dead_device();
+    {
+        uint64_t limit = 7;
+        CHECK_STATUS_MSG(dp_device_memory_limit(dev, &limit), DP_INVALID_ARGUMENT, "device");
+        CHECKF(limit == 7, "memory limit written on failure");
+    }
+    dev = dead_device();
     CHECK_STATUS_MSG(dp_device_default_stream(dev, &s), DP_INVALID_ARGUMENT, "device");
     CHECK_UNTOUCHED(dp_stream_t, s);
     dev = dead_device();

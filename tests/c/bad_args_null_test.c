@@ -90,6 +90,14 @@ static void test_device(dp_test_fixture *fx) {
 
     CHECK_STATUS_MSG(dp_device_release_cached_memory(NULL), DP_INVALID_ARGUMENT, "device");
 
+    CHECK_STATUS_MSG(dp_device_set_memory_limit(NULL, 1u << 20), DP_INVALID_ARGUMENT, "device");
+    {
+        uint64_t limit = 7;
+        CHECK_STATUS_MSG(dp_device_memory_limit(NULL, &limit), DP_INVALID_ARGUMENT, "device");
+        CHECK_STATUS_MSG(dp_device_memory_limit(fx->d0, NULL), DP_INVALID_ARGUMENT, "out_bytes");
+        CHECKF(limit == 7, "memory limit written on failure");
+    }
+
     CHECK_STATUS_MSG(dp_device_default_stream(NULL, &s), DP_INVALID_ARGUMENT, "device");
     CHECK_UNTOUCHED(dp_stream_t, s);
     CHECK_STATUS_MSG(dp_device_default_stream(fx->d0, NULL), DP_INVALID_ARGUMENT, "out_stream");

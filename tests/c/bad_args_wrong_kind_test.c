@@ -82,6 +82,14 @@ static void test_device(dp_test_fixture *fx) {
     CHECK_STATUS_MSG(dp_device_host_free(s_as_dev, good), DP_INVALID_ARGUMENT, "device");
     CHECK_OK(dp_device_host_free(fx->d0, good));
     CHECK_STATUS_MSG(dp_device_release_cached_memory(rt_as_dev), DP_INVALID_ARGUMENT, "device");
+    CHECK_STATUS_MSG(dp_device_set_memory_limit(s_as_dev, 1u << 20), DP_INVALID_ARGUMENT, "device");
+    {
+        uint64_t limit = 7;
+        CHECK_STATUS_MSG(dp_device_memory_limit(rt_as_dev, &limit), DP_INVALID_ARGUMENT, "device");
+        CHECK_STATUS_MSG(dp_device_memory_limit(AS(dp_device_t, fx->b0), &limit),
+                         DP_INVALID_ARGUMENT, "device");
+        CHECKF(limit == 7, "memory limit written on failure");
+    }
     CHECK_STATUS_MSG(dp_device_default_stream(s_as_dev, &s), DP_INVALID_ARGUMENT, "device");
     CHECK_UNTOUCHED(dp_stream_t, s);
     CHECK_STATUS_MSG(dp_buffer_allocate(rt_as_dev, 16, &b), DP_INVALID_ARGUMENT, "device");

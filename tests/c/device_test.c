@@ -199,6 +199,80 @@ static void test_memory_limit(void) {
     dp_runtime_destroy(rt);
 }
 
+/* A failed allocation's status and message (copied before any other call). */
+static dp_status_t allocate_failing(dp_device_t *dev, size_t size, char *msg, size_t cap) {
+    dp_buffer_t *b = SENTINEL(dp_buffer_t);
+    dp_status_t st = dp_buffer_allocate(dev, size, &b);
+    snprintf(msg, cap, "%s", dp_last_error_message());
+    CHECK_UNTOUCHED(dp_buffer_t, b);
+    if (st == DP_OK) dp_buffer_release(b);
+    return st;
+}
+
+static void test_set_memory_limit(void) {
+    const uint64_t mib = 1u << 20;
+    dp_runtime_t *rt = dp_test_runtime(2, mib); /* cpu_memory_limit: the initial value */
+    dp_device_t *dev = dp_test_device(rt, 0), *dev1 = dp_test_device(rt, 1);
+    dp_buffer_t *a = NULL, *b = NULL, *c = NULL;
+    dp_device_properties_t p;
+    uint64_t limit = 7, free_b = 0, total = 0;
+    char msg[512];
+    SECTION("the memory limit set at any time");
+    CHECK_OK(dp_device_memory_limit(dev, &limit));
+    CHECK(limit == mib);
+
+    /* raised: everything that reports it follows */
+    CHECK_OK(dp_device_set_memory_limit(dev, 4 * mib));
+    CHECK_OK(dp_device_memory_limit(dev, &limit));
+    CHECK(limit == 4 * mib);
+    CHECK(stats_of(dev).bytes_limit == 4 * mib);
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    CHECK_OK(dp_device_get_properties(dev, &p));
+    CHECK(p.total_memory == 4 * mib);
+    CHECK_OK(dp_device_memory_usage(dev, &free_b, &total));
+    CHECK(total == 4 * mib);
+    CHECK(free_b <= 4 * mib);
+    /* per device: CPU:1 keeps its own */
+    CHECK_OK(dp_device_memory_limit(dev1, &limit));
+    CHECK(limit == mib);
+
+    CHECK_OK(dp_buffer_allocate(dev, (size_t)(mib / 2), &a));
+    CHECK_OK(dp_buffer_allocate(dev, (size_t)(2 * mib), &b)); /* past the old limit */
+
+    /* lowered below what is in use: allowed, nothing in use is touched, allocations fail */
+    CHECK_OK(dp_device_set_memory_limit(dev, mib));
+    CHECK(stats_of(dev).bytes_in_use >= mib / 2 + 2 * mib);
+    CHECK(allocate_failing(dev, (size_t)(mib / 4), msg, sizeof msg) == DP_RESOURCE_EXHAUSTED);
+    CHECKF(strstr(msg, "CPU:0") != NULL && strstr(msg, "limit 1048576") != NULL,
+           "the message names the device and the limit: \"%s\"", msg);
+    CHECK_OK(dp_device_memory_usage(dev, &free_b, &total));
+    CHECK(total == mib);
+    CHECK(free_b == 0);
+    CHECK_OK(dp_buffer_memset(b, 0, 0x5a, dp_buffer_size(b)));
+    {
+        unsigned char v = 0;
+        CHECK_OK(dp_buffer_read(b, dp_buffer_size(b) - 1, &v, 1));
+        CHECK(v == 0x5a);
+    }
+    /* freed: it fits again, and what is held comes down to the limit */
+    dp_buffer_release(b);
+    CHECK_OK(dp_buffer_allocate(dev, (size_t)(mib / 4), &c));
+    CHECK(stats_of(dev).bytes_reserved <= mib);
+    dp_buffer_release(c);
+
+    /* 0 removes the limit */
+    CHECK_OK(dp_device_set_memory_limit(dev, 0));
+    CHECK_OK(dp_device_memory_limit(dev, &limit));
+    CHECK(limit == 0);
+    CHECK(stats_of(dev).bytes_limit == 0);
+    b = NULL;
+    CHECK_OK(dp_buffer_allocate(dev, (size_t)(8 * mib), &b));
+    dp_buffer_release(b);
+    dp_buffer_release(a);
+    dp_runtime_destroy(rt);
+}
+
 static void test_memory_usage(void) {
     dp_runtime_t *rt = dp_test_runtime(1, 0);
     dp_device_t *dev = dp_test_device(rt, 0);
@@ -285,6 +359,7 @@ int main(void) {
     dp_test_watchdog(120);
     test_memory_stats();
     test_memory_limit();
+    test_set_memory_limit();
     test_memory_usage();
     test_host_memory();
     test_synchronize();

@@ -534,6 +534,45 @@ void test_memory_limit() {
   CHECK_ERROR(Runtime(RuntimeOptions().cpu_device_count(65)), DP_INVALID_ARGUMENT);
 }
 
+// Device::set_memory_limit: any time, below what is held, removed with 0; CPU:1 unaffected.
+void test_set_memory_limit() {
+  const uint64_t mib = 1 << 20;
+  Runtime rt(RuntimeOptions().cpu_device_count(2).cpu_memory_limit(mib));
+  const Device d = rt.device("CPU:0");
+  CHECK_EQ(d.memory_limit(), mib);
+  d.set_memory_limit(4 * mib);
+  CHECK_EQ(d.memory_limit(), 4 * mib);
+  CHECK_EQ(d.properties().total_memory, 4 * mib);
+  CHECK_EQ(d.memory_stats().bytes_limit, 4 * mib);
+  CHECK_EQ(d.memory_usage().total, 4 * mib);
+  CHECK_EQ(rt.device("CPU:1").memory_limit(), mib);
+  Buffer big = d.allocate(3 * mib);
+  // Lowered below what is held: allocations throw, naming the device and the limit.
+  d.set_memory_limit(mib);
+  CHECK_EQ(d.memory_usage().free, uint64_t{0});
+  bool thrown = false;
+  try {
+    (void)d.allocate(mib / 4);
+  } catch (const Error& e) {
+    thrown = true;
+    CHECK_EQ(e.code(), DP_RESOURCE_EXHAUSTED);
+    const std::string what = e.what();
+    CHECK(what.find("CPU:0") != std::string::npos);
+    CHECK(what.find("limit 1048576") != std::string::npos);
+  }
+  CHECK(thrown);
+  big = Buffer();
+  Buffer small = d.allocate(mib / 4);  // freed: fits again
+  CHECK(d.memory_stats().bytes_reserved <= mib);
+  d.set_memory_limit(0);
+  CHECK_EQ(d.memory_limit(), uint64_t{0});
+  CHECK_EQ(d.memory_stats().bytes_limit, uint64_t{0});
+  Buffer large = d.allocate(8 * mib);
+  CHECK_EQ(large.size(), size_t{8 * mib});
+  CHECK_ERROR(Device().set_memory_limit(mib), DP_INVALID_ARGUMENT);
+  CHECK_ERROR(Device().memory_limit(), DP_INVALID_ARGUMENT);
+}
+
 void test_move_semantics() {
   Runtime rt(RuntimeOptions().cpu_device_count(1));
   dp_runtime_t* raw = rt.get();
@@ -755,6 +794,7 @@ int main() {
       rt.synchronize();
     }
     test_memory_limit();
+    test_set_memory_limit();
     test_move_semantics();
   } catch (const Error& e) {
     std::fprintf(stderr, "unexpected devplug::Error: %s\n", e.what());

@@ -1495,6 +1495,33 @@ dp_status_t dp_device_memory_usage(const dp_device_t *device,
                                    uint64_t *out_total);
 
 /**
+ * Sets the most bytes the runtime's allocator for the device may hold from its platform
+ * (TensorFlow's `memory_limit`, PyTorch's `set_per_process_memory_fraction`); 0 removes the
+ * limit. Any device, at any time, from any thread; on a CPU device it replaces
+ * `cpu_memory_limit`, its initial value (other devices start without a limit).
+ *
+ * An allocation that would take the device past the limit fails with
+ * `DP_RESOURCE_EXHAUSTED`, the message naming the device and the limit. A limit below what is
+ * held now is allowed: cached free memory is given back to the platform as far as needed,
+ * memory in use is never touched, and allocations that need more fail until enough is freed.
+ * `dp_device_memory_usage`, `dp_device_memory_stats` (`bytes_limit`) and
+ * `dp_device_get_properties` (`total_memory`) follow it.
+ *
+ * # Safety
+ * `device` is a device handle.
+ */
+dp_status_t dp_device_set_memory_limit(dp_device_t *device, uint64_t bytes);
+
+/**
+ * Writes the device's memory limit in bytes into `*out_bytes` (0 when there is none; see
+ * [`dp_device_set_memory_limit`]).
+ *
+ * # Safety
+ * `device` is a device handle; `out_bytes` is writable.
+ */
+dp_status_t dp_device_memory_limit(const dp_device_t *device, uint64_t *out_bytes);
+
+/**
  * Waits for all work on all streams of the device. Returns the first failure on any of them
  * not reported yet (see `dp_stream_synchronize`), once.
  *

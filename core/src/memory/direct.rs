@@ -9,6 +9,9 @@
 //!
 //! As in the suballocator, the platform is never called with the lock held (its calls may wait
 //! for work that frees memory); the bytes of an allocation under way count against the limit.
+//! The limit lives under the same lock, so it can change at any time
+//! ([`DirectAllocator::set_limit`]); nothing is cached, so there is nothing to give back when it
+//! is lowered: allocations are refused until enough is freed.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,12 +24,13 @@ use crate::error::{Error, Result};
 /// Pass-through allocation with exact statistics and an optional byte limit.
 pub struct DirectAllocator {
     raw: Arc<dyn RawAllocator>,
-    limit: Option<u64>,
     state: Mutex<DirectState>,
 }
 
 #[derive(Default)]
 struct DirectState {
+    /// The most bytes that may be in use (and under way); `None`: no limit.
+    limit: Option<u64>,
     /// Live allocations: address → the size asked of the platform.
     live: HashMap<u64, u64>,
     bytes_in_use: u64,
@@ -43,9 +47,23 @@ impl DirectAllocator {
     pub fn new(raw: Arc<dyn RawAllocator>, limit: Option<u64>) -> DirectAllocator {
         DirectAllocator {
             raw,
-            limit,
-            state: Mutex::new(DirectState::default()),
+            state: Mutex::new(DirectState {
+                limit,
+                ..DirectState::default()
+            }),
         }
+    }
+
+    /// Sets the limit (`None`: no limit). Allocations taking the lock after it obey it; below
+    /// the bytes in use, every allocation is refused until enough is freed (nothing in use is
+    /// touched, and nothing is cached to give back).
+    pub fn set_limit(&self, limit: Option<u64>) {
+        self.state.lock().limit = limit;
+    }
+
+    /// The limit in force, if any.
+    pub fn limit(&self) -> Option<u64> {
+        self.state.lock().limit
     }
 
     /// Allocates `size` bytes from the platform (size 0 asks for 1 byte, so that every
@@ -55,7 +73,7 @@ impl DirectAllocator {
         let size = size.max(1);
         {
             let mut state = self.state.lock();
-            if let Some(limit) = self.limit {
+            if let Some(limit) = state.limit {
                 if size > limit.saturating_sub(state.bytes_in_use + state.pending) {
                     return Err(Error::resource_exhausted(format!(
                         "device memory limit exceeded: requested {size} bytes, {} in use, \
@@ -113,7 +131,7 @@ impl DirectAllocator {
             num_allocs: state.num_allocs,
             active_allocs: state.live.len() as u64,
             largest_alloc_size: state.largest_alloc_size,
-            bytes_limit: self.limit,
+            bytes_limit: state.limit,
             bytes_reserved: state.bytes_in_use,
             largest_free_block: 0,
         }
@@ -171,6 +189,18 @@ mod tests {
         assert_eq!(st.bytes_reserved, 601);
         let e = a.allocate(500).unwrap_err();
         assert_eq!(e.code, crate::Code::ResourceExhausted);
+        // Raised: it fits; lowered below the bytes in use: refused, nothing freed.
+        a.set_limit(Some(1200));
+        let r = a.allocate(500).unwrap();
+        a.set_limit(Some(200));
+        assert_eq!(a.limit(), Some(200));
+        assert_eq!(a.stats().bytes_limit, Some(200));
+        let e = a.allocate(1).unwrap_err();
+        assert!(e.message.contains("limit 200"), "{e}");
+        assert!(fake.freed.lock().is_empty());
+        a.deallocate(r).unwrap();
+        fake.freed.lock().clear();
+        a.set_limit(Some(1000));
         a.deallocate(p).unwrap();
         // Freed at once, with the size that was asked for.
         assert_eq!(fake.freed.lock().as_slice(), &[(p.0, 600)]);
@@ -178,7 +208,7 @@ mod tests {
             a.deallocate(p).unwrap_err().code,
             crate::Code::InvalidArgument
         );
-        assert_eq!(a.stats().peak_bytes_in_use, 601);
+        assert_eq!(a.stats().peak_bytes_in_use, 1101);
         a.reset_peak();
         assert_eq!(a.stats().peak_bytes_in_use, 1);
         drop(a);

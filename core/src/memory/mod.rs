@@ -65,6 +65,33 @@ impl DeviceAllocator {
             DeviceAllocator::Direct(_) => 0,
         }
     }
+
+    /// Sets the limit on what the allocator holds from the platform, giving back cached free
+    /// memory as far as needed to meet it.
+    pub(crate) fn set_limit(&self, limit: Option<u64>) {
+        match self {
+            DeviceAllocator::Sub(s) => {
+                s.set_limit(limit);
+            }
+            DeviceAllocator::Direct(d) => d.set_limit(limit),
+        }
+    }
+
+    /// Gives back cached free memory while more than the limit is held (after frees that
+    /// followed a lowered limit).
+    pub(crate) fn trim_to_limit(&self) {
+        if let DeviceAllocator::Sub(s) = self {
+            s.trim_to_limit();
+        }
+    }
+
+    /// The limit in force, if any.
+    pub(crate) fn limit(&self) -> Option<u64> {
+        match self {
+            DeviceAllocator::Sub(s) => s.limit(),
+            DeviceAllocator::Direct(d) => d.limit(),
+        }
+    }
 }
 
 /// An address in one device's memory space.

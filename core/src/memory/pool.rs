@@ -8,11 +8,12 @@
 //! [`Device::allocate`](crate::device::Device::allocate) takes from the pool first.
 //!
 //! The pool hides memory that is free, so it is flushed (its buffers freed for real) wherever
-//! that would show: before memory statistics are read, before cached memory is released, and
-//! before an allocation is allowed to fail. It is bounded ([`POOL_DEPTH`] buffers per class,
-//! [`POOL_BYTES`] bytes in all), takes no lock, is used only over the suballocator (a platform
-//! that opted out of it sees every request), and is closed when the runtime is destroyed:
-//! pooled buffers hold their device, so a pool left open would keep the device alive.
+//! that would show: before memory statistics are read, before cached memory is released, when
+//! a memory limit is set (pooled buffers are held memory), and before an allocation is allowed
+//! to fail. It is bounded ([`POOL_DEPTH`] buffers per class, [`POOL_BYTES`] bytes in all),
+//! takes no lock, is used only over the suballocator (a platform that opted out of it sees
+//! every request), and is closed when the runtime is destroyed: pooled buffers hold their
+//! device, so a pool left open would keep the device alive.
 
 use std::sync::atomic::{fence, AtomicPtr, Ordering};
 use std::sync::Arc;

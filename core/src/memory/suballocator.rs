@@ -15,6 +15,9 @@
 //! A byte limit caps what is held from the device in total; when it would be exceeded, wholly
 //! free regions are given back first, and if the request still does not fit the result is a
 //! [`Code::ResourceExhausted`](crate::error::Code::ResourceExhausted) error, never an abort.
+//! The limit may change at any time ([`Suballocator::set_limit`]); lowered below what is held,
+//! wholly free regions are given back until it is met (or none is left), chunks in use are
+//! never touched, and no region is reserved until enough is freed to fit under it again.
 //!
 //! Device addresses are opaque `u64`s: the suballocator never dereferences them.
 //!
@@ -70,6 +73,7 @@ const DEFAULT_MIN_REGION_SIZE: u64 = 1 << 20;
 #[derive(Clone, Debug)]
 pub struct SuballocatorOptions {
     /// Bytes the suballocator may hold from the device in total; `None` means unlimited.
+    /// The initial value: [`Suballocator::set_limit`] changes it.
     pub limit: Option<u64>,
     /// Every returned address and every chunk size is a multiple of this (default 256). A
     /// value that is not a power of two is rounded up to the next one (0 becomes 1).
@@ -106,7 +110,8 @@ pub struct MemoryStats {
     pub active_allocs: u64,
     /// The largest (rounded) allocation ever made.
     pub largest_alloc_size: u64,
-    /// The limit from the options, if any.
+    /// The limit in force, if any (from the options or the last
+    /// [`Suballocator::set_limit`]).
     pub bytes_limit: Option<u64>,
     /// Bytes currently held from the raw allocator.
     pub bytes_reserved: u64,
@@ -167,6 +172,19 @@ impl Suballocator {
                     "cannot allocate {size} bytes: the size exceeds the address space"
                 )));
             };
+            if state.over_limit {
+                // Rare: the limit was lowered below what chunks in use hold.
+                if state.trim_due {
+                    // A region became wholly free since: it goes back first.
+                    let regions = state.detach_over_limit();
+                    if !regions.is_empty() {
+                        drop(guard);
+                        self.give_back(regions);
+                        continue;
+                    }
+                }
+                state.check_over_limit(size, rounded)?;
+            }
             if let Some(ptr) = state.take_cached(rounded) {
                 return Ok(ptr);
             }
@@ -361,6 +379,42 @@ impl Suballocator {
         self.give_back(regions)
     }
 
+    /// Sets the limit on the bytes held from the raw allocator (`None`: no limit) and returns
+    /// the bytes given back to meet it.
+    ///
+    /// Takes effect at once for every allocation that takes the lock after it (allocations
+    /// read the limit under the lock, so a concurrent one sees either the old or the new
+    /// value; a region already being reserved under the old limit is still added). When the
+    /// suballocator holds more than the new limit, wholly free regions (cached frees merged
+    /// first) are given back until it holds no more than the limit or none is left; chunks in
+    /// use are never touched. While it still holds more, a request is `RESOURCE_EXHAUSTED`
+    /// unless it fits under the limit beside the bytes in use, small frees are not cached, and
+    /// a region that a free leaves wholly free is given back by the next allocation.
+    pub fn set_limit(&self, limit: Option<u64>) -> u64 {
+        let regions = {
+            let mut state = self.state.lock();
+            state.config.limit = limit;
+            state.limit_changed = true;
+            state.update_over_limit();
+            state.detach_over_limit()
+        };
+        // A waiter at the old limit looks again: a raised limit may make room.
+        self.settled.notify_all();
+        self.give_back(regions)
+    }
+
+    /// Gives back wholly free regions while more than the limit is held (after frees that
+    /// followed a lowered limit); the bytes given back.
+    pub fn trim_to_limit(&self) -> u64 {
+        let regions = self.state.lock().detach_over_limit();
+        self.give_back(regions)
+    }
+
+    /// The limit in force, if any.
+    pub fn limit(&self) -> Option<u64> {
+        self.state.lock().config.limit
+    }
+
     /// The alignment of addresses and chunk sizes: every request is rounded up to it.
     pub fn alignment(&self) -> u64 {
         self.state.lock().config.alignment
@@ -475,6 +529,15 @@ struct State {
     any_cached: bool,
     /// The bytes of the chunks in `cached`.
     cached_bytes: u64,
+    /// The limit was changed after creation, so more than it may be held (chunks in use when
+    /// it was lowered); only the invariant check reads it.
+    limit_changed: bool,
+    /// More than the limit is reserved (it was lowered below what chunks in use held): frees
+    /// are not cached, so that regions become wholly free.
+    over_limit: bool,
+    /// While over the limit, a region became wholly free: the next allocation gives it back
+    /// (frees never call the raw allocator, see the module docs).
+    trim_due: bool,
 }
 
 impl State {
@@ -496,7 +559,32 @@ impl State {
             cached: std::array::from_fn(|_| Vec::new()),
             any_cached: false,
             cached_bytes: 0,
+            limit_changed: false,
+            over_limit: false,
+            trim_due: false,
         }
+    }
+
+    /// While more than a lowered limit is held, a request is refused unless it fits under the
+    /// limit beside the chunks in use (free chunks of the regions still held may serve it).
+    fn check_over_limit(&self, size: u64, rounded: u64) -> Result<()> {
+        match self.config.limit {
+            Some(limit) if rounded > limit.saturating_sub(self.bytes_in_use) => {
+                Err(Error::resource_exhausted(format!(
+                    "device memory limit exceeded: requested {size} bytes, {} in use, \
+                     limit {limit} ({} reserved; the limit was lowered below what is held: \
+                     free memory first)",
+                    self.bytes_in_use, self.bytes_reserved
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Notes whether more than the limit is reserved.
+    fn update_over_limit(&mut self) {
+        self.over_limit = matches!(self.config.limit, Some(limit) if self.bytes_reserved > limit);
+        self.trim_due &= self.over_limit;
     }
 
     /// The cache class of a chunk size, if chunks of that size are cached.
@@ -531,7 +619,10 @@ impl State {
         let Some(class) = self.cache_class(size) else {
             return false;
         };
-        if self.cached[class].len() >= CACHE_DEPTH || self.cached_bytes + size > CACHE_BYTES {
+        if self.cached[class].len() >= CACHE_DEPTH
+            || self.cached_bytes + size > CACHE_BYTES
+            || self.over_limit
+        {
             return false;
         }
         self.cached[class].push(id);
@@ -653,6 +744,9 @@ impl State {
         }
         let chunk = *self.chunk(id);
         self.free.insert(chunk.size, chunk.addr, id);
+        if self.over_limit && chunk.prev == NONE && chunk.next == NONE {
+            self.trim_due = true;
+        }
     }
 
     /// Merges the chunk `upper` into `lower`, its neighbour just below; neither is indexed.
@@ -740,6 +834,8 @@ impl State {
         });
         self.bytes_reserved += raw_size;
         self.free.insert(size, base, id);
+        // Over only for a region reserved under a limit lowered since.
+        self.update_over_limit();
         Ok(id)
     }
 
@@ -747,10 +843,25 @@ impl State {
     /// raw allocator once the lock is released ([`Suballocator::give_back`]); their bytes
     /// count as pending until then.
     fn detach_free_regions(&mut self) -> Vec<RawRegion> {
+        self.detach_free_regions_down_to(0)
+    }
+
+    /// Takes wholly free regions out of the state (as [`State::detach_free_regions`]) while
+    /// more than the limit is held; none without a limit or under it.
+    fn detach_over_limit(&mut self) -> Vec<RawRegion> {
+        match self.config.limit {
+            Some(limit) if self.bytes_reserved > limit => self.detach_free_regions_down_to(limit),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Takes wholly free regions out of the state (as [`State::detach_free_regions`]) until
+    /// no more than `target` bytes are reserved or none is left.
+    fn detach_free_regions_down_to(&mut self, target: u64) -> Vec<RawRegion> {
         self.flush_cache();
         let mut out = Vec::new();
         let mut i = 0;
-        while i < self.regions.len() {
+        while i < self.regions.len() && self.bytes_reserved > target {
             let region = self.regions[i];
             let first = *self.chunk(region.first);
             if first.in_use || first.size != region.size {
@@ -768,6 +879,9 @@ impl State {
                 base: region.raw_ptr,
             });
         }
+        // Still over the limit only if no wholly free region is left.
+        self.trim_due = false;
+        self.update_over_limit();
         out
     }
 }
@@ -838,7 +952,17 @@ impl State {
         assert_eq!(in_use, self.bytes_in_use);
         assert_eq!(reserved, self.bytes_reserved);
         if let Some(limit) = self.config.limit {
-            assert!(reserved <= limit, "reserved {reserved} over limit {limit}");
+            // Over the limit only once it was lowered below what chunks in use hold, and then
+            // no wholly free region is kept unless the next allocation is to give it back.
+            let wholly_free = self.regions.iter().any(|r| {
+                let first = self.chunk(r.first);
+                !first.in_use && first.size == r.size
+            });
+            assert!(
+                reserved <= limit || (self.limit_changed && (!wholly_free || self.trim_due)),
+                "reserved {reserved} over limit {limit}"
+            );
+            assert_eq!(self.over_limit, reserved > limit, "over_limit stale");
         }
         let indexed: usize = self.free.bins.iter().map(Bin::len).sum();
         assert_eq!(indexed, free_chunks, "stale entries in the free index");
@@ -1371,11 +1495,26 @@ mod tests {
     }
 
     fn run_random(seed: u64, steps: u64, limit: Option<u64>) {
+        run_random_limits(seed, steps, limit, false)
+    }
+
+    /// As [`run_random`]; with `change_limit`, the limit changes every 100 steps (lowered
+    /// below what is held, raised, removed).
+    fn run_random_limits(seed: u64, steps: u64, mut limit: Option<u64>, change_limit: bool) {
         let (dev, sub) = new_sub(limit);
         let mut rng = Rng(seed);
         let mut model = Model::default();
         let mut live: Vec<Live> = Vec::new();
         for step in 0..steps {
+            if change_limit && step % 100 == 99 {
+                limit = [None, Some(2 * MIB), Some(8 * MIB), Some(24 * MIB)][rng.below(4) as usize];
+                let before = sub.stats().bytes_reserved;
+                let released = sub.set_limit(limit);
+                let after = sub.stats().bytes_reserved;
+                assert_eq!(before - after, released);
+                assert_eq!(dev.outstanding(), after);
+                sub.check();
+            }
             // Mostly growing in the first half, mostly shrinking in the second.
             let alloc_percent = if step < steps / 2 { 65 } else { 35 };
             if live.is_empty() || rng.below(100) < alloc_percent {
@@ -1440,6 +1579,13 @@ mod tests {
     fn random_sequences_keep_canaries_and_exact_stats() {
         for seed in [0x1234_5678_9abc_def1, 42, 0xdead_beef] {
             run_random(seed, 1500, None);
+        }
+    }
+
+    #[test]
+    fn random_sequences_under_a_changing_limit() {
+        for seed in [3, 0xfeed_f00d] {
+            run_random_limits(seed, 1500, Some(16 * MIB), true);
         }
     }
 
@@ -1690,6 +1836,69 @@ mod tests {
         let d = sub.allocate(3 * MIB).unwrap();
         assert_eq!(dev.raw_allocs(), 3, "the cached region is reused");
         sub.deallocate(d).unwrap();
+        sub.check();
+    }
+
+    /// The limit changes while memory is held: lowered, free regions go back as far as needed
+    /// (no further), nothing in use is touched, requests are refused until enough is freed;
+    /// raised or removed, growth goes on.
+    #[test]
+    fn the_limit_can_change_while_memory_is_held() {
+        let (dev, sub) = new_sub(None);
+        let a = sub.allocate(MIB).unwrap(); // 1 MiB region
+        let b = sub.allocate(2 * MIB).unwrap(); // 2 MiB region
+        let c = sub.allocate(MIB).unwrap(); // 4 MiB region, 3 MiB of it free
+        sub.deallocate(a).unwrap();
+        sub.deallocate(b).unwrap();
+        assert_eq!(sub.stats().bytes_reserved, 7 * MIB);
+        // 6 MiB: one free region is enough to meet it, and only one goes back.
+        assert_eq!(sub.set_limit(Some(6 * MIB)), MIB);
+        assert_eq!(dev.deallocations(), 1);
+        assert_eq!(sub.limit(), Some(6 * MIB));
+        assert_eq!(sub.stats().bytes_limit, Some(6 * MIB));
+        // 2 MiB, below what is held: the other free region goes back, c's stays.
+        assert_eq!(sub.set_limit(Some(2 * MIB)), 2 * MIB);
+        let st = sub.stats();
+        assert_eq!((st.bytes_reserved, st.bytes_in_use), (4 * MIB, MIB));
+        assert_eq!(dev.outstanding(), 4 * MIB);
+        sub.check();
+        // Over the limit: a request that fits beside what is in use is served from the free
+        // part of c's region; one that does not is refused, though the region has room.
+        let e = sub.allocate(2 * MIB).unwrap_err();
+        assert_eq!(e.code, Code::ResourceExhausted);
+        assert!(e.message.contains("limit 2097152"), "{e}");
+        let x = sub.allocate(MIB).unwrap();
+        assert_eq!(dev.raw_allocs(), 3);
+        let e = sub.allocate(256).unwrap_err();
+        assert_eq!(e.code, Code::ResourceExhausted);
+        sub.check();
+        // Freed: the next allocation gives the wholly free region back and fits under the
+        // limit.
+        sub.deallocate(x).unwrap();
+        sub.deallocate(c).unwrap();
+        sub.check();
+        let d = sub.allocate(MIB).unwrap();
+        assert_eq!(sub.stats().bytes_reserved, MIB);
+        assert_eq!(dev.outstanding(), MIB);
+        sub.check();
+        // Raised, then removed: growth goes on.
+        assert_eq!(sub.set_limit(Some(3 * MIB)), 0);
+        let e = sub.allocate(3 * MIB).unwrap_err();
+        assert_eq!(e.code, Code::ResourceExhausted);
+        let f = sub.allocate(2 * MIB).unwrap();
+        sub.set_limit(None);
+        assert_eq!(sub.stats().bytes_limit, None);
+        let g = sub.allocate(16 * MIB).unwrap();
+        sub.check();
+        // Lowered again, then frees above the limit: trim gives the free regions back.
+        sub.set_limit(Some(2 * MIB));
+        for p in [d, f, g] {
+            sub.deallocate(p).unwrap();
+        }
+        assert!(sub.stats().bytes_reserved > 2 * MIB);
+        sub.trim_to_limit();
+        assert!(sub.stats().bytes_reserved <= 2 * MIB);
+        assert_eq!(dev.outstanding(), sub.stats().bytes_reserved);
         sub.check();
     }
 

@@ -666,6 +666,26 @@ class Device {
   void release_cached_memory() const { check(dp_device_release_cached_memory(handle_)); }
 
   /**
+   * @brief Sets the most bytes the runtime's allocator for this device may hold from its
+   *        platform, 0 for no limit (`dp_device_set_memory_limit()`); any device, at any time.
+   *
+   * Below what is held now, cached free memory is given back as far as needed and allocations
+   * that need more throw `Error` (`DP_RESOURCE_EXHAUSTED`) until enough is freed; memory in use
+   * is never touched. On a CPU device it replaces `RuntimeOptions::cpu_memory_limit`.
+   */
+  void set_memory_limit(uint64_t bytes) const {
+    check(dp_device_set_memory_limit(handle_, bytes));
+  }
+
+  /** @brief The device's memory limit in bytes, 0 when there is none
+   *         (`dp_device_memory_limit()`). */
+  uint64_t memory_limit() const {
+    uint64_t out = 0;
+    check(dp_device_memory_limit(handle_, &out));
+    return out;
+  }
+
+  /**
    * @brief Allocates @p size bytes of device memory.
    * @throws Error `DP_RESOURCE_EXHAUSTED` past the device's memory limit.
    */
