@@ -263,3 +263,31 @@ fn allocations_on_other_threads_while_the_limit_changes() {
         );
     }
 }
+
+/// An op whose output does not fit under a device's limit fails with RESOURCE_EXHAUSTED naming
+/// the op and the output (as its other errors do), and the device works again once the limit
+/// is raised.
+#[test]
+fn an_op_whose_output_does_not_fit_names_the_op_and_output() {
+    use devplug_core::{Attrs, DType, RunOptions, Tensor};
+    let rt = sim_runtime("0");
+    let sim = rt.find_device("SIM:0").unwrap();
+    let x = Tensor::zeros(&sim, DType::F32, &[1024, 1024]).unwrap();
+    // No room beside x for another 4 MiB.
+    let stats = sim.memory_stats();
+    sim.set_memory_limit(Some(stats.bytes_in_use + MIB)).unwrap();
+    let add = rt.op("Add").unwrap();
+    let on_sim = RunOptions::on(&sim).strict();
+    let e = rt
+        .run(&add, &[x.clone(), x.clone()], &Attrs::new(), &on_sim)
+        .unwrap_err();
+    assert_eq!(e.code, Code::ResourceExhausted, "{e}");
+    assert!(e.message.starts_with("Add: output 'z': "), "{e}");
+    assert!(
+        e.message.contains("SIM:0") && e.message.contains("limit"),
+        "{e}"
+    );
+    sim.set_memory_limit(None).unwrap();
+    rt.run(&add, &[x.clone(), x], &Attrs::new(), &on_sim)
+        .unwrap();
+}

@@ -463,8 +463,11 @@ fn run_kernel(
         &moved
     };
     let start = out.len();
-    for o in outputs {
-        out.push(Tensor::output(device, o.dtype, &o.shape)?);
+    for (i, o) in outputs.iter().enumerate() {
+        match Tensor::output(device, o.dtype, &o.shape) {
+            Ok(t) => out.push(t),
+            Err(e) => return Err(output_error(op, i, e)),
+        }
     }
     // While tracing, the kernel's device span (where the device times events) starts here.
     let on_device = begun.and_then(|_| {
@@ -510,6 +513,19 @@ fn run_kernel(
             _ => format!("kernel from {}", kernel.source),
         });
     Ok(())
+}
+
+/// An output's allocation failed (a memory limit, a device out of memory): the error names the
+/// op and the output, as the op's other errors do.
+#[cold]
+#[inline(never)]
+fn output_error(op: &OpHandle, index: usize, e: Error) -> Error {
+    let name = op
+        .def()
+        .outputs
+        .get(index)
+        .map_or_else(|| index.to_string(), |a| format!("'{}'", a.name));
+    e.context(format!("{}: output {name}", op.name()))
 }
 
 /// Runs a decomposition's ops on one device.
