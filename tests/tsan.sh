@@ -35,11 +35,11 @@ export TSAN_OPTIONS="halt_on_error=1 exitcode=66 ${TSAN_OPTIONS:-}"
 nightly=(cargo +nightly test -Zbuild-std --target x86_64-unknown-linux-gnu)
 
 "${nightly[@]}" -p devplug-core --lib
-# The many-thread tests of the core with SIM: dispatch, graphs, traces, scopes, the log and the
-# buffer pool. `launched_work_runs_without_a_synchronize` is left out: it watches a kernel's
+# The many-thread tests of the core with SIM: dispatch, graphs, traces, scopes, the log, the
+# buffer pool and memory limits changed while other threads allocate. `launched_work_runs_without_a_synchronize` is left out: it watches a kernel's
 # output through copies that by design do not wait for the stream (a race it means to have).
 "${nightly[@]}" -p devplug-tests --test graph --test trace --test scope --test logging \
-  --test buffer_pool
+  --test buffer_pool --test memory_limit
 "${nightly[@]}" -p devplug-tests --test sim -- --skip launched_work_runs_without_a_synchronize
 # Kernel states (ABI 1.5) with SIM: made on the launching thread, destroyed by host callbacks on
 # SIM's worker. (The RSIM test of the same file needs the Rust example plugin, not built here.)
