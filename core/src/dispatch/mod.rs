@@ -12,8 +12,6 @@ mod plan;
 
 use std::sync::Arc;
 
-use smallvec::SmallVec;
-
 pub(crate) use plan::{Plan, Plans};
 
 use crate::device::Device;
@@ -319,22 +317,12 @@ fn decompose(
     };
     // Inputs a source keeps on the device (a graph's constants) are taken there;
     // the decomposition's ops copy the others as they need them.
-    let kept: SmallVec<[Tensor; 4]>;
+    let kept: Vec<Tensor>;
     let inputs = if inputs.iter().all(|t| Arc::ptr_eq(t.device(), device)) {
         inputs
     } else {
-        kept = inputs
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                if Arc::ptr_eq(t.device(), device) {
-                    Ok(t.clone())
-                } else {
-                    copies.on(i, device).unwrap_or_else(|| Ok(t.clone()))
-                }
-            })
-            .collect::<Result<_>>()?;
-        &kept[..]
+        kept = inputs_on(device, inputs, copies, |t| Ok(t.clone()))?;
+        &kept
     };
     let results = decomposition(&mut emitter, inputs, attrs).map_err(|e| {
         e.context(format!(
@@ -443,23 +431,13 @@ fn run_kernel(
     let inputs = if inputs.iter().all(|t| Arc::ptr_eq(t.device(), device)) {
         inputs
     } else {
-        moved = inputs
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                if Arc::ptr_eq(t.device(), device) {
-                    Ok(t.clone())
-                } else if let Some(kept) = copies.on(i, device) {
-                    kept
-                } else {
-                    rt.placement()
-                        .note(op.name(), device, Reason::InputCopied, || {
-                            format!("input copied from {}", t.device().qualified_name())
-                        });
-                    t.copy_to(device)
-                }
-            })
-            .collect::<Result<_>>()?;
+        moved = inputs_on(device, inputs, copies, |t| {
+            rt.placement()
+                .note(op.name(), device, Reason::InputCopied, || {
+                    format!("input copied from {}", t.device().qualified_name())
+                });
+            t.copy_to(device)
+        })?;
         &moved
     };
     let start = out.len();
@@ -513,6 +491,27 @@ fn run_kernel(
             _ => format!("kernel from {}", kernel.source),
         });
     Ok(())
+}
+
+/// `inputs` for a run on `device`: those there as they are, the others from `copies` when it
+/// keeps them there, else `elsewhere(input)`.
+fn inputs_on(
+    device: &Arc<Device>,
+    inputs: &[Tensor],
+    copies: &impl InputCopies,
+    mut elsewhere: impl FnMut(&Tensor) -> Result<Tensor>,
+) -> Result<Vec<Tensor>> {
+    inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            if Arc::ptr_eq(t.device(), device) {
+                Ok(t.clone())
+            } else {
+                copies.on(i, device).unwrap_or_else(|| elsewhere(t))
+            }
+        })
+        .collect()
 }
 
 /// An output's allocation failed (a memory limit, a device out of memory): the error names the
