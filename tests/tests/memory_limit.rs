@@ -275,7 +275,8 @@ fn an_op_whose_output_does_not_fit_names_the_op_and_output() {
     let x = Tensor::zeros(&sim, DType::F32, &[1024, 1024]).unwrap();
     // No room beside x for another 4 MiB.
     let stats = sim.memory_stats();
-    sim.set_memory_limit(Some(stats.bytes_in_use + MIB)).unwrap();
+    sim.set_memory_limit(Some(stats.bytes_in_use + MIB))
+        .unwrap();
     let add = rt.op("Add").unwrap();
     let on_sim = RunOptions::on(&sim).strict();
     let e = rt
