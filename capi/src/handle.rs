@@ -417,6 +417,12 @@ pub unsafe fn bytes_mut<'a>(ptr: *mut u8, len: usize, arg: &str) -> Result<&'a m
     Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
 }
 
+/// `s` as a C string for the host to read: an interior NUL (which Rust strings may hold and C
+/// strings cannot) is dropped rather than failing the call.
+pub(crate) fn cstring(s: &str) -> std::ffi::CString {
+    std::ffi::CString::new(s.replace('\0', "")).unwrap_or_default()
+}
+
 /// A NUL-terminated string from C.
 ///
 /// # Safety

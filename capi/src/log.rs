@@ -1,7 +1,7 @@
 //! `dp_log_*`: where devplug's log goes (standard error, or the host's callback) and how much of
 //! it. Process-wide, as `DEVPLUG_LOG` is (see `devplug_core::log`).
 
-use std::ffi::{c_char, c_void, CString};
+use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 
 use devplug_core::log::{self, Level, Record};
@@ -48,7 +48,7 @@ type Callback = HostFn<unsafe extern "C" fn(*const dp_log_record_t, *mut c_void)
 
 /// Calls the host's log callback with `r`.
 fn call(cb: &Callback, r: &Record) {
-    let c = |s: &str| CString::new(s.replace('\0', "")).unwrap_or_default();
+    let c = crate::handle::cstring;
     let (source, message) = (c(r.source), c(r.message));
     let record = dp_log_record_t {
         struct_size: std::mem::size_of::<dp_log_record_t>(),

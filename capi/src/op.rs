@@ -612,7 +612,7 @@ type Callback = HostFn<unsafe extern "C" fn(*const dp_placement_event_t, *mut c_
 
 /// Calls the host's placement callback with `e`.
 fn call(cb: &Callback, e: &PlacementEvent) {
-    let c = |s: &str| CString::new(s.replace('\0', "")).unwrap_or_default();
+    let c = crate::handle::cstring;
     let (op, device, reason, detail) = (
         c(&e.op),
         c(&e.device),

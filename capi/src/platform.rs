@@ -1,9 +1,9 @@
 //! `dp_runtime_platform_count` and `dp_runtime_platform_info`: listing a runtime's platforms
 //! (the built-in `HOST` and those plugins registered), with or without devices.
 
-use std::ffi::{c_char, CString};
+use std::ffi::c_char;
 
-use crate::handle::{self, check_out};
+use crate::handle::{self, check_out, cstring};
 use crate::runtime::{dp_runtime_t, runtime_obj};
 use crate::status::{dp_status_t, guard};
 
@@ -34,10 +34,6 @@ pub struct dp_platform_info_t {
     pub device_count: usize,
     /// 1 when its device memory is host memory.
     pub host_visible: u32,
-}
-
-fn cstring(s: &str) -> CString {
-    CString::new(s.replace('\0', "")).unwrap_or_default()
 }
 
 /// Writes the number of platforms of the runtime into `*out_count`: the built-in `HOST` and

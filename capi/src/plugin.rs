@@ -1,9 +1,9 @@
 //! `dp_runtime_load_plugin` and friends: loading device plugins and listing what loaded and
 //! what failed.
 
-use std::ffi::{c_char, CString};
+use std::ffi::c_char;
 
-use crate::handle::{self, check_out};
+use crate::handle::{self, check_out, cstring};
 use crate::runtime::{dp_runtime_t, runtime_obj};
 use crate::status::{bad_arg, dp_status_t, guard};
 
@@ -41,10 +41,6 @@ pub struct dp_plugin_failure_t {
     pub status: dp_status_t,
     /// Why, in words: names the plugin, and the struct and field at fault.
     pub message: *const c_char,
-}
-
-fn cstring(s: &str) -> CString {
-    CString::new(s.replace('\0', "")).unwrap_or_default()
 }
 
 /// Loads a device plugin from an absolute `path`. `options` holds `option_count` strings of

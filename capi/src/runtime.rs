@@ -7,7 +7,7 @@ use parking_lot::RwLock;
 
 use devplug_core::{Device, Error, Runtime, RuntimeOptions};
 
-use crate::handle::{self, check_out, get, handle, write_out};
+use crate::handle::{self, check_out, cstring, get, handle, write_out};
 use crate::status::{bad_arg, dp_status_t, guard, guard_value};
 use crate::stream::{default_stream_handle, destroy_default_stream_handle, dp_stream_t};
 
@@ -133,10 +133,6 @@ handle!(
     DeviceObj,
     0x6470_4456_0000_0002
 );
-
-fn cstring(s: &str) -> CString {
-    CString::new(s.replace('\0', "")).unwrap_or_default()
-}
 
 impl DeviceObj {
     /// The name that addresses the device now (see `Device::name`).

@@ -2,7 +2,7 @@
 //! and exiting them on the calling thread.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_void, CString};
+use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -89,7 +89,7 @@ type Setter = HostFn<
 
 impl Setter {
     fn call(&self, op: &OpInfo) -> devplug_core::Result<Option<Arc<devplug_core::Device>>> {
-        let c = |s: &str| CString::new(s.replace('\0', "")).unwrap_or_default();
+        let c = crate::handle::cstring;
         let (name, op_type) = (c(op.name), c(op.op));
         let query = dp_placement_query_t {
             struct_size: std::mem::size_of::<dp_placement_query_t>(),
