@@ -84,7 +84,7 @@ pub use half;
 pub use kernel::{Binding, KernelContext, KernelDef};
 pub use memory::{Buffer, DevicePtr, MemoryStats};
 pub use op::text::OpText;
-pub use op::{AttrValue, Attrs, OpDef, OpHandle, Outputs};
+pub use op::{AttrValue, Attrs, OpDef, OpHandle, Outputs, PartialSpec};
 pub use placement::{PlacementEvent, Reason};
 pub use platform::{EventStatus, Platform, PlatformInfo, StreamExecutor};
 pub use plugin::{PluginFailure, PluginInfo};

@@ -367,8 +367,8 @@ impl Runtime {
             .plugin_ops(&op_texts)
             .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
         let type_var = |def: &OpDef| def.type_vars.first().cloned();
-        let op_type_var = |op: &str| match ops.iter().find(|d| d.name == op) {
-            Some(def) => Ok(type_var(def)),
+        let op_type_var = |op: &str| match ops.iter().find(|p| p.def.name == op) {
+            Some(p) => Ok(type_var(&p.def)),
             None => self.ops.find(op).map(|h| type_var(h.def())).map_err(|e| {
                 e.context(format!(
                     "plugin '{}' registered a kernel for an unknown op",
@@ -388,11 +388,11 @@ impl Runtime {
             .collect();
         self.register_platforms(dyn_platforms, &owner, None)
             .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
-        let op_names: Vec<String> = ops.iter().map(|d| d.name.clone()).collect();
-        for def in ops {
+        let op_names: Vec<String> = ops.iter().map(|p| p.def.name.clone()).collect();
+        for op in ops {
             // Names were checked free under `registering`, which every registration holds.
             self.ops
-                .register(def)
+                .register_text(op)
                 .map_err(|e| e.context(format!("plugin '{}' ({})", loaded.name, path.display())))?;
         }
         self.kernels
@@ -411,8 +411,12 @@ impl Runtime {
 
     /// Parses the ops a plugin registered, in order (each may use the ones before it), and
     /// checks that their names are free.
-    fn plugin_ops(&self, texts: &[crate::op::text::OpText]) -> Result<Vec<OpDef>> {
+    fn plugin_ops(
+        &self,
+        texts: &[crate::op::text::OpText],
+    ) -> Result<Vec<crate::op::text::Parsed>> {
         let mut defs: Vec<OpHandle> = Vec::new();
+        let mut parsed = Vec::new();
         for t in texts {
             let lookup = |name: &str| {
                 defs.iter()
@@ -420,16 +424,20 @@ impl Runtime {
                     .cloned()
                     .or_else(|| self.ops.find(name).ok())
             };
-            let def = crate::op::text::parse(t, &lookup)?;
-            if self.ops.find(&def.name).is_ok() {
+            let op = crate::op::text::parse_op(t, &lookup)?;
+            if self.ops.find(&op.def.name).is_ok() {
                 return Err(Error::already_exists(format!(
                     "op '{}' is already registered (by the runtime or another plugin)",
-                    def.name
+                    op.def.name
                 )));
             }
-            defs.push(OpHandle::provisional(def));
+            defs.push(OpHandle::provisional(
+                op.def.clone(),
+                Some(op.partial.clone()),
+            ));
+            parsed.push(op);
         }
-        Ok(defs.into_iter().map(|h| h.def().clone()).collect())
+        Ok(parsed)
     }
 
     /// Loads every plugin of a `:`-separated search path (files or folders, absolute).
@@ -685,9 +693,9 @@ impl Runtime {
     /// and the statement for a mistake; `ALREADY_EXISTS` for a name the runtime has.
     pub fn register_op_text(&self, text: &crate::op::text::OpText) -> Result<OpHandle> {
         self.refuse_taken_op_name(text.name.trim())?;
-        let def = crate::op::text::parse(text, &|name| self.ops.find(name).ok())?;
+        let op = crate::op::text::parse_op(text, &|name| self.ops.find(name).ok())?;
         let _registering = self.registering.lock();
-        self.ops.register(def)
+        self.ops.register_text(op)
     }
 
     /// Registers a kernel for an existing op. `NOT_FOUND` for an unknown op; `INVALID_ARGUMENT`

@@ -5,9 +5,10 @@
 
 use std::sync::{Arc, Mutex};
 
+use devplug_core::op::{smallvec, ArgDef, ArgType, TensorSpec, TypeVar};
 use devplug_core::{
-    AttrValue, Attrs, Binding, Code, DType, Graph, GraphRunOptions, KernelDef, NodeOutput, OpKind,
-    OpText, Reason, Runtime, Tensor,
+    AttrValue, Attrs, Binding, Code, DType, Graph, GraphRunOptions, KernelDef, NodeOutput, OpDef,
+    OpKind, OpText, PartialSpec, Reason, Runtime, Tensor,
 };
 use devplug_tests::{options, plugin_path, record_placements};
 
@@ -47,8 +48,9 @@ fn a_graph_is_built_once_and_run_with_different_feeds() {
     let h = g
         .op(&rt, "h", &matmul, &[x, wc], &transpose_attrs(), None)
         .unwrap();
-    // x has a dimension of unknown size: MatMul's output shape is known only when it runs.
+    // x has a dimension of unknown size: so has MatMul's output; only a run tells it all.
     assert_eq!(g.spec(h[0]).unwrap(), None);
+    assert_eq!(g.partial_spec(h[0]).unwrap().to_string(), "f32 [-1, 2]");
     let hb = g
         .op(&rt, "hb", &add, &[h[0], bc], &Attrs::new(), None)
         .unwrap();
@@ -177,6 +179,151 @@ fn mistakes_are_refused_when_a_node_is_added() {
     assert_eq!(f32s(&out[0]), [2.0; 6]);
     assert_eq!(g.find("nope", 0).unwrap_err().code, Code::NotFound);
     assert_eq!(g.find("t", 1).unwrap_err().code, Code::NotFound);
+}
+
+fn partial(dtype: DType, shape: &[i64]) -> PartialSpec {
+    PartialSpec::new(Some(dtype), Some(shape)).unwrap()
+}
+
+/// A dynamic batch: what is known of each output before running (dtype, rank, the sizes that
+/// do not depend on the batch), and mistakes refused when the node is added although the
+/// batch size is unknown.
+#[test]
+fn a_dynamic_batch_is_carried_through_the_graph_and_mistakes_refused_early() {
+    let rt = Runtime::new(options()).unwrap();
+    let cpu = rt.default_device().clone();
+    let op = |n: &str| rt.op(n).unwrap();
+    let none = Attrs::new();
+    let mut g = Graph::new();
+    let x = g.placeholder("x", DType::F32, Some(&[-1, 4])).unwrap();
+    let w = Tensor::from_slice(&cpu, &[4, 3], &[0.5f32; 12]).unwrap();
+    let b = Tensor::from_slice(&cpu, &[3], &[1f32, 2., 3.]).unwrap();
+    let (wc, bc) = (g.constant("w", &w).unwrap(), g.constant("b", &b).unwrap());
+    let h = g
+        .op(&rt, "h", &op("MatMul"), &[x, wc], &none, None)
+        .unwrap()[0];
+    let hb = g.op(&rt, "hb", &op("Add"), &[h, bc], &none, None).unwrap()[0];
+    let p = g.op(&rt, "p", &op("Softmax"), &[hb], &none, None).unwrap()[0];
+    let sum = Attrs::new().with("axes", vec![1i64]);
+    let s = g.op(&rt, "s", &op("ReduceSum"), &[p], &sum, None).unwrap()[0];
+    let all = g
+        .op(&rt, "all", &op("ReduceMax"), &[p], &none, None)
+        .unwrap()[0];
+    for (out, want) in [(h, [-1, 3]), (hb, [-1, 3]), (p, [-1, 3])] {
+        assert_eq!(g.partial_spec(out).unwrap(), partial(DType::F32, &want));
+    }
+    assert_eq!(g.partial_spec(s).unwrap(), partial(DType::F32, &[-1]));
+    // Everything reduced: a scalar whatever the batch, so known whole.
+    assert_eq!(g.spec(all).unwrap().unwrap().shape.as_ref(), [] as [i64; 0]);
+
+    // No batch size could make these right: refused now, naming the node.
+    let bad = Tensor::from_slice(&cpu, &[5, 2], &[0f32; 10]).unwrap();
+    let badc = g.constant("bad", &bad).unwrap();
+    let e = g
+        .op(&rt, "wrong", &op("MatMul"), &[x, badc], &none, None)
+        .unwrap_err();
+    assert_eq!(
+        e.message,
+        "graph node 'wrong' (MatMul): MatMul: inner dimensions differ: 'a' [-1, 4] has 4, 'b' \
+         [5, 2] has 5"
+    );
+    let e = g
+        .op(&rt, "wrong", &op("Add"), &[h, badc], &none, None)
+        .unwrap_err();
+    assert!(e.message.contains("cannot be broadcast"), "{e}");
+    let i = g.placeholder("i", DType::I32, None).unwrap();
+    let e = g
+        .op(&rt, "wrong", &op("Mul"), &[i, h], &none, None)
+        .unwrap_err();
+    assert_eq!(
+        e.message,
+        "graph node 'wrong' (Mul): Mul: input 'y' is f32 but 'x' is i32; both have type T"
+    );
+    // A placeholder of unknown shape: its dtype is known, and a Cast's.
+    assert_eq!(
+        g.partial_spec(i).unwrap(),
+        PartialSpec::new(Some(DType::I32), None).unwrap()
+    );
+    let cast = Attrs::new().with("dtype", DType::F64);
+    let c = g.op(&rt, "c", &op("Cast"), &[i], &cast, None).unwrap()[0];
+    assert_eq!(g.partial_spec(c).unwrap().dtype, Some(DType::F64));
+    assert_eq!(g.partial_spec(c).unwrap().shape, None);
+
+    // An op defined in text carries it through its body; one built in code, its dtypes.
+    let scaled = rt
+        .register_op_text(&OpText {
+            name: "test.Scaled".into(),
+            inputs: "x: T".into(),
+            outputs: "y: T".into(),
+            type_vars: "T: {f32, f64}".into(),
+            body: "t = Mul(x, 2)\ny = Transpose(t)".into(),
+            ..Default::default()
+        })
+        .unwrap();
+    let t = g.op(&rt, "t", &scaled, &[x], &none, None).unwrap()[0];
+    assert_eq!(g.partial_spec(t).unwrap(), partial(DType::F32, &[4, -1]));
+    let e = g.op(&rt, "wrong", &scaled, &[i], &none, None).unwrap_err();
+    assert!(e.message.contains("T must be one of f32, f64"), "{e}");
+    let arg = |name| ArgDef {
+        name,
+        ty: ArgType::Var("T"),
+        list: false,
+    };
+    let coded = rt
+        .register_op(OpDef {
+            name: "test.Coded".into(),
+            inputs: vec![arg("x")],
+            outputs: vec![
+                arg("y"),
+                ArgDef {
+                    name: "n",
+                    ty: ArgType::Fixed(DType::I64),
+                    list: false,
+                },
+            ],
+            type_vars: vec![TypeVar {
+                name: "T",
+                allowed: vec![DType::F32],
+            }],
+            attrs: vec![],
+            shape_fn: Arc::new(|cx| {
+                Ok(smallvec![
+                    cx.inputs[0].to_spec()?,
+                    TensorSpec::new(DType::I64, &[])?
+                ])
+            }),
+            decomposition: None,
+        })
+        .unwrap();
+    let k = g.op(&rt, "k", &coded, &[x], &none, None).unwrap();
+    assert_eq!(
+        g.partial_spec(k[0]).unwrap(),
+        PartialSpec::new(Some(DType::F32), None).unwrap()
+    );
+    assert_eq!(
+        g.partial_spec(k[1]).unwrap(),
+        PartialSpec::new(Some(DType::I64), None).unwrap()
+    );
+
+    // Assigning a value whose known sizes differ from the variable's.
+    let v = rt.variable("v", &b, None).unwrap();
+    let e = g.assign("a", &v, h).unwrap_err();
+    assert_eq!(
+        e.message,
+        "graph node 'a' (Assign): variable 'v' holds f32 [3]; the value is f32 [-1, 3]"
+    );
+
+    // Runs give what the specs promised, for two batch sizes.
+    for batch in [1usize, 5] {
+        let xv = Tensor::from_slice(&cpu, &[batch as i64, 4], &vec![1f32; batch * 4]).unwrap();
+        let out = g.run(&rt, &[(x, xv)], &[h, s, t]).unwrap();
+        assert_eq!(out[0].shape(), [batch as i64, 3]);
+        assert_eq!(out[1].shape(), [batch as i64]);
+        assert_eq!(out[2].shape(), [4, batch as i64]);
+        for (o, fetch) in out.iter().zip([h, s, t]) {
+            assert!(g.partial_spec(fetch).unwrap().admits(o.dtype(), o.shape()));
+        }
+    }
 }
 
 #[test]

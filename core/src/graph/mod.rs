@@ -13,10 +13,13 @@
 //!   copied, and the placement log says so;
 //! - **variable reads** and **assignments** of [`Variable`]s.
 //!
-//! Where every input's dtype and shape are known when an op node is added (placeholders
-//! declared with a full shape, constants, variables and nodes inferred from them), the node is
-//! checked then, as the op would be at run time, and a mistake is an `INVALID_ARGUMENT`
-//! naming the node; a node with an input of unknown shape is checked when it runs.
+//! Each output has a [`PartialSpec`]: what is known of it before running. Constants and
+//! variable reads are known whole; a placeholder as declared (`f32 [-1, 784]`: a dynamic
+//! batch); an op node's outputs follow from its inputs' ([`crate::op::PartialSpec`] tells
+//! how). When an op node is added it is checked as far as its inputs are known — arity,
+//! attributes, dtypes, and shapes where no size of the unknown dimensions could make them
+//! fit — and a mistake is an `INVALID_ARGUMENT` naming the node; the rest is checked when it
+//! runs.
 //!
 //! [`Graph::run`] takes feeds and *fetches* (outputs to return) and runs only the nodes the
 //! fetches need, in order, each on its device; an intermediate tensor is released as soon as
@@ -39,7 +42,7 @@ pub use run::GraphRunOptions;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::op::{Attrs, InferContext, OpHandle, SpecRef, TensorSpec};
+use crate::op::{Attrs, OpHandle, PartialSpec, TensorSpec};
 use crate::placement::Reason;
 use crate::runtime::Runtime;
 use crate::scope::{OpInfo, OpKind};
@@ -82,11 +85,8 @@ impl NodeOutput {
 }
 
 pub(crate) enum NodeKind {
-    Placeholder {
-        dtype: DType,
-        /// `None`: any shape; a dimension of -1: any size.
-        shape: Option<Vec<i64>>,
-    },
+    /// Takes a tensor its output's spec admits.
+    Placeholder,
     Constant(constant::Constant),
     Op {
         op: OpHandle,
@@ -102,8 +102,8 @@ pub(crate) struct Node {
     name: String,
     kind: NodeKind,
     inputs: Vec<NodeOutput>,
-    /// Per output: its dtype and shape where known before running.
-    specs: Vec<Option<TensorSpec>>,
+    /// Per output: what is known of it before running.
+    specs: Vec<PartialSpec>,
 }
 
 /// A graph of ops (see the module documentation). Built with `&mut self`, run with `&self`.
@@ -167,9 +167,15 @@ impl Graph {
         Ok(self.output(node, index))
     }
 
-    /// The dtype and shape of `output` when known before running (see the module
-    /// documentation); `None` when only a run tells.
+    /// The dtype and shape of `output` when both are wholly known before running (see the
+    /// module documentation); `None` when only a run tells all of it.
     pub fn spec(&self, output: NodeOutput) -> Result<Option<TensorSpec>> {
+        Ok(self.partial_spec(output)?.to_full())
+    }
+
+    /// What is known of `output` before running: its dtype, its rank, its dimensions (`-1`
+    /// where only a run tells).
+    pub fn partial_spec(&self, output: NodeOutput) -> Result<PartialSpec> {
         let node = self.node(output, "output")?;
         Ok(node.specs[output.index()])
     }
@@ -182,24 +188,21 @@ impl Graph {
         dtype: DType,
         shape: Option<&[i64]>,
     ) -> Result<NodeOutput> {
-        if let Some(s) = shape {
-            if s.len() > crate::tensor::MAX_RANK || s.iter().any(|&d| d < -1) {
-                return Err(Error::invalid_argument(format!(
-                    "graph placeholder '{name}': shape {s:?} is not a shape (dimensions ≥ 0, or \
-                     -1 for any size; rank ≤ {})",
-                    crate::tensor::MAX_RANK
-                )));
-            }
-        }
-        let spec = match shape {
-            Some(s) if s.iter().all(|&d| d >= 0) => Some(TensorSpec::new(dtype, s)?),
-            _ => None,
-        };
-        let kind = NodeKind::Placeholder {
-            dtype,
-            shape: shape.map(<[i64]>::to_vec),
-        };
-        self.push(name, "Placeholder", kind, Vec::new(), vec![spec])
+        let spec = PartialSpec::new(Some(dtype), shape).map_err(|_| {
+            Error::invalid_argument(format!(
+                "graph placeholder '{name}': shape {:?} is not a shape (dimensions ≥ 0, or -1 \
+                 for any size; rank ≤ {})",
+                shape.unwrap_or_default(),
+                crate::tensor::MAX_RANK
+            ))
+        })?;
+        self.push(
+            name,
+            "Placeholder",
+            NodeKind::Placeholder,
+            Vec::new(),
+            vec![spec],
+        )
     }
 
     /// Adds a constant holding `value` (the tensor itself: it stays on its device, and tensors
@@ -213,14 +216,14 @@ impl Graph {
             "Constant",
             NodeKind::Constant(constant::Constant::new(value.clone())),
             Vec::new(),
-            vec![Some(spec)],
+            vec![PartialSpec::full(spec)],
         )
     }
 
     /// Adds a node running `op` on `inputs` with `attrs`, on `device` or where placement puts
     /// it now (see the module documentation), and returns its outputs. `INVALID_ARGUMENT` for
-    /// an output of another graph, a device or op of another runtime, a taken name, or (where
-    /// the inputs' shapes are known) inputs or attributes the op refuses.
+    /// an output of another graph, a device or op of another runtime, a taken name, or (as
+    /// far as the inputs are known) inputs or attributes the op refuses.
     pub fn op(
         &mut self,
         rt: &Runtime,
@@ -248,34 +251,11 @@ impl Graph {
             kind: OpKind::Compute,
         };
         let (device, reason) = crate::scope::decide(rt, device, &info).map_err(context)?;
-        let def = op.def();
-        let known: Option<Vec<TensorSpec>> = inputs
+        let known: Vec<PartialSpec> = inputs
             .iter()
             .map(|o| self.nodes[o.node()].specs[o.index()])
             .collect();
-        let specs = match known {
-            Some(known) => {
-                let refs: Vec<SpecRef> = known.iter().map(SpecRef::from).collect();
-                op.0.check_inputs(&refs).map_err(context)?;
-                let complete = attrs.complete(&def.name, &def.attrs).map_err(context)?;
-                let out = (def.shape_fn)(&InferContext {
-                    op: &def.name,
-                    inputs: &refs,
-                    attrs: &complete,
-                })
-                .map_err(context)?;
-                if op.0.check_specs {
-                    crate::op::check_specs(def, &refs, &complete, &out).map_err(context)?;
-                }
-                out.into_iter().map(Some).collect()
-            }
-            None => {
-                // Unknown shapes: the arity and the attributes are checked now.
-                crate::op::check_arity(def, inputs.len()).map_err(context)?;
-                attrs.complete(&def.name, &def.attrs).map_err(context)?;
-                vec![None; def.outputs.len()]
-            }
-        };
+        let specs = op.0.infer_partial(&known, attrs).map_err(context)?.to_vec();
         let kind = NodeKind::Op {
             op: op.clone(),
             attrs: attrs.clone(),
@@ -297,13 +277,13 @@ impl Graph {
             "Read",
             NodeKind::Read(variable.clone()),
             Vec::new(),
-            vec![Some(spec)],
+            vec![PartialSpec::full(spec)],
         )
     }
 
     /// Adds an assignment of `value` to `variable`; its output is the value assigned. It runs
-    /// when a fetch needs it, and takes effect when the whole run succeeded. Where `value`'s
-    /// dtype and shape are known, they are checked against the variable's now.
+    /// when a fetch needs it, and takes effect when the whole run succeeded. As far as
+    /// `value`'s dtype and shape are known, they are checked against the variable's now.
     pub fn assign(
         &mut self,
         name: &str,
@@ -317,25 +297,20 @@ impl Graph {
             .map(|n| n.specs[value.index()])
             .map_err(|e| e.context(format!("graph node '{name}' (Assign)")))?;
         let want = TensorSpec::new(variable.dtype(), &variable.shape())?;
-        if let Some(s) = spec {
-            if s != want {
-                return Err(Error::invalid_argument(format!(
-                    "graph node '{name}' (Assign): variable '{}' holds {} {:?}; the value is \
-                     {} {:?}",
-                    variable.name(),
-                    want.dtype,
-                    &*want.shape,
-                    s.dtype,
-                    &*s.shape
-                )));
-            }
+        if !spec.admits(want.dtype, &want.shape) {
+            return Err(Error::invalid_argument(format!(
+                "graph node '{name}' (Assign): variable '{}' holds {} {:?}; the value is {spec}",
+                variable.name(),
+                want.dtype,
+                &*want.shape,
+            )));
         }
         self.push(
             &name,
             "Assign",
             NodeKind::Assign(variable.clone()),
             vec![value],
-            vec![Some(want)],
+            vec![PartialSpec::full(want)],
         )
     }
 
@@ -409,7 +384,7 @@ impl Graph {
         op: &str,
         kind: NodeKind,
         inputs: Vec<NodeOutput>,
-        specs: Vec<Option<TensorSpec>>,
+        specs: Vec<PartialSpec>,
     ) -> Result<NodeOutput> {
         let name = self.name_for(name, op);
         self.check_name(&name)?;

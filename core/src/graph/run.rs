@@ -124,7 +124,7 @@ impl Graph {
                 inputs.push(input);
             }
             let out: Outputs = match &node.kind {
-                NodeKind::Placeholder { .. } => {
+                NodeKind::Placeholder => {
                     if values[i].is_some() {
                         continue;
                     }
@@ -191,7 +191,7 @@ impl Graph {
 
     fn feed(&self, values: &mut [Option<Outputs>], output: NodeOutput, t: &Tensor) -> Result<()> {
         let node = self.node(output, "the fed output")?;
-        let NodeKind::Placeholder { dtype, shape } = &node.kind else {
+        let NodeKind::Placeholder = &node.kind else {
             return Err(Error::invalid_argument(format!(
                 "node '{}' is not a placeholder; only placeholders are fed",
                 node.name
@@ -204,15 +204,10 @@ impl Graph {
                 node.name
             )));
         }
-        let shape_fits = shape.as_ref().is_none_or(|s| {
-            s.len() == t.rank() && s.iter().zip(t.shape()).all(|(&w, &d)| w == -1 || w == d)
-        });
-        if t.dtype() != *dtype || !shape_fits {
-            let want = shape
-                .as_ref()
-                .map_or("any shape".to_string(), |s| format!("{s:?}"));
+        let want = node.specs[0];
+        if !want.admits(t.dtype(), t.shape()) {
             return Err(Error::invalid_argument(format!(
-                "placeholder '{}' takes {dtype} {want}; fed {} {:?}",
+                "placeholder '{}' takes {want}; fed {} {:?}",
                 node.name,
                 t.dtype(),
                 t.shape()

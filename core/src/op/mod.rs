@@ -6,6 +6,7 @@
 
 mod attr;
 pub mod basis;
+mod partial;
 mod shape;
 pub mod text;
 
@@ -17,6 +18,8 @@ use parking_lot::RwLock;
 pub use smallvec::{smallvec, SmallVec};
 
 pub use attr::{AttrDef, AttrType, AttrValue, Attrs};
+pub(crate) use partial::PartialRule;
+pub use partial::PartialSpec;
 pub use shape::broadcast_shapes;
 
 use crate::error::{Error, Result};
@@ -306,7 +309,6 @@ impl OpDef {
 #[derive(Clone, Debug)]
 pub struct OpHandle(pub(crate) Arc<OpEntry>);
 
-#[derive(Debug)]
 pub(crate) struct OpEntry {
     /// Index in the registry, for the per-op kernel caches.
     pub(crate) index: usize,
@@ -318,6 +320,16 @@ pub(crate) struct OpEntry {
     /// ops a host built in code ([`OpRegistry::register_unchecked`]); the basis set's are
     /// tested and text ops' follow from their body.
     pub(crate) check_specs: bool,
+    /// What the outputs are from partial inputs ([`partial`]): the basis ops' rules, a text
+    /// op's body; `None` for ops built in code (their outputs' shapes are known only from
+    /// whole inputs).
+    partial: Option<PartialRule>,
+}
+
+impl fmt::Debug for OpEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OpEntry({} #{})", self.def.name, self.index)
+    }
 }
 
 /// What an input's dtype must be, resolved at registration for the dispatch hot path.
@@ -446,12 +458,13 @@ impl OpEntry {
 impl OpHandle {
     /// A handle of `def` outside any registry, for checking definitions that refer to ops
     /// about to be registered together (its index is no cache key: never dispatch by it).
-    pub(crate) fn provisional(def: OpDef) -> OpHandle {
+    pub(crate) fn provisional(def: OpDef, partial: Option<PartialRule>) -> OpHandle {
         OpHandle(Arc::new(OpEntry {
             index: usize::MAX,
             registry: 0,
             sig: Signature::of(&def),
             check_specs: false,
+            partial,
             def,
         }))
     }
@@ -518,17 +531,33 @@ impl OpRegistry {
     /// [`Runtime::register_op`](crate::Runtime::register_op) or
     /// [`Runtime::register_op_text`](crate::Runtime::register_op_text), which also require a
     /// namespace and check a host-built op's shape function on every run.
-    pub(crate) fn register(&self, def: OpDef) -> Result<OpHandle> {
-        self.register_as(def, false)
+    fn register(&self, def: OpDef) -> Result<OpHandle> {
+        // Only the basis ops are named without a namespace.
+        let partial = if is_namespaced(&def.name) {
+            None
+        } else {
+            partial::basis_rule(&def.name)
+        };
+        self.register_as(def, false, partial)
+    }
+
+    /// Registers an op parsed from text, with its body's partial shape rule.
+    pub(crate) fn register_text(&self, op: text::Parsed) -> Result<OpHandle> {
+        self.register_as(op.def, false, Some(op.partial))
     }
 
     /// [`OpRegistry::register`] for an op whose shape function nothing vouches for (built in
     /// code by a host): dispatch checks the dtypes it gives against the signature.
     pub(crate) fn register_unchecked(&self, def: OpDef) -> Result<OpHandle> {
-        self.register_as(def, true)
+        self.register_as(def, true, None)
     }
 
-    fn register_as(&self, def: OpDef, check_specs: bool) -> Result<OpHandle> {
+    fn register_as(
+        &self,
+        def: OpDef,
+        check_specs: bool,
+        partial: Option<PartialRule>,
+    ) -> Result<OpHandle> {
         validate(&def)?;
         let mut ops = self.ops.write();
         if ops.by_name.contains_key(&def.name) {
@@ -542,6 +571,7 @@ impl OpRegistry {
             registry: self.id,
             sig: Signature::of(&def),
             check_specs,
+            partial,
             def,
         }));
         ops.by_name.insert(h.name().to_string(), h.clone());
@@ -681,8 +711,6 @@ fn validate(def: &OpDef) -> Result<()> {
     Ok(())
 }
 
-/// Checks inputs against an op's signature: arity, and the type variables' bindings. Returns
-/// the dtype bound to the op's first type variable (what kernels are chosen by), if any.
 /// Name equality for the `'static` names of op definitions: the same literal is usually the
 /// same address, which is checked before the bytes.
 #[inline]
@@ -734,17 +762,14 @@ pub(crate) fn check_specs(
         )));
     }
     for (spec, out) in specs.iter().zip(&def.outputs) {
-        let want = match out.ty {
-            ArgType::Fixed(d) => Some(d),
-            ArgType::Attr(n) => attrs.dtype(n).ok(),
-            // The binding of the first input of that variable (inputs passed check_inputs).
-            ArgType::Var(v) => def
-                .inputs
+        // A variable's binding: its first input's dtype (inputs passed check_inputs).
+        let want = declared_dtype(&out.ty, attrs, |v| {
+            def.inputs
                 .iter()
                 .position(|a| matches!(a.ty, ArgType::Var(w) if same_name(w, v)))
                 .and_then(|i| inputs.get(i))
-                .map(|s| s.dtype),
-        };
+                .map(|s| s.dtype)
+        });
         if let Some(want) = want.filter(|w| *w != spec.dtype) {
             return Err(bad(format!(
                 "gives {} for output '{}', but the signature makes it {want}",
@@ -755,13 +780,46 @@ pub(crate) fn check_specs(
     Ok(())
 }
 
+/// Checks inputs against an op's signature: arity, and the type variables' bindings. Returns
+/// the dtype bound to the op's first type variable (what kernels are chosen by), if any.
 pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DType>> {
+    let bound = bind_types(def, inputs.len(), |i| Some(inputs[i].dtype))?;
+    Ok(def.type_vars.first().and_then(|tv| bound.get(tv.name)))
+}
+
+/// The dtypes the inputs bind the op's type variables to. Ops have one or two variables; no
+/// allocation.
+pub(crate) struct Bindings {
+    /// (variable, dtype, index of the input that bound it).
+    vars: [(&'static str, DType, usize); 4],
+    len: usize,
+}
+
+impl Bindings {
+    /// The dtype bound to the type variable `var`, if an input bound it.
+    pub(crate) fn get(&self, var: &str) -> Option<DType> {
+        self.vars[..self.len]
+            .iter()
+            .find(|(n, _, _)| same_name(n, var))
+            .map(|(_, d, _)| *d)
+    }
+}
+
+/// Checks `count` inputs against an op's signature: the arity, and each input whose dtype
+/// `dtype_of` knows against its declared type (a fixed dtype, or a type variable: allowed, and
+/// the same as the variable's other inputs). Inputs of unknown dtype (a graph's partial
+/// knowledge) bind nothing.
+pub(crate) fn bind_types(
+    def: &OpDef,
+    count: usize,
+    dtype_of: impl Fn(usize) -> Option<DType>,
+) -> Result<Bindings> {
     let op = &def.name;
-    let fixed = check_arity(def, inputs.len())?;
-    // The bindings of the type variables: (variable, dtype, index of the input that bound it).
-    // Ops have one or two variables; no allocation on this path.
-    let mut bound: [(&'static str, DType, usize); 4] = [("", DType::F32, 0); 4];
-    let mut nbound = 0;
+    let fixed = check_arity(def, count)?;
+    let mut bound = Bindings {
+        vars: [("", DType::F32, 0); 4],
+        len: 0,
+    };
     let operand = |i: usize| -> String {
         let arg = &def.inputs[i.min(def.inputs.len() - 1)];
         if arg.list {
@@ -770,63 +828,68 @@ pub(crate) fn check_inputs(def: &OpDef, inputs: &[SpecRef]) -> Result<Option<DTy
             arg.name.to_string()
         }
     };
-    for (i, spec) in inputs.iter().enumerate() {
+    for i in 0..count {
+        let Some(dtype) = dtype_of(i) else { continue };
         let arg = &def.inputs[i.min(def.inputs.len() - 1)];
         match &arg.ty {
-            ArgType::Fixed(d) if *d != spec.dtype => {
+            ArgType::Fixed(d) if *d != dtype => {
                 return Err(Error::invalid_argument(format!(
-                    "{op}: input '{}' must be {d}, not {}",
+                    "{op}: input '{}' must be {d}, not {dtype}",
                     operand(i),
-                    spec.dtype
                 )))
             }
             ArgType::Var(v) => {
-                if let Some((_, d, first)) =
-                    bound[..nbound].iter().find(|(n, _, _)| same_name(n, v))
+                if let Some((_, d, first)) = bound.vars[..bound.len]
+                    .iter()
+                    .find(|(n, _, _)| same_name(n, v))
                 {
-                    if *d != spec.dtype {
+                    if *d != dtype {
                         return Err(Error::invalid_argument(format!(
-                            "{op}: input '{}' is {} but '{}' is {d}; both have type {v}",
+                            "{op}: input '{}' is {dtype} but '{}' is {d}; both have type {v}",
                             operand(i),
-                            spec.dtype,
                             operand(*first)
                         )));
                     }
                 } else {
                     let tv = def.type_vars.iter().find(|t| same_name(t.name, v));
                     if let Some(tv) = tv {
-                        if !tv.allowed.contains(&spec.dtype) {
+                        if !tv.allowed.contains(&dtype) {
                             let allowed: Vec<&str> = tv.allowed.iter().map(|d| d.name()).collect();
                             return Err(Error::invalid_argument(format!(
-                                "{op}: input '{}' is {}, but {v} must be one of {}",
+                                "{op}: input '{}' is {dtype}, but {v} must be one of {}",
                                 operand(i),
-                                spec.dtype,
                                 allowed.join(", ")
                             )));
                         }
                     }
-                    if nbound == bound.len() {
+                    if bound.len == bound.vars.len() {
                         return Err(Error::internal(format!(
                             "{op}: more than {} type variables",
-                            bound.len()
+                            bound.vars.len()
                         )));
                     }
-                    bound[nbound] = (v, spec.dtype, i);
-                    nbound += 1;
+                    bound.vars[bound.len] = (v, dtype, i);
+                    bound.len += 1;
                 }
             }
             _ => {}
         }
     }
-    Ok(def
-        .type_vars
-        .first()
-        .and_then(|tv| {
-            bound[..nbound]
-                .iter()
-                .find(|(n, _, _)| same_name(n, tv.name))
-        })
-        .map(|(_, d, _)| *d))
+    Ok(bound)
+}
+
+/// The dtype an output declared `ty` has, where known: a fixed dtype, a dtype attribute's
+/// value (`attrs` complete), a type variable's binding (`var`).
+pub(crate) fn declared_dtype(
+    ty: &ArgType,
+    attrs: &Attrs,
+    var: impl Fn(&str) -> Option<DType>,
+) -> Option<DType> {
+    match ty {
+        ArgType::Fixed(d) => Some(*d),
+        ArgType::Attr(n) => attrs.dtype(n).ok(),
+        ArgType::Var(v) => var(v),
+    }
 }
 
 #[cfg(test)]

@@ -221,9 +221,8 @@ pub(crate) fn axes(cx: &InferContext, raw: &[i64], rank: usize, what: &str) -> R
     Ok(out)
 }
 
-/// The axes a reduction runs over (`axes = []` means all of them).
-pub(crate) fn reduce_axes(cx: &InferContext) -> Result<Vec<usize>> {
-    let rank = cx.inputs[0].shape.len();
+/// The axes a reduction of an input of `rank` runs over (`axes = []` means all of them).
+pub(crate) fn reduce_axes(cx: &InferContext, rank: usize) -> Result<Vec<usize>> {
     let raw = cx.attrs.ints("axes")?;
     if raw.is_empty() {
         return Ok((0..rank).collect());
@@ -232,7 +231,7 @@ pub(crate) fn reduce_axes(cx: &InferContext) -> Result<Vec<usize>> {
 }
 
 pub(crate) fn reduce(cx: &InferContext) -> Result<Specs> {
-    let axes = reduce_axes(cx)?;
+    let axes = reduce_axes(cx, cx.inputs[0].shape.len())?;
     let keep = cx.attrs.bool("keep_dims")?;
     let mut shape = Shape::scalar();
     for (i, d) in cx.inputs[0].shape.iter().enumerate() {
@@ -248,7 +247,8 @@ pub(crate) fn reduce(cx: &InferContext) -> Result<Specs> {
     }])
 }
 
-fn check_shape(cx: &InferContext, name: &str, shape: &[i64]) -> Result<()> {
+/// Checks a shape attribute: rank, dimensions ≥ 0, element count.
+pub(crate) fn check_shape(cx: &InferContext, name: &str, shape: &[i64]) -> Result<()> {
     if shape.len() > MAX_RANK {
         return Err(cx.error(format!(
             "attribute '{name}' has rank {} > {MAX_RANK}",
@@ -277,30 +277,37 @@ pub(crate) fn broadcast_to(cx: &InferContext) -> Result<Specs> {
     }
 }
 
-pub(crate) fn reshape(cx: &InferContext) -> Result<Specs> {
-    let input = &cx.inputs[0];
-    let count: i64 = input.shape.iter().product();
-    let mut shape = cx.attrs.ints("shape")?.to_vec();
+/// Checks Reshape's `shape` attribute (rank, at most one -1 and no other negative) and returns
+/// the position of its -1, if any, and the product of its other dimensions.
+pub(crate) fn reshape_target(cx: &InferContext, shape: &[i64]) -> Result<(Option<usize>, i64)> {
     if shape.len() > MAX_RANK {
         return Err(cx.error(format!(
             "attribute 'shape' has rank {} > {MAX_RANK}",
             shape.len()
         )));
     }
-    let wild: Vec<usize> = shape
-        .iter()
-        .enumerate()
-        .filter(|(_, d)| **d == -1)
-        .map(|(i, _)| i)
-        .collect();
-    if wild.len() > 1 || shape.iter().any(|d| *d < -1) {
+    let mut wild = (0..shape.len()).filter(|&i| shape[i] == -1);
+    let first = wild.next();
+    if wild.next().is_some() || shape.iter().any(|d| *d < -1) {
         return Err(cx.error(format!(
             "attribute 'shape' {:?} may hold one -1 and no other negative",
             shape
         )));
     }
-    let known: i64 = shape.iter().filter(|d| **d != -1).product();
-    if let Some(&w) = wild.first() {
+    let known = shape
+        .iter()
+        .filter(|d| **d != -1)
+        .try_fold(1i64, |p, &d| p.checked_mul(d))
+        .ok_or_else(|| cx.error(format!("attribute 'shape' {shape:?} has too many elements")))?;
+    Ok((first, known))
+}
+
+pub(crate) fn reshape(cx: &InferContext) -> Result<Specs> {
+    let input = &cx.inputs[0];
+    let count: i64 = input.shape.iter().product();
+    let mut shape = cx.attrs.ints("shape")?.to_vec();
+    let (wild, known) = reshape_target(cx, &shape)?;
+    if let Some(w) = wild {
         if known == 0 || count % known != 0 {
             return Err(cx.error(format!(
                 "cannot reshape {:?} ({count} elements) to {:?}",
@@ -317,9 +324,8 @@ pub(crate) fn reshape(cx: &InferContext) -> Result<Specs> {
     Ok(smallvec![TensorSpec::new(input.dtype, &shape)?])
 }
 
-/// The permutation of a transpose (`perm = []` reverses the axes).
-pub(crate) fn perm(cx: &InferContext) -> Result<Vec<usize>> {
-    let rank = cx.inputs[0].shape.len();
+/// The permutation of a transpose of an input of `rank` (`perm = []` reverses the axes).
+pub(crate) fn perm(cx: &InferContext, rank: usize) -> Result<Vec<usize>> {
     let raw = cx.attrs.ints("perm")?;
     if raw.is_empty() {
         return Ok((0..rank).rev().collect());
@@ -347,7 +353,7 @@ pub(crate) fn perm(cx: &InferContext) -> Result<Vec<usize>> {
 }
 
 pub(crate) fn transpose(cx: &InferContext) -> Result<Specs> {
-    let p = perm(cx)?;
+    let p = perm(cx, cx.inputs[0].shape.len())?;
     let mut shape = Shape::scalar();
     for &i in &p {
         shape.push(cx.inputs[0].shape[i])?;
@@ -358,9 +364,8 @@ pub(crate) fn transpose(cx: &InferContext) -> Result<Specs> {
     }])
 }
 
-/// The concat axis, normalized.
-pub(crate) fn concat_axis(cx: &InferContext) -> Result<usize> {
-    let rank = cx.inputs[0].shape.len();
+/// The concat axis of inputs of `rank`, normalized.
+pub(crate) fn concat_axis(cx: &InferContext, rank: usize) -> Result<usize> {
     if rank == 0 {
         return Err(cx.error("inputs must have rank >= 1 to be concatenated"));
     }
@@ -368,7 +373,7 @@ pub(crate) fn concat_axis(cx: &InferContext) -> Result<usize> {
 }
 
 pub(crate) fn concat(cx: &InferContext) -> Result<Specs> {
-    let axis = concat_axis(cx)?;
+    let axis = concat_axis(cx, cx.inputs[0].shape.len())?;
     let first = cx.inputs[0].shape;
     let mut shape = first.to_vec();
     for (i, s) in cx.inputs.iter().enumerate().skip(1) {
@@ -404,7 +409,7 @@ pub(crate) fn slice_bounds(cx: &InferContext) -> Result<(Vec<usize>, Vec<i64>)> 
     for i in 0..shape.len() {
         let (b, s, d) = (begin[i], size[i], shape[i]);
         let s = if s == -1 { d - b } else { s };
-        if b < 0 || s < 0 || b + s > d {
+        if b < 0 || s < 0 || b.saturating_add(s) > d {
             return Err(cx.error(format!(
                 "slice begin {} size {} is out of bounds for axis {i} of size {d}",
                 begin[i], size[i]

@@ -28,11 +28,12 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
+use crate::op::partial::{PartialContext, Shapes};
 use crate::op::{
     ArgDef, ArgType, AttrDef, AttrType, AttrValue, Attrs, Emitter, InferContext, OpDef, OpHandle,
-    Outputs, SpecRef, Specs, TensorSpec, TypeVar,
+    Outputs, PartialRule, PartialSpec, SpecRef, Specs, TensorSpec, TypeVar,
 };
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, Shape, Tensor};
 
 /// An op definition as text (the fields of `dpp_op_def_t`).
 #[derive(Clone, Debug, Default)]
@@ -207,6 +208,19 @@ fn fits(want: AttrType, got: AttrType) -> bool {
 /// name: at run time the decomposition calls them by name). Errors are `INVALID_ARGUMENT`
 /// naming the op, the field and, in the body, the statement; the caller adds who defined it.
 pub fn parse(text: &OpText, lookup: &dyn Fn(&str) -> Option<OpHandle>) -> Result<OpDef> {
+    parse_op(text, lookup).map(|p| p.def)
+}
+
+/// An op parsed from text: its definition, and its body's statements as its partial shape
+/// rule (what graphs know of its outputs before running).
+#[derive(Clone)]
+pub(crate) struct Parsed {
+    pub(crate) def: OpDef,
+    pub(crate) partial: PartialRule,
+}
+
+/// [`parse`], keeping the partial shape rule.
+pub(crate) fn parse_op(text: &OpText, lookup: &dyn Fn(&str) -> Option<OpHandle>) -> Result<Parsed> {
     let name = text.name.trim();
     let fail =
         |field: &str, why: String| Error::invalid_argument(format!("op '{name}': {field}: {why}"));
@@ -336,8 +350,8 @@ pub fn parse(text: &OpText, lookup: &dyn Fn(&str) -> Option<OpHandle>) -> Result
 
     let body = parse_body(text, &inputs, &outputs, &attrs, lookup, &fail)?;
     let body = Arc::new(body);
-    let (infer_body, run_body) = (body.clone(), body);
-    Ok(OpDef {
+    let (infer_body, run_body, partial_body) = (body.clone(), body.clone(), body);
+    let def = OpDef {
         name: name.to_string(),
         inputs,
         outputs,
@@ -349,6 +363,10 @@ pub fn parse(text: &OpText, lookup: &dyn Fn(&str) -> Option<OpHandle>) -> Result
                 run_body.run(em, inputs, attrs)
             },
         )),
+    };
+    Ok(Parsed {
+        def,
+        partial: Arc::new(move |cx: &PartialContext| partial_body.infer_partial(cx)),
     })
 }
 
@@ -599,6 +617,32 @@ impl Body {
             out.push(got);
         }
         Ok(out)
+    }
+
+    /// The partial shape rule: the statements' own, in order, on what is known.
+    fn infer_partial(&self, cx: &PartialContext) -> Result<Shapes> {
+        let mut values: Vec<PartialSpec> = cx.inputs.to_vec();
+        for st in &self.statements {
+            let args: Vec<PartialSpec> = st
+                .args
+                .iter()
+                .map(|a| match a {
+                    Arg::Value(v) => values[*v],
+                    _ => PartialSpec {
+                        dtype: values[st.like.expect("checked at parse")].dtype,
+                        shape: Some(Shape::scalar()),
+                    },
+                })
+                .collect();
+            let attrs = st.attrs(cx.attrs)?;
+            let outs = st
+                .op
+                .0
+                .infer_partial(&args, &attrs)
+                .map_err(|e| e.context(self.context(st)))?;
+            values.extend(outs);
+        }
+        Ok(self.outputs.iter().map(|&v| values[v].shape).collect())
     }
 
     /// The decomposition: the statements, run by `em` on the op's device.
