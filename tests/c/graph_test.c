@@ -93,12 +93,12 @@ static void build_once_run_twice(void) {
     CHECK_STR(dp_graph_node_name(g, prod), "prod");
     CHECK_STR(dp_graph_node_name(g, x), "x");
     {
-        /* x has a dimension of any size: prod's shape is known only when it runs; b's is. */
+        /* x has a dimension of any size, so has prod (-1: only a run tells); b is known. */
         dp_dtype_t dt = 99;
         int64_t dims[4] = {-7, -7, -7, -7};
         size_t rank = 42;
         CHECK_OK(dp_graph_output_spec(g, prod, &dt, dims, 4, &rank));
-        CHECK(dt == 0 && rank == DP_GRAPH_ANY_RANK);
+        CHECK(dt == DP_DTYPE_F32 && rank == 2 && dims[0] == -1 && dims[1] == 2);
         CHECK_OK(dp_graph_output_spec(g, b, &dt, dims, 4, &rank));
         CHECK(dt == DP_DTYPE_F32 && rank == 1 && dims[0] == 2);
         dt = 99;
@@ -286,6 +286,28 @@ static void errors_name_the_node(void) {
     CHECK(n == 4242 && out.node == 0x5e5e5e5eu);
     CHECK_STATUS_MSG(dp_graph_add_op(g, rt, "one", add_op, ins, 1, NULL, NULL, &out, 1, NULL),
                      DP_INVALID_ARGUMENT, "expected 2 input(s), got 1");
+    {
+        /* Inputs no size of an unknown dimension could make right: refused now. */
+        dp_graph_output_t batch;
+        int64_t pb[2] = {-1, 4};
+        dp_dtype_t dt = 99;
+        size_t rank = 42;
+        CHECK_OK(dp_graph_add_placeholder(g, "batch", DP_DTYPE_F32, pb, 2, &batch));
+        ins[0] = batch;
+        ins[1] = a; /* [2, 3]: MatMul needs 4 rows */
+        CHECK_STATUS_MSG(dp_graph_add_op(g, rt, "mm2", matmul_op, ins, 2, NULL, NULL, &out, 1, NULL),
+                         DP_INVALID_ARGUMENT,
+                         "graph node 'mm2' (MatMul): MatMul: inner dimensions differ: 'a' [-1, 4] "
+                         "has 4, 'b' [2, 3] has 2");
+        ins[1] = i32; /* any shape, but i32 */
+        CHECK_STATUS_MSG(dp_graph_add_op(g, rt, "mix", add_op, ins, 2, NULL, NULL, &out, 1, NULL),
+                         DP_INVALID_ARGUMENT, "input 'y' is i32 but 'x' is f32");
+        /* An unknown shape: its dtype is known, its rank is not. */
+        CHECK_OK(dp_graph_output_spec(g, i32, &dt, NULL, 0, &rank));
+        CHECK(dt == DP_DTYPE_I32 && rank == DP_GRAPH_ANY_RANK);
+        ins[0] = a;
+        ins[1] = b;
+    }
     CHECK_STATUS_MSG(dp_graph_add_op(g, rt, "cap", add_op, ins, 2, NULL, NULL, &out, 0, NULL),
                      DP_INVALID_ARGUMENT, "capacity");
     CHECK_STATUS_MSG(dp_graph_add_placeholder(g, "a", DP_DTYPE_F32, NULL, 0, &out),
@@ -300,7 +322,7 @@ static void errors_name_the_node(void) {
     CHECK_STATUS_MSG(dp_graph_add_op(g, other, "f", add_op, ins, 2, NULL, NULL, &out, 1, NULL),
                      DP_INVALID_ARGUMENT, "another runtime");
     CHECK_OK(dp_graph_node_count(g, &n));
-    CHECK(n == 3);
+    CHECK(n == 4);
 
     /* Run errors. */
     CHECK_OK(dp_graph_add_op(g, rt, "root", sqrt_op, &a, 1, NULL, sim0, &root, 1, NULL));

@@ -61,7 +61,18 @@ void mlp(devplug::Runtime& rt, const devplug::Device& sim) {
   CHECK(g.node_count() == 9);
   CHECK(g.find("probs").node == probs.node);
   CHECK(g.node_name(probs) == "probs");
-  CHECK(!g.spec(h));  // x has a dimension of any size
+  CHECK(!g.spec(h));  // x has a dimension of any size: so have h and probs
+  const devplug::GraphSpec ps = g.partial_spec(probs);
+  CHECK(ps.dtype == devplug::DType::F32 && ps.shape == (devplug::Shape{-1, 3}) && !ps.complete());
+  const devplug::GraphOutput any = g.placeholder("any", devplug::DType::I32);
+  CHECK(g.partial_spec(any).dtype == devplug::DType::I32 && !g.partial_spec(any).shape);
+  try {  // no batch size makes [-1, 4] x [4, 8] add to [-1, 3]: refused when added
+    g.op1(rt, "wrong", add, {h, logits});
+    CHECK(false);
+  } catch (const devplug::Error& e) {
+    CHECK(e.code() == DP_INVALID_ARGUMENT);
+    CHECK(std::string(e.what()).find("graph node 'wrong' (Add)") != std::string::npos);
+  }
   const auto w1_spec = g.spec(g.find("w1_read"));
   CHECK(w1_spec && w1_spec->first == devplug::DType::F32 && w1_spec->second == (devplug::Shape{4, 8}));
 

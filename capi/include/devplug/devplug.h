@@ -775,9 +775,11 @@ dp_status_t dp_graph_add_constant(dp_graph_t *graph,
  * none), on `device`, or with `device` NULL where the scopes entered on this thread place it
  * now (a setter sees the node's name), else on the runtime's default device. Its outputs are
  * written to `outputs[0..n]`, `n` (the op's output count, at most `capacity`) to
- * `*out_count` (may be NULL). Where the inputs' dtypes and shapes are known the node is
- * checked now: `DP_INVALID_ARGUMENT` naming the node and the op for inputs or attributes the
- * op refuses, an output of another graph, a taken name, an op or device of another runtime.
+ * `*out_count` (may be NULL). The node is checked now as far as its inputs are known (a
+ * placeholder's `-1` sizes and unknown shapes are not): `DP_INVALID_ARGUMENT` naming the
+ * node and the op for inputs or attributes the op refuses whatever the unknown sizes are
+ * (`MatMul` of `[-1, 784]` by `[100, 10]`, `f32` added to `i32`), an output of another graph,
+ * a taken name, an op or device of another runtime.
  *
  * # Safety
  * `graph` is a graph handle, `runtime` a runtime handle, `op` an op handle; `name` NULL or a
@@ -811,7 +813,8 @@ dp_status_t dp_graph_add_read(dp_graph_t *graph,
 /**
  * Adds an assignment of `value` to `variable`; its output is the value assigned. It runs when
  * a run fetches it (or a node that needs it), and takes effect only when that whole run
- * succeeds. A value whose dtype and shape are known now is checked against the variable's.
+ * succeeds. What is known of the value's dtype and shape now is checked against the
+ * variable's.
  *
  * # Safety
  * `graph` is a graph handle, `variable` a variable handle; `name` NULL or a C string;
@@ -844,11 +847,11 @@ dp_status_t dp_graph_find(const dp_graph_t *graph,
                           struct dp_graph_output_t *out_output);
 
 /**
- * The dtype and shape of `output` where they are known before running (see
- * [`dp_graph_add_op`]): writes the dtype to `*out_dtype`, the rank to `*out_rank` and the
- * dimensions to `shape[0..rank]` (`capacity` must hold them: `DP_INVALID_ARGUMENT` naming
- * `capacity` otherwise, nothing written). Where only a run tells, writes `0` to `*out_dtype`
- * and `DP_GRAPH_ANY_RANK` to `*out_rank`. `DP_INVALID_ARGUMENT` for an output of another
+ * What is known of `output` before running (see [`dp_graph_add_op`]): writes the dtype to
+ * `*out_dtype` (`0` where only a run tells), the rank to `*out_rank` (`DP_GRAPH_ANY_RANK`
+ * where only a run tells) and, for a known rank, the dimensions to `shape[0..rank]`, `-1` for
+ * each size only a run tells (`capacity` must hold them: `DP_INVALID_ARGUMENT` naming
+ * `capacity` otherwise, nothing written). `DP_INVALID_ARGUMENT` for an output of another
  * graph or one the node does not have.
  *
  * # Safety

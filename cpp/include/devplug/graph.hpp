@@ -25,6 +25,26 @@
 namespace devplug {
 
 /**
+ * @brief What is known of a graph output before running (`Graph::partial_spec()`): a
+ *        placeholder `f32 [-1, 784]` (a dynamic batch) makes a MatMul by `[784, 128]`
+ *        `f32 [-1, 128]`.
+ */
+struct GraphSpec {
+  /** @brief The dtype; empty where only a run tells. */
+  std::optional<DType> dtype;
+  /** @brief The dimensions, -1 for a size only a run tells; empty where the rank is unknown. */
+  std::optional<Shape> shape;
+  /** @brief Whether the dtype and every size are known. */
+  bool complete() const {
+    if (!dtype || !shape) return false;
+    for (int64_t d : *shape) {
+      if (d < 0) return false;
+    }
+    return true;
+  }
+};
+
+/**
  * @brief A persistent tensor on a device (`dp_variable_t`), made by `Runtime::variable()`.
  *        Copies share the variable (they hold references). Graphs that read or assign it hold
  *        their own.
@@ -194,17 +214,30 @@ class Graph {
     return n;
   }
   /**
-   * @brief The dtype and shape of @p output where they are known before running
-   *        (`dp_graph_output_spec()`); empty where only a run tells.
+   * @brief What is known of @p output before running (`dp_graph_output_spec()`): its dtype,
+   *        its rank, its dimensions (-1 where only a run tells the size).
    */
-  std::optional<std::pair<DType, Shape>> spec(GraphOutput output) const {
+  GraphSpec partial_spec(GraphOutput output) const {
     dp_dtype_t dtype = 0;
     size_t rank = 0;
     Shape shape(DP_MAX_RANK);
     check(dp_graph_output_spec(handle_, output, &dtype, shape.data(), shape.size(), &rank));
-    if (rank == DP_GRAPH_ANY_RANK) return std::nullopt;
-    shape.resize(rank);
-    return std::make_pair(static_cast<DType>(dtype), shape);
+    GraphSpec out;
+    if (dtype != 0) out.dtype = static_cast<DType>(dtype);
+    if (rank != DP_GRAPH_ANY_RANK) {
+      shape.resize(rank);
+      out.shape = std::move(shape);
+    }
+    return out;
+  }
+  /**
+   * @brief The dtype and shape of @p output where both are wholly known before running;
+   *        empty where a run tells any of it (`partial_spec()` has the rest).
+   */
+  std::optional<std::pair<DType, Shape>> spec(GraphOutput output) const {
+    GraphSpec s = partial_spec(output);
+    if (!s.complete()) return std::nullopt;
+    return std::make_pair(*s.dtype, *s.shape);
   }
   /** @brief How many nodes the graph has. */
   size_t node_count() const {
