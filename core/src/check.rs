@@ -399,29 +399,91 @@ impl Checker<'_> {
                 k.op,
                 dtype.name()
             );
-            self.run(&name, || {
-                let sample = sample(dtype).expect("filtered above");
-                run_kernel_sample(rt, dev, k, &sample, dtype)
-            });
-            let edges = edge_samples(&k.op, dtype);
-            if edges.is_empty() {
-                continue;
-            }
-            let labels: Vec<&str> = edges.iter().map(|(label, _)| *label).collect();
-            let name = format!(
-                "{}: kernel {} ({}) agrees with the CPU on edge shapes ({})",
-                dev.name(),
-                k.op,
-                dtype.name(),
-                labels.join(", ")
-            );
-            self.run(&name, || {
-                for (label, sample) in &edges {
-                    run_kernel_sample(rt, dev, k, sample, dtype).map_err(|e| e.context(label))?;
+            // A kernel may decline inputs (UNIMPLEMENTED: the host then runs them elsewhere):
+            // noted, neither passed nor failed.
+            (self.report)(Step::Begin(name.clone()));
+            let sample = sample(dtype).expect("filtered above");
+            let mut ran = true;
+            match run_kernel_sample(rt, dev, k, &sample, dtype) {
+                Err(e) if e.code == crate::Code::Unimplemented => {
+                    ran = false;
+                    (self.report)(Step::Note(format!(
+                        "{}: kernel {} ({}) declined the sample inputs, which the host then \
+                         runs elsewhere: {e}",
+                        dev.name(),
+                        k.op,
+                        dtype.name()
+                    )));
                 }
-                Ok(())
-            });
+                result => {
+                    let result = result.map_err(|e| e.to_string());
+                    self.ok &= result.is_ok();
+                    (self.report)(Step::End(name, result));
+                }
+            }
+            if !self.edge_shapes(rt, dev, k, dtype) && !ran {
+                (self.report)(Step::Note(format!(
+                    "{}: kernel {} ({}) declined every sample: the check compared none of its \
+                     results with the CPU's (test it with inputs it takes)",
+                    dev.name(),
+                    k.op,
+                    dtype.name()
+                )));
+            }
         }
+    }
+
+    /// Kernel `k` on `dev` against the CPU on its op's edge shapes for `dtype`; the ones the
+    /// kernel declines are noted. Whether it ran any.
+    fn edge_shapes(
+        &mut self,
+        rt: &Runtime,
+        dev: &Arc<Device>,
+        k: &KernelDef,
+        dtype: DType,
+    ) -> bool {
+        let edges = edge_samples(&k.op, dtype);
+        if edges.is_empty() {
+            return false;
+        }
+        let labels: Vec<&str> = edges.iter().map(|(label, _)| *label).collect();
+        let name = format!(
+            "{}: kernel {} ({}) agrees with the CPU on edge shapes ({})",
+            dev.name(),
+            k.op,
+            dtype.name(),
+            labels.join(", ")
+        );
+        (self.report)(Step::Begin(name.clone()));
+        let mut declined = Vec::new();
+        let mut result = Ok(());
+        for (label, sample) in &edges {
+            match run_kernel_sample(rt, dev, k, sample, dtype) {
+                Err(e) if e.code == crate::Code::Unimplemented => declined.push(*label),
+                Err(e) => {
+                    result = Err(e.context(label).to_string());
+                    break;
+                }
+                Ok(()) => {}
+            }
+        }
+        let note = format!(
+            "{}: kernel {} ({}) declined edge shapes ({}), which the host then runs elsewhere",
+            dev.name(),
+            k.op,
+            dtype.name(),
+            declined.join(", ")
+        );
+        if result.is_ok() && declined.len() == edges.len() {
+            (self.report)(Step::Note(note));
+            return false;
+        }
+        self.ok &= result.is_ok();
+        (self.report)(Step::End(name, result));
+        if !declined.is_empty() {
+            (self.report)(Step::Note(note));
+        }
+        true
     }
 }
 
@@ -906,10 +968,13 @@ fn run_kernel_sample(
     let got = rt.run(&op, &on_dev, &sample.attrs, &strictly_on(dev));
     rt.set_placement_callback(None);
     let got = got?;
-    let ran_here =
-        events.lock().unwrap().iter().any(|e| {
-            e.op == k.op && e.device == dev.qualified_name() && e.detail.contains(&k.source)
-        });
+    // Run by the kernel itself: not a decomposition or soft placement after it declined.
+    let ran_here = events.lock().unwrap().iter().any(|e| {
+        e.op == k.op
+            && e.device == dev.qualified_name()
+            && e.reason == crate::Reason::Explicit
+            && e.detail.contains(&k.source)
+    });
     expect(
         ran_here,
         &format!("the op did not run {}'s kernel (placement log)", k.source),

@@ -82,7 +82,9 @@
  *                                  ZOO_KERNEL_TEMP_OWN_MESSAGE sets its own message on a refusal
  *   ZOO_KERNEL_REDUCE_SUM          ... instead, a right ReduceSum of f32 (with
  *                                  ZOO_KERNEL_OP="ReduceSum"), but for ZOO_REDUCE_SUM_BUG=1
- *                                  (42 for an input of no elements) or 2 (-1 for a rank-0 input)
+ *                                  (42 for an input of no elements) or 2 (-1 for a rank-0 input);
+ *                                  it declines (DPP_UNIMPLEMENTED) reductions to more than
+ *                                  ZOO_REDUCE_SUM_MAX_OUT elements (default and at most 1024)
  *   ZOO_KERNEL_ALL_DTYPES          ... for every dtype (no dtype list)
  *   ZOO_KERNEL_STRUCT_SIZE=n       ... with dpp_kernel_t.struct_size n
  *   ZOO_KERNEL_COMPUTE_NULL        ... with dpp_kernel_t.compute NULL
@@ -928,6 +930,12 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_kernel_zeros(const dpp_kernel_context_t
 #ifndef ZOO_REDUCE_SUM_BUG
 #define ZOO_REDUCE_SUM_BUG 0
 #endif
+#ifndef ZOO_REDUCE_SUM_MAX_OUT /* more output elements: declined (DPP_UNIMPLEMENTED) */
+#define ZOO_REDUCE_SUM_MAX_OUT 1024
+#endif
+#if ZOO_REDUCE_SUM_MAX_OUT > 1024
+#error "ZOO_REDUCE_SUM_MAX_OUT is at most 1024 (the kernel's sums array)"
+#endif
 #define ZOO_MAX_RANK 8
 /* ReduceSum of f32 (register it with ZOO_KERNEL_OP="ReduceSum"): y = the sum of x over `axes`
  * (none: every axis), `keep_dims` or not. With ZOO_REDUCE_SUM_BUG=1 it writes 42 for an input
@@ -973,6 +981,10 @@ static dpp_status_t zoo_kernel_reduce_sum(const dpp_kernel_context_t *cx) {
     return zoo_fail(d, DPP_INVALID_ARGUMENT, "zoo: ReduceSum: %llu output bytes, expected %llu",
                     (unsigned long long)y->byte_size, (unsigned long long)(ny * sizeof(float)));
   }
+  if (ny > ZOO_REDUCE_SUM_MAX_OUT) {
+    return zoo_fail(d, DPP_UNIMPLEMENTED, "zoo: ReduceSum: more than %d output elements",
+                    (int)ZOO_REDUCE_SUM_MAX_OUT);
+  }
   if (ny == 0) {
     return DPP_OK;
   }
@@ -986,9 +998,6 @@ static dpp_status_t zoo_kernel_reduce_sum(const dpp_kernel_context_t *cx) {
   }
   ZOO_RANGE_OR_FAIL(px, d, x->data, x->byte_size, "kernel input");
   double sums[1024] = {0};
-  if (ny > 1024) {
-    return zoo_fail(d, DPP_UNIMPLEMENTED, "zoo: ReduceSum: more than 1024 output elements");
-  }
   int64_t idx[ZOO_MAX_RANK] = {0};
   int64_t oy = 0;
   for (uint64_t k = 0; k < nx; k++) {

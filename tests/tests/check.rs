@@ -173,6 +173,36 @@ fn a_reduction_wrong_on_empty_or_rank_0_inputs_fails_its_edge_check() {
     }
 }
 
+/// A kernel may decline inputs (UNIMPLEMENTED): the check notes each declined case, neither
+/// passed nor failed (the host runs them elsewhere), checks the rest, and the plugin conforms.
+#[test]
+fn cases_a_kernel_declines_are_noted_and_the_rest_checked() {
+    let (code, out) = check(&zoo_path("reduce_sum_declines"), &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("0 failed: conforms"), "{out}");
+    // The edge shapes that reduce to one element ran and agree; the others were declined.
+    assert!(
+        out.contains(
+            "note    ZOO:0: kernel ReduceSum (f32) declined edge shapes (axis 0 kept (keep_dims), \
+             a negative axis of a 3-D input, [0, 3] over axis 0), which the host then runs \
+             elsewhere"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("ok      ZOO:0: kernel ReduceSum (f32) agrees with the CPU on edge shapes"),
+        "{out}"
+    );
+    // The ordinary sample reduces to two elements: declined, noted, not run.
+    assert!(
+        out.contains(
+            "note    ZOO:0: kernel ReduceSum (f32) declined the sample inputs, which the host \
+             then runs elsewhere: UNIMPLEMENTED:"
+        ),
+        "{out}"
+    );
+}
+
 #[test]
 fn a_kernel_with_wrong_results_fails_its_check() {
     let (code, out) = check(&zoo_path("kernel_zeros"), &[]);

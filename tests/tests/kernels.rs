@@ -427,3 +427,85 @@ fn another_runtimes_device_or_op_is_refused() {
         .expect("b on CPU:1");
     assert_eq!(r[0].to_vec::<f32>().unwrap(), [2.0, 4.0, 6.0, 8.0]);
 }
+
+/// A kernel may decline the inputs it is given (return `UNIMPLEMENTED`): a dtype pair or an
+/// attribute value it does not handle. Dispatch then takes the fallback order's next steps as
+/// if the device had no kernel for them — the decomposition on the device, else soft placement
+/// to the CPU, else (strict) the kernel's error — and the placement log says the kernel
+/// declined. Here host kernels on SIM take one-element tensors only.
+#[test]
+fn a_kernel_that_declines_is_followed_by_the_rest_of_the_fallback_order() {
+    use devplug_core::{Binding, DType, Error, KernelDef};
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let sim = rt.find_device("SIM:0").unwrap();
+    let picky = |op: &str| KernelDef {
+        op: op.into(),
+        device_type: "SIM".into(),
+        binding: Binding::Platform("SIM".into()),
+        dtypes: vec![DType::F32],
+        priority: 10,
+        source: "host 'picky'".into(),
+        func: Arc::new(|cx: &devplug_core::KernelContext| {
+            if cx.inputs[0].num_elements() != 1 {
+                return Err(Error::unimplemented("one element only"));
+            }
+            cx.outputs[0].buffer().write(0, &7f32.to_ne_bytes())
+        }),
+    };
+    rt.register_kernel(picky("Relu")).unwrap(); // Relu has a decomposition
+    rt.register_kernel(picky("Sqrt")).unwrap(); // Sqrt has none, nor a SIM kernel
+    let log = record_placements(&rt);
+    let one = f32s(&sim, &[1], &[4.]);
+    let three = f32s(&sim, &[3], &[-1., 4., 9.]);
+    let run = |op: &str, x: &Tensor, strict: bool| {
+        rt.run_named(
+            op,
+            std::slice::from_ref(x),
+            &Attrs::new(),
+            &on(&sim, strict),
+        )
+    };
+
+    // Taken: the kernel's own answer.
+    for op in ["Relu", "Sqrt"] {
+        let y = run(op, &one, true).unwrap();
+        assert_eq!(y[0].to_vec::<f32>().unwrap(), [7.], "{op}");
+    }
+    // Declined, Relu: its decomposition on SIM (whose Maximum the CPU runs).
+    log.lock().unwrap().clear();
+    let y = run("Relu", &three, false).unwrap();
+    assert_eq!(y[0].to_vec::<f32>().unwrap(), [0., 4., 9.]);
+    let l = log.lock().unwrap().clone();
+    let d = l
+        .iter()
+        .find(|e| e.op == "Relu" && e.reason == Reason::Decomposed)
+        .unwrap_or_else(|| panic!("{l:?}"));
+    assert!(
+        d.detail
+            == "the kernel from host 'picky' on SIM:0 declined (one element only); its \
+                decomposition runs there",
+        "{d:?}"
+    );
+    // Declined, Sqrt: soft placement to the CPU, or in strict mode the kernel's error.
+    log.lock().unwrap().clear();
+    let y = run("Sqrt", &three, false).unwrap();
+    assert_eq!(y[0].to_vec::<f32>().unwrap()[1..], [2., 3.]);
+    assert_eq!(y[0].device().platform().info.name, "HOST");
+    let l = log.lock().unwrap().clone();
+    assert!(
+        l.iter().any(|e| e.reason == Reason::SoftPlaced
+            && e.detail
+                == "the kernel from host 'picky' on SIM:0 declined (one element only) and there \
+                    is no decomposition; kernel from built-in on the CPU"),
+        "{l:?}"
+    );
+    let e = run("Sqrt", &three, true).unwrap_err();
+    assert_eq!(e.code, Code::Unimplemented, "{e}");
+    for needle in [
+        "Sqrt on SIM:0 (kernel from host 'picky'): one element only",
+        "strict mode",
+    ] {
+        assert!(e.message.contains(needle), "{needle}: {e}");
+    }
+}

@@ -500,8 +500,10 @@ fn a_kernel_for_every_dtype_takes_the_dtypes_its_abi_knows() {
 
 /// A kernel's dtypes constrain its type variable only: Cast from f32 to f16 on the device of a
 /// plugin of ABI 1.2 (which knows no f16) finds its kernel by the input's f32, but the host
-/// refuses the launch (UNIMPLEMENTED, naming the plugin, the kernel and the f16 output) instead
-/// of handing the plugin a dtype value it never heard of; to i32 it runs.
+/// declines the launch for it (UNIMPLEMENTED, naming the plugin, the kernel and the f16
+/// output) instead of handing the plugin a dtype value it never heard of. Like any declining
+/// kernel, that is the fallback order's next step: soft placement to the CPU (Cast has no
+/// decomposition), logged with the reason; strict, the error. To i32 the plugin's kernel runs.
 #[test]
 fn a_plugin_older_than_1_3_is_never_handed_a_half_tensor() {
     use devplug_core::{AttrValue, DType, Tensor};
@@ -526,6 +528,36 @@ fn a_plugin_older_than_1_3_is_never_handed_a_half_tensor() {
     ] {
         assert!(e.message.contains(needle), "{needle}: {e}");
     }
+    assert!(e.message.contains("soft placement to the CPU"), "{e}");
+    let log = devplug_tests::record_placements(&rt);
+    let y = rt
+        .run(
+            &cast,
+            std::slice::from_ref(&x),
+            &to(DType::F16),
+            &RunOptions::on(&zoo),
+        )
+        .unwrap();
+    assert_eq!(y[0].device().platform().info.name, "HOST");
+    let halves: Vec<f32> = y[0]
+        .to_vec::<devplug_core::half::f16>()
+        .unwrap()
+        .iter()
+        .map(|h| h.to_f32())
+        .collect();
+    assert_eq!(halves, [1.5, 2.5, -1.0]);
+    let events = log.lock().unwrap().clone();
+    let soft = events
+        .iter()
+        .find(|e| e.reason == devplug_core::Reason::SoftPlaced)
+        .expect("a soft placement");
+    assert!(
+        soft.detail.starts_with(
+            "the kernel from plugin 'zoo_kernel_cast_abi_1_2' on ZOO:0 declined (plugin"
+        ),
+        "{soft:?}"
+    );
+    assert!(soft.detail.contains("a f16 tensor"), "{soft:?}");
     // The zoo's kernel writes zeros.
     let y = rt
         .run(&cast, std::slice::from_ref(&x), &to(DType::I32), &strict)
@@ -1779,4 +1811,57 @@ fn a_host_before_abi_1_4_has_no_event_timing() {
             }
         }
     }
+}
+
+/// A plugin's kernel that declines inputs (DPP_UNIMPLEMENTED: this ReduceSum takes reductions
+/// to one element only) has the host run them as if the device had no kernel for them:
+/// ReduceSum has no decomposition, so on the CPU, logged as declined; in strict mode the
+/// kernel's error. What it takes it runs on the device.
+#[test]
+fn inputs_a_plugins_kernel_declines_run_elsewhere() {
+    use devplug_core::{AttrValue, Reason, Tensor};
+    let _env = env_shared();
+    let rt = runtime();
+    rt.load_plugin(zoo_path("reduce_sum_declines"), &[])
+        .unwrap();
+    let zoo = rt.find_device("ZOO:0").unwrap();
+    let x = Tensor::from_slice(&zoo, &[2, 3], &[1f32, 2., 3., 4., 5., 6.]).unwrap();
+    let sum = rt.op("ReduceSum").unwrap();
+    let log = devplug_tests::record_placements(&rt);
+    let all = rt
+        .run(
+            &sum,
+            std::slice::from_ref(&x),
+            &Attrs::new(),
+            &RunOptions::on(&zoo),
+        )
+        .unwrap();
+    assert!(Arc::ptr_eq(all[0].device(), &zoo));
+    assert_eq!(all[0].to_vec::<f32>().unwrap(), [21.]);
+    let rows = Attrs::new().with("axes", AttrValue::Ints(vec![1]));
+    let y = rt
+        .run(&sum, std::slice::from_ref(&x), &rows, &RunOptions::on(&zoo))
+        .unwrap();
+    assert_eq!(y[0].device().platform().info.name, "HOST");
+    assert_eq!(y[0].to_vec::<f32>().unwrap(), [6., 15.]);
+    let events = log.lock().unwrap().clone();
+    assert!(
+        events.iter().any(|e| e.reason == Reason::SoftPlaced
+            && e.detail.starts_with(
+                "the kernel from plugin 'zoo_reduce_sum_declines' on ZOO:0 declined ("
+            )
+            && e.detail.contains("more than 1 output elements")),
+        "{events:?}"
+    );
+    let e = rt
+        .run(
+            &sum,
+            std::slice::from_ref(&x),
+            &rows,
+            &RunOptions::on(&zoo).strict(),
+        )
+        .unwrap_err();
+    assert_eq!(e.code, Code::Unimplemented, "{e}");
+    assert!(e.message.contains("more than 1 output elements"), "{e}");
+    assert!(e.message.contains("(strict mode)"), "{e}");
 }

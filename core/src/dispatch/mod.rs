@@ -1,7 +1,9 @@
 //! Dispatch: running an op on a device, with the fallback order of DESIGN.md:
 //! (1) a native kernel on the device; (2) the op's decomposition, expanded on the device
 //! (recursively); (3) soft placement to the CPU, copying what is needed, unless strict;
-//! (4) an error listing where kernels for the op exist. Every step is visible in the
+//! (4) an error listing where kernels for the op exist. A native kernel that declines the
+//! inputs it was given (returns `UNIMPLEMENTED`: a dtype pair, an attribute value it does not
+//! handle) counts as absent for them: (2) to (4) follow. Every step is visible in the
 //! placement log.
 //!
 //! The hot path parses nothing and hashes no string: hosts hold an [`OpHandle`], and the
@@ -15,7 +17,7 @@ use std::sync::Arc;
 pub(crate) use plan::{Plan, Plans};
 
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 use crate::kernel::{KernelContext, KernelDef};
 use crate::op::{Attrs, Emitter, InferContext, OpHandle, Outputs, SpecRef};
 use crate::placement::Reason;
@@ -248,11 +250,30 @@ fn execute(
     let compute = || compute_plan(rt, op, device, kernel_dtype);
     rt.plans()
         .with(key, generation, compute, |plan| match plan {
-            Plan::Native(k) => run_kernel(
-                rt, op, k, device, device, inputs, copies, &attrs, &outputs, reason, depth, out,
-            ),
+            Plan::Native(k) => {
+                let start = out.len();
+                let r = run_kernel(
+                    rt, op, k, device, device, inputs, copies, &attrs, &outputs, reason, depth,
+                    out, None,
+                );
+                match r {
+                    Err(e) if e.code == Code::Unimplemented => {
+                        out.truncate(start);
+                        let step = Step {
+                            inputs,
+                            attrs: &attrs,
+                            outputs: &outputs,
+                            soft,
+                            reason,
+                            depth,
+                        };
+                        declined(rt, op, k, device, copies, &step, kernel_dtype, e, out)
+                    }
+                    r => r,
+                }
+            }
             Plan::Decompose => decompose(
-                rt, op, device, inputs, copies, &attrs, &outputs, soft, reason, depth, out,
+                rt, op, device, inputs, copies, &attrs, &outputs, soft, reason, depth, out, None,
             ),
             Plan::SoftPlace(k) if soft => {
                 let cpu = rt.cpu_device()?;
@@ -269,6 +290,7 @@ fn execute(
                     Reason::SoftPlaced,
                     depth,
                     out,
+                    None,
                 )
             }
             Plan::SoftPlace(_) | Plan::Missing => {
@@ -293,6 +315,7 @@ fn decompose(
     reason: Reason,
     depth: usize,
     out: &mut Outputs,
+    declined: Option<&str>,
 ) -> Result<()> {
     let def = op.def();
     if depth >= MAX_DEPTH {
@@ -302,8 +325,9 @@ fn decompose(
         )));
     }
     rt.placement()
-        .note(op.name(), device, Reason::Decomposed, || {
-            "no kernel on the device; its decomposition runs there".into()
+        .note(op.name(), device, Reason::Decomposed, || match declined {
+            None => "no kernel on the device; its decomposition runs there".into(),
+            Some(why) => format!("{why}; its decomposition runs there"),
         });
     let begun = rt.tracer().on().then(std::time::Instant::now);
     let decomposition = def.decomposition.clone().ok_or_else(|| {
@@ -380,6 +404,103 @@ fn check_decomposed(
     Ok(())
 }
 
+/// What one op run is asked to do, as the fallback steps after a declining kernel need it.
+struct Step<'a> {
+    inputs: &'a [Tensor],
+    attrs: &'a Attrs,
+    outputs: &'a [crate::op::TensorSpec],
+    soft: bool,
+    reason: Reason,
+    depth: usize,
+}
+
+/// The native kernel on `device` declined the inputs (`UNIMPLEMENTED`, `error`): the rest of
+/// the fallback order — the decomposition on the device, else soft placement to a CPU kernel —
+/// as if the device had no kernel for them, the placement log saying why. Without either,
+/// the kernel's error.
+#[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
+fn declined(
+    rt: &Runtime,
+    op: &OpHandle,
+    kernel: &KernelDef,
+    device: &Arc<Device>,
+    copies: &impl InputCopies,
+    step: &Step,
+    dtype: Option<DType>,
+    error: Error,
+    out: &mut Outputs,
+) -> Result<()> {
+    // The kernel's own message, without the context `run_kernel` put before it.
+    let context = format!(
+        "{} on {} (kernel from {}): ",
+        op.name(),
+        device.qualified_name(),
+        kernel.source
+    );
+    let own = error
+        .message
+        .strip_prefix(&context)
+        .unwrap_or(&error.message);
+    let why = format!(
+        "the kernel from {} on {} declined ({own})",
+        kernel.source,
+        device.qualified_name()
+    );
+    let why = why.as_str();
+    if op.def().decomposition.is_some() {
+        return decompose(
+            rt,
+            op,
+            device,
+            step.inputs,
+            copies,
+            step.attrs,
+            step.outputs,
+            step.soft,
+            step.reason,
+            step.depth,
+            out,
+            Some(why),
+        );
+    }
+    let cpu = rt.cpu_device().ok().filter(|c| !Arc::ptr_eq(c, device));
+    let cpu_kernel = cpu.as_ref().and_then(|c| {
+        let ci = &c.platform().info;
+        rt.kernels()
+            .resolve(op.name(), &ci.name, &ci.device_type, dtype)
+            .map(|k| (c, k))
+    });
+    match cpu_kernel {
+        Some((cpu, k)) if step.soft => run_kernel(
+            rt,
+            op,
+            &k,
+            cpu,
+            device,
+            step.inputs,
+            copies,
+            step.attrs,
+            step.outputs,
+            Reason::SoftPlaced,
+            step.depth,
+            out,
+            Some(why),
+        ),
+        Some(_) => Err(Error::new(
+            error.code,
+            format!(
+                "{}; {} has no decomposition, and soft placement to the CPU (which has a \
+                 kernel) is off (strict mode)",
+                error.message,
+                op.name()
+            ),
+        )),
+        None => Err(error),
+    }
+}
+
 fn no_kernel(
     rt: &Runtime,
     op: &OpHandle,
@@ -424,6 +545,7 @@ fn run_kernel(
     reason: Reason,
     depth: usize,
     out: &mut Outputs,
+    declined: Option<&str>,
 ) -> Result<()> {
     let begun = rt.tracer().on().then(std::time::Instant::now);
     // Inputs living elsewhere are copied to the device first.
@@ -482,10 +604,14 @@ fn run_kernel(
         }
     }
     rt.placement()
-        .note(op.name(), device, reason, || match reason {
-            Reason::SoftPlaced => format!(
+        .note(op.name(), device, reason, || match (reason, declined) {
+            (Reason::SoftPlaced, None) => format!(
                 "no kernel or decomposition on {}; kernel from {} on the CPU",
                 placed.qualified_name(),
+                kernel.source
+            ),
+            (Reason::SoftPlaced, Some(why)) => format!(
+                "{why} and there is no decomposition; kernel from {} on the CPU",
                 kernel.source
             ),
             _ => format!("kernel from {}", kernel.source),

@@ -253,10 +253,10 @@ impl PluginKernel {
             refused,
         } = launch.temps.into_inner();
         if let Err(mut e) = check_with(&self.plugin, || format!("kernel {}", self.name), status) {
-            if !temps.is_empty() {
-                // Work the kernel enqueued before it failed may still use them.
-                device.launched_on_default_stream(&[&temps]);
-            }
+            // Work the kernel enqueued before it failed (or declined: UNIMPLEMENTED, after
+            // which dispatch goes on with the fallback order and new outputs) may still use
+            // them: they are reused in stream order.
+            device.launched_on_default_stream(&[cx.inputs, cx.outputs, &temps]);
             if let Some(why) = refused.filter(|why| !e.message.contains(why.as_str())) {
                 e.message = format!("{} (the host had refused: {why})", e.message);
             }
