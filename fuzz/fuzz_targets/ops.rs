@@ -2,13 +2,18 @@
 //! any op, 0 to 4 inputs of any dtype and of rank 0 to 4 (dimensions 0 to 5, zero-sized ones
 //! included), attributes of the op's own names and of other names, of the right type or not.
 //! An op either runs, and then its outputs are as many as its definition says and hold what
-//! their shapes say, or is refused with a clear error; it never panics, never aborts.
+//! their shapes say, or is refused with a clear error; it never panics, never aborts. An op
+//! that runs is also added to a graph whose placeholders know part of each input (some sizes
+//! `-1`, or no shape, chosen by the input): the node is accepted, and what the graph says it
+//! knows of each output is what the run gave (partial shape inference is sound).
 #![no_main]
 
 use std::sync::OnceLock;
 
 use devplug_core::op::AttrType;
-use devplug_core::{AttrValue, Attrs, Code, DType, OpHandle, RunOptions, Runtime, RuntimeOptions};
+use devplug_core::{
+    AttrValue, Attrs, Code, DType, Graph, OpHandle, RunOptions, Runtime, RuntimeOptions,
+};
 use devplug_core::{Error, Tensor};
 use libfuzzer_sys::fuzz_target;
 
@@ -126,6 +131,7 @@ fuzz_target!(|data: &[u8]| {
                 let bytes = t.to_bytes().expect("an output reads back");
                 assert_eq!(bytes.len() as u64, t.byte_size(), "{}", def.name);
             }
+            check_partial(&w.rt, op, &inputs, &attrs, &outputs, &mut c);
         }
         Err(e) => assert!(
             matches!(
@@ -137,3 +143,44 @@ fuzz_target!(|data: &[u8]| {
         ),
     }
 });
+
+/// The op node of a graph whose placeholders know part of `inputs` (the rest of the input
+/// chooses what is forgotten) is accepted, and its outputs' partial specs admit `outputs`.
+fn check_partial(
+    rt: &Runtime,
+    op: &OpHandle,
+    inputs: &[Tensor],
+    attrs: &Attrs,
+    outputs: &[Tensor],
+    c: &mut Choices,
+) {
+    let mut g = Graph::new();
+    let mut feeds = Vec::new();
+    for (i, t) in inputs.iter().enumerate() {
+        let forget = c.byte();
+        let shape: Vec<i64> = t
+            .shape()
+            .iter()
+            .enumerate()
+            .map(|(d, &n)| if forget & (1 << (d % 7)) != 0 { -1 } else { n })
+            .collect();
+        let known = (forget & 0x80 == 0).then_some(&shape[..]);
+        let p = g
+            .placeholder(&format!("in{i}"), t.dtype(), known)
+            .expect("a placeholder of an input's dtype and rank");
+        feeds.push(p);
+    }
+    let outs = g
+        .op(rt, "node", op, &feeds, attrs, None)
+        .unwrap_or_else(|e| panic!("{}: runs eagerly, refused in a graph: {e}", op.name()));
+    for (o, t) in outs.iter().zip(outputs) {
+        let spec = g.partial_spec(*o).expect("an output of the graph");
+        assert!(
+            spec.admits(t.dtype(), t.shape()),
+            "{}: the graph says {spec}, the run gave {} {:?}",
+            op.name(),
+            t.dtype(),
+            t.shape()
+        );
+    }
+}
