@@ -968,12 +968,13 @@ fn run_kernel_sample(
     let got = rt.run(&op, &on_dev, &sample.attrs, &strictly_on(dev));
     rt.set_placement_callback(None);
     let got = got?;
-    // Run by the kernel itself: not a decomposition or soft placement after it declined.
+    // Run by the kernel itself: not another kernel, a decomposition or a soft placement after
+    // it declined (their details say so).
     let ran_here = events.lock().unwrap().iter().any(|e| {
         e.op == k.op
             && e.device == dev.qualified_name()
             && e.reason == crate::Reason::Explicit
-            && e.detail.contains(&k.source)
+            && e.detail == format!("kernel from {}", k.source)
     });
     expect(
         ran_here,

@@ -430,9 +430,11 @@ fn another_runtimes_device_or_op_is_refused() {
 
 /// A kernel may decline the inputs it is given (return `UNIMPLEMENTED`): a dtype pair or an
 /// attribute value it does not handle. Dispatch then takes the fallback order's next steps as
-/// if the device had no kernel for them — the decomposition on the device, else soft placement
+/// if that kernel were not there — the device's next kernel for the op, else the decomposition
+/// on the device, else soft placement
 /// to the CPU, else (strict) the kernel's error — and the placement log says the kernel
-/// declined. Here host kernels on SIM take one-element tensors only.
+/// declined. Here host kernels on SIM take one-element tensors only; a lower-priority kernel on
+/// the same device comes first when there is one.
 #[test]
 fn a_kernel_that_declines_is_followed_by_the_rest_of_the_fallback_order() {
     use devplug_core::{Binding, DType, Error, KernelDef};
@@ -508,4 +510,35 @@ fn a_kernel_that_declines_is_followed_by_the_rest_of_the_fallback_order() {
     ] {
         assert!(e.message.contains(needle), "{needle}: {e}");
     }
+
+    // Layered kernels: below the picky one, a generic kernel on SIM takes what it declines.
+    rt.register_kernel(KernelDef {
+        priority: 5,
+        source: "host 'generic'".into(),
+        func: Arc::new(|cx: &devplug_core::KernelContext| {
+            let n = cx.outputs[0].num_elements() as usize;
+            let nines: Vec<u8> = (0..n).flat_map(|_| 9f32.to_ne_bytes()).collect();
+            cx.outputs[0].buffer().write(0, &nines)
+        }),
+        ..picky("Sqrt")
+    })
+    .unwrap();
+    log.lock().unwrap().clear();
+    let y = run("Sqrt", &three, true).unwrap();
+    assert!(Arc::ptr_eq(y[0].device(), &sim));
+    assert_eq!(y[0].to_vec::<f32>().unwrap(), [9., 9., 9.]);
+    let l = log.lock().unwrap().clone();
+    assert!(
+        l.iter().any(|e| e.reason == Reason::Explicit
+            && e.detail
+                == "kernel from host 'generic' after the kernel from host 'picky' on SIM:0 \
+                    declined (one element only)"),
+        "{l:?}"
+    );
+    let y = run("Sqrt", &one, true).unwrap();
+    assert_eq!(
+        y[0].to_vec::<f32>().unwrap(),
+        [7.],
+        "the picky kernel first"
+    );
 }

@@ -415,16 +415,16 @@ struct Step<'a> {
 }
 
 /// The native kernel on `device` declined the inputs (`UNIMPLEMENTED`, `error`): the rest of
-/// the fallback order — the decomposition on the device, else soft placement to a CPU kernel —
-/// as if the device had no kernel for them, the placement log saying why. Without either,
-/// the kernel's error.
+/// the fallback order as if it were not there — the device's next kernel for the op by
+/// priority, else the decomposition on the device, else soft placement to a CPU kernel — the
+/// placement log saying why. Without any, the last kernel's error.
 #[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
 fn declined(
     rt: &Runtime,
     op: &OpHandle,
-    kernel: &KernelDef,
+    kernel: &Arc<KernelDef>,
     device: &Arc<Device>,
     copies: &impl InputCopies,
     step: &Step,
@@ -432,23 +432,38 @@ fn declined(
     error: Error,
     out: &mut Outputs,
 ) -> Result<()> {
-    // The kernel's own message, without the context `run_kernel` put before it.
-    let context = format!(
-        "{} on {} (kernel from {}): ",
-        op.name(),
-        device.qualified_name(),
-        kernel.source
-    );
-    let own = error
-        .message
-        .strip_prefix(&context)
-        .unwrap_or(&error.message);
-    let why = format!(
-        "the kernel from {} on {} declined ({own})",
-        kernel.source,
-        device.qualified_name()
-    );
-    let why = why.as_str();
+    let mut why = decline_reason(op, kernel, device, &error);
+    let (mut error, mut below) = (error, kernel.clone());
+    let info = &device.platform().info;
+    while let Some(next) =
+        rt.kernels()
+            .resolve_below(op.name(), &info.name, &info.device_type, dtype, &below)
+    {
+        let start = out.len();
+        let r = run_kernel(
+            rt,
+            op,
+            &next,
+            device,
+            device,
+            step.inputs,
+            copies,
+            step.attrs,
+            step.outputs,
+            step.reason,
+            step.depth,
+            out,
+            Some(&why),
+        );
+        match r {
+            Err(e) if e.code == Code::Unimplemented => {
+                out.truncate(start);
+                why = format!("{why}; {}", decline_reason(op, &next, device, &e));
+                (error, below) = (e, next);
+            }
+            r => return r,
+        }
+    }
     if op.def().decomposition.is_some() {
         return decompose(
             rt,
@@ -462,7 +477,7 @@ fn declined(
             step.reason,
             step.depth,
             out,
-            Some(why),
+            Some(&why),
         );
     }
     let cpu = rt.cpu_device().ok().filter(|c| !Arc::ptr_eq(c, device));
@@ -486,7 +501,7 @@ fn declined(
             Reason::SoftPlaced,
             step.depth,
             out,
-            Some(why),
+            Some(&why),
         ),
         Some(_) => Err(Error::new(
             error.code,
@@ -499,6 +514,25 @@ fn declined(
         )),
         None => Err(error),
     }
+}
+
+/// `the kernel from plugin 'x' on DEV:0 declined (its message)`: the kernel's own message,
+/// without the context `run_kernel` put before it.
+fn decline_reason(op: &OpHandle, kernel: &KernelDef, device: &Device, error: &Error) -> String {
+    let device = device.qualified_name();
+    let context = format!(
+        "{} on {device} (kernel from {}): ",
+        op.name(),
+        kernel.source
+    );
+    let own = error
+        .message
+        .strip_prefix(&context)
+        .unwrap_or(&error.message);
+    format!(
+        "the kernel from {} on {device} declined ({own})",
+        kernel.source
+    )
 }
 
 fn no_kernel(
@@ -614,6 +648,7 @@ fn run_kernel(
                 "{why} and there is no decomposition; kernel from {} on the CPU",
                 kernel.source
             ),
+            (_, Some(why)) => format!("kernel from {} after {why}", kernel.source),
             _ => format!("kernel from {}", kernel.source),
         });
     Ok(())

@@ -164,6 +164,28 @@ impl KernelRegistry {
             .cloned()
     }
 
+    /// The kernel that runs `op` there for `dtype` when `than` (the one [`resolve`] gave, or one
+    /// this gave) declined the inputs: the best candidate below it.
+    ///
+    /// [`resolve`]: KernelRegistry::resolve
+    pub fn resolve_below(
+        &self,
+        op: &str,
+        platform: &str,
+        device_type: &str,
+        dtype: Option<DType>,
+        than: &KernelDef,
+    ) -> Option<Arc<KernelDef>> {
+        let rank = |k: &KernelDef| (k.priority, matches!(k.binding, Binding::Platform(_)));
+        self.kernels
+            .read()
+            .iter()
+            .filter(|k| k.matches(op, platform, device_type) && k.accepts(dtype))
+            .filter(|k| rank(k) < rank(than))
+            .max_by_key(|k| rank(k))
+            .cloned()
+    }
+
     /// Where kernels for `op` exist, for error messages: `"CPU (HOST, built-in)"`, …
     pub fn locations(&self, op: &str) -> Vec<String> {
         let mut v: Vec<String> = self

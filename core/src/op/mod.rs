@@ -526,9 +526,9 @@ impl OpRegistry {
         r
     }
 
-    /// Registers an op; refused when the name is taken or the definition is inconsistent.
-    /// For the runtime's own ops and parsed op text: hosts register through
-    /// [`Runtime::register_op`](crate::Runtime::register_op) or
+    /// Registers one of the runtime's own ops (the basis set), with its partial shape rule;
+    /// refused when the name is taken or the definition is inconsistent. Hosts register
+    /// through [`Runtime::register_op`](crate::Runtime::register_op) or
     /// [`Runtime::register_op_text`](crate::Runtime::register_op_text), which also require a
     /// namespace and check a host-built op's shape function on every run.
     fn register(&self, def: OpDef) -> Result<OpHandle> {
