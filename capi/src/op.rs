@@ -434,7 +434,9 @@ pub unsafe extern "C" fn dp_run_options_init(options: *mut dp_run_options_t, str
 /// `*out_count` (may be NULL). Errors: `DP_INVALID_ARGUMENT` for wrong arity, dtypes, shapes,
 /// unknown attributes (naming the op and operand), and for an `op` or `options->device` of
 /// another runtime (resolve handles with the runtime that runs them); `DP_NOT_FOUND` when no
-/// device can run it (listing where kernels exist).
+/// device can run it (listing where kernels exist); a kernel's own error when it fails, e.g.
+/// `DP_UNIMPLEMENTED` when the device's kernel declined the inputs and nothing else may run
+/// them (strict mode, or no CPU kernel).
 ///
 /// # Safety
 /// `runtime` is a runtime handle and `op` an op handle (of any runtime: another's is

@@ -104,7 +104,7 @@ pub(crate) unsafe fn shape<'a>(shape: *const i64, rank: usize) -> devplug_core::
 
 /// Creates a tensor on `device` of `dtype` and `shape[0..rank]` (row-major). With `data`, its
 /// `data_size` bytes (which must equal the tensor's byte size) are copied in; with NULL data
-/// the tensor holds zeros. `rank` may be 0 (a scalar); dimensions may be 0.
+/// (and `data_size` 0) the tensor holds zeros. `rank` may be 0 (a scalar); dimensions may be 0.
 ///
 /// # Safety
 /// `device` is a device handle; `shape` holds `rank` values; `data` is NULL or readable for

@@ -75,7 +75,8 @@
  *   ZOO_KERNEL_ZEROS               registers a kernel for ZOO_KERNEL_OP (default "Add"; ZOO,
  *                                  f32) that writes zeros: wrong results for `devplug check`
  *   ZOO_KERNEL_FAIL                ... instead, one that fails every launch
- *                                  (DPP_FAILED_PRECONDITION, with a message)
+ *                                  (ZOO_KERNEL_FAIL_STATUS, default DPP_FAILED_PRECONDITION,
+ *                                  with a message; DPP_UNIMPLEMENTED declines every launch)
  *   ZOO_KERNEL_TEMP                ... instead, a right Reshape that copies through memory from
  *                                  the host's allocate_temp (ABI 1.4); ZOO_KERNEL_TEMP_BYTES=n
  *                                  asks for n bytes instead of the input's size;
@@ -1094,13 +1095,16 @@ static dpp_status_t zoo_kernel_temp(const dpp_kernel_context_t *cx) {
 #endif
 
 #if defined(ZOO_KERNEL_FAIL)
+#ifndef ZOO_KERNEL_FAIL_STATUS
+#define ZOO_KERNEL_FAIL_STATUS DPP_FAILED_PRECONDITION
+#endif
 /* A kernel that fails every launch, with its own status and message. */
 static dpp_status_t zoo_kernel_fail(const dpp_kernel_context_t *cx) {
   zoo_device *d = cx ? zoo_dev(cx->device) : NULL;
   if (d == NULL) {
     return DPP_INVALID_ARGUMENT;
   }
-  return zoo_fail(d, DPP_FAILED_PRECONDITION, "zoo: the kernel fails on purpose");
+  return zoo_fail(d, ZOO_KERNEL_FAIL_STATUS, "zoo: the kernel fails on purpose");
 }
 #define ZOO_KERNEL_COMPUTE zoo_kernel_fail
 #endif

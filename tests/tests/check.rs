@@ -197,7 +197,38 @@ fn cases_a_kernel_declines_are_noted_and_the_rest_checked() {
     assert!(
         out.contains(
             "note    ZOO:0: kernel ReduceSum (f32) declined the sample inputs, which the host \
-             then runs elsewhere: UNIMPLEMENTED:"
+             then runs elsewhere: plugin 'zoo_reduce_sum_declines': kernel ReduceSum: zoo: \
+             ReduceSum: more than 1 output elements\n"
+        ),
+        "{out}"
+    );
+    // Only the edge shapes that ran are named in the passed check.
+    assert!(
+        out.contains(
+            "ok      ZOO:0: kernel ReduceSum (f32) agrees with the CPU on edge shapes (every \
+             axis, rank 0, [0, 3] over axis 1)\n"
+        ),
+        "{out}"
+    );
+}
+
+/// A kernel that declines every sample conforms (it gives no wrong answer), but the summary
+/// says that a kernel check compared nothing.
+#[test]
+fn a_kernel_that_declines_every_sample_is_said_to_be_unchecked() {
+    let (code, out) = check(&zoo_path("kernel_declines_all"), &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(
+            "note    ZOO:0: kernel Add (f32) declined every sample: the check compared none of \
+             its results with the CPU's (test it with inputs it takes)"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "0 failed: conforms, but 1 kernel check(s) compared nothing (the kernel declined \
+             every sample: see the notes)"
         ),
         "{out}"
     );
@@ -216,8 +247,9 @@ fn a_kernel_with_wrong_results_fails_its_check() {
     // So does its edge-shape check, naming the shapes that failed first.
     assert!(
         out.contains(
-            "FAILED  ZOO:0: kernel Add (f32) agrees with the CPU on edge shapes (rank 0 and [2, 3], \
-             [2, 1] and [1, 3], [0, 3] and [3]): INTERNAL: rank 0 and [2, 3]: output 0[0] is 0"
+            "FAILED  ZOO:0: kernel Add (f32) agrees with the CPU on edge shapes ([2, 3] and [2, 3], \
+             rank 0 and [2, 3], [2, 1] and [1, 3], [0, 3] and [3]): INTERNAL: [2, 3] and [2, 3]: \
+             output 0[0] is 0"
         ),
         "{out}"
     );

@@ -1230,7 +1230,9 @@ void dp_run_options_init(struct dp_run_options_t *options, size_t struct_size);
  * `*out_count` (may be NULL). Errors: `DP_INVALID_ARGUMENT` for wrong arity, dtypes, shapes,
  * unknown attributes (naming the op and operand), and for an `op` or `options->device` of
  * another runtime (resolve handles with the runtime that runs them); `DP_NOT_FOUND` when no
- * device can run it (listing where kernels exist).
+ * device can run it (listing where kernels exist); a kernel's own error when it fails, e.g.
+ * `DP_UNIMPLEMENTED` when the device's kernel declined the inputs and nothing else may run
+ * them (strict mode, or no CPU kernel).
  *
  * # Safety
  * `runtime` is a runtime handle and `op` an op handle (of any runtime: another's is
@@ -1870,7 +1872,7 @@ const char *dp_dtype_name(dp_dtype_t dtype);
 /**
  * Creates a tensor on `device` of `dtype` and `shape[0..rank]` (row-major). With `data`, its
  * `data_size` bytes (which must equal the tensor's byte size) are copied in; with NULL data
- * the tensor holds zeros. `rank` may be 0 (a scalar); dimensions may be 0.
+ * (and `data_size` 0) the tensor holds zeros. `rank` may be 0 (a scalar); dimensions may be 0.
  *
  * # Safety
  * `device` is a device handle; `shape` holds `rank` values; `data` is NULL or readable for

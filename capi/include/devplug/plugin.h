@@ -255,7 +255,8 @@ typedef struct dpp_tensor_t {
  */
 typedef struct dpp_kernel_context_t {
   /**
-   * `DPP_KERNEL_CONTEXT_STRUCT_SIZE` or more.
+   * `DPP_KERNEL_CONTEXT_STRUCT_SIZE` or more from a 1.5 host; a 1.1 to 1.4 host passes
+   * `DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1` (80: no `state`).
    */
   size_t struct_size;
   /**

@@ -288,7 +288,8 @@ pub struct dpp_tensor_t {
 /// (1.1) What a kernel's `compute` gets. Filled by the host; valid during the call.
 #[repr(C)]
 pub struct dpp_kernel_context_t {
-    /// `DPP_KERNEL_CONTEXT_STRUCT_SIZE` or more.
+    /// `DPP_KERNEL_CONTEXT_STRUCT_SIZE` or more from a 1.5 host; a 1.1 to 1.4 host passes
+    /// `DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1` (80: no `state`).
     pub struct_size: usize,
     /// Reserved; NULL.
     pub ext: *mut c_void,

@@ -132,6 +132,7 @@ pub fn run_child(cmd: &CheckCommand) -> ExitCode {
             Step::End(name, Ok(())) => format!("ok {}", one_line(&name)),
             Step::End(name, Err(why)) => format!("failed {}\t{}", one_line(&name), one_line(&why)),
             Step::Note(text) => format!("note {}", one_line(&text)),
+            Step::Unchecked(text) => format!("unchecked {}", one_line(&text)),
         };
         let _ = writeln!(out, "{line}");
         let _ = out.flush();
@@ -148,6 +149,8 @@ pub fn run_child(cmd: &CheckCommand) -> ExitCode {
 struct Progress {
     passed: usize,
     failed: usize,
+    /// Kernels that declined every sample of a dtype (the child's `unchecked` lines).
+    unchecked: usize,
     /// The check that began and has not ended.
     running: Option<String>,
     /// The plugin ABI version the plugin declares (the child's `abi` line).
@@ -158,6 +161,7 @@ struct Progress {
 struct Pass {
     passed: usize,
     failed: usize,
+    unchecked: usize,
     declared: Option<(u32, u32)>,
 }
 
@@ -197,6 +201,7 @@ pub fn supervise(cmd: &CheckCommand) -> ExitCode {
     }
     let passed: usize = passes.iter().map(|(_, p)| p.passed).sum();
     let failed: usize = passes.iter().map(|(_, p)| p.failed).sum();
+    let unchecked: usize = passes.iter().map(|(_, p)| p.unchecked).sum();
     let each = if passes.len() > 1 {
         let each: Vec<String> = passes
             .iter()
@@ -211,14 +216,15 @@ pub fn supervise(cmd: &CheckCommand) -> ExitCode {
     } else {
         String::new()
     };
-    println!(
-        "devplug check: {passed} passed, {failed} failed: {}{each}",
-        if failed == 0 {
-            "conforms"
-        } else {
-            "does NOT conform"
-        }
-    );
+    let verdict = match (failed, unchecked) {
+        (0, 0) => "conforms".to_string(),
+        (0, n) => format!(
+            "conforms, but {n} kernel check(s) compared nothing (the kernel declined every \
+             sample: see the notes)"
+        ),
+        _ => "does NOT conform".to_string(),
+    };
+    println!("devplug check: {passed} passed, {failed} failed: {verdict}{each}");
     if failed == 0 {
         ExitCode::SUCCESS
     } else {
@@ -299,6 +305,7 @@ fn run_pass(exe: &std::path::Path, cmd: &CheckCommand, host_minor: u32) -> Optio
     Some(Pass {
         passed: p.passed,
         failed: p.failed,
+        unchecked: p.unchecked,
         declared: p.declared,
     })
 }
@@ -328,6 +335,10 @@ fn report_line(line: &str, p: &mut Progress) {
         // neither passed nor failed.
         "note" => {
             p.running = None;
+            println!("  note    {rest}");
+        }
+        "unchecked" => {
+            p.unchecked += 1;
             println!("  note    {rest}");
         }
         _ => println!("  {line}"),
