@@ -492,16 +492,8 @@ impl Checker<'_> {
 /// What a kernel said when it declined (`error`, from a strict run on `dev`): its own message,
 /// without the host's context before it and the strict-mode sentence after it.
 fn declined_message(k: &KernelDef, dev: &Device, error: &Error) -> String {
-    let context = format!(
-        "{} on {} (kernel from {}): ",
-        k.op,
-        dev.qualified_name(),
-        k.source
-    );
-    let own = error
-        .message
-        .strip_prefix(&context)
-        .unwrap_or(&error.message);
+    let own = crate::dispatch::kernel_message(&k.op, k, dev, &error.message);
+    // The sentence dispatch adds in strict mode (`declined` in core/src/dispatch/mod.rs).
     let strict = format!("; {} has no decomposition, and soft placement", k.op);
     own.split_once(&strict)
         .map_or(own, |(own, _)| own)

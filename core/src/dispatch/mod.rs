@@ -516,19 +516,34 @@ fn declined(
     }
 }
 
+/// What `run_kernel` puts before a kernel's error: `Add on SIM:0 (kernel from plugin 'sim')`.
+fn kernel_context(op: &str, kernel: &KernelDef, device: &Device) -> String {
+    format!(
+        "{op} on {} (kernel from {})",
+        device.qualified_name(),
+        kernel.source
+    )
+}
+
+/// A kernel's own message in the `message` of an error `run_kernel` returned for it (op `op`
+/// on `device`): without the context before it.
+pub(crate) fn kernel_message<'a>(
+    op: &str,
+    kernel: &KernelDef,
+    device: &Device,
+    message: &'a str,
+) -> &'a str {
+    message
+        .strip_prefix(&kernel_context(op, kernel, device))
+        .and_then(|m| m.strip_prefix(": "))
+        .unwrap_or(message)
+}
+
 /// `the kernel from plugin 'x' on DEV:0 declined (its message)`: the kernel's own message,
 /// without the context `run_kernel` put before it.
 fn decline_reason(op: &OpHandle, kernel: &KernelDef, device: &Device, error: &Error) -> String {
+    let own = kernel_message(op.name(), kernel, device, &error.message);
     let device = device.qualified_name();
-    let context = format!(
-        "{} on {device} (kernel from {}): ",
-        op.name(),
-        kernel.source
-    );
-    let own = error
-        .message
-        .strip_prefix(&context)
-        .unwrap_or(&error.message);
     format!(
         "the kernel from {} on {device} declined ({own})",
         kernel.source
@@ -614,14 +629,7 @@ fn run_kernel(
         outputs: &out[start..],
         attrs,
     })
-    .map_err(|e| {
-        e.context(format!(
-            "{} on {} (kernel from {})",
-            op.name(),
-            device.qualified_name(),
-            kernel.source
-        ))
-    })?;
+    .map_err(|e| e.context(kernel_context(op.name(), kernel, device)))?;
     if let Some(begun) = begun {
         let name = device.qualified_name();
         let span = Span::op(
