@@ -406,6 +406,17 @@ fn one_graph_runs_on_several_devices() {
     assert!(has("Mul", "SIM:0", Reason::InputCopied), "{l:?}");
     assert!(has("Neg", "HOST:0", Reason::Default), "{l:?}");
     assert!(has("Neg", "HOST:0", Reason::InputCopied), "{l:?}");
+    // A copy names the node the input comes from.
+    let copies: Vec<&str> = l
+        .iter()
+        .filter(|e| e.reason == Reason::InputCopied)
+        .map(|e| e.detail.as_str())
+        .collect();
+    assert!(
+        copies.contains(&"input copied from HOST:0 (graph node 'x')")
+            && copies.contains(&"input copied from SIM:0 (graph node 'square')"),
+        "{copies:?}"
+    );
 }
 
 /// A constant on the CPU that feeds a node on SIM is copied there by the first run and the

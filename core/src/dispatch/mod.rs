@@ -169,6 +169,12 @@ pub(crate) trait InputCopies {
     /// The input `index` on `device`, when this source keeps it (made now if need be);
     /// `None`: copy it as any input.
     fn on(&self, index: usize, device: &Arc<Device>) -> Option<Result<Tensor>>;
+
+    /// What input `index` is, for the placement log of its copy (a graph's `graph node 'x'`);
+    /// `None`: nothing more than its device.
+    fn describe(&self, _index: usize) -> Option<String> {
+        None
+    }
 }
 
 /// Eager ops and the ops of a decomposition: no input is kept anywhere.
@@ -345,7 +351,7 @@ fn decompose(
     let inputs = if inputs.iter().all(|t| Arc::ptr_eq(t.device(), device)) {
         inputs
     } else {
-        kept = inputs_on(device, inputs, copies, |t| Ok(t.clone()))?;
+        kept = inputs_on(device, inputs, copies, |_, t| Ok(t.clone()))?;
         &kept
     };
     let results = decomposition(&mut emitter, inputs, attrs).map_err(|e| {
@@ -602,10 +608,14 @@ fn run_kernel(
     let inputs = if inputs.iter().all(|t| Arc::ptr_eq(t.device(), device)) {
         inputs
     } else {
-        moved = inputs_on(device, inputs, copies, |t| {
+        moved = inputs_on(device, inputs, copies, |i, t| {
             rt.placement()
                 .note(op.name(), device, Reason::InputCopied, || {
-                    format!("input copied from {}", t.device().qualified_name())
+                    let from = t.device().qualified_name();
+                    match copies.describe(i) {
+                        Some(what) => format!("input copied from {from} ({what})"),
+                        None => format!("input copied from {from}"),
+                    }
                 });
             t.copy_to(device)
         })?;
@@ -663,12 +673,12 @@ fn run_kernel(
 }
 
 /// `inputs` for a run on `device`: those there as they are, the others from `copies` when it
-/// keeps them there, else `elsewhere(input)`.
+/// keeps them there, else `elsewhere(index, input)`.
 fn inputs_on(
     device: &Arc<Device>,
     inputs: &[Tensor],
     copies: &impl InputCopies,
-    mut elsewhere: impl FnMut(&Tensor) -> Result<Tensor>,
+    mut elsewhere: impl FnMut(usize, &Tensor) -> Result<Tensor>,
 ) -> Result<Vec<Tensor>> {
     inputs
         .iter()
@@ -677,7 +687,7 @@ fn inputs_on(
             if Arc::ptr_eq(t.device(), device) {
                 Ok(t.clone())
             } else {
-                copies.on(i, device).unwrap_or_else(|| elsewhere(t))
+                copies.on(i, device).unwrap_or_else(|| elsewhere(i, t))
             }
         })
         .collect()

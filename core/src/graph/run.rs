@@ -47,7 +47,8 @@ pub(crate) struct Plan {
 /// The copies a node's constant inputs keep on other devices: the first run that needs one on
 /// a device makes it (logged as an input copied once), later runs reuse it. Dispatch asks only
 /// where the op really runs: a node soft-placed to the CPU takes a constant given on the CPU
-/// as it is, not a copy that went to the node's device and back.
+/// as it is, not a copy that went to the node's device and back. It also names the node an
+/// input comes from, for the placement log of the input's copy.
 struct ConstantCopies<'a> {
     rt: &'a Runtime,
     graph: &'a Graph,
@@ -62,6 +63,12 @@ impl InputCopies for ConstantCopies<'_> {
             return None;
         };
         Some(c.on(self.rt, device, &input.name, op.name()))
+    }
+
+    fn describe(&self, index: usize) -> Option<String> {
+        let node = &self.graph.nodes[self.node];
+        let input = &self.graph.nodes[node.inputs.get(index)?.node()];
+        Some(format!("graph node '{}'", input.name))
     }
 }
 
