@@ -541,4 +541,35 @@ fn a_kernel_that_declines_is_followed_by_the_rest_of_the_fallback_order() {
         [7.],
         "the picky kernel first"
     );
+
+    // Soft placement to the CPU layers its kernels too: a picky CPU kernel above the built-in
+    // Exp (SIM has neither an Exp kernel nor a decomposition for it).
+    rt.register_kernel(KernelDef {
+        device_type: "CPU".into(),
+        binding: Binding::Platform("HOST".into()),
+        source: "host 'picky-cpu'".into(),
+        ..picky("Exp")
+    })
+    .unwrap();
+    log.lock().unwrap().clear();
+    let y = run("Exp", &three, false).unwrap();
+    assert_eq!(y[0].device().platform().info.name, "HOST");
+    let got = y[0].to_vec::<f32>().unwrap();
+    for (g, x) in got.iter().zip([-1f32, 4., 9.]) {
+        assert!((g - x.exp()).abs() <= 1e-6 * x.exp(), "{got:?}");
+    }
+    let l = log.lock().unwrap().clone();
+    assert!(
+        l.iter().any(|e| e.reason == Reason::SoftPlaced
+            && e.detail
+                == "no kernel or decomposition on SIM:0; the kernel from host 'picky-cpu' on \
+                    HOST:0 declined (one element only); kernel from built-in on the CPU"),
+        "{l:?}"
+    );
+    let y = run("Exp", &one, false).unwrap();
+    assert_eq!(
+        y[0].to_vec::<f32>().unwrap(),
+        [7.],
+        "the picky CPU kernel first"
+    );
 }

@@ -283,7 +283,8 @@ fn execute(
             ),
             Plan::SoftPlace(k) if soft => {
                 let cpu = rt.cpu_device()?;
-                run_kernel(
+                let start = out.len();
+                let r = run_kernel(
                     rt,
                     op,
                     k,
@@ -297,7 +298,33 @@ fn execute(
                     depth,
                     out,
                     None,
-                )
+                );
+                match r {
+                    Err(e) if e.code == Code::Unimplemented => {
+                        out.truncate(start);
+                        let step = Step {
+                            inputs,
+                            attrs: &attrs,
+                            outputs: &outputs,
+                            soft,
+                            reason,
+                            depth,
+                        };
+                        soft_placed_declined(
+                            rt,
+                            op,
+                            k,
+                            &cpu,
+                            device,
+                            copies,
+                            &step,
+                            kernel_dtype,
+                            e,
+                            out,
+                        )
+                    }
+                    r => r,
+                }
             }
             Plan::SoftPlace(_) | Plan::Missing => {
                 Err(no_kernel(rt, op, device, kernel_dtype, soft))
@@ -421,9 +448,9 @@ struct Step<'a> {
 }
 
 /// The native kernel on `device` declined the inputs (`UNIMPLEMENTED`, `error`): the rest of
-/// the fallback order as if it were not there — the device's next kernel for the op by
-/// priority, else the decomposition on the device, else soft placement to a CPU kernel — the
-/// placement log saying why. Without any, the last kernel's error.
+/// the fallback order as if it were not there — the device's next kernels for the op by
+/// priority, else the decomposition on the device, else soft placement to the CPU's kernels —
+/// the placement log saying why. Without any, the last kernel's error.
 #[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
@@ -438,38 +465,29 @@ fn declined(
     error: Error,
     out: &mut Outputs,
 ) -> Result<()> {
-    let mut why = decline_reason(op, kernel, device, &error);
-    let (mut error, mut below) = (error, kernel.clone());
-    let info = &device.platform().info;
-    while let Some(next) =
-        rt.kernels()
-            .resolve_below(op.name(), &info.name, &info.device_type, dtype, &below)
-    {
-        let start = out.len();
-        let r = run_kernel(
-            rt,
-            op,
-            &next,
-            device,
-            device,
-            step.inputs,
-            copies,
-            step.attrs,
-            step.outputs,
-            step.reason,
-            step.depth,
-            out,
-            Some(&why),
-        );
-        match r {
-            Err(e) if e.code == Code::Unimplemented => {
-                out.truncate(start);
-                why = format!("{why}; {}", decline_reason(op, &next, device, &e));
-                (error, below) = (e, next);
+    let why = decline_reason(op, kernel, device, &error);
+    let (error, why) = match below(rt, op, kernel, device, dtype) {
+        Some(next) => {
+            let layered = run_layered(
+                rt,
+                op,
+                next,
+                device,
+                device,
+                copies,
+                step,
+                step.reason,
+                dtype,
+                why,
+                out,
+            );
+            match layered {
+                Layered::Done(r) => return r,
+                Layered::Declined(e, why) => (e, why),
             }
-            r => return r,
         }
-    }
+        None => (error, why),
+    };
     if op.def().decomposition.is_some() {
         return decompose(
             rt,
@@ -494,21 +512,25 @@ fn declined(
             .map(|k| (c, k))
     });
     match cpu_kernel {
-        Some((cpu, k)) if step.soft => run_kernel(
-            rt,
-            op,
-            &k,
-            cpu,
-            device,
-            step.inputs,
-            copies,
-            step.attrs,
-            step.outputs,
-            Reason::SoftPlaced,
-            step.depth,
-            out,
-            Some(&why),
-        ),
+        Some((cpu, k)) if step.soft => {
+            let why = format!("{why} and there is no decomposition");
+            match run_layered(
+                rt,
+                op,
+                k,
+                cpu,
+                device,
+                copies,
+                step,
+                Reason::SoftPlaced,
+                dtype,
+                why,
+                out,
+            ) {
+                Layered::Done(r) => r,
+                Layered::Declined(e, _) => Err(e),
+            }
+        }
         Some(_) => Err(Error::new(
             error.code,
             format!(
@@ -519,6 +541,119 @@ fn declined(
             ),
         )),
         None => Err(error),
+    }
+}
+
+/// The CPU's kernel `kernel` declined an op soft-placed there from `placed` (`error`): the
+/// CPU's next kernels for the op by priority; without one that takes it, the last one's error.
+#[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
+fn soft_placed_declined(
+    rt: &Runtime,
+    op: &OpHandle,
+    kernel: &Arc<KernelDef>,
+    cpu: &Arc<Device>,
+    placed: &Arc<Device>,
+    copies: &impl InputCopies,
+    step: &Step,
+    dtype: Option<DType>,
+    error: Error,
+    out: &mut Outputs,
+) -> Result<()> {
+    let Some(next) = below(rt, op, kernel, cpu, dtype) else {
+        return Err(error);
+    };
+    let why = format!(
+        "no kernel or decomposition on {}; {}",
+        placed.qualified_name(),
+        decline_reason(op, kernel, cpu, &error)
+    );
+    let layered = run_layered(
+        rt,
+        op,
+        next,
+        cpu,
+        placed,
+        copies,
+        step,
+        Reason::SoftPlaced,
+        dtype,
+        why,
+        out,
+    );
+    match layered {
+        Layered::Done(r) => r,
+        Layered::Declined(e, _) => Err(e),
+    }
+}
+
+/// The kernel of `device` for the op below `kernel` by priority, for inputs `kernel` declined.
+fn below(
+    rt: &Runtime,
+    op: &OpHandle,
+    kernel: &KernelDef,
+    device: &Device,
+    dtype: Option<DType>,
+) -> Option<Arc<KernelDef>> {
+    let info = &device.platform().info;
+    rt.kernels()
+        .resolve_below(op.name(), &info.name, &info.device_type, dtype, kernel)
+}
+
+/// How running a device's kernels one after another ended.
+enum Layered {
+    /// One took the inputs, or failed otherwise: its result.
+    Done(Result<()>),
+    /// Each declined: the last one's error, and the log's account of the declines.
+    Declined(Error, String),
+}
+
+/// Runs `kernel` on `run_on` (the op was placed on `placed`) and, while the kernel declines,
+/// the next of `run_on`'s kernels for the op by priority. `why` says what was declined before
+/// (logged with the kernel that runs).
+#[allow(clippy::too_many_arguments)]
+fn run_layered(
+    rt: &Runtime,
+    op: &OpHandle,
+    kernel: Arc<KernelDef>,
+    run_on: &Arc<Device>,
+    placed: &Device,
+    copies: &impl InputCopies,
+    step: &Step,
+    reason: Reason,
+    dtype: Option<DType>,
+    why: String,
+    out: &mut Outputs,
+) -> Layered {
+    let (mut kernel, mut why) = (kernel, why);
+    loop {
+        let start = out.len();
+        let r = run_kernel(
+            rt,
+            op,
+            &kernel,
+            run_on,
+            placed,
+            step.inputs,
+            copies,
+            step.attrs,
+            step.outputs,
+            reason,
+            step.depth,
+            out,
+            Some(&why),
+        );
+        let e = match r {
+            Err(e) if e.code == Code::Unimplemented => e,
+            r => return Layered::Done(r),
+        };
+        out.truncate(start);
+        why = format!("{why}; {}", decline_reason(op, &kernel, run_on, &e));
+        match below(rt, op, &kernel, run_on, dtype) {
+            Some(next) => kernel = next,
+            None => return Layered::Declined(e, why),
+        }
     }
 }
 
@@ -662,10 +797,9 @@ fn run_kernel(
                 placed.qualified_name(),
                 kernel.source
             ),
-            (Reason::SoftPlaced, Some(why)) => format!(
-                "{why} and there is no decomposition; kernel from {} on the CPU",
-                kernel.source
-            ),
+            (Reason::SoftPlaced, Some(why)) => {
+                format!("{why}; kernel from {} on the CPU", kernel.source)
+            }
             (_, Some(why)) => format!("kernel from {} after {why}", kernel.source),
             _ => format!("kernel from {}", kernel.source),
         });
