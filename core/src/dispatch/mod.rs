@@ -254,6 +254,15 @@ fn execute(
     let key = key(op, device, kernel_dtype);
     let generation = rt.kernels().generation();
     let compute = || compute_plan(rt, op, device, kernel_dtype);
+    // What the fallback steps after a declining kernel need (used only then).
+    let asked = Request {
+        inputs,
+        attrs: &attrs,
+        outputs: &outputs,
+        soft,
+        reason,
+        depth,
+    };
     rt.plans()
         .with(key, generation, compute, |plan| match plan {
             Plan::Native(k) => {
@@ -265,15 +274,7 @@ fn execute(
                 match r {
                     Err(e) if e.code == Code::Unimplemented => {
                         out.truncate(start);
-                        let step = Step {
-                            inputs,
-                            attrs: &attrs,
-                            outputs: &outputs,
-                            soft,
-                            reason,
-                            depth,
-                        };
-                        declined(rt, op, k, device, copies, &step, kernel_dtype, e, out)
+                        declined(rt, op, k, device, copies, &asked, kernel_dtype, e, out)
                     }
                     r => r,
                 }
@@ -302,14 +303,6 @@ fn execute(
                 match r {
                     Err(e) if e.code == Code::Unimplemented => {
                         out.truncate(start);
-                        let step = Step {
-                            inputs,
-                            attrs: &attrs,
-                            outputs: &outputs,
-                            soft,
-                            reason,
-                            depth,
-                        };
                         soft_placed_declined(
                             rt,
                             op,
@@ -317,7 +310,7 @@ fn execute(
                             &cpu,
                             device,
                             copies,
-                            &step,
+                            &asked,
                             kernel_dtype,
                             e,
                             out,
@@ -438,7 +431,7 @@ fn check_decomposed(
 }
 
 /// What one op run is asked to do, as the fallback steps after a declining kernel need it.
-struct Step<'a> {
+struct Request<'a> {
     inputs: &'a [Tensor],
     attrs: &'a Attrs,
     outputs: &'a [crate::op::TensorSpec],
@@ -460,7 +453,7 @@ fn declined(
     kernel: &Arc<KernelDef>,
     device: &Arc<Device>,
     copies: &impl InputCopies,
-    step: &Step,
+    step: &Request,
     dtype: Option<DType>,
     error: Error,
     out: &mut Outputs,
@@ -514,7 +507,7 @@ fn declined(
     match cpu_kernel {
         Some((cpu, k)) if step.soft => {
             let why = format!("{why} and there is no decomposition");
-            match run_layered(
+            run_layered(
                 rt,
                 op,
                 k,
@@ -526,10 +519,8 @@ fn declined(
                 dtype,
                 why,
                 out,
-            ) {
-                Layered::Done(r) => r,
-                Layered::Declined(e, _) => Err(e),
-            }
+            )
+            .result()
         }
         Some(_) => Err(Error::new(
             error.code,
@@ -556,7 +547,7 @@ fn soft_placed_declined(
     cpu: &Arc<Device>,
     placed: &Arc<Device>,
     copies: &impl InputCopies,
-    step: &Step,
+    step: &Request,
     dtype: Option<DType>,
     error: Error,
     out: &mut Outputs,
@@ -569,7 +560,7 @@ fn soft_placed_declined(
         placed.qualified_name(),
         decline_reason(op, kernel, cpu, &error)
     );
-    let layered = run_layered(
+    run_layered(
         rt,
         op,
         next,
@@ -581,11 +572,8 @@ fn soft_placed_declined(
         dtype,
         why,
         out,
-    );
-    match layered {
-        Layered::Done(r) => r,
-        Layered::Declined(e, _) => Err(e),
-    }
+    )
+    .result()
 }
 
 /// The kernel of `device` for the op below `kernel` by priority, for inputs `kernel` declined.
@@ -609,6 +597,17 @@ enum Layered {
     Declined(Error, String),
 }
 
+impl Layered {
+    /// The outcome where nothing comes after these kernels: the last one's error when each
+    /// declined.
+    fn result(self) -> Result<()> {
+        match self {
+            Layered::Done(r) => r,
+            Layered::Declined(e, _) => Err(e),
+        }
+    }
+}
+
 /// Runs `kernel` on `run_on` (the op was placed on `placed`) and, while the kernel declines,
 /// the next of `run_on`'s kernels for the op by priority. `why` says what was declined before
 /// (logged with the kernel that runs).
@@ -620,7 +619,7 @@ fn run_layered(
     run_on: &Arc<Device>,
     placed: &Device,
     copies: &impl InputCopies,
-    step: &Step,
+    step: &Request,
     reason: Reason,
     dtype: Option<DType>,
     why: String,

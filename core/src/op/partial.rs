@@ -248,31 +248,49 @@ fn broadcast_dims(a: &[i64], b: &[i64]) -> Option<Shape> {
     Some(out)
 }
 
-/// The broadcast of every input whose rank is known (`names`: the operands, for messages);
-/// unknown when one input's rank is.
-fn broadcast_all(cx: &PartialContext, names: &[&str]) -> Result<Option<Shape>> {
+/// The inputs whose rank is known, combined left to right by `merge`; `None` when no input's
+/// rank is known. Where `merge` finds two shapes that cannot go together, `refuse(first, acc,
+/// i, shape)` says why: `first` is the first known input, `acc` what the ones before input `i`
+/// combined to.
+fn fold_known(
+    cx: &PartialContext,
+    merge: impl Fn(&Shape, &Shape) -> Option<Shape>,
+    refuse: impl Fn(usize, &Shape, usize, &Shape) -> Error,
+) -> Result<Option<Shape>> {
     let mut acc: Option<(usize, Shape)> = None;
     for (i, s) in cx.inputs.iter().enumerate() {
         let Some(s) = &s.shape else { continue };
         acc = Some(match acc {
             None => (i, *s),
             Some((first, shape)) => {
-                let next = broadcast_dims(&shape, s).ok_or_else(|| {
-                    cx.error(format!(
-                        "shapes {:?} ('{}') and {:?} ('{}') cannot be broadcast together \
-                         (-1: a size known only when the graph runs)",
-                        &shape[..],
-                        names.get(first).copied().unwrap_or("x"),
-                        &s[..],
-                        names.get(i).copied().unwrap_or("y"),
-                    ))
-                })?;
+                let next = merge(&shape, s).ok_or_else(|| refuse(first, &shape, i, s))?;
                 (first, next)
             }
         });
     }
+    Ok(acc.map(|(_, s)| s))
+}
+
+/// The broadcast of every input whose rank is known (`names`: the operands, for messages);
+/// unknown when one input's rank is.
+fn broadcast_all(cx: &PartialContext, names: &[&str]) -> Result<Option<Shape>> {
+    let name = |i: usize, or: &'static str| names.get(i).copied().unwrap_or(or);
+    let shape = fold_known(
+        cx,
+        |a, b| broadcast_dims(a, b),
+        |first, acc, i, s| {
+            cx.error(format!(
+                "shapes {:?} ('{}') and {:?} ('{}') cannot be broadcast together (-1: a size \
+                 known only when the graph runs)",
+                &acc[..],
+                name(first, "x"),
+                &s[..],
+                name(i, "y"),
+            ))
+        },
+    )?;
     let unknown_rank = cx.inputs.iter().any(|s| s.shape.is_none());
-    Ok(acc.filter(|_| !unknown_rank).map(|(_, s)| s))
+    Ok(shape.filter(|_| !unknown_rank))
 }
 
 fn binary(cx: &PartialContext) -> Result<Shapes> {
@@ -512,29 +530,24 @@ fn merge_dims(a: &[i64], b: &[i64], except: Option<usize>) -> Option<Shape> {
 }
 
 fn add_n(cx: &PartialContext) -> Result<Shapes> {
-    let mut out: Option<(usize, Shape)> = None;
-    for (i, s) in cx.inputs.iter().enumerate() {
-        let Some(s) = &s.shape else { continue };
-        out = Some(match out {
-            None => (i, *s),
-            Some((first, acc)) => {
-                let merged = (s.len() == acc.len())
-                    .then(|| merge_dims(&acc, s, None))
-                    .flatten();
-                let merged = merged.ok_or_else(|| {
-                    cx.error(format!(
-                        "input 'inputs[{i}]' has shape {:?} but 'inputs[{first}]' has {:?}; \
-                         AddN does not broadcast",
-                        &s[..],
-                        &acc[..]
-                    ))
-                })?;
-                (first, merged)
-            }
-        });
-    }
+    let shape = fold_known(
+        cx,
+        |a, b| {
+            (a.len() == b.len())
+                .then(|| merge_dims(a, b, None))
+                .flatten()
+        },
+        |first, acc, i, s| {
+            cx.error(format!(
+                "input 'inputs[{i}]' has shape {:?} but 'inputs[{first}]' has {:?}; AddN does \
+                 not broadcast",
+                &s[..],
+                &acc[..]
+            ))
+        },
+    )?;
     // Every input has the output's shape: one known rank is enough.
-    one(out.map(|(_, s)| s))
+    one(shape)
 }
 
 fn slice(cx: &PartialContext) -> Result<Shapes> {
