@@ -372,6 +372,12 @@ pub unsafe fn write_out<T>(out: *mut T, arg: &str, value: T) -> Result<()> {
     Ok(())
 }
 
+/// `DP_OUT_OF_RANGE` for `index` past the end of a list of `what`s, `how_many` saying how
+/// long it is: `plugin index 3 is past the end: 2 loaded`.
+pub fn past_the_end(what: &str, index: usize, how_many: String) -> devplug_core::Error {
+    devplug_core::Error::out_of_range(format!("{what} index {index} is past the end: {how_many}"))
+}
+
 /// Checks an out-parameter before work is done, so that a NULL one fails early.
 pub fn check_out<T>(out: *mut T, arg: &str) -> Result<()> {
     if out.is_null() {

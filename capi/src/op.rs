@@ -107,10 +107,7 @@ pub unsafe extern "C" fn dp_runtime_op_at(
         check_out(out_op, "out_op")?;
         let ops = rt.runtime().ops();
         let op = ops.at(index).ok_or_else(|| {
-            devplug_core::Error::out_of_range(format!(
-                "op index {index} is past the end: the runtime has {} op(s)",
-                ops.len()
-            ))
+            handle::past_the_end("op", index, format!("the runtime has {} op(s)", ops.len()))
         })?;
         let h = rt.op_handle(op.name(), |op| handle::new::<dp_op_t>(OpObj::new(op)))?;
         // SAFETY: the caller's contract.

@@ -78,11 +78,13 @@ pub unsafe extern "C" fn dp_runtime_platform_info(
         check_out(out_info, "out_info")?;
         let platforms = rt.runtime().platforms();
         let p = platforms.get(index).ok_or_else(|| {
-            devplug_core::Error::out_of_range(format!(
-                "platform index {index} is past the end: the runtime has {} platform{}",
-                platforms.len(),
-                if platforms.len() == 1 { "" } else { "s" }
-            ))
+            let n = platforms.len();
+            let s = if n == 1 { "" } else { "s" };
+            handle::past_the_end(
+                "platform",
+                index,
+                format!("the runtime has {n} platform{s}"),
+            )
         })?;
         let i = &p.info;
         // Platform names are unique in a runtime: the plugin that registered this name.

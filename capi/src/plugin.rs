@@ -153,10 +153,7 @@ pub unsafe extern "C" fn dp_runtime_plugin_info(
         check_out(out_info, "out_info")?;
         let plugins = rt.runtime().plugins();
         let p = plugins.get(index).ok_or_else(|| {
-            devplug_core::Error::out_of_range(format!(
-                "plugin index {index} is past the end: {} loaded",
-                plugins.len()
-            ))
+            handle::past_the_end("plugin", index, format!("{} loaded", plugins.len()))
         })?;
         let [name, version, path] = rt.keep([
             cstring(&p.name),
@@ -196,17 +193,11 @@ pub unsafe extern "C" fn dp_runtime_plugin_op(
         check_out(out_name, "out_name")?;
         let plugins = rt.runtime().plugins();
         let p = plugins.get(plugin_index).ok_or_else(|| {
-            devplug_core::Error::out_of_range(format!(
-                "plugin index {plugin_index} is past the end: {} loaded",
-                plugins.len()
-            ))
+            handle::past_the_end("plugin", plugin_index, format!("{} loaded", plugins.len()))
         })?;
         let op = p.ops.get(op_index).ok_or_else(|| {
-            devplug_core::Error::out_of_range(format!(
-                "op index {op_index} is past the end: plugin '{}' defined {} op(s)",
-                p.name,
-                p.ops.len()
-            ))
+            let defined = format!("plugin '{}' defined {} op(s)", p.name, p.ops.len());
+            handle::past_the_end("op", op_index, defined)
         })?;
         let [name] = rt.keep([cstring(op)]);
         // SAFETY: the caller's contract.
@@ -249,10 +240,7 @@ pub unsafe extern "C" fn dp_runtime_plugin_failure(
         check_out(out_failure, "out_failure")?;
         let failures = rt.runtime().plugin_failures();
         let f = failures.get(index).ok_or_else(|| {
-            devplug_core::Error::out_of_range(format!(
-                "failure index {index} is past the end: {} recorded",
-                failures.len()
-            ))
+            handle::past_the_end("failure", index, format!("{} recorded", failures.len()))
         })?;
         let [path, message] = rt.keep([
             cstring(&f.path.display().to_string()),

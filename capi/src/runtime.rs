@@ -447,10 +447,8 @@ pub unsafe extern "C" fn dp_runtime_device(
         let d = {
             let devices = rt.devices.read();
             devices.get(index).copied().ok_or_else(|| {
-                Error::out_of_range(format!(
-                    "device index {index} is past the end: the runtime has {} device(s)",
-                    devices.len()
-                ))
+                let n = devices.len();
+                handle::past_the_end("device", index, format!("the runtime has {n} device(s)"))
             })?
         };
         // SAFETY: the caller's contract.

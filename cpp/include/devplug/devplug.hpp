@@ -60,6 +60,9 @@ inline const char* status_name(dp_status_t status) noexcept {
 
 /** @cond */
 namespace detail {
+// A string the C library returned; "" for NULL (constructing std::string from NULL is undefined).
+inline std::string str(const char* s) { return s != nullptr ? s : ""; }
+
 // What the C++ device setter that last threw on this thread threw (see
 // devplug_cxx_device_setter_trampoline): a C setter can only return a status, so its
 // exception's text waits here for the Error of the call that failed because of it.
@@ -97,7 +100,7 @@ class Error : public std::runtime_error {
   static Error from_last_error(dp_status_t code) {
     // Copy the thread-local message before any other devplug call can replace it.
     const char* message = dp_last_error_message();
-    std::string text(message != nullptr ? message : "");
+    std::string text = detail::str(message);
     // A C++ device setter that threw failed this call: add what it threw, which the C library
     // never saw. Taken either way, so that it cannot attach to a later failure.
     detail::SetterFailure& setter = detail::setter_failure();
@@ -185,8 +188,7 @@ constexpr Version header_version() noexcept {
 
 /** @brief The library's version string, e.g. `"0.1.0"` (`dp_version_string()`). */
 inline std::string version_string() {
-  const char* s = dp_version_string();
-  return s != nullptr ? s : "";
+  return detail::str(dp_version_string());
 }
 
 /** @brief The plugin ABI version of the library loaded at run time (`dp_abi_version()`). */
@@ -619,11 +621,11 @@ class Device {
     p.struct_size = sizeof(p);
     check(dp_device_get_properties(handle_, &p));
     DeviceProperties out;
-    out.name = p.name != nullptr ? p.name : "";
-    out.device_type = p.device_type != nullptr ? p.device_type : "";
-    out.platform = p.platform != nullptr ? p.platform : "";
-    out.vendor = p.vendor != nullptr ? p.vendor : "";
-    out.hardware_name = p.hardware_name != nullptr ? p.hardware_name : "";
+    out.name = detail::str(p.name);
+    out.device_type = detail::str(p.device_type);
+    out.platform = detail::str(p.platform);
+    out.vendor = detail::str(p.vendor);
+    out.hardware_name = detail::str(p.hardware_name);
     out.ordinal = p.ordinal;
     out.priority = p.priority;
     out.is_active_platform = p.is_active_platform != 0;
@@ -2136,11 +2138,12 @@ class Runtime {
       dp_plugin_info_t p{};
       p.struct_size = sizeof p;
       check(dp_runtime_plugin_info(handle_, i, &p));
-      PluginInfo info{p.name, p.version, p.path, p.platform_count, {}};
+      PluginInfo info{detail::str(p.name), detail::str(p.version), detail::str(p.path),
+                      p.platform_count, {}};
       for (size_t k = 0; k < p.op_count; ++k) {
         const char* op = nullptr;
         check(dp_runtime_plugin_op(handle_, i, k, &op));
-        info.ops.emplace_back(op);
+        info.ops.push_back(detail::str(op));
       }
       out.push_back(std::move(info));
     }
@@ -2161,11 +2164,11 @@ class Runtime {
       p.struct_size = sizeof p;
       check(dp_runtime_platform_info(handle_, i, &p));  // platforms are never removed
       PlatformInfo info;
-      info.name = p.name != nullptr ? p.name : "";
-      info.device_type = p.device_type != nullptr ? p.device_type : "";
-      info.vendor = p.vendor != nullptr ? p.vendor : "";
-      info.version = p.version != nullptr ? p.version : "";
-      info.plugin = p.plugin != nullptr ? p.plugin : "";
+      info.name = detail::str(p.name);
+      info.device_type = detail::str(p.device_type);
+      info.vendor = detail::str(p.vendor);
+      info.version = detail::str(p.version);
+      info.plugin = detail::str(p.plugin);
       info.priority = p.priority;
       info.is_active = p.is_active != 0;
       info.device_count = p.device_count;
