@@ -145,8 +145,12 @@ fn check_plugin_logged(
         .collect();
     for dev in &devices {
         checker.device(&rt, dev);
-        for k in kernels.iter().filter(|k| runs_on(k, dev)) {
-            checker.kernel(&rt, dev, k);
+        let here: Vec<&Arc<KernelDef>> = kernels.iter().filter(|k| runs_on(k, dev)).collect();
+        for k in &here {
+            // Several kernels of the plugin for one op (a fast one that declines some inputs
+            // above a generic one): each is checked alone, named by its priority.
+            let several = here.iter().filter(|o| o.op == k.op).count() > 1;
+            checker.kernel(&rt, dev, k, several);
         }
     }
     // The devices go with the runtime (what their plugin reports at destroy_device, a leak,
@@ -368,8 +372,14 @@ impl Checker<'_> {
     }
 
     /// Runs kernel `k` on `dev` once per dtype it takes (of [`SAMPLED`]) that its op
-    /// has sample inputs for.
-    fn kernel(&mut self, rt: &Runtime, dev: &Arc<Device>, k: &KernelDef) {
+    /// has sample inputs for. `priority`: name the kernel by its priority (the plugin has
+    /// other kernels for the op on `dev`).
+    fn kernel(&mut self, rt: &Runtime, dev: &Arc<Device>, k: &KernelDef, priority: bool) {
+        let name = KernelName {
+            device: dev.name(),
+            op: &k.op,
+            priority: priority.then_some(k.priority),
+        };
         let sample = |d: DType| sample(&k.op, d).or_else(|| own_op_sample(rt, &k.op, d));
         let dtypes: Vec<DType> = SAMPLED
             .into_iter()
@@ -390,60 +400,51 @@ impl Checker<'_> {
         };
         if dtypes.is_empty() {
             (self.report)(Step::Note(format!(
-                "{}: kernel {}: no sample inputs for this op and its dtypes, not run",
-                dev.name(),
-                k.op
+                "{}: no sample inputs for this op and its dtypes, not run",
+                name.of(None)
             )));
         }
         for dtype in dtypes {
-            let name = format!(
-                "{}: kernel {} ({}) agrees with {reference}",
-                dev.name(),
-                k.op,
-                dtype.name()
-            );
+            let kernel = name.of(Some(dtype));
+            let check = format!("{kernel} agrees with {reference}");
             // A kernel may decline inputs (UNIMPLEMENTED: the host then runs them elsewhere):
             // noted, neither passed nor failed.
-            (self.report)(Step::Begin(name.clone()));
+            (self.report)(Step::Begin(check.clone()));
             let sample = sample(dtype).expect("filtered above");
             let mut ran = true;
             match run_kernel_sample(rt, dev, k, &sample, dtype) {
                 Err(e) if e.code == crate::Code::Unimplemented => {
                     ran = false;
                     (self.report)(Step::Note(format!(
-                        "{}: kernel {} ({}) declined the sample inputs, which the host then \
-                         runs elsewhere: {}",
-                        dev.name(),
-                        k.op,
-                        dtype.name(),
+                        "{kernel} declined the sample inputs, which the host then runs \
+                         elsewhere: {}",
                         declined_message(k, dev, &e)
                     )));
                 }
                 result => {
                     let result = result.map_err(|e| e.to_string());
                     self.ok &= result.is_ok();
-                    (self.report)(Step::End(name, result));
+                    (self.report)(Step::End(check, result));
                 }
             }
-            if !self.edge_shapes(rt, dev, k, dtype) && !ran {
+            if !self.edge_shapes(rt, dev, k, &kernel, dtype) && !ran {
                 (self.report)(Step::Unchecked(format!(
-                    "{}: kernel {} ({}) declined every sample: the check compared none of its \
-                     results with the CPU's (test it with inputs it takes)",
-                    dev.name(),
-                    k.op,
-                    dtype.name()
+                    "{kernel} declined every sample: the check compared none of its results \
+                     with the CPU's (test it with inputs it takes)"
                 )));
             }
         }
     }
 
-    /// Kernel `k` on `dev` against the CPU on its op's edge shapes for `dtype`; the ones the
-    /// kernel declines are noted (and left out of the check's name). Whether it ran any.
+    /// Kernel `k` on `dev` (named `kernel` in the report) against the CPU on its op's edge
+    /// shapes for `dtype`; the ones the kernel declines are noted (and left out of the check's
+    /// name). Whether it ran any.
     fn edge_shapes(
         &mut self,
         rt: &Runtime,
         dev: &Arc<Device>,
         k: &KernelDef,
+        kernel: &str,
         dtype: DType,
     ) -> bool {
         let edges = edge_samples(&k.op, dtype);
@@ -465,23 +466,17 @@ impl Checker<'_> {
             }
         }
         if !ran.is_empty() {
-            let name = format!(
-                "{}: kernel {} ({}) agrees with the CPU on edge shapes ({})",
-                dev.name(),
-                k.op,
-                dtype.name(),
+            let check = format!(
+                "{kernel} agrees with the CPU on edge shapes ({})",
                 ran.join(", ")
             );
-            (self.report)(Step::Begin(name.clone()));
+            (self.report)(Step::Begin(check.clone()));
             self.ok &= result.is_ok();
-            (self.report)(Step::End(name, result));
+            (self.report)(Step::End(check, result));
         }
         if !declined.is_empty() {
             (self.report)(Step::Note(format!(
-                "{}: kernel {} ({}) declined edge shapes ({}), which the host then runs elsewhere",
-                dev.name(),
-                k.op,
-                dtype.name(),
+                "{kernel} declined edge shapes ({}), which the host then runs elsewhere",
                 declined.join(", ")
             )));
         }
@@ -489,20 +484,34 @@ impl Checker<'_> {
     }
 }
 
-/// What a kernel said when it declined (`error`, from a strict run on `dev`): its own message,
-/// without the host's context before it and the strict-mode sentence after it.
-fn declined_message(k: &KernelDef, dev: &Device, error: &Error) -> String {
-    let own = crate::dispatch::kernel_message(&k.op, k, dev, &error.message);
-    // The sentence dispatch adds in strict mode (`declined` in core/src/dispatch/mod.rs).
-    let strict = format!("; {} has no decomposition, and soft placement", k.op);
-    own.split_once(&strict)
-        .map_or(own, |(own, _)| own)
-        .to_string()
+/// How the checks name a kernel on a device: `ZOO:0: kernel Add (f32)`, with its priority
+/// when the plugin has several kernels for the op there (`ZOO:0: kernel Add (f32, priority
+/// 10)`).
+struct KernelName<'a> {
+    device: &'a str,
+    op: &'a str,
+    priority: Option<i32>,
 }
 
-/// Event timing (`event_elapsed_ns`): the time around a host callback that sleeps, both ways,
-/// and FAILED_PRECONDITION for an event never recorded and one still pending.
-/// `UNIMPLEMENTED` when the device does not time events.
+impl KernelName<'_> {
+    /// The name, for `dtype` when given.
+    fn of(&self, dtype: Option<DType>) -> String {
+        let (device, op) = (self.device, self.op);
+        match (dtype, self.priority) {
+            (Some(d), Some(p)) => format!("{device}: kernel {op} ({}, priority {p})", d.name()),
+            (Some(d), None) => format!("{device}: kernel {op} ({})", d.name()),
+            (None, Some(p)) => format!("{device}: kernel {op} (priority {p})"),
+            (None, None) => format!("{device}: kernel {op}"),
+        }
+    }
+}
+
+/// What a kernel said when it declined (`error`, from [`run_kernel_sample`] on `dev`): its
+/// own message, without the host's context before it.
+fn declined_message<'a>(k: &KernelDef, dev: &Device, error: &'a Error) -> &'a str {
+    crate::dispatch::kernel_message(&k.op, k, dev, &error.message)
+}
+
 fn time_events(dev: &Arc<Device>) -> Result<()> {
     const SLEEP: std::time::Duration = std::time::Duration::from_millis(5);
     let s = dev.create_stream()?;
@@ -954,8 +963,8 @@ fn cast(rt: &Runtime, cpu: &Arc<Device>, t: &Tensor, dtype: DType) -> Result<Ten
         .ok_or_else(|| Error::internal("Cast gave no output"))
 }
 
-/// Runs `k`'s op on `dev` with `sample` of `dtype` (no soft placement), checks that the plugin's
-/// kernel ran (the placement log) and that the result equals the CPU device's.
+/// Runs `k`'s op on `dev` with `sample` of `dtype` with kernel `k` alone, and checks that the
+/// result equals the CPU device's.
 fn run_kernel_sample(
     rt: &Runtime,
     dev: &Arc<Device>,
@@ -974,26 +983,9 @@ fn run_kernel_sample(
         .iter()
         .map(|t| t.copy_to(dev))
         .collect::<Result<_>>()?;
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let seen = events.clone();
-    rt.set_placement_callback(Some(Arc::new(move |e| {
-        seen.lock().unwrap().push(e.clone())
-    })));
-    let got = rt.run(&op, &on_dev, &sample.attrs, &strictly_on(dev));
-    rt.set_placement_callback(None);
-    let got = got?;
-    // Run by the kernel itself: not another kernel, a decomposition or a soft placement after
-    // it declined (their details say so).
-    let ran_here = events.lock().unwrap().iter().any(|e| {
-        e.op == k.op
-            && e.device == dev.qualified_name()
-            && e.reason == crate::Reason::Explicit
-            && e.detail == format!("kernel from {}", k.source)
-    });
-    expect(
-        ran_here,
-        &format!("the op did not run {}'s kernel (placement log)", k.source),
-    )?;
+    // This kernel alone: not the plugin's other kernels for the op (one above it by priority
+    // would take the inputs first), nor any fallback after it declined.
+    let got = crate::dispatch::run_kernel_alone(rt, &op, k, dev, &on_dev, &sample.attrs)?;
     let want = rt.run(&op, &on_cpu, &sample.attrs, &strictly_on(&cpu))?;
     expect(got.len() == want.len(), "a different number of outputs")?;
     for (i, (g, w)) in got.iter().zip(want.iter()).enumerate() {

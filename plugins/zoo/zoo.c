@@ -87,6 +87,9 @@
  *                                  it declines (DPP_UNIMPLEMENTED) reductions to more than
  *                                  ZOO_REDUCE_SUM_MAX_OUT elements (default and at most 1024)
  *   ZOO_KERNEL_ALL_DTYPES          ... for every dtype (no dtype list)
+ *   ZOO_KERNEL_COPY_ABOVE          ... and, registered before it, a right kernel for the same
+ *                                  op and dtypes at priority 10 that copies input 0 to output 0
+ *                                  (Reshape): the one dispatch runs, the other one below it
  *   ZOO_KERNEL_STRUCT_SIZE=n       ... with dpp_kernel_t.struct_size n
  *   ZOO_KERNEL_COMPUTE_NULL        ... with dpp_kernel_t.compute NULL
  *   ZOO_KERNEL_CREATE_FAILS        ... with a create (ABI 1.5) that fails every time
@@ -1026,7 +1029,7 @@ static dpp_status_t zoo_kernel_reduce_sum(const dpp_kernel_context_t *cx) {
 #define ZOO_KERNEL_COMPUTE zoo_kernel_reduce_sum
 #endif
 
-#if defined(ZOO_KERNEL_COPY)
+#if defined(ZOO_KERNEL_COPY) || defined(ZOO_KERNEL_COPY_ABOVE)
 /* A right kernel for an op that keeps its input's bytes (Reshape): output 0 is input 0. */
 static dpp_status_t zoo_kernel_copy(const dpp_kernel_context_t *cx) {
   zoo_device *d = cx ? zoo_dev(cx->device) : NULL;
@@ -1039,6 +1042,8 @@ static dpp_status_t zoo_kernel_copy(const dpp_kernel_context_t *cx) {
   memcpy(dst, src, (size_t)cx->outputs[0].byte_size);
   return DPP_OK;
 }
+#endif
+#if defined(ZOO_KERNEL_COPY)
 #define ZOO_KERNEL_COMPUTE zoo_kernel_copy
 #endif
 
@@ -1283,6 +1288,17 @@ static dpp_status_t zoo_register_kernel(const dpp_host_api_t *host) {
   k.destroy = zoo_kernel_destroy;
 #elif defined(ZOO_KERNEL_CREATE_ONLY)
   k.create = zoo_kernel_create_null;
+#endif
+#if defined(ZOO_KERNEL_COPY_ABOVE)
+  dpp_kernel_t above = k;
+  above.compute = zoo_kernel_copy;
+  above.create = NULL;
+  above.destroy = NULL;
+  above.priority = 10;
+  dpp_status_t st = host->register_kernel(host->context, &above);
+  if (st != DPP_OK) {
+    return st;
+  }
 #endif
   return host->register_kernel(host->context, &k);
 }

@@ -261,6 +261,39 @@ fn a_kernel_with_wrong_results_fails_its_check() {
     assert!(out.contains("2 failed: does NOT conform"), "{out}");
 }
 
+/// A plugin with two kernels for one op: each is checked alone and named by its priority, so
+/// a wrong kernel below a right one fails (dispatch would run it only where the one above
+/// declines, which the check cannot count on).
+#[test]
+fn each_of_several_kernels_for_one_op_is_checked_alone() {
+    let (code, out) = check(&zoo_path("zeros_below_copy"), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("ok      ZOO:0: kernel Reshape (f32, priority 10) agrees with the CPU\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "FAILED  ZOO:0: kernel Reshape (f32, priority 0) agrees with the CPU: INTERNAL: \
+             output 0[0] is 0, the CPU's"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "ok      ZOO:0: kernel Reshape (f32, priority 10) agrees with the CPU on edge shapes"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "FAILED  ZOO:0: kernel Reshape (f32, priority 0) agrees with the CPU on edge shapes"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("2 failed: does NOT conform"), "{out}");
+}
+
 /// A kernel for every dtype (ABI 1.3) is run in each dtype its op takes: Add's seven (every
 /// dtype but bool), Reshape's eight; one from a plugin of ABI 1.2 takes no half dtype, so none
 /// is run.

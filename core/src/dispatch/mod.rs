@@ -12,6 +12,7 @@
 
 mod plan;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 pub(crate) use plan::{Plan, Plans};
@@ -19,7 +20,7 @@ pub(crate) use plan::{Plan, Plans};
 use crate::device::Device;
 use crate::error::{Code, Error, Result};
 use crate::kernel::{KernelContext, KernelDef};
-use crate::op::{Attrs, Emitter, InferContext, OpHandle, Outputs, SpecRef};
+use crate::op::{Attrs, Emitter, InferContext, OpHandle, Outputs, SpecRef, Specs};
 use crate::placement::Reason;
 use crate::runtime::Runtime;
 use crate::tensor::{DType, Tensor};
@@ -211,6 +212,81 @@ pub(crate) fn run_placed(
     r
 }
 
+/// The op's checks and shape function for inputs of `specs`: the dtype kernels are chosen by
+/// (the op's first type variable, else its first output's), its attributes with defaults, and
+/// its outputs' specs.
+#[inline(always)]
+fn infer<'a>(
+    op: &OpHandle,
+    specs: &[SpecRef],
+    attrs: &'a Attrs,
+) -> Result<(Option<DType>, Cow<'a, Attrs>, Specs)> {
+    let def = op.def();
+    let dtype = op.0.check_inputs(specs)?;
+    let attrs = attrs.complete(&def.name, &def.attrs)?;
+    let outputs = (def.shape_fn)(&InferContext {
+        op: &def.name,
+        inputs: specs,
+        attrs: &attrs,
+    })?;
+    if op.0.check_specs {
+        crate::op::check_specs(def, specs, &attrs, &outputs)?;
+    }
+    let kernel_dtype = dtype.or_else(|| outputs.first().map(|o| o.dtype));
+    Ok((kernel_dtype, attrs, outputs))
+}
+
+/// Runs `op` on `device` with `kernel` alone, one of the kernels registered for the op there:
+/// no other kernel, decomposition or soft placement, so a kernel that declines the inputs
+/// fails the run with its own `UNIMPLEMENTED` error (in the context `run_kernel` gives every
+/// kernel error; [`kernel_message`] takes it off). Inputs elsewhere are copied to `device`.
+/// `devplug check` tests each kernel of a plugin this way, also one below another of the
+/// plugin's kernels for the same op, which dispatch runs only where the one above declines.
+pub(crate) fn run_kernel_alone(
+    rt: &Runtime,
+    op: &OpHandle,
+    kernel: &KernelDef,
+    device: &Arc<Device>,
+    inputs: &[Tensor],
+    attrs: &Attrs,
+) -> Result<Outputs> {
+    if !rt.owns_op(op) || !rt.owns(device) {
+        return Err(Error::invalid_argument(format!(
+            "{}: the op or device {} is another runtime's",
+            op.name(),
+            device.qualified_name()
+        )));
+    }
+    let specs: Vec<SpecRef> = inputs.iter().map(SpecRef::from).collect();
+    let (dtype, attrs, outputs) = infer(op, &specs, attrs)?;
+    let info = &device.platform().info;
+    if !kernel.matches(op.name(), &info.name, &info.device_type) || !kernel.accepts(dtype) {
+        return Err(Error::invalid_argument(format!(
+            "{} on {}{}: {kernel:?} is not a kernel for it",
+            op.name(),
+            device.qualified_name(),
+            dtype.map_or(String::new(), |d| format!(" for {d}"))
+        )));
+    }
+    let mut out = Outputs::new();
+    run_kernel(
+        rt,
+        op,
+        kernel,
+        device,
+        device,
+        inputs,
+        &NoCopies,
+        &attrs,
+        &outputs,
+        Reason::Explicit,
+        0,
+        &mut out,
+        None,
+    )?;
+    Ok(out)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn execute(
     rt: &Runtime,
@@ -224,7 +300,6 @@ fn execute(
     depth: usize,
     out: &mut Outputs,
 ) -> Result<()> {
-    let def = op.def();
     // The inputs' dtypes and shapes, on the stack for the common case of few inputs.
     let mut small = [SpecRef {
         dtype: DType::F32,
@@ -240,17 +315,7 @@ fn execute(
         large = inputs.iter().map(SpecRef::from).collect();
         &large
     };
-    let dtype = op.0.check_inputs(specs)?;
-    let attrs = attrs.complete(&def.name, &def.attrs)?;
-    let outputs = (def.shape_fn)(&InferContext {
-        op: &def.name,
-        inputs: specs,
-        attrs: &attrs,
-    })?;
-    if op.0.check_specs {
-        crate::op::check_specs(def, specs, &attrs, &outputs)?;
-    }
-    let kernel_dtype = dtype.or_else(|| outputs.first().map(|o| o.dtype));
+    let (kernel_dtype, attrs, outputs) = infer(op, specs, attrs)?;
     let key = key(op, device, kernel_dtype);
     let generation = rt.kernels().generation();
     let compute = || compute_plan(rt, op, device, kernel_dtype);

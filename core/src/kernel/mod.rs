@@ -89,7 +89,7 @@ impl fmt::Debug for KernelDef {
 }
 
 impl KernelDef {
-    fn accepts(&self, dtype: Option<DType>) -> bool {
+    pub(crate) fn accepts(&self, dtype: Option<DType>) -> bool {
         match dtype {
             Some(d) => self.dtypes.is_empty() || self.dtypes.contains(&d),
             None => true,
@@ -102,7 +102,7 @@ impl KernelDef {
             || self.dtypes.iter().any(|d| other.dtypes.contains(d))
     }
 
-    fn matches(&self, op: &str, platform: &str, device_type: &str) -> bool {
+    pub(crate) fn matches(&self, op: &str, platform: &str, device_type: &str) -> bool {
         self.op == op
             && self.device_type == device_type
             && match &self.binding {
