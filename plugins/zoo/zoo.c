@@ -103,6 +103,8 @@
  *   ZOO_KERNEL_DEVICE_TYPE="..."   ... with that device_type instead of ZOO_DEVICE_TYPE
  *   ZOO_KERNEL_PLATFORM_NULL       ... with platform NULL instead of ZOO_PLATFORM
  *   ZOO_KERNEL_FIRST               ... registered before the platform, not after it
+ *   ZOO_ALIGN=n                    allocate rounds sizes up to n bytes (default 256): its first
+ *                                  address is 256-byte aligned, the next ones need not be
  *   ZOO_MISALIGN=n                 allocate returns addresses n bytes past 256-byte alignment
  *                                  (each allocation n bytes larger inside, so all of it works)
  *   ZOO_OP_BODY="..."              registers op ZOO_OP_NAME (default "zoo.Op"; x: T -> y: T,
@@ -187,7 +189,9 @@
 #define ZOO_VENDOR "devplug zoo"
 #define ZOO_ADDR_BASE UINT64_C(0x2000000000000000)
 #define ZOO_ARENA_SIZE (UINT64_C(16) << 20)
+#ifndef ZOO_ALIGN
 #define ZOO_ALIGN UINT64_C(256)
+#endif
 #ifndef ZOO_MISALIGN
 #define ZOO_MISALIGN UINT64_C(0)
 #endif

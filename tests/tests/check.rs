@@ -127,6 +127,18 @@ fn misaligned_device_addresses_fail_their_check() {
         "{out}"
     );
     assert!(out.contains("1 failed: does NOT conform"), "{out}");
+    // Sizes rounded to 64 bytes: the first address is aligned, the next one (made while the
+    // first is held) is not.
+    let (code, out) = check(&zoo_path("align_64"), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "FAILED  ZOO:0: allocate returns 256-byte aligned addresses: INTERNAL: allocate(100) \
+             returned 0x"
+        ) && out.contains("40, not 256-byte aligned"),
+        "{out}"
+    );
+    assert!(out.contains("1 failed: does NOT conform"), "{out}");
     let (code, out) = check(&zoo_path("good"), &[]);
     assert_eq!(code, 0, "{out}");
     assert!(
