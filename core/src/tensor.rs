@@ -324,6 +324,9 @@ const _: () = assert!(
 pub struct Tensor {
     dtype: DType,
     shape: Shape,
+    /// The contents' size in bytes (elements × the dtype's size), known when the tensor is
+    /// made: kernels ask for it on every op.
+    bytes: u64,
     /// Taken out only in `drop`.
     buffer: ManuallyDrop<Arc<Buffer>>,
 }
@@ -361,6 +364,7 @@ impl Tensor {
         Ok(Tensor {
             dtype,
             shape: Shape::new(shape),
+            bytes,
             buffer: ManuallyDrop::new(device.allocate(bytes)?),
         })
     }
@@ -372,6 +376,7 @@ impl Tensor {
         Ok(Tensor {
             dtype,
             shape: Shape::new(shape),
+            bytes,
             buffer: ManuallyDrop::new(device.allocate_output(bytes)?),
         })
     }
@@ -447,6 +452,7 @@ impl Tensor {
         Ok(Tensor {
             dtype,
             shape: Shape::new(shape),
+            bytes,
             buffer: ManuallyDrop::new(buffer),
         })
     }
@@ -482,7 +488,7 @@ impl Tensor {
 
     /// The size of the contents in bytes: elements × [`DType::size`].
     pub fn byte_size(&self) -> u64 {
-        self.num_elements() * self.dtype.size() as u64
+        self.bytes
     }
 
     /// The device the tensor lives on.
