@@ -75,7 +75,7 @@ pub mod trace;
 pub mod variable;
 
 pub use device::{Device, DeviceProperties, MemoryUsage, PlatformEntry};
-pub use dispatch::RunOptions;
+pub use dispatch::{KernelChoice, RunOptions};
 pub use error::{Code, Error, Result};
 pub use graph::{Graph, GraphRunOptions, NodeOutput};
 /// The `half` crate, whose `f16` and `bf16` are the element types of [`DType::F16`] and

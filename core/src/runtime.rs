@@ -8,7 +8,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::device::{set_active, Device, PlatformEntry};
-use crate::dispatch::{Plans, RunOptions};
+use crate::dispatch::{KernelChoice, Plans, RunOptions};
 use crate::error::{Code, Error, Result};
 use crate::host::HostPlatform;
 use crate::kernel::{KernelDef, KernelRegistry};
@@ -18,7 +18,7 @@ use crate::platform::{validate_name, Platform};
 use crate::plugin::{self, ExistingPlatform, LoadedPlugin, PluginFailure, PluginInfo};
 use crate::scope::{DeviceScope, OpInfo};
 use crate::spec::DeviceSpec;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 use crate::trace::{Trace, Tracer};
 
 /// The most logical CPU devices a runtime may have.
@@ -727,6 +727,22 @@ impl Runtime {
             }
         }
         self.kernels.register(def)
+    }
+
+    /// How `op` would run on `device` for `dtype`, before anything runs: with a kernel of the
+    /// device (which, and from whom), its decomposition there, soft placement to the CPU's
+    /// kernel, or not at all ([`KernelChoice`]) — the choice [`Runtime::run`] makes for inputs
+    /// of that dtype, what a framework that partitions its own graph asks. `dtype` is the one
+    /// of the op's first type variable (required when it has one); for an op without type
+    /// variables (`Fill`, `Iota`), its output's, or `None` for any. `INVALID_ARGUMENT` for an
+    /// op or device of another runtime, or a dtype the op does not take.
+    pub fn kernel_choice(
+        &self,
+        op: &OpHandle,
+        device: &Device,
+        dtype: Option<DType>,
+    ) -> Result<KernelChoice> {
+        crate::dispatch::kernel_choice(self, op, device, dtype)
     }
 
     /// Runs an op: on `options.device` or the default device, with the fallback order

@@ -573,3 +573,129 @@ fn a_kernel_that_declines_is_followed_by_the_rest_of_the_fallback_order() {
         "the picky CPU kernel first"
     );
 }
+
+/// `Runtime::kernel_choice` says, before running, what a run of the op on the device does:
+/// for ops SIM has kernels for, ops it decomposes and ops it leaves to the CPU, the answer
+/// agrees with the placement log of a real run; bad questions are refused.
+#[test]
+fn kernel_choice_says_how_an_op_would_run() {
+    use devplug_core::op::{smallvec, ArgDef, ArgType, TypeVar};
+    use devplug_core::{DType, KernelChoice, OpDef};
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let sim = rt.find_device("SIM:0").unwrap();
+    let cpu = rt.find_device("CPU:0").unwrap();
+    let choice =
+        |op: &str, dev: &Arc<Device>, dtype| rt.kernel_choice(&rt.op(op).unwrap(), dev, dtype);
+    let sim_kernel = KernelChoice::Native {
+        source: "plugin 'devplug_sim'".into(),
+        priority: 0,
+    };
+    assert_eq!(choice("Add", &sim, Some(DType::F32)).unwrap(), sim_kernel);
+    assert_eq!(
+        choice("Relu", &sim, Some(DType::F32)).unwrap(),
+        KernelChoice::Decomposition
+    );
+    assert_eq!(
+        choice("Maximum", &sim, Some(DType::F32)).unwrap(),
+        KernelChoice::SoftPlacement {
+            source: "built-in".into()
+        }
+    );
+    // The CPU has no Gelu kernel: it decomposes there too. Fill has no type variable.
+    assert_eq!(
+        choice("Gelu", &cpu, Some(DType::F32)).unwrap(),
+        KernelChoice::Decomposition
+    );
+    assert!(matches!(
+        choice("Fill", &cpu, None).unwrap(),
+        KernelChoice::Native { source, .. } if source == "built-in"
+    ));
+
+    // Each answer is what a run does (the op's own placement entry says so).
+    let x = f32s(&sim, &[2, 2], &[1., -2., 3., -4.]);
+    let none = Attrs::new();
+    for op in [
+        "Add", "Mul", "Sub", "Maximum", "MatMul", "Relu", "Exp", "Softmax",
+    ] {
+        let log = record_placements(&rt);
+        let inputs: Vec<Tensor> = match op {
+            "Relu" | "Exp" | "Softmax" => vec![x.clone()],
+            _ => vec![x.clone(), x.clone()],
+        };
+        rt.run_named(op, &inputs, &none, &on(&sim, false)).unwrap();
+        let entry = log
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|e| e.op == op && e.reason != Reason::InputCopied)
+            .cloned()
+            .unwrap_or_else(|| panic!("{op}: no placement entry"));
+        let want = match entry.reason {
+            Reason::Decomposed => KernelChoice::Decomposition,
+            Reason::SoftPlaced => KernelChoice::SoftPlacement {
+                source: "built-in".into(),
+            },
+            _ => sim_kernel.clone(),
+        };
+        assert_eq!(
+            choice(op, &sim, Some(DType::F32)).unwrap(),
+            want,
+            "{op}: the run logged {entry}"
+        );
+    }
+
+    // An op of the host's with no kernel and no decomposition: nowhere, as a run says.
+    let bare = rt
+        .register_op(OpDef {
+            name: "test.Bare".into(),
+            inputs: vec![ArgDef {
+                name: "x",
+                ty: ArgType::Var("T"),
+                list: false,
+            }],
+            outputs: vec![ArgDef {
+                name: "y",
+                ty: ArgType::Var("T"),
+                list: false,
+            }],
+            type_vars: vec![TypeVar {
+                name: "T",
+                allowed: vec![DType::F32],
+            }],
+            attrs: vec![],
+            shape_fn: Arc::new(|cx| Ok(smallvec![cx.inputs[0].to_spec()?])),
+            decomposition: None,
+        })
+        .unwrap();
+    assert_eq!(
+        rt.kernel_choice(&bare, &sim, Some(DType::F32)).unwrap(),
+        KernelChoice::Unavailable
+    );
+    let e = rt
+        .run(&bare, std::slice::from_ref(&x), &none, &on(&sim, false))
+        .unwrap_err();
+    assert_eq!(e.code, Code::NotFound, "{e}");
+
+    // Bad questions: a dtype the op does not take, none for an op with a type variable, a
+    // device of another runtime.
+    let e = choice("Add", &sim, Some(DType::Bool)).unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument);
+    assert!(e.message.contains("Add: its type variable T takes"), "{e}");
+    assert!(e.message.ends_with("not bool"), "{e}");
+    let e = choice("Add", &sim, None).unwrap_err();
+    assert!(
+        e.message.contains("name the dtype of its type variable T"),
+        "{e}"
+    );
+    let other = runtime();
+    let e = rt
+        .kernel_choice(
+            &rt.op("Add").unwrap(),
+            &other.find_device("CPU:0").unwrap(),
+            Some(DType::F32),
+        )
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument);
+    assert!(e.message.contains("another runtime's"), "{e}");
+}

@@ -67,6 +67,81 @@ impl RunOptions {
     }
 }
 
+/// How an op would run on a device for a dtype ([`Runtime::kernel_choice`]): the step of the
+/// fallback order that applies, known without running anything. A kernel may still decline
+/// the inputs of a run (`UNIMPLEMENTED`), which goes on to the next step then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KernelChoice {
+    /// A kernel of the device: the highest priority among those for the op, the device's
+    /// platform and type, and the dtype.
+    Native {
+        /// Who registered it (`built-in`, `plugin 'devplug_sim'`, `host`).
+        source: String,
+        /// Its priority.
+        priority: i32,
+    },
+    /// No kernel on the device; the op's decomposition runs there, each of its ops chosen the
+    /// same way when it runs (ask for them too, or watch the placement log).
+    Decomposition,
+    /// No kernel or decomposition on the device: soft placement runs it with the CPU's kernel
+    /// (from `source`), its inputs copied there; in strict mode the run fails.
+    SoftPlacement {
+        /// Who registered the CPU's kernel.
+        source: String,
+    },
+    /// No kernel for it on the device or the CPU, and no decomposition: a run fails
+    /// (`NOT_FOUND`, listing where kernels for the op exist).
+    Unavailable,
+}
+
+/// [`Runtime::kernel_choice`].
+pub(crate) fn kernel_choice(
+    rt: &Runtime,
+    op: &OpHandle,
+    device: &Device,
+    dtype: Option<DType>,
+) -> Result<KernelChoice> {
+    if !rt.owns_op(op) || !rt.owns(device) {
+        return Err(Error::invalid_argument(format!(
+            "{}: the op or device {} is another runtime's",
+            op.name(),
+            device.qualified_name()
+        )));
+    }
+    if let Some(var) = op.def().type_vars.first() {
+        match dtype {
+            Some(d) if var.allowed.contains(&d) => {}
+            Some(d) => {
+                return Err(Error::invalid_argument(format!(
+                    "{}: its type variable {} takes {}, not {d}",
+                    op.name(),
+                    var.name,
+                    var.allowed_names()
+                )))
+            }
+            None => {
+                return Err(Error::invalid_argument(format!(
+                    "{}: name the dtype of its type variable {} ({})",
+                    op.name(),
+                    var.name,
+                    var.allowed_names()
+                )))
+            }
+        }
+    }
+    Ok(match compute_plan(rt, op, device, dtype) {
+        Plan::Native(k) => KernelChoice::Native {
+            source: k.source.clone(),
+            priority: k.priority,
+        },
+        Plan::Decompose => KernelChoice::Decomposition,
+        Plan::SoftPlace(k) => KernelChoice::SoftPlacement {
+            source: k.source.clone(),
+        },
+        Plan::Missing => KernelChoice::Unavailable,
+    })
+}
+
 fn key(op: &OpHandle, device: &Device, dtype: Option<DType>) -> u64 {
     (op.index() as u64) << 32 | (device.index() as u64) << 8 | dtype.map_or(0, |d| d as u64)
 }
