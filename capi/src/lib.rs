@@ -8,6 +8,7 @@
 pub mod graph;
 pub mod handle;
 mod host_fn;
+pub mod kernel;
 pub mod log;
 pub mod memory;
 pub mod op;

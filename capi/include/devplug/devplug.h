@@ -29,6 +29,28 @@ typedef struct dp_variable_t dp_variable_t; /**< shared: dp_variable_retain / dp
 
 
 /**
+ * `dp_kernel_choice_t.kind`: a kernel of the device runs the op (`source`, `priority`).
+ */
+#define DP_KERNEL_NATIVE 0
+
+/**
+ * The device has no kernel for it; its decomposition runs there, each of its ops chosen the
+ * same way when it runs.
+ */
+#define DP_KERNEL_DECOMPOSITION 1
+
+/**
+ * No kernel or decomposition on the device: soft placement runs it with the CPU's kernel
+ * (`source`); in strict mode the run fails.
+ */
+#define DP_KERNEL_SOFT_PLACEMENT 2
+
+/**
+ * No kernel on the device or the CPU and no decomposition: a run fails (`DP_NOT_FOUND`).
+ */
+#define DP_KERNEL_UNAVAILABLE 3
+
+/**
  * `dp_log_set_level`: back to what `DEVPLUG_LOG` says (default: warnings and errors).
  */
 #define DP_LOG_DEFAULT 0
@@ -192,6 +214,31 @@ typedef struct dp_graph_run_options_t {
    */
   int32_t soft_placement;
 } dp_graph_run_options_t;
+
+/**
+ * What [`dp_op_kernel_choice`] writes. Set `struct_size` to `sizeof(dp_kernel_choice_t)`;
+ * the runtime writes the fields that fit.
+ */
+typedef struct dp_kernel_choice_t {
+  /**
+   * `sizeof(dp_kernel_choice_t)` as the caller was compiled (the caller sets it).
+   */
+  size_t struct_size;
+  /**
+   * `DP_KERNEL_NATIVE`, `_DECOMPOSITION`, `_SOFT_PLACEMENT` or `_UNAVAILABLE`.
+   */
+  int32_t kind;
+  /**
+   * The kernel's priority for `DP_KERNEL_NATIVE`; 0 otherwise.
+   */
+  int32_t priority;
+  /**
+   * Who registered the kernel that would run (`"built-in"`, `"plugin 'devplug_sim'"`,
+   * `"host"`) for `DP_KERNEL_NATIVE` and `DP_KERNEL_SOFT_PLACEMENT`; `""` otherwise. Valid
+   * until the runtime is destroyed.
+   */
+  const char *source;
+} dp_kernel_choice_t;
 
 /**
  * One log message, as the log callback receives it. The strings are valid during the call
@@ -595,6 +642,12 @@ typedef void (*dp_host_fn)(void *user_data);
 typedef dp_status_t (*dp_host_status_fn)(void *user_data);
 
 /**
+ * The `dtype` of [`dp_op_kernel_choice`] for an op without type variables (`Fill`, `Iota`):
+ * any output dtype.
+ */
+#define DP_KERNEL_ANY_DTYPE 0
+
+/**
  * Success.
  */
 #define DP_OK 0
@@ -977,6 +1030,24 @@ dp_status_t dp_variable_read(const dp_variable_t *variable, dp_tensor_t **out_te
  * `variable` is a variable handle; `value` a tensor handle.
  */
 dp_status_t dp_variable_assign(const dp_variable_t *variable, const dp_tensor_t *value);
+
+/**
+ * How `op` would run on `device` (NULL: the runtime's default device) for `dtype`, the dtype
+ * of the op's first type variable (`DP_KERNEL_ANY_DTYPE` for an op without one): the choice
+ * [`crate::op::dp_op_run`] makes for inputs of that dtype, before anything runs. A kernel may
+ * still decline a run's inputs (`DP_UNIMPLEMENTED`), which goes on to the next step then.
+ * `DP_INVALID_ARGUMENT` for a dtype the op does not take (or none for an op with a type
+ * variable) and an op or device of another runtime.
+ *
+ * # Safety
+ * `runtime`, `op` and `device` (unless NULL) are handles; `out_choice` points to a
+ * `dp_kernel_choice_t` whose `struct_size` is set.
+ */
+dp_status_t dp_op_kernel_choice(const dp_runtime_t *runtime,
+                                const dp_op_t *op,
+                                const dp_device_t *device,
+                                dp_dtype_t dtype,
+                                struct dp_kernel_choice_t *out_choice);
 
 /**
  * Sends devplug's log (the runtime's and its plugins' messages at or above the level,
