@@ -699,3 +699,46 @@ fn kernel_choice_says_how_an_op_would_run() {
     assert_eq!(e.code, Code::InvalidArgument);
     assert!(e.message.contains("another runtime's"), "{e}");
 }
+
+/// The CPU device's memory comes zeroed from its allocator: a host's Rust kernel that returns
+/// `Ok` without writing its output (a bug of that kernel) hands back zeros, never
+/// uninitialized memory, which safe code (`to_vec`) must not read.
+#[test]
+fn a_kernel_that_writes_nothing_gives_zeros_not_uninitialized_memory() {
+    use devplug_core::{Binding, DType, KernelDef};
+    // The executor itself: a block freed with other bytes in it comes back zeroed.
+    let rt = runtime();
+    let cpu = rt.find_device("CPU:0").unwrap();
+    let raw = cpu.executor();
+    for size in [64u64, 4096, 1 << 20] {
+        let p = raw.allocate(size).unwrap();
+        raw.memset(p, 0xAB, size).unwrap();
+        raw.deallocate(p, size);
+        let q = raw.allocate(size).unwrap();
+        let mut back = vec![0x11u8; size as usize];
+        // SAFETY: `back` holds `size` bytes; `q` is an allocation of `size` bytes.
+        unsafe { raw.memcpy_dtoh(back.as_mut_ptr(), q, size) }.unwrap();
+        raw.deallocate(q, size);
+        assert!(
+            back.iter().all(|b| *b == 0),
+            "allocate({size}) was not zeroed"
+        );
+    }
+
+    // Through an op: a lazy Sqrt above the built-in one.
+    rt.register_kernel(KernelDef {
+        op: "Sqrt".into(),
+        device_type: "CPU".into(),
+        binding: Binding::Platform("HOST".into()),
+        dtypes: vec![DType::F32],
+        priority: 5,
+        source: "host 'lazy'".into(),
+        func: Arc::new(|_: &devplug_core::KernelContext| Ok(())),
+    })
+    .unwrap();
+    let x = f32s(&cpu, &[37], &[4.0; 37]);
+    let y = rt
+        .run_named("Sqrt", &[x], &Attrs::new(), &RunOptions::on(&cpu))
+        .unwrap();
+    assert_eq!(y[0].to_vec::<f32>().unwrap(), vec![0.0; 37]);
+}

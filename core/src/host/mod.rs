@@ -112,11 +112,12 @@ fn layout(size: u64, align: usize) -> Result<Layout> {
         .map_err(|_| Error::resource_exhausted(format!("cannot allocate {size} bytes")))
 }
 
-/// Host memory for platforms that bring no pinned allocator of their own.
+/// Host memory for platforms that bring no pinned allocator of their own; zeroed, as the CPU
+/// device's memory is.
 pub(crate) fn host_memory_allocate(size: u64) -> Result<*mut u8> {
     let l = layout(size, HOST_ALIGN)?;
     // SAFETY: the layout has a non-zero size.
-    let p = unsafe { std::alloc::alloc(l) };
+    let p = unsafe { std::alloc::alloc_zeroed(l) };
     if p.is_null() {
         return Err(Error::resource_exhausted(format!(
             "the system allocator refused {size} bytes of host memory"
@@ -147,8 +148,12 @@ impl StreamExecutor for HostExecutor {
 
     fn allocate(&self, size: u64) -> Result<DevicePtr> {
         let l = layout(size, DEVICE_ALIGN)?;
+        // Zeroed: safe code reads this memory (`Tensor::to_vec` of an output a host's Rust
+        // kernel left unwritten, say), and uninitialized bytes must never reach it. The
+        // buffer pool and the suballocator reuse what was freed (written bytes), so the hot
+        // path allocates nothing and pays nothing for this.
         // SAFETY: the layout has a non-zero size.
-        let p = unsafe { std::alloc::alloc(l) };
+        let p = unsafe { std::alloc::alloc_zeroed(l) };
         if p.is_null() {
             return Err(Error::resource_exhausted(format!(
                 "CPU:{}: the system allocator refused {size} bytes",

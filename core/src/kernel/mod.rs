@@ -42,7 +42,10 @@ impl fmt::Display for Binding {
 ///
 /// A kernel a host registers in Rust is called on the thread that runs the op, during
 /// [`Runtime::run`](crate::Runtime::run); it fills every output (for instance with
-/// [`Tensor::write_slice`]) or returns an error, which fails the op. A panic in it unwinds out
+/// [`Tensor::write_slice`]) or returns an error, which fails the op. (An output it leaves
+/// unwritten holds whatever its memory held: zeros from the CPU device's allocator, or the
+/// bytes of a tensor dropped before, since memory is reused — a bug of the kernel, never
+/// uninitialized memory.) A panic in it unwinds out
 /// of the run.
 pub struct KernelContext<'a> {
     /// The device the kernel runs on.
