@@ -11,7 +11,7 @@ use crate::device::{set_active, Device, PlatformEntry};
 use crate::dispatch::{KernelChoice, Plans, RunOptions};
 use crate::error::{Code, Error, Result};
 use crate::host::HostPlatform;
-use crate::kernel::{KernelDef, KernelRegistry};
+use crate::kernel::{Binding, KernelDef, KernelRegistry};
 use crate::op::{Attrs, OpDef, OpHandle, OpRegistry, Outputs};
 use crate::placement::{PlacementCallback, PlacementLog};
 use crate::platform::{validate_name, Platform};
@@ -699,7 +699,9 @@ impl Runtime {
     }
 
     /// Registers a kernel for an existing op. `NOT_FOUND` for an unknown op; `INVALID_ARGUMENT`
-    /// for a malformed device type or a dtype the op's type variable does not take;
+    /// for a malformed device type or platform name, a platform of another device type than
+    /// the kernel's (a platform not registered yet is taken: a plugin may bring it later), or a
+    /// dtype the op's type variable does not take;
     /// `ALREADY_EXISTS`, naming both sources, for a kernel of equal priority for the same op,
     /// device type, binding and an overlapping dtype.
     pub fn register_kernel(&self, def: KernelDef) -> Result<()> {
@@ -709,6 +711,30 @@ impl Runtime {
             .find(&def.op)
             .map_err(|e| e.context(format!("registering a kernel from {}", def.source)))?;
         validate_name("device type", &def.device_type)?;
+        // A binding that could never match: a name no platform may have, or a platform of
+        // another device type. A platform not registered yet is taken (a plugin may load it
+        // later).
+        if let Binding::Platform(p) = &def.binding {
+            validate_name("platform", p).map_err(|e| {
+                e.context(format!(
+                    "kernel {} on {} from {}",
+                    def.op, def.device_type, def.source
+                ))
+            })?;
+            if let Some(entry) = self.platforms().into_iter().find(|e| e.info.name == *p) {
+                if entry.info.device_type != def.device_type {
+                    return Err(Error::invalid_argument(format!(
+                        "kernel {} on {} from {}: platform {p} has device type {}, so a kernel \
+                         for {} bound to it would never run",
+                        def.op,
+                        def.device_type,
+                        def.source,
+                        entry.info.device_type,
+                        def.device_type
+                    )));
+                }
+            }
+        }
         // A dtype the op's type variable does not take could never reach the kernel: refused,
         // as a plugin's kernel is when its load commits.
         if let Some(var) = op.def().type_vars.first() {

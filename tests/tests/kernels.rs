@@ -742,3 +742,49 @@ fn a_kernel_that_writes_nothing_gives_zeros_not_uninitialized_memory() {
         .unwrap();
     assert_eq!(y[0].to_vec::<f32>().unwrap(), vec![0.0; 37]);
 }
+
+/// A kernel bound to a platform it could never run on is refused when registered: a name no
+/// platform may have, or a platform of another device type. One bound to a platform not loaded
+/// yet is taken, and runs once the plugin brings it.
+#[test]
+fn a_kernel_bound_where_it_could_never_run_is_refused() {
+    use devplug_core::{Binding, DType, KernelDef};
+    let rt = runtime();
+    let k = |device_type: &str, platform: &str| KernelDef {
+        op: "Neg".into(),
+        device_type: device_type.into(),
+        binding: Binding::Platform(platform.into()),
+        dtypes: vec![DType::F32],
+        priority: 3,
+        source: "host 'bound'".into(),
+        func: Arc::new(|cx: &devplug_core::KernelContext| {
+            cx.outputs[0].write_slice(&vec![7f32; cx.outputs[0].num_elements() as usize])
+        }),
+    };
+    let e = rt.register_kernel(k("CPU", "host")).unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument);
+    assert_eq!(
+        e.message,
+        "kernel Neg on CPU from host 'bound': invalid platform 'host': must match \
+         [A-Z][A-Z0-9_]* and be at most 64 characters"
+    );
+    let e = rt.register_kernel(k("SIM", "HOST")).unwrap_err();
+    assert_eq!(
+        e.message,
+        "kernel Neg on SIM from host 'bound': platform HOST has device type CPU, so a kernel for \
+         SIM bound to it would never run"
+    );
+    // SIM is not loaded yet: taken, and it runs on SIM:0 once SIM is there.
+    rt.register_kernel(k("SIM", "SIM")).unwrap();
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let sim = rt.find_device("SIM:0").unwrap();
+    let y = rt
+        .run_named(
+            "Neg",
+            &[f32s(&sim, &[2], &[1., 2.])],
+            &Attrs::new(),
+            &on(&sim, true),
+        )
+        .unwrap();
+    assert_eq!(y[0].to_vec::<f32>().unwrap(), [7., 7.]);
+}
