@@ -146,9 +146,37 @@ attr_value_from! {
     &str => |v| AttrValue::Str(v.to_string()),
 }
 
+/// A `usize` or `u32` as an int: a value above `i64::MAX` (no size, axis or count is) saturates,
+/// which the op then refuses as out of range.
+fn int_of<T: TryInto<i64>>(v: T) -> i64 {
+    v.try_into().unwrap_or(i64::MAX)
+}
+
+attr_value_from! {
+    usize => |v| AttrValue::Int(int_of(v)),
+    u32 => |v| AttrValue::Int(v.into()),
+    &Vec<i64> => |v| AttrValue::Ints(v.clone()),
+    Vec<i32> => |v| AttrValue::Ints(v.into_iter().map(i64::from).collect()),
+    &[i32] => |v| AttrValue::Ints(v.iter().map(|x| i64::from(*x)).collect()),
+    Vec<usize> => |v| AttrValue::Ints(v.into_iter().map(int_of).collect()),
+    &[usize] => |v| AttrValue::Ints(v.iter().map(|x| int_of(*x)).collect()),
+}
+
 impl<const N: usize> From<[i64; N]> for AttrValue {
     fn from(v: [i64; N]) -> AttrValue {
         AttrValue::Ints(v.to_vec())
+    }
+}
+
+impl<const N: usize> From<[i32; N]> for AttrValue {
+    fn from(v: [i32; N]) -> AttrValue {
+        AttrValue::Ints(v.iter().map(|x| i64::from(*x)).collect())
+    }
+}
+
+impl<const N: usize> From<[usize; N]> for AttrValue {
+    fn from(v: [usize; N]) -> AttrValue {
+        AttrValue::Ints(v.iter().map(|x| int_of(*x)).collect())
     }
 }
 
@@ -358,6 +386,27 @@ fn wrong(name: &str, want: &str, got: Option<&AttrValue>) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Integer attributes from the integer types Rust code holds sizes and axes in; an
+    /// unsuffixed literal list is an int list.
+    #[test]
+    fn int_attributes_from_rust_integers() {
+        let ints = |v: &[i64]| AttrValue::Ints(v.to_vec());
+        assert_eq!(AttrValue::from([0, 1]), ints(&[0, 1]));
+        assert_eq!(AttrValue::from([2i32, -1]), ints(&[2, -1]));
+        assert_eq!(AttrValue::from([3usize]), ints(&[3]));
+        assert_eq!(AttrValue::from(vec![1i32, 2]), ints(&[1, 2]));
+        assert_eq!(AttrValue::from(vec![4usize, 5]), ints(&[4, 5]));
+        assert_eq!(AttrValue::from(&[6usize][..]), ints(&[6]));
+        assert_eq!(AttrValue::from(&[7i32][..]), ints(&[7]));
+        assert_eq!(AttrValue::from(&vec![8i64]), ints(&[8]));
+        assert_eq!(AttrValue::from(9usize), AttrValue::Int(9));
+        assert_eq!(AttrValue::from(10u32), AttrValue::Int(10));
+        assert_eq!(AttrValue::from(usize::MAX), AttrValue::Int(i64::MAX));
+        let a = Attrs::new().with("axes", [1]).with("perm", vec![1usize, 0]);
+        assert_eq!(a.get("axes"), Some(&ints(&[1])));
+        assert_eq!(a.get("perm"), Some(&ints(&[1, 0])));
+    }
 
     fn defs() -> Vec<AttrDef> {
         vec![
