@@ -1,6 +1,8 @@
 // (Named scope_wrapper_test: tests/c/scope_test.c already makes the target scope_test.)
 // Device scopes through the C++ wrapper (devplug.hpp): Runtime::device_scope / setter_scope /
-// current_scope, ScopeGuard as a block-scoped RAII value (nesting, moving a guard), a
+// current_scope, ScopeGuard as a block-scoped RAII value (nesting; neither movable nor made
+// with new, so it cannot end on another thread; std::optional for a guard entered only
+// sometimes; a failed exit said on stderr), a
 // std::function setter with and without an opinion, a setter throwing devplug::Error (the op
 // fails with its code) or another exception (DP_UNKNOWN), what it threw in the error the caller
 // sees (ops, graph nodes, variables), a captured context re-entered on another thread, errors
@@ -13,12 +15,16 @@
 #include "counting_check.hpp"
 
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 namespace {
 
@@ -49,6 +55,23 @@ static_assert(std::is_same<decltype(std::declval<devplug::Runtime&>().device_sco
                                devplug::DeviceScope>::value,
               "every kind of scope is a DeviceScope, so none enters as a temporary");
 
+// A guard stays where it was made, as a std::lock_guard does: it cannot be moved (to another
+// thread, where its exit would fail and leave this thread in the scope), nor made with new.
+// `auto g = scope.enter();` still compiles (C++17 guaranteed copy elision), and so does a
+// std::optional<ScopeGuard> emplaced.
+template <class T, class = void>
+struct can_new : std::false_type {};
+template <class T>
+struct can_new<T, std::void_t<decltype(new T(std::declval<const devplug::DeviceScope&>()))>> : std::true_type {};
+static_assert(!std::is_move_constructible<devplug::ScopeGuard>::value &&
+                  !std::is_move_assignable<devplug::ScopeGuard>::value &&
+                  !std::is_copy_constructible<devplug::ScopeGuard>::value &&
+                  !std::is_copy_assignable<devplug::ScopeGuard>::value,
+              "a guard is neither movable nor copyable");
+static_assert(!can_new<devplug::ScopeGuard>::value, "a guard is not made with new");
+static_assert(std::is_same<decltype(std::declval<devplug::DeviceScope&>().enter()), devplug::ScopeGuard>::value,
+              "enter() returns the guard itself (made in place)");
+
 
 // Runs `op` on two 1x1 f32 tensors of `input` with no device named; the output's device.
 devplug::Device run(devplug::Runtime& rt, const devplug::Device& input, const char* op) {
@@ -67,6 +90,27 @@ dp_status_t failure(devplug::Runtime& rt, const devplug::Device& input, const ch
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// What `f` writes to standard error (file descriptor 2), through a temporary file.
+template <class F>
+std::string stderr_of(F&& f) {
+  std::fflush(stderr);
+  FILE* tmp = std::tmpfile();
+  if (tmp == nullptr) return "(no temporary file)";
+  const int saved = dup(2);
+  dup2(fileno(tmp), 2);
+  f();
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::string text;
+  std::rewind(tmp);
+  char buf[512];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, tmp)) > 0) text.append(buf, n);
+  std::fclose(tmp);
+  return text;
+}
 
 }  // namespace
 
@@ -97,9 +141,13 @@ int main() {
     devplug::ScopeGuard outer(s1);
     CHECK(run(rt, cpu0, "Add") == cpu1);
     {
-      auto inner = s2.enter();
+      auto inner = s2.enter();  // the guard is made in place: nothing moves
       CHECK(run(rt, cpu0, "Add") == cpu2);
-      devplug::ScopeGuard moved(std::move(inner));  // the moved-from guard exits nothing
+      std::optional<devplug::ScopeGuard> sometimes;  // a guard entered only sometimes
+      CHECK(run(rt, cpu0, "Add") == cpu2);
+      sometimes.emplace(s1);
+      CHECK(run(rt, cpu0, "Add") == cpu1);
+      sometimes.reset();
       CHECK(run(rt, cpu0, "Add") == cpu2);
     }
     CHECK(run(rt, cpu0, "Add") == cpu1);
@@ -239,6 +287,33 @@ int main() {
   CHECK(seen_add == cpu1);
   CHECK(seen_matmul == cpu2);
 
+  section("a guard whose exit fails says so on stderr (out of order; on another thread)");
+  {
+    std::optional<devplug::ScopeGuard> first, second;
+    first.emplace(s1);
+    second.emplace(s2);
+    // Exiting s1 while s2 is innermost fails: the destructor cannot throw, it reports.
+    const std::string said = stderr_of([&] { first.reset(); });
+    CHECK_MSG(contains(said, "~ScopeGuard could not exit its scope") && contains(said, "innermost"), said);
+    CHECK(run(rt, cpu0, "Add") == cpu2);
+    second.reset();
+    CHECK(run(rt, cpu0, "Add") == cpu1);  // s1 is still entered: exit it by hand
+    CHECK(dp_scope_exit(s1.get()) == DP_OK);
+    CHECK(run(rt, cpu0, "Add") == cpu0);
+    // A guard held by an object that ends on another thread: the exit fails there, loudly.
+    struct Holder {
+      devplug::ScopeGuard guard;
+      explicit Holder(const devplug::DeviceScope& s) : guard(s) {}
+    };
+    auto holder = std::make_unique<Holder>(s2);
+    CHECK(run(rt, cpu0, "Add") == cpu2);
+    const std::string there = stderr_of([&] { std::thread([&] { holder.reset(); }).join(); });
+    CHECK_MSG(contains(there, "~ScopeGuard could not exit its scope"), there);
+    CHECK(run(rt, cpu0, "Add") == cpu2);  // this thread is still in s2
+    CHECK(dp_scope_exit(s2.get()) == DP_OK);
+    CHECK(run(rt, cpu0, "Add") == cpu0);
+  }
+
   section("errors");
   devplug::Runtime other;
   try {
@@ -260,6 +335,7 @@ int main() {
     CHECK(false);
   } catch (const devplug::Error& e) {
     CHECK(e.code() == DP_INVALID_ARGUMENT);
+    CHECK_MSG(contains(e.message(), "DeviceScope::enter: the devplug::DeviceScope is empty"), e.message());
   }
   CHECK(run(rt, cpu0, "Add") == cpu0);
 

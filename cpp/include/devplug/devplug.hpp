@@ -31,11 +31,14 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -392,8 +395,11 @@ inline size_t dtype_size(DType dtype) noexcept { return dp_dtype_size(to_c(dtype
 
 /**
  * @brief Maps a C++ element type to its `DType`. Specialized for `float`, `double`,
- *        `int32_t`, `int64_t`, `uint8_t`, `bool`, `f16` and `bf16`; other types do not
- *        compile.
+ *        `int32_t`, `int64_t`, `uint8_t`, `bool`, `f16` and `bf16`, and for the signed
+ *        integer types of those sizes that are distinct types (`long long` where `int64_t` is
+ *        `long`, as on Linux; `long` where `int64_t` is `long long`); other types do not
+ *        compile (`dtype_of` says why). Specialize it for a type of your own that has the
+ *        layout of one of these.
  *
  * `bool` maps to `DType::Bool`, whose elements are one byte each (0 or 1): this header
  * requires `sizeof(bool) == 1`.
@@ -402,6 +408,13 @@ template <class T>
 struct dtype_traits;  // undefined for unsupported types
 
 /** @cond */
+namespace detail {
+// Stands in for a type that needs no specialization of its own (it is one of the fixed-width
+// types already specialized): each instance is a distinct type no one uses.
+template <int>
+struct no_such_element_type;
+}  // namespace detail
+
 template <>
 struct dtype_traits<float> {
   static constexpr DType value = DType::F32;
@@ -434,15 +447,50 @@ template <>
 struct dtype_traits<bf16> {
   static constexpr DType value = DType::BF16;
 };
+// `long long` and `long`, where they are not int64_t / int32_t themselves: the dtype of their
+// size (a `long` is 8 bytes on Linux and macOS, 4 on Windows).
+template <>
+struct dtype_traits<std::conditional_t<std::is_same<long long, int64_t>::value, detail::no_such_element_type<0>,
+                                       long long>> {
+  static_assert(sizeof(long long) == 8, "devplug maps long long to DType::I64");
+  static constexpr DType value = DType::I64;
+};
+template <>
+struct dtype_traits<std::conditional_t<std::is_same<long, int64_t>::value || std::is_same<long, int32_t>::value,
+                                       detail::no_such_element_type<1>, long>> {
+  static_assert(sizeof(long) == 8 || sizeof(long) == 4, "devplug maps long to DType::I64 or DType::I32");
+  static constexpr DType value = sizeof(long) == 8 ? DType::I64 : DType::I32;
+};
+
+namespace detail {
+template <class T, class = void>
+struct has_dtype : std::false_type {};
+template <class T>
+struct has_dtype<T, std::void_t<decltype(dtype_traits<T>::value)>> : std::true_type {};
+template <class T>
+struct always_false : std::false_type {};
+}  // namespace detail
 /** @endcond */
 
 static_assert(sizeof(bool) == 1, "devplug's DType::Bool is one byte; this platform's bool is not");
 static_assert(sizeof(float) == 4 && sizeof(double) == 8, "devplug needs IEEE-754 float/double");
 
-/** @brief The `DType` of @p T, e.g. `dtype_of<float>() == DType::F32` (see `dtype_traits`). */
+/**
+ * @brief The `DType` of @p T, e.g. `dtype_of<float>() == DType::F32` (see `dtype_traits`).
+ *        For a type without one (`unsigned`, `uint64_t`, `char`, `std::string`, ...) it fails to
+ *        compile with a `static_assert` naming the element types there are.
+ */
 template <class T>
 constexpr DType dtype_of() noexcept {
-  return dtype_traits<std::remove_cv_t<T>>::value;
+  if constexpr (detail::has_dtype<std::remove_cv_t<T>>::value) {
+    return dtype_traits<std::remove_cv_t<T>>::value;
+  } else {
+    static_assert(detail::always_false<T>::value,
+                  "devplug: this C++ type is not a tensor element type. Element types: float, double, "
+                  "int32_t, int64_t (also long long / long where it is a distinct 64-bit type), uint8_t, "
+                  "bool, devplug::f16, devplug::bf16 (or specialize devplug::dtype_traits for your type)");
+    return DType::Invalid;
+  }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -501,12 +549,20 @@ size_t byte_size(const C& c) noexcept {
   return std::size(c) * sizeof(element_t<const C>);
 }
 
-// For a call on an empty wrapper (default-constructed, moved from or released), refused
-// before any C call is made: the one case where the wrapper makes the message itself. Where a
-// C call failed, the Error carries the C library's message (Error::from_last_error).
-[[noreturn]] inline void throw_empty(const char* what) {
-  throw Error(DP_INVALID_ARGUMENT,
-              std::string("the devplug::") + what + " is empty (default-constructed, moved from or released)");
+// A call on an empty wrapper (default-constructed, moved from or released) is refused before
+// any C call is made: the one case where the wrapper makes the message itself. Where a C call
+// failed, the Error carries the C library's message (Error::from_last_error).
+[[noreturn]] inline void throw_empty(const char* type, const char* method) {
+  throw Error(DP_INVALID_ARGUMENT, std::string(type) + "::" + method + ": the devplug::" + type +
+                                       " is empty (default-constructed, moved from or released)");
+}
+
+// The handle of a wrapper a method is called on: @p h, or Error for an empty wrapper. Every
+// method that hands its own handle to a C function takes it through here.
+template <class H>
+H* live(H* h, const char* type, const char* method) {
+  if (h == nullptr) throw_empty(type, method);
+  return h;
 }
 
 }  // namespace detail
@@ -593,7 +649,9 @@ struct MemoryUsage {
  *
  * It wraps a `dp_device_t*` borrowed from a runtime and is valid until that runtime is
  * destroyed. A default-constructed `Device` is empty; calls on it throw `Error`
- * (`DP_INVALID_ARGUMENT`, from the C library).
+ * (`DP_INVALID_ARGUMENT`, "the devplug::Device is empty"). Passed as an argument, an empty
+ * `Device` means "no device" where the C function takes NULL for that (`RunOptions::device`,
+ * `Graph::op`, `Runtime::variable`).
  */
 class Device {
  public:
@@ -610,7 +668,7 @@ class Device {
   /** @brief The name that addresses the device now, e.g. `"CPU:0"`; `"SIMCUDA:0"` for a device
    *  whose platform is not the active one of its type (`dp_device_name()`). */
   std::string name() const {
-    const char* n = dp_device_name(handle_);
+    const char* n = dp_device_name(h("name"));
     if (n == nullptr) throw Error::from_last_error(DP_INVALID_ARGUMENT);
     return n;
   }
@@ -619,7 +677,7 @@ class Device {
   DeviceProperties properties() const {
     dp_device_properties_t p{};
     p.struct_size = sizeof(p);
-    check(dp_device_get_properties(handle_, &p));
+    check(dp_device_get_properties(h("properties"), &p));
     DeviceProperties out;
     out.name = detail::str(p.name);
     out.device_type = detail::str(p.device_type);
@@ -638,7 +696,7 @@ class Device {
   MemoryStats memory_stats() const {
     dp_memory_stats_t s{};
     s.struct_size = sizeof(s);
-    check(dp_device_memory_stats(handle_, &s));
+    check(dp_device_memory_stats(h("memory_stats"), &s));
     MemoryStats out;
     out.bytes_in_use = s.bytes_in_use;
     out.peak_bytes_in_use = s.peak_bytes_in_use;
@@ -657,15 +715,15 @@ class Device {
    */
   MemoryUsage memory_usage() const {
     MemoryUsage out;
-    check(dp_device_memory_usage(handle_, &out.free, &out.total));
+    check(dp_device_memory_usage(h("memory_usage"), &out.free, &out.total));
     return out;
   }
 
   /** @brief Waits until all work on all streams of the device is done. */
-  void synchronize() const { check(dp_device_synchronize(handle_)); }
+  void synchronize() const { check(dp_device_synchronize(h("synchronize"))); }
 
   /** @brief Returns cached, unused device memory to the platform. */
-  void release_cached_memory() const { check(dp_device_release_cached_memory(handle_)); }
+  void release_cached_memory() const { check(dp_device_release_cached_memory(h("release_cached_memory"))); }
 
   /**
    * @brief Sets the most bytes the runtime's allocator for this device may hold from its
@@ -676,14 +734,14 @@ class Device {
    * is never touched. On a CPU device it replaces `RuntimeOptions::cpu_memory_limit`.
    */
   void set_memory_limit(uint64_t bytes) const {
-    check(dp_device_set_memory_limit(handle_, bytes));
+    check(dp_device_set_memory_limit(h("set_memory_limit"), bytes));
   }
 
   /** @brief The device's memory limit in bytes, 0 when there is none
    *         (`dp_device_memory_limit()`). */
   uint64_t memory_limit() const {
     uint64_t out = 0;
-    check(dp_device_memory_limit(handle_, &out));
+    check(dp_device_memory_limit(h("memory_limit"), &out));
     return out;
   }
 
@@ -716,6 +774,7 @@ class Device {
   friend bool operator!=(const Device& a, const Device& b) noexcept { return !(a == b); }
 
  private:
+  dp_device_t* h(const char* method) const { return detail::live(handle_, "Device", method); }
   dp_device_t* handle_ = nullptr;
 };
 
@@ -847,8 +906,7 @@ class Buffer {
   /** @brief The device that holds the memory. Throws `FAILED_PRECONDITION` once the device's
    *         runtime was destroyed (its device handles went with it). */
   Device device() const {
-    if (handle_ == nullptr) detail::throw_empty("Buffer");
-    dp_device_t* d = dp_buffer_device(handle_);
+    dp_device_t* d = dp_buffer_device(h("device"));
     // NULL for a live buffer: its device's runtime was destroyed (the message says so).
     if (d == nullptr) throw Error::from_last_error(DP_FAILED_PRECONDITION);
     return Device(d);
@@ -856,7 +914,7 @@ class Buffer {
 
   /** @brief Copies @p size bytes from host memory @p src to this buffer at @p dst_offset. */
   void write(const void* src, size_t size, size_t dst_offset = 0) {
-    check(dp_buffer_write(handle_, dst_offset, detail::nonnull(src), size));
+    check(dp_buffer_write(h("write"), dst_offset, detail::nonnull(src), size));
   }
   /**
    * @brief Copies a host container (`std::vector`, `std::array`, `span`, ...) of trivially
@@ -869,7 +927,7 @@ class Buffer {
 
   /** @brief Copies @p size bytes from this buffer at @p src_offset to host memory @p dst. */
   void read(void* dst, size_t size, size_t src_offset = 0) const {
-    check(dp_buffer_read(handle_, src_offset, detail::nonnull(dst), size));
+    check(dp_buffer_read(h("read"), src_offset, detail::nonnull(dst), size));
   }
   /** @brief Fills a host container (its current size) from this buffer at @p src_offset. */
   template <class C, std::enable_if_t<detail::is_byte_sink<C>(), int> = 0>
@@ -891,6 +949,7 @@ class Buffer {
    */
   template <class T>
   std::vector<T> to_vector() const {
+    h("to_vector");
     const size_t bytes = size();
     if (bytes % sizeof(T) != 0) {
       throw Error(DP_INVALID_ARGUMENT, "buffer of " + std::to_string(bytes) +
@@ -905,16 +964,17 @@ class Buffer {
    *        @p dst_offset (`dp_buffer_copy()`).
    */
   void copy_from(const Buffer& src, size_t size, size_t dst_offset = 0, size_t src_offset = 0) {
-    check(dp_buffer_copy(handle_, dst_offset, src.handle_, src_offset, size));
+    check(dp_buffer_copy(h("copy_from"), dst_offset, src.handle_, src_offset, size));
   }
 
   /** @brief Sets @p size bytes at @p offset to @p value. */
   void memset(uint8_t value, size_t size, size_t offset = 0) {
-    check(dp_buffer_memset(handle_, offset, value, size));
+    check(dp_buffer_memset(h("memset"), offset, value, size));
   }
 
  private:
   explicit Buffer(dp_buffer_t* handle) noexcept : handle_(handle) {}
+  dp_buffer_t* h(const char* method) const { return detail::live(handle_, "Buffer", method); }
   dp_buffer_t* handle_ = nullptr;
 };
 
@@ -1092,8 +1152,7 @@ class Stream {
    *         still take work), `INVALID_ARGUMENT` for a default-stream view then (the default
    *         stream went with the runtime). */
   Device device() const {
-    if (handle_ == nullptr) detail::throw_empty("Stream");
-    dp_device_t* d = dp_stream_device(handle_);
+    dp_device_t* d = dp_stream_device(h("device"));
     if (d != nullptr) return Device(d);
     // The message says why; the code is INVALID_ARGUMENT for a dead handle, and
     // FAILED_PRECONDITION for a live stream whose runtime was destroyed: asked of the handle
@@ -1107,14 +1166,14 @@ class Stream {
    *         1; what a trace's device tracks are named by. */
   uint32_t id() const {
     uint32_t v = 0;
-    check(dp_stream_id(handle_, &v));
+    check(dp_stream_id(h("id"), &v));
     return v;
   }
 
   /** @brief Enqueues a host→device copy of @p size bytes from @p src (keep it valid!);
    *         @p dst must live on the stream's device. */
   void write(Buffer& dst, const void* src, size_t size, size_t dst_offset = 0) {
-    check(dp_stream_write(handle_, dst.get(), dst_offset, detail::nonnull(src), size));
+    check(dp_stream_write(h("write"), dst.get(), dst_offset, detail::nonnull(src), size));
   }
   /** @brief Enqueues a host→device copy of a container (which must outlive the copy). */
   template <class C, std::enable_if_t<detail::is_byte_source<const C>(), int> = 0>
@@ -1131,7 +1190,7 @@ class Stream {
   /** @brief Enqueues a device→host copy of @p size bytes into @p dst (keep it valid, and
    *         unread until the copy ran); @p src must live on the stream's device. */
   void read(const Buffer& src, void* dst, size_t size, size_t src_offset = 0) {
-    check(dp_stream_read(handle_, src.get(), src_offset, detail::nonnull(dst), size));
+    check(dp_stream_read(h("read"), src.get(), src_offset, detail::nonnull(dst), size));
   }
   /** @brief Enqueues a device→host copy filling a container (which must outlive the copy). */
   template <class C, std::enable_if_t<detail::is_byte_sink<C>(), int> = 0>
@@ -1143,12 +1202,12 @@ class Stream {
    *         live on the stream's device, the other may live on any device. */
   void copy(Buffer& dst, const Buffer& src, size_t size, size_t dst_offset = 0,
             size_t src_offset = 0) {
-    check(dp_stream_copy(handle_, dst.get(), dst_offset, src.get(), src_offset, size));
+    check(dp_stream_copy(h("copy"), dst.get(), dst_offset, src.get(), src_offset, size));
   }
 
   /** @brief Enqueues setting @p size bytes at @p offset to @p value. */
   void memset(Buffer& dst, uint8_t value, size_t size, size_t offset = 0) {
-    check(dp_stream_memset(handle_, dst.get(), offset, value, size));
+    check(dp_stream_memset(h("memset"), dst.get(), offset, value, size));
   }
 
   /** @brief Records @p event at the current end of this stream (same device). */
@@ -1160,7 +1219,7 @@ class Stream {
 
   /** @brief Makes later work on this stream wait for the work enqueued so far on @p other
    *         (same device). */
-  void wait(const Stream& other) { check(dp_stream_wait_stream(handle_, other.handle_)); }
+  void wait(const Stream& other) { check(dp_stream_wait_stream(h("wait"), other.handle_)); }
 
   /**
    * @brief Enqueues @p fn to run once, after all earlier work of the stream, on a runtime
@@ -1173,13 +1232,14 @@ class Stream {
    * after the call; if enqueuing fails it is destroyed here and `Error` is thrown.
    */
   void host_callback(std::function<void()> fn) {
+    dp_stream_t* stream = h("host_callback");
     if (!fn) throw Error(DP_INVALID_ARGUMENT, "host_callback: empty std::function");
-    // errors_ is set for every non-empty stream; an empty one gets a throwaway sink (the C call
-    // then fails), so this method never writes a member and may run on several threads at once.
+    // errors_ is set for every stream with a handle (it is refused above without one), so this
+    // method never writes a member and may run on several threads at once.
     auto* cb = new detail::HostCallback{
         std::move(fn), errors_ ? errors_ : std::make_shared<detail::CallbackErrors>()};
     const dp_status_t status =
-        dp_stream_host_callback(handle_, &detail::devplug_cxx_host_callback_trampoline, cb);
+        dp_stream_host_callback(stream, &detail::devplug_cxx_host_callback_trampoline, cb);
     if (status != DP_OK) {
       Error error = Error::from_last_error(status);
       delete cb;  // not enqueued: the runtime will never call the trampoline
@@ -1192,7 +1252,7 @@ class Stream {
    *        host callback enqueued through this object threw, if any.
    */
   void synchronize() {
-    check(dp_stream_synchronize(handle_));
+    check(dp_stream_synchronize(h("synchronize")));
     if (std::exception_ptr e = take_callback_exception()) std::rethrow_exception(e);
   }
 
@@ -1204,6 +1264,7 @@ class Stream {
  private:
   Stream(dp_stream_t* handle, bool owned)
       : handle_(handle), owned_(owned), errors_(std::make_shared<detail::CallbackErrors>()) {}
+  dp_stream_t* h(const char* method) const { return detail::live(handle_, "Stream", method); }
   void reset() noexcept {
     if (owned_) dp_stream_destroy(handle_);  // waits for enqueued work, callbacks included
     handle_ = nullptr;
@@ -1260,15 +1321,15 @@ class Event {
   explicit operator bool() const noexcept { return handle_ != nullptr; }
 
   /** @brief Records the event at the current end of @p stream (same device). */
-  void record(Stream& stream) { check(dp_event_record(handle_, stream.get())); }
+  void record(Stream& stream) { check(dp_event_record(h("record"), stream.get())); }
   /** @brief Whether the work before the event has completed (true if never recorded). */
   bool query() const {
     int32_t complete = 0;
-    check(dp_event_query(handle_, &complete));
+    check(dp_event_query(h("query"), &complete));
     return complete != 0;
   }
   /** @brief Blocks until the event completes. */
-  void synchronize() const { check(dp_event_synchronize(handle_)); }
+  void synchronize() const { check(dp_event_synchronize(h("synchronize"))); }
   /**
    * @brief The device's time from reaching this event to reaching @p end
    * (`dp_event_elapsed_ns()`; negative when @p end came first). Both are recorded and reached
@@ -1277,18 +1338,19 @@ class Event {
    */
   std::chrono::nanoseconds elapsed(const Event& end) const {
     int64_t ns = 0;
-    check(dp_event_elapsed_ns(handle_, end.get(), &ns));
+    check(dp_event_elapsed_ns(h("elapsed"), end.get(), &ns));
     return std::chrono::nanoseconds(ns);
   }
 
  private:
   explicit Event(dp_event_t* handle) noexcept : handle_(handle) {}
+  dp_event_t* h(const char* method) const { return detail::live(handle_, "Event", method); }
   dp_event_t* handle_ = nullptr;
 };
 
-inline void Stream::record(Event& event) { event.record(*this); }
+inline void Stream::record(Event& event) { check(dp_event_record(event.get(), h("record"))); }
 inline void Stream::wait(const Event& event) {
-  check(dp_stream_wait_event(handle_, event.get()));
+  check(dp_stream_wait_event(h("wait"), event.get()));
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1402,15 +1464,15 @@ class Tensor {
   size_t rank() const noexcept { return handle_ != nullptr ? dp_tensor_rank(handle_) : 0; }
   /** @brief The extents. */
   Shape shape() const {
-    if (handle_ == nullptr) detail::throw_empty("Tensor");
-    Shape out(dp_tensor_rank(handle_));
+    dp_tensor_t* t = h("shape");
+    Shape out(dp_tensor_rank(t));
     int64_t scalar = 0;
-    check(dp_tensor_shape(handle_, out.empty() ? &scalar : out.data(), out.size()));
+    check(dp_tensor_shape(t, out.empty() ? &scalar : out.data(), out.size()));
     return out;
   }
   /** @brief The number of elements (the product of the extents). */
   int64_t num_elements() const {
-    const int64_t n = dp_tensor_num_elements(handle_);
+    const int64_t n = dp_tensor_num_elements(h("num_elements"));
     if (n < 0) throw Error::from_last_error(DP_INVALID_ARGUMENT);
     return n;
   }
@@ -1421,8 +1483,7 @@ class Tensor {
   /** @brief The device that holds the data. Throws `FAILED_PRECONDITION` once the device's runtime
    *         was destroyed (its device handles went with it; the tensor can still be read). */
   Device device() const {
-    if (handle_ == nullptr) detail::throw_empty("Tensor");
-    dp_device_t* d = dp_tensor_device(handle_);
+    dp_device_t* d = dp_tensor_device(h("device"));
     // NULL for a live tensor: its device's runtime was destroyed (the message says so).
     if (d == nullptr) throw Error::from_last_error(DP_FAILED_PRECONDITION);
     return Device(d);
@@ -1430,7 +1491,7 @@ class Tensor {
 
   /** @brief Copies the data to host memory; @p size must equal byte_size(). */
   void read(void* dst, size_t size) const {
-    check(dp_tensor_read(handle_, detail::nonnull(dst), size));
+    check(dp_tensor_read(h("read"), detail::nonnull(dst), size));
   }
 
   /**
@@ -1440,9 +1501,9 @@ class Tensor {
   template <class T>
   std::vector<T> to_vector() const {
     constexpr DType want = dtype_of<T>();
+    h("to_vector");
     const DType have = dtype();
     if (have != want) {
-      if (handle_ == nullptr) detail::throw_empty("Tensor");
       throw Error(DP_INVALID_ARGUMENT, std::string("tensor has dtype ") + dtype_name(have) +
                                            ", not " + dtype_name(want));
     }
@@ -1460,20 +1521,21 @@ class Tensor {
 
   /** @brief A copy of this tensor on @p device (`dp_tensor_copy_to()`). */
   Tensor copy_to(const Device& device) const {
-    dp_tensor_t* h = nullptr;
-    check(dp_tensor_copy_to(handle_, device.get(), &h));
-    return Tensor(h);
+    dp_tensor_t* copy = nullptr;
+    check(dp_tensor_copy_to(h("copy_to"), device.get(), &copy));
+    return Tensor(copy);
   }
 
   /** @brief The tensor's device memory, shared (`dp_tensor_buffer()`). */
   Buffer buffer() const {
     dp_buffer_t* b = nullptr;
-    check(dp_tensor_buffer(handle_, &b));
+    check(dp_tensor_buffer(h("buffer"), &b));
     return Buffer::adopt(b);
   }
 
  private:
   explicit Tensor(dp_tensor_t* handle) noexcept : handle_(handle) {}
+  dp_tensor_t* h(const char* method) const { return detail::live(handle_, "Tensor", method); }
   dp_tensor_t* handle_ = nullptr;
 };
 
@@ -1559,25 +1621,44 @@ class DeviceScope {
  * @brief Keeps a scope entered on the thread that made it; its destructor exits it
  *        (`dp_scope_exit()`). Guards must be destroyed in reverse order of creation, on the
  *        thread that created them, as block-scoped variables are.
+ *
+ * Like `std::lock_guard`, a guard is neither copyable nor movable, and cannot be made with
+ * `new`: it stays where it was made, so it cannot end on another thread (where the exit would
+ * fail and this thread would stay in the scope). `auto g = scope.enter();` works all the same
+ * (C++17 guaranteed copy elision); for a guard entered only sometimes, use
+ * `std::optional<ScopeGuard>` and `emplace(scope)`. Should an exit fail all the same (guards
+ * destroyed out of order, or on another thread through an object holding one), the destructor
+ * says so on standard error: it cannot throw.
  */
 class ScopeGuard {
  public:
   /** @brief Enters @p scope (`dp_scope_enter()`). */
-  explicit ScopeGuard(const DeviceScope& scope) : handle_(scope.get()) { check(dp_scope_enter(handle_)); }
+  explicit ScopeGuard(const DeviceScope& scope) : handle_(detail::live(scope.get(), "DeviceScope", "enter")) {
+    check(dp_scope_enter(handle_));
+  }
   /** @brief Refused: a temporary scope would be destroyed while still entered. */
   explicit ScopeGuard(const DeviceScope&&) = delete;
-  /** @brief Exits the scope. */
+  /** @brief Exits the scope; a failed exit is reported on standard error. */
   ~ScopeGuard() {
-    if (handle_ != nullptr) (void)dp_scope_exit(handle_);
+    if (dp_scope_exit(handle_) != DP_OK) {
+      const char* why = dp_last_error_message();
+      std::fprintf(stderr,
+                   "devplug: ~ScopeGuard could not exit its scope (%s); destroy guards on the thread that "
+                   "entered them, innermost first\n",
+                   why != nullptr ? why : "");
+    }
   }
-  /** @brief Moves; @p other exits nothing. */
-  ScopeGuard(ScopeGuard&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  ScopeGuard(ScopeGuard&&) = delete;
   ScopeGuard& operator=(ScopeGuard&&) = delete;
   ScopeGuard(const ScopeGuard&) = delete;
   ScopeGuard& operator=(const ScopeGuard&) = delete;
+  /** @brief Refused: a guard on the heap could be destroyed on another thread. */
+  static void* operator new(std::size_t) = delete;
+  /** @brief Refused: a guard on the heap could be destroyed on another thread. */
+  static void* operator new[](std::size_t) = delete;
 
  private:
-  dp_scope_t* handle_ = nullptr;
+  dp_scope_t* handle_;
 };
 
 inline ScopeGuard DeviceScope::enter() const& { return ScopeGuard(*this); }
@@ -1714,10 +1795,79 @@ struct PluginFailure {
   std::string message;
 };
 
+/** @cond */
+namespace detail {
+// The character types: `Attrs::set` refuses them (a `char` is not an int attribute, and not a
+// string). `signed char` and `unsigned char` are `int8_t` and `uint8_t`: integers.
+template <class T>
+struct is_char : std::false_type {};
+template <>
+struct is_char<char> : std::true_type {};
+template <>
+struct is_char<wchar_t> : std::true_type {};
+template <>
+struct is_char<char16_t> : std::true_type {};
+template <>
+struct is_char<char32_t> : std::true_type {};
+#if defined(__cpp_char8_t)
+template <>
+struct is_char<char8_t> : std::true_type {};
+#endif
+
+// An integer value of an int attribute: any integral type but bool and the character types.
+template <class T>
+struct is_attr_int
+    : std::bool_constant<std::is_integral<std::remove_cv_t<T>>::value && !std::is_same<std::remove_cv_t<T>, bool>::value &&
+                         !is_char<std::remove_cv_t<T>>::value> {};
+
+// The element type of an iterable range (std::begin/std::end work on it).
+template <class R, class = void>
+struct range_element {};
+template <class R>
+struct range_element<R, std::void_t<decltype(std::begin(std::declval<const R&>())),
+                                    decltype(std::end(std::declval<const R&>()))>> {
+  using type = std::remove_cv_t<std::remove_reference_t<decltype(*std::begin(std::declval<const R&>()))>>;
+};
+
+// A range of integers (std::vector<int>, std::array<int64_t, N>, span, C array, ...): an int
+// list. std::vector<bool> (bool elements) and strings (characters) are not.
+template <class R, class = void>
+struct is_int_range : std::false_type {};
+template <class R>
+struct is_int_range<R, std::void_t<typename range_element<R>::type>> : is_attr_int<typename range_element<R>::type> {};
+
+// @p v as an int attribute's int64_t; an unsigned value beyond INT64_MAX is an Error naming the
+// attribute (and the element, for a list: index >= 0).
+template <class I>
+int64_t attr_int(const std::string& name, I v, long long index = -1) {
+  if constexpr (std::is_unsigned<I>::value && sizeof(I) >= sizeof(int64_t)) {
+    if (v > static_cast<I>(std::numeric_limits<int64_t>::max())) {
+      throw Error(DP_INVALID_ARGUMENT, "Attrs::set: '" + name + "'" +
+                                           (index >= 0 ? "[" + std::to_string(index) + "]" : std::string()) +
+                                           " is " + std::to_string(v) +
+                                           ", beyond an int attribute (int64_t, at most 9223372036854775807)");
+    }
+  }
+  return static_cast<int64_t>(v);
+}
+}  // namespace detail
+/** @endcond */
+
 /**
  * @brief Attribute values for an op run (`dp_attrs_t`): a move-only builder.
  *
- * `devplug::Attrs().set("axes", std::vector<int64_t>{1}).set("keep_dims", true)`
+ * `devplug::Attrs().set("axes", {1}).set("keep_dims", true)`
+ *
+ * What `set` makes of a value, by its C++ type:
+ * - any integer type (`int`, `long long`, `size_t`, `int8_t`, ...): an int; an unsigned value
+ *   beyond `INT64_MAX` throws `Error` (`DP_INVALID_ARGUMENT`, naming the attribute);
+ * - braces (`{0, 1}`, `{1}`, `{}`) and any range of integers (`std::vector<int>`,
+ *   `std::vector<int64_t>`, `std::array<long, 3>`, `devplug::span<const int64_t>`, a C array):
+ *   an int list;
+ * - `bool`: a bool; `double` or `float`: a float; `DType`: a dtype;
+ * - `std::string`, `std::string_view`, a string literal or `const char*`: a string.
+ *
+ * A character (`'x'`) does not compile: it is neither an int nor a string here.
  */
 class Attrs {
  public:
@@ -1737,63 +1887,153 @@ class Attrs {
 
   /** @brief Sets an integer attribute. */
   Attrs& set(const std::string& name, int64_t v) & {
-    check(dp_attrs_set_int(handle_, name.c_str(), v));
+    check(dp_attrs_set_int(h("set"), name.c_str(), v));
     return *this;
   }
-  /** @brief Sets an integer attribute (int literals). */
+  /** @brief Sets an integer attribute (int literals, and unscoped enums through `int`). */
   Attrs& set(const std::string& name, int v) & { return set(name, static_cast<int64_t>(v)); }
-  /** @brief Sets a float attribute. */
+  /**
+   * @brief Sets an integer attribute from any other integer type (`long long`, `size_t`,
+   *        `unsigned`, `int8_t`, ...).
+   * @throws Error `DP_INVALID_ARGUMENT` naming the attribute for an unsigned value beyond
+   *         `INT64_MAX`.
+   */
+  template <class I, std::enable_if_t<detail::is_attr_int<I>::value, int> = 0>
+  Attrs& set(const std::string& name, I v) & {
+    return set(name, detail::attr_int(name, v));
+  }
+  /** @brief Refused: a character is neither an int nor a string attribute (write `"x"` for a
+   *  string, `int('x')` for its code). */
+  template <class C, std::enable_if_t<detail::is_char<C>::value, int> = 0>
+  Attrs& set(const std::string& name, C v) & = delete;
+  /** @brief Sets a float attribute (`float` too). */
   Attrs& set(const std::string& name, double v) & {
-    check(dp_attrs_set_float(handle_, name.c_str(), v));
+    check(dp_attrs_set_float(h("set"), name.c_str(), v));
     return *this;
   }
   /** @brief Sets a bool attribute. */
   Attrs& set(const std::string& name, bool v) & {
-    check(dp_attrs_set_bool(handle_, name.c_str(), v ? 1 : 0));
+    check(dp_attrs_set_bool(h("set"), name.c_str(), v ? 1 : 0));
+    return *this;
+  }
+  /** @brief Sets an integer-list attribute from braces: `set("axes", {0, 1})`, `set("axes",
+   *  {1})` (a list of one, not an int), `set("axes", {})` (an empty list). */
+  Attrs& set(const std::string& name, std::initializer_list<int64_t> v) & {
+    check(dp_attrs_set_ints(h("set"), name.c_str(), v.begin(), v.size()));
     return *this;
   }
   /** @brief Sets an integer-list attribute. */
   Attrs& set(const std::string& name, const std::vector<int64_t>& v) & {
-    check(dp_attrs_set_ints(handle_, name.c_str(), v.data(), v.size()));
+    check(dp_attrs_set_ints(h("set"), name.c_str(), v.data(), v.size()));
+    return *this;
+  }
+  /**
+   * @brief Sets an integer-list attribute from any range of integers (`std::vector<int>`,
+   *        `std::array<int64_t, N>`, `span`, a C array, ...).
+   * @throws Error `DP_INVALID_ARGUMENT` naming the attribute and the element for an unsigned
+   *         value beyond `INT64_MAX`.
+   */
+  template <class R, std::enable_if_t<detail::is_int_range<R>::value, int> = 0>
+  Attrs& set(const std::string& name, const R& values) & {
+    using E = typename detail::range_element<R>::type;
+    if constexpr (std::is_same<E, int64_t>::value && detail::is_contiguous<const R>::value) {
+      check(dp_attrs_set_ints(h("set"), name.c_str(), std::data(values), std::size(values)));
+    } else {
+      std::vector<int64_t> list;
+      long long index = 0;
+      for (const auto& v : values) list.push_back(detail::attr_int(name, v, index++));
+      check(dp_attrs_set_ints(h("set"), name.c_str(), list.data(), list.size()));
+    }
     return *this;
   }
   /** @brief Sets a dtype attribute. */
   Attrs& set(const std::string& name, DType v) & {
-    check(dp_attrs_set_dtype(handle_, name.c_str(), to_c(v)));
+    check(dp_attrs_set_dtype(h("set"), name.c_str(), to_c(v)));
     return *this;
   }
   /** @brief Sets a string attribute (UTF-8). */
   Attrs& set(const std::string& name, const std::string& v) & {
-    check(dp_attrs_set_string(handle_, name.c_str(), v.c_str()));
+    check(dp_attrs_set_string(h("set"), name.c_str(), v.c_str()));
     return *this;
   }
+  /** @brief Sets a string attribute (UTF-8). */
+  Attrs& set(const std::string& name, std::string_view v) & { return set(name, std::string(v)); }
   /** @brief Sets a string attribute from a C string: without this overload a string literal
    *  would convert to the `bool` one (`set("mode", "fast")` setting true). */
   Attrs& set(const std::string& name, const char* v) & {
     if (v == nullptr) throw Error(DP_INVALID_ARGUMENT, "Attrs::set: the string is NULL");
     return set(name, std::string(v));
   }
-  /** @brief Rvalue forms, for chaining on a temporary. */
-  template <class V>
+  /** @brief Rvalue forms, for chaining on a temporary: whatever the lvalue forms take. */
+  template <class V, class = decltype(std::declval<Attrs&>().set(std::declval<const std::string&>(), std::declval<V>()))>
   Attrs&& set(const std::string& name, V&& v) && {
     set(name, std::forward<V>(v));
     return std::move(*this);
   }
+  /** @brief Rvalue form of the braces one: `Attrs().set("axes", {0, 1})`. */
+  Attrs&& set(const std::string& name, std::initializer_list<int64_t> v) && {
+    set(name, v);
+    return std::move(*this);
+  }
 
-  /** @brief The C handle. */
+  /** @brief The C handle (null when empty: moved from). */
   const dp_attrs_t* get() const noexcept { return handle_; }
+  /** @brief Whether this holds an attribute set (false once moved from). */
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
 
  private:
+  dp_attrs_t* h(const char* method) const { return detail::live(handle_, "Attrs", method); }
   dp_attrs_t* handle_ = nullptr;
 };
 
-/** @brief Options of one op run. */
+/** @cond */
+namespace detail {
+// The attributes a run or a graph node passes to C: NULL for none; an empty (moved-from) Attrs
+// is refused, as it would silently mean none.
+inline const dp_attrs_t* attrs_handle(const Attrs* attrs, const char* method) {
+  if (attrs == nullptr) return nullptr;
+  if (!*attrs) {
+    throw Error(DP_INVALID_ARGUMENT,
+                std::string(method) + ": the devplug::Attrs is empty (moved from); pass nullptr for no attributes");
+  }
+  return attrs->get();
+}
+}  // namespace detail
+/** @endcond */
+
+/**
+ * @brief Soft placement for one run (`RunOptions::soft_placement`, `Graph::run`): the values of
+ *        `DP_SOFT_PLACEMENT_*` under C++ names.
+ *
+ * An enum inside a struct rather than an `enum class`, so that a value converts to the
+ * `int32_t` those take and code that assigns the C constants keeps compiling:
+ * `o.soft_placement = devplug::SoftPlacement::Off;` and `o.soft_placement =
+ * DP_SOFT_PLACEMENT_OFF;` are the same.
+ */
+struct SoftPlacement {
+  /** @brief The values. */
+  enum Mode : int32_t {
+    /** @brief The runtime's setting (`RuntimeOptions::soft_placement`). */
+    Default = DP_SOFT_PLACEMENT_DEFAULT,
+    /** @brief Strict: an op its device cannot run fails. */
+    Off = DP_SOFT_PLACEMENT_OFF,
+    /** @brief An op its device cannot run falls back to the CPU. */
+    On = DP_SOFT_PLACEMENT_ON,
+  };
+};
+
+/** @brief Options of one op run: `RunOptions{device}`, `RunOptions::strict(device)`. */
 struct RunOptions {
   /** @brief The device; empty: where the device scopes entered on this thread place the op
    *  (see `DeviceScope`), else the runtime's default device (`CPU:0`). */
   Device device;
-  /** @brief `DP_SOFT_PLACEMENT_DEFAULT`, `_OFF` (strict) or `_ON`. */
-  int32_t soft_placement = DP_SOFT_PLACEMENT_DEFAULT;
+  /** @brief `SoftPlacement::Default`, `Off` (strict) or `On` (or the C values,
+   *  `DP_SOFT_PLACEMENT_*`); another value fails the run with `DP_INVALID_ARGUMENT`. */
+  int32_t soft_placement = SoftPlacement::Default;
+
+  /** @brief Strict mode (`SoftPlacement::Off`) on @p device (empty: where placement puts the
+   *  op): an op the device cannot run fails instead of falling back to the CPU. */
+  static RunOptions strict(const Device& device = Device()) { return RunOptions{device, SoftPlacement::Off}; }
 };
 
 /** @brief A resolved op (`dp_op_t`), valid while its runtime lives. Cheap to copy. */
@@ -1805,16 +2045,18 @@ class Op {
   }
   /** @brief The C handle. */
   dp_op_t* get() const noexcept { return handle_; }
+  /** @brief Whether this holds an op. */
+  explicit operator bool() const noexcept { return handle_ != nullptr; }
   /** @brief The op's name. */
   std::string name() const {
-    const char* n = dp_op_name(handle_);
+    const char* n = dp_op_name(h("name"));
     if (n == nullptr) throw Error::from_last_error(DP_INVALID_ARGUMENT);
     return n;
   }
   /** @brief The op's signature (`dp_op_signature()`), e.g. `Add(x: T, y: T) -> (z: T) where
    *  T: {f32, ...}`. */
   std::string signature() const {
-    const char* s = dp_op_signature(handle_);
+    const char* s = dp_op_signature(h("signature"));
     if (s == nullptr) throw Error::from_last_error(DP_INVALID_ARGUMENT);
     return s;
   }
@@ -1822,6 +2064,7 @@ class Op {
   size_t num_outputs() const noexcept { return num_outputs_; }
 
  private:
+  dp_op_t* h(const char* method) const { return detail::live(handle_, "Op", method); }
   dp_op_t* handle_ = nullptr;
   size_t num_outputs_ = 0;  // read once: Runtime::run sizes its output list with it
 };
@@ -1846,6 +2089,101 @@ class OutputRoom {
 }  // namespace detail
 /** @endcond */
 
+/** @cond */
+namespace detail {
+// A list of handles: on the stack up to N, on the heap past that.
+template <class T, size_t N>
+class SmallList {
+ public:
+  void push_back(T v) {
+    if (size_ < N) {
+      small_[size_] = v;
+    } else {
+      if (size_ == N) big_.assign(small_, small_ + N);
+      big_.push_back(v);
+    }
+    ++size_;
+  }
+  void reserve(size_t n) {
+    if (n > N) big_.reserve(n);
+  }
+  const T* data() const noexcept { return size_ <= N ? small_ : big_.data(); }
+  size_t size() const noexcept { return size_; }
+
+ private:
+  T small_[N] = {};
+  std::vector<T> big_;
+  size_t size_ = 0;
+};
+
+// One input of a run, as an element of braces: a tensor by reference, a temporary tensor, a
+// pointer to a tensor, or a null pointer (which the C library refuses, naming the input).
+class InputRef {
+ public:
+  InputRef(const Tensor& t) noexcept : handle_(t.get()) {}
+  InputRef(const Tensor* t) noexcept : handle_(t != nullptr ? t->get() : nullptr) {}
+  InputRef(std::nullptr_t) noexcept {}
+  dp_tensor_t* get() const noexcept { return handle_; }
+
+ private:
+  dp_tensor_t* handle_ = nullptr;
+};
+
+// What a range of inputs holds: tensors, or pointers to them (`Tensor*`, `const Tensor*`).
+template <class E>
+struct is_input_element
+    : std::bool_constant<std::is_same<E, Tensor>::value ||
+                         (std::is_pointer<E>::value && std::is_convertible<E, const Tensor*>::value)> {};
+template <class R, class = void>
+struct is_input_range : std::false_type {};
+template <class R>
+struct is_input_range<R, std::void_t<typename range_element<R>::type>>
+    : is_input_element<typename range_element<R>::type> {};
+
+inline dp_tensor_t* input_handle(const Tensor& t) noexcept { return t.get(); }
+inline dp_tensor_t* input_handle(const Tensor* t) noexcept { return t != nullptr ? t->get() : nullptr; }
+}  // namespace detail
+/** @endcond */
+
+/**
+ * @brief The inputs of a run (`Runtime::run`, `run1`): a list of borrowed tensor handles,
+ *        made from whatever a caller holds, so that one parameter type takes all of
+ *        - braces of tensors, of pointers, or of both: `{x, y}`, `{&x, &y}`, `{x, &y}`;
+ *        - temporaries: `rt.run1(relu, {rt.run1(add, {x, b})})` (a temporary lives to the end
+ *          of the full expression, the run included);
+ *        - a range of tensors or of pointers to them: `std::vector<Tensor>`,
+ *          `std::vector<const Tensor*>`, `std::array<Tensor, 2>`, ...;
+ *        - `{}`: no inputs.
+ *
+ * It takes no references: the tensors must live until the run returns, which they do when the
+ * `Inputs` is made in the call. A null pointer, or an empty `Tensor`, goes to the C library as a
+ * NULL handle, which it refuses with `DP_INVALID_ARGUMENT` naming the input (`inputs[1]`).
+ */
+class Inputs {
+ public:
+  /** @brief No inputs. */
+  Inputs() noexcept = default;
+  /** @brief Braces: `{x, y}`, `{&x, &y}`, temporaries. */
+  Inputs(std::initializer_list<detail::InputRef> list) {
+    handles_.reserve(list.size());
+    for (const detail::InputRef& r : list) handles_.push_back(r.get());
+  }
+  /** @brief A range of tensors or of pointers to tensors (`std::vector<Tensor>`,
+   *  `std::vector<const Tensor*>`, ...). */
+  template <class R, std::enable_if_t<detail::is_input_range<R>::value, int> = 0>
+  Inputs(const R& range) {
+    for (const auto& t : range) handles_.push_back(detail::input_handle(t));
+  }
+
+  /** @brief The number of inputs. */
+  size_t size() const noexcept { return handles_.size(); }
+  /** @brief The handles, in order (NULL for a null pointer or an empty tensor). */
+  dp_tensor_t* const* data() const noexcept { return handles_.data(); }
+
+ private:
+  detail::SmallList<dp_tensor_t*, 8> handles_;
+};
+
 /**
  * @brief An op a host defines (`dp_op_def_t`), in the notation plugins use: the signature in
  *        TensorFlow's `REGISTER_OP` terms and a body over ops the runtime has, which is the
@@ -1863,6 +2201,104 @@ struct OpDef {
   std::string type_vars;  ///< `"T: {f32, f64}"`; empty for none
   std::string attrs;      ///< `"k: float = 2.0; mode: string = \"fast\""`; empty for none
   std::string body;       ///< `"z = Mul(x, @k)"`, statements separated by `;` or newlines
+};
+
+/** @brief How an op would run on a device for a dtype (`Runtime::kernel_choice()`,
+ *  `dp_kernel_choice_t`). */
+struct KernelChoice {
+  /** @brief The step of the fallback order a run takes (`DP_KERNEL_*`). */
+  enum Kind : int32_t {
+    /** @brief A kernel of the device (`source`, `priority`). */
+    Native = DP_KERNEL_NATIVE,
+    /** @brief No kernel there; the op's decomposition runs there, each of its ops chosen the
+     *  same way. */
+    Decomposition = DP_KERNEL_DECOMPOSITION,
+    /** @brief Soft placement: the CPU's kernel (`source`) runs it, unless strict. */
+    SoftPlacement = DP_KERNEL_SOFT_PLACEMENT,
+    /** @brief Nowhere: a run fails with `DP_NOT_FOUND`. */
+    Unavailable = DP_KERNEL_UNAVAILABLE,
+  };
+  Kind kind;
+  /** @brief The kernel's priority (`Native`); 0 otherwise. */
+  int32_t priority;
+  /** @brief Who registered the kernel that would run (`"built-in"`, `"plugin 'devplug_sim'"`);
+   *  empty for `Decomposition` and `Unavailable`. */
+  std::string source;
+};
+
+/** @brief Why an op ran where it ran (`dp_placement_event_t.reason_code`, the `DP_PLACEMENT_*`
+ *  values). A library newer than this header may send a value not named here. */
+enum class PlacementReason : int32_t {
+  /** @brief The caller named the device (`RunOptions::device`). */
+  Explicit = DP_PLACEMENT_EXPLICIT,
+  /** @brief No device was named: the runtime's default device. */
+  Default = DP_PLACEMENT_DEFAULT,
+  /** @brief No device was named: the innermost device scope entered on the thread. */
+  Scope = DP_PLACEMENT_SCOPE,
+  /** @brief No device was named: a device setter of a scope entered on the thread chose it. */
+  Setter = DP_PLACEMENT_SETTER,
+  /** @brief The device has no kernel for the op; its decomposition ran there instead. */
+  Decomposed = DP_PLACEMENT_DECOMPOSED,
+  /** @brief Neither a kernel nor a decomposition on the device; the op ran on the CPU. */
+  SoftPlaced = DP_PLACEMENT_SOFT_PLACED,
+  /** @brief An input lived on another device and was copied. */
+  InputCopied = DP_PLACEMENT_INPUT_COPIED,
+};
+
+/** @brief The word the placement log uses for @p reason (`"explicit"`, `"soft-placed"`,
+ *  `"input copied"`, ...); `"unknown"` for a value this header does not name. */
+inline const char* placement_reason_name(PlacementReason reason) noexcept {
+  switch (reason) {
+    case PlacementReason::Explicit: return "explicit";
+    case PlacementReason::Default: return "default";
+    case PlacementReason::Scope: return "scope";
+    case PlacementReason::Setter: return "setter";
+    case PlacementReason::Decomposed: return "decomposed";
+    case PlacementReason::SoftPlaced: return "soft-placed";
+    case PlacementReason::InputCopied: return "input copied";
+  }
+  return "unknown";
+}
+
+/**
+ * @brief One placement decision, as `Runtime::set_placement_callback` gives it to a C++
+ *        function: the C `dp_placement_event_t` with its strings copied (so an event may be
+ *        kept after the call) and its reason as a `PlacementReason`.
+ */
+struct PlacementEvent {
+  /** @brief The op, e.g. `"Add"`. */
+  std::string op;
+  /** @brief The device it ran on (platform and ordinal, e.g. `"HOST:0"`, `"SIMCUDA:0"`). */
+  std::string device;
+  /** @brief Why it ran there, for a `switch`. */
+  PlacementReason reason = PlacementReason::Default;
+  /** @brief The library's word for the reason (`"explicit"`, `"soft-placed"`, ...): the
+   *  C event's `reason`. */
+  std::string reason_name;
+  /** @brief What ran it (`"kernel from built-in"`, `"kernel from plugin 'devplug_sim'"`) or a
+   *  note; may be empty. */
+  std::string detail;
+
+  /** @brief The C++ view of a C event. A library older than this header's sends no
+   *  `reason_code` (its `struct_size` says so): the reason is then read from its word. */
+  static PlacementEvent from_c(const dp_placement_event_t& e) {
+    // (`detail` names the member here: the namespace is spelled out.)
+    PlacementEvent out;
+    out.op = ::devplug::detail::str(e.op);
+    out.device = ::devplug::detail::str(e.device);
+    out.reason_name = ::devplug::detail::str(e.reason);
+    out.detail = ::devplug::detail::str(e.detail);
+    if (e.struct_size >= offsetof(dp_placement_event_t, reason_code) + sizeof e.reason_code) {
+      out.reason = static_cast<PlacementReason>(e.reason_code);
+    } else {
+      for (int32_t code = DP_PLACEMENT_EXPLICIT; code <= DP_PLACEMENT_INPUT_COPIED; ++code) {
+        if (out.reason_name == placement_reason_name(static_cast<PlacementReason>(code))) {
+          out.reason = static_cast<PlacementReason>(code);
+        }
+      }
+    }
+    return out;
+  }
 };
 
 class Variable;  // devplug/graph.hpp
@@ -1912,7 +2348,7 @@ class Runtime {
   /** @brief The number of devices. */
   size_t device_count() const {
     size_t n = 0;
-    check(dp_runtime_device_count(handle_, &n));
+    check(dp_runtime_device_count(h("device_count"), &n));
     return n;
   }
   /**
@@ -1921,11 +2357,12 @@ class Runtime {
    */
   Device device_at(size_t index) const {
     dp_device_t* d = nullptr;
-    check(dp_runtime_device(handle_, index, &d));
+    check(dp_runtime_device(h("device_at"), index, &d));
     return Device(d);
   }
   /** @brief Every device, in the runtime's order. */
   std::vector<Device> devices() const {
+    h("devices");
     const size_t n = device_count();
     std::vector<Device> out;
     out.reserve(n);
@@ -1938,30 +2375,45 @@ class Runtime {
    */
   Device device(const std::string& spec) const {
     dp_device_t* d = nullptr;
-    check(dp_runtime_find_device(handle_, spec.c_str(), &d));
+    check(dp_runtime_find_device(h("device"), spec.c_str(), &d));
     return Device(d);
   }
   /** @brief Waits until all work on all devices is done. */
-  void synchronize() { check(dp_runtime_synchronize(handle_)); }
+  void synchronize() { check(dp_runtime_synchronize(h("synchronize"))); }
 
   /** @brief Resolves an op by name once (`dp_runtime_find_op()`); run it by handle. */
   Op op(const std::string& name) const {
-    dp_op_t* h = nullptr;
-    check(dp_runtime_find_op(handle_, name.c_str(), &h));
-    return Op(h);
+    dp_op_t* found = nullptr;
+    check(dp_runtime_find_op(h("op"), name.c_str(), &found));
+    return Op(found);
+  }
+
+  /**
+   * @brief How @p op would run on @p device (empty: the default device) for @p dtype, the dtype
+   *        of the op's first type variable (`DType::Invalid` for an op without one: `Fill`,
+   *        `Iota`), before anything runs (`dp_op_kernel_choice()`): the choice `run()` makes
+   *        for inputs of that dtype. A kernel may still decline a run's inputs.
+   */
+  KernelChoice kernel_choice(const Op& op, const Device& device, DType dtype) const {
+    dp_kernel_choice_t c;
+    std::memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    check(dp_op_kernel_choice(h("kernel_choice"), detail::live(op.get(), "Op", "Runtime::kernel_choice"),
+                              device.get(), to_c(dtype), &c));
+    return KernelChoice{static_cast<KernelChoice::Kind>(c.kind), c.priority, detail::str(c.source)};
   }
 
   /** @brief Every op the runtime has (`dp_runtime_op_count()`, `dp_runtime_op_at()`), sorted by
    *         name: the basis set, the composite ops, and those hosts and plugins registered. */
   std::vector<Op> ops() const {
     size_t n = 0;
-    check(dp_runtime_op_count(handle_, &n));
+    check(dp_runtime_op_count(h("ops"), &n));
     std::vector<Op> all;
     all.reserve(n);
     for (size_t i = 0; i < n; ++i) {
-      dp_op_t* h = nullptr;
-      check(dp_runtime_op_at(handle_, i, &h));  // ops are never removed: every index holds
-      all.push_back(Op(h));
+      dp_op_t* at = nullptr;
+      check(dp_runtime_op_at(handle_, i, &at));  // ops are never removed: every index holds
+      all.push_back(Op(at));
     }
     return all;
   }
@@ -1981,52 +2433,58 @@ class Runtime {
     d.type_vars = def.type_vars.c_str();
     d.attrs = def.attrs.c_str();
     d.body = def.body.c_str();
-    dp_op_t* h = nullptr;
-    check(dp_runtime_register_op(handle_, &d, &h));
-    return Op(h);
+    dp_op_t* made = nullptr;
+    check(dp_runtime_register_op(h("register_op"), &d, &made));
+    return Op(made);
   }
 
   /**
-   * @brief Runs @p op eagerly (`dp_op_run()`): on `options.device` or the default device,
+   * @brief Runs @p op eagerly (`dp_op_run()`): on `options.device` or where placement puts it,
    *        native kernel → decomposition → soft placement to the CPU → error.
-   * @param inputs pointers to the inputs; a null one fails with `DP_INVALID_ARGUMENT` naming it.
+   * @param inputs `{x, y}`, `{&x, &y}`, temporaries, a `std::vector<Tensor>` or
+   *        `std::vector<const Tensor*>`, `{}` for none (see `Inputs`); a null pointer or an
+   *        empty tensor fails with `DP_INVALID_ARGUMENT` naming the input.
+   * @param attrs  the attributes, or `nullptr` for none (an `Attrs&` overload takes them by
+   *        reference, and another only the options: `rt.run(op, {x}, RunOptions{device})`).
    * @return the op's outputs (`Op::num_outputs()` of them).
    */
-  std::vector<Tensor> run(const Op& op, const std::vector<const Tensor*>& inputs, const Attrs* attrs = nullptr,
+  std::vector<Tensor> run(const Op& op, const Inputs& inputs, const Attrs* attrs = nullptr,
                           const RunOptions& options = {}) {
-    dp_tensor_t* in_small[8];
-    std::vector<dp_tensor_t*> in_big;
-    dp_tensor_t** in = in_small;
-    if (inputs.size() > 8) {
-      in_big.resize(inputs.size());
-      in = in_big.data();
-    }
-    // A null pointer goes through as a NULL handle, which dp_op_run refuses, naming the input.
-    for (size_t i = 0; i < inputs.size(); ++i) in[i] = inputs[i] != nullptr ? inputs[i]->get() : nullptr;
-    dp_run_options_t o;
-    dp_run_options_init(&o, sizeof o);
-    o.device = options.device.get();
-    o.soft_placement = options.soft_placement;
-    detail::OutputRoom<dp_tensor_t*> out(op);
-    size_t n = 0;
-    check(dp_op_run(handle_, op.get(), in, inputs.size(), attrs != nullptr ? attrs->get() : nullptr, &o,
-                    out.data(), out.size(), &n));
-    std::vector<Tensor> result;
-    result.reserve(n);
-    for (size_t i = 0; i < n; ++i) result.push_back(Tensor::adopt(out.data()[i]));
-    return result;
+    return run_c(op, inputs, detail::attrs_handle(attrs, "Runtime::run"), options);
+  }
+  /** @brief run() with attributes by reference: `rt.run(op, {x}, attrs, options)`. */
+  std::vector<Tensor> run(const Op& op, const Inputs& inputs, const Attrs& attrs, const RunOptions& options = {}) {
+    return run_c(op, inputs, detail::attrs_handle(&attrs, "Runtime::run"), options);
+  }
+  /** @brief run() without attributes: `rt.run(op, {x}, RunOptions::strict(gpu))`. */
+  std::vector<Tensor> run(const Op& op, const Inputs& inputs, const RunOptions& options) {
+    return run_c(op, inputs, nullptr, options);
   }
   /** @brief run() for ops with one output. */
-  Tensor run1(const Op& op, const std::vector<const Tensor*>& inputs, const Attrs* attrs = nullptr,
-              const RunOptions& options = {}) {
-    std::vector<Tensor> r = run(op, inputs, attrs, options);
-    if (r.size() != 1) throw Error(DP_INVALID_ARGUMENT, op.name() + " does not have exactly one output");
-    return std::move(r.front());
+  Tensor run1(const Op& op, const Inputs& inputs, const Attrs* attrs = nullptr, const RunOptions& options = {}) {
+    return one(op, run(op, inputs, attrs, options));
+  }
+  /** @brief run1() with attributes by reference. */
+  Tensor run1(const Op& op, const Inputs& inputs, const Attrs& attrs, const RunOptions& options = {}) {
+    return one(op, run(op, inputs, attrs, options));
+  }
+  /** @brief run1() without attributes. */
+  Tensor run1(const Op& op, const Inputs& inputs, const RunOptions& options) {
+    return one(op, run(op, inputs, options));
   }
   /** @brief run() by op name (looks the name up each time; hold an Op on hot paths). */
-  std::vector<Tensor> run(const std::string& op_name, const std::vector<const Tensor*>& inputs,
-                          const Attrs* attrs = nullptr, const RunOptions& options = {}) {
+  std::vector<Tensor> run(const std::string& op_name, const Inputs& inputs, const Attrs* attrs = nullptr,
+                          const RunOptions& options = {}) {
     return run(op(op_name), inputs, attrs, options);
+  }
+  /** @brief run() by op name, attributes by reference. */
+  std::vector<Tensor> run(const std::string& op_name, const Inputs& inputs, const Attrs& attrs,
+                          const RunOptions& options = {}) {
+    return run(op(op_name), inputs, attrs, options);
+  }
+  /** @brief run() by op name, without attributes. */
+  std::vector<Tensor> run(const std::string& op_name, const Inputs& inputs, const RunOptions& options) {
+    return run(op(op_name), inputs, options);
   }
 
   /**
@@ -2034,20 +2492,21 @@ class Runtime {
    *        every op this thread runs without a device in its `RunOptions` runs there.
    */
   DeviceScope device_scope(const Device& device) const {
-    dp_scope_t* h = nullptr;
-    check(dp_scope_create_device(handle_, device.get(), &h));
-    return DeviceScope::adopt(h);
+    dp_scope_t* scope = nullptr;
+    check(dp_scope_create_device(h("device_scope"), device.get(), &scope));
+    return DeviceScope::adopt(scope);
   }
   /** @brief A scope whose @p setter places each op (`dp_scope_create_setter()`); see
    *  `DeviceSetter`. */
   DeviceScope setter_scope(DeviceSetter setter) const {
+    dp_runtime_t* rt = h("setter_scope");
     if (!setter) throw Error(DP_INVALID_ARGUMENT, "setter_scope: empty std::function");
-    dp_scope_t* h = nullptr;
+    dp_scope_t* scope = nullptr;
     auto* boxed = new DeviceSetter(std::move(setter));
     // On failure the runtime has already called the drop function (which deletes `boxed`).
-    check(dp_scope_create_setter(handle_, detail::devplug_cxx_device_setter_trampoline, boxed,
-                                 detail::devplug_cxx_device_setter_drop, &h));
-    return DeviceScope::adopt(h);
+    check(dp_scope_create_setter(rt, detail::devplug_cxx_device_setter_trampoline, boxed,
+                                 detail::devplug_cxx_device_setter_drop, &scope));
+    return DeviceScope::adopt(scope);
   }
   /**
    * @brief Creates a variable named @p name holding a copy of @p initial
@@ -2060,37 +2519,55 @@ class Runtime {
   /** @brief The placement context in force on this thread, captured (`dp_scope_capture()`):
    *  entered later, on any thread, it places ops as they would have been placed here. */
   DeviceScope current_scope() const {
-    dp_scope_t* h = nullptr;
-    check(dp_scope_capture(handle_, &h));
-    return DeviceScope::adopt(h);
+    dp_scope_t* scope = nullptr;
+    check(dp_scope_capture(h("current_scope"), &scope));
+    return DeviceScope::adopt(scope);
   }
 
   /**
-   * @brief Installs a placement-log callback (`dp_runtime_set_placement_callback()`); an empty
-   *        function removes it. It runs on the thread that ran the op (on several at once when
-   *        several threads run ops); the event's strings (`op`, `device`, `reason`, `detail`)
-   *        are never NULL (`detail` may be empty) and valid during the call only. Exceptions it
-   *        throws are caught and dropped. It may run ops; theirs are not reported to it.
+   * @brief Installs a placement-log callback (`dp_runtime_set_placement_callback()`) that
+   *        receives a `PlacementEvent` (C++ strings, `PlacementReason`); an empty function or
+   *        `nullptr` removes it. It runs on the thread that ran the op (on several at once when
+   *        several threads run ops). Exceptions it throws are caught and dropped. It may run
+   *        ops; theirs are not reported to it.
+   *
+   * A lambda taking `const PlacementEvent&` picks this overload, one taking
+   * `const dp_placement_event_t&` the C one. A generic lambda (`[](const auto& e)`) does not
+   * compile, as it fits both: write the parameter's type.
    */
-  void set_placement_callback(std::function<void(const dp_placement_event_t&)> fn) {
-    if (!fn) {
-      check(dp_runtime_set_placement_callback(handle_, nullptr, nullptr, nullptr));
-      return;
-    }
-    auto* boxed = new std::function<void(const dp_placement_event_t&)>(std::move(fn));
-    const dp_status_t st = dp_runtime_set_placement_callback(
-        handle_,
+  void set_placement_callback(std::function<void(const PlacementEvent&)> fn) {
+    using Fn = std::function<void(const PlacementEvent&)>;
+    install_placement_callback(
+        std::move(fn),
         [](const dp_placement_event_t* e, void* user) {
           try {
-            (*static_cast<std::function<void(const dp_placement_event_t&)>*>(user))(*e);
+            (*static_cast<Fn*>(user))(PlacementEvent::from_c(*e));
           } catch (...) {
           }
         },
-        boxed, [](void* user) { delete static_cast<std::function<void(const dp_placement_event_t&)>*>(user); });
-    if (st != DP_OK) {
-      delete boxed;
-      check(st);
-    }
+        [](void* user) { delete static_cast<Fn*>(user); });
+  }
+  /**
+   * @brief Installs a placement-log callback that receives the C event,
+   *        `dp_placement_event_t` (its strings, `op`, `device`, `reason` and `detail`, are never
+   *        NULL and valid during the call only; `detail` may be empty). As the overload above
+   *        otherwise.
+   */
+  void set_placement_callback(std::function<void(const dp_placement_event_t&)> fn) {
+    using Fn = std::function<void(const dp_placement_event_t&)>;
+    install_placement_callback(
+        std::move(fn),
+        [](const dp_placement_event_t* e, void* user) {
+          try {
+            (*static_cast<Fn*>(user))(*e);
+          } catch (...) {
+          }
+        },
+        [](void* user) { delete static_cast<Fn*>(user); });
+  }
+  /** @brief Removes the placement-log callback (`rt.set_placement_callback(nullptr)`). */
+  void set_placement_callback(std::nullptr_t) {
+    check(dp_runtime_set_placement_callback(h("set_placement_callback"), nullptr, nullptr, nullptr));
   }
 
   /**
@@ -2099,7 +2576,7 @@ class Runtime {
    *        thread, start and duration), and so does every synchronous copy and wait of the
    *        host's. A trace already on starts over.
    */
-  void start_trace() { check(dp_runtime_trace_start(handle_)); }
+  void start_trace() { check(dp_runtime_trace_start(h("start_trace"))); }
   /**
    * @brief Stops the trace and writes it to @p path as Trace Event JSON (for
    *        `chrome://tracing` or Perfetto); an empty path discards it
@@ -2109,7 +2586,7 @@ class Runtime {
    */
   size_t stop_trace(const std::string& path = std::string()) {
     size_t spans = 0;
-    check(dp_runtime_trace_stop(handle_, path.empty() ? nullptr : path.c_str(), &spans));
+    check(dp_runtime_trace_stop(h("stop_trace"), path.empty() ? nullptr : path.c_str(), &spans));
     return spans;
   }
 
@@ -2120,19 +2597,20 @@ class Runtime {
    * @throws Error with the loader's reason; the runtime keeps working either way.
    */
   void load_plugin(const std::string& path, const std::vector<std::string>& options = {}) {
+    dp_runtime_t* rt = h("load_plugin");
     std::vector<const char*> opts;
     opts.reserve(options.size());
     for (const std::string& o : options) opts.push_back(o.c_str());
-    check(dp_runtime_load_plugin(handle_, path.c_str(), opts.empty() ? nullptr : opts.data(), opts.size()));
+    check(dp_runtime_load_plugin(rt, path.c_str(), opts.empty() ? nullptr : opts.data(), opts.size()));
   }
   /** @brief Loads every plugin of a `:`-separated search path; failures are listed, not thrown. */
   void load_plugin_path(const std::string& search_path) {
-    check(dp_runtime_load_plugin_path(handle_, search_path.c_str()));
+    check(dp_runtime_load_plugin_path(h("load_plugin_path"), search_path.c_str()));
   }
   /** @brief The plugins loaded, in load order. */
   std::vector<PluginInfo> plugins() const {
     size_t n = 0;
-    check(dp_runtime_plugin_count(handle_, &n));
+    check(dp_runtime_plugin_count(h("plugins"), &n));
     std::vector<PluginInfo> out;
     for (size_t i = 0; i < n; ++i) {
       dp_plugin_info_t p{};
@@ -2156,7 +2634,7 @@ class Runtime {
    */
   std::vector<PlatformInfo> platforms() const {
     size_t n = 0;
-    check(dp_runtime_platform_count(handle_, &n));
+    check(dp_runtime_platform_count(h("platforms"), &n));
     std::vector<PlatformInfo> out;
     out.reserve(n);
     for (size_t i = 0; i < n; ++i) {
@@ -2180,7 +2658,7 @@ class Runtime {
   /** @brief Every failed plugin load, with its reason, in order. */
   std::vector<PluginFailure> plugin_failures() const {
     size_t n = 0;
-    check(dp_runtime_plugin_failure_count(handle_, &n));
+    check(dp_runtime_plugin_failure_count(h("plugin_failures"), &n));
     std::vector<PluginFailure> out;
     for (size_t i = 0; i < n; ++i) {
       dp_plugin_failure_t f{};
@@ -2193,6 +2671,45 @@ class Runtime {
 
  private:
   explicit Runtime(dp_runtime_t* handle) noexcept : handle_(handle) {}
+  dp_runtime_t* h(const char* method) const { return detail::live(handle_, "Runtime", method); }
+
+  template <class Fn>
+  void install_placement_callback(Fn fn, dp_placement_fn trampoline, dp_drop_fn drop) {
+    dp_runtime_t* rt = h("set_placement_callback");
+    if (!fn) {
+      check(dp_runtime_set_placement_callback(rt, nullptr, nullptr, nullptr));
+      return;
+    }
+    auto* boxed = new Fn(std::move(fn));
+    const dp_status_t st = dp_runtime_set_placement_callback(rt, trampoline, boxed, drop);
+    if (st != DP_OK) {
+      Error error = Error::from_last_error(st);
+      delete boxed;
+      throw error;
+    }
+  }
+
+  std::vector<Tensor> run_c(const Op& op, const Inputs& inputs, const dp_attrs_t* attrs, const RunOptions& options) {
+    dp_runtime_t* rt = h("run");
+    dp_run_options_t o;
+    dp_run_options_init(&o, sizeof o);
+    o.device = options.device.get();
+    o.soft_placement = options.soft_placement;
+    detail::OutputRoom<dp_tensor_t*> out(op);
+    size_t n = 0;
+    // An empty Op, a null input or an empty Device goes through as NULL: dp_op_run refuses the
+    // first two, naming them, and takes the third as "no device".
+    check(dp_op_run(rt, op.get(), inputs.data(), inputs.size(), attrs, &o, out.data(), out.size(), &n));
+    std::vector<Tensor> result;
+    result.reserve(n);
+    for (size_t i = 0; i < n; ++i) result.push_back(Tensor::adopt(out.data()[i]));
+    return result;
+  }
+  static Tensor one(const Op& op, std::vector<Tensor>&& outputs) {
+    if (outputs.size() != 1) throw Error(DP_INVALID_ARGUMENT, op.name() + " does not have exactly one output");
+    return std::move(outputs.front());
+  }
+
   dp_runtime_t* handle_ = nullptr;
 };
 
@@ -2200,17 +2717,29 @@ class Runtime {
 // Device members defined after the classes they return
 // ------------------------------------------------------------------------------------------
 
-inline Buffer Device::allocate(size_t size) const { return Buffer::allocate(*this, size); }
+inline Buffer Device::allocate(size_t size) const {
+  h("allocate");
+  return Buffer::allocate(*this, size);
+}
 
 inline HostMemory Device::host_allocate(size_t size) const {
   void* p = nullptr;
-  check(dp_device_host_allocate(handle_, size, &p));
+  check(dp_device_host_allocate(h("host_allocate"), size, &p));
   return HostMemory(*this, p, size);
 }
 
-inline Stream Device::create_stream() const { return Stream::create(*this); }
-inline Stream Device::default_stream() const { return Stream::default_for(*this); }
-inline Event Device::create_event() const { return Event::create(*this); }
+inline Stream Device::create_stream() const {
+  h("create_stream");
+  return Stream::create(*this);
+}
+inline Stream Device::default_stream() const {
+  h("default_stream");
+  return Stream::default_for(*this);
+}
+inline Event Device::create_event() const {
+  h("create_event");
+  return Event::create(*this);
+}
 
 }  // namespace devplug
 

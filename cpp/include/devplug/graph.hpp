@@ -9,7 +9,7 @@
  * devplug::Graph g;
  * auto x = g.placeholder("x", devplug::DType::F32, {-1, 2});
  * devplug::GraphOutput y = g.op1(rt, "y", rt.op("Mul"), {x, g.read("w_read", w)});
- * std::vector<devplug::Tensor> out = g.run(rt, {{x, &batch}}, {y});
+ * std::vector<devplug::Tensor> out = g.run(rt, {{x, batch}}, {y});
  * @endcode
  */
 #ifndef DEVPLUG_GRAPH_HPP
@@ -17,6 +17,7 @@
 
 #include <devplug/devplug.hpp>
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
@@ -85,7 +86,7 @@ class Variable {
 
   /** @brief The variable's name. */
   std::string name() const {
-    const char* n = dp_variable_name(handle_);
+    const char* n = dp_variable_name(h("name"));
     if (n == nullptr) throw Error::from_last_error(DP_INVALID_ARGUMENT);
     return n;
   }
@@ -93,13 +94,13 @@ class Variable {
    *         destroyed (its device handles went with it; the variable can still be read). */
   Device device() const {
     dp_device_t* d = nullptr;
-    check(dp_variable_device(handle_, &d));
+    check(dp_variable_device(h("device"), &d));
     return Device(d);
   }
   /** @brief The current value; later assignments leave the returned tensor as it is. */
   Tensor read() const {
     dp_tensor_t* t = nullptr;
-    check(dp_variable_read(handle_, &t));
+    check(dp_variable_read(h("read"), &t));
     return Tensor::adopt(t);
   }
   /**
@@ -107,15 +108,75 @@ class Variable {
    * @throws Error `DP_INVALID_ARGUMENT` naming the variable when the dtype or shape differs
    *         (the value stays).
    */
-  void assign(const Tensor& value) { check(dp_variable_assign(handle_, value.get())); }
+  void assign(const Tensor& value) { check(dp_variable_assign(h("assign"), value.get())); }
 
  private:
   explicit Variable(dp_variable_t* handle) noexcept : handle_(handle) {}
+  dp_variable_t* h(const char* method) const { return detail::live(handle_, "Variable", method); }
   dp_variable_t* handle_ = nullptr;
 };
 
 /** @brief One output of a graph node (`dp_graph_output_t`), a plain value. */
 using GraphOutput = dp_graph_output_t;
+
+/**
+ * @brief The feeds of `Graph::run`: (placeholder, tensor) pairs, the tensor by reference, by
+ *        pointer or a temporary: `{{x, batch}, {y, &labels}}`, or a
+ *        `std::vector<std::pair<GraphOutput, const Tensor*>>`; `{}` for none. Like `Inputs`, it
+ *        borrows the tensors' handles: they must live until the run returns, as they do when
+ *        the feeds are written in the call. A null pointer or an empty tensor goes to the C
+ *        library as NULL, which it refuses, naming the feed.
+ */
+class Feeds {
+ public:
+  /** @brief One feed: a placeholder and its tensor. */
+  class Feed {
+   public:
+    /** @brief @p tensor for @p placeholder. */
+    Feed(GraphOutput placeholder, const Tensor& tensor) noexcept : output_(placeholder), tensor_(tensor.get()) {}
+    /** @brief @p tensor (which may be null: an error naming the feed) for @p placeholder. */
+    Feed(GraphOutput placeholder, const Tensor* tensor) noexcept
+        : output_(placeholder), tensor_(tensor != nullptr ? tensor->get() : nullptr) {}
+    /** @brief The placeholder. */
+    GraphOutput output() const noexcept { return output_; }
+    /** @brief The tensor's handle (borrowed; NULL for a null pointer or an empty tensor). */
+    dp_tensor_t* tensor() const noexcept { return tensor_; }
+
+   private:
+    GraphOutput output_;
+    dp_tensor_t* tensor_;
+  };
+
+  /** @brief No feeds. */
+  Feeds() noexcept = default;
+  /** @brief Braces: `{{x, batch}, {y, &labels}}`. */
+  Feeds(std::initializer_list<Feed> feeds) {
+    outputs_.reserve(feeds.size());
+    tensors_.reserve(feeds.size());
+    for (const Feed& f : feeds) add(f.output(), f.tensor());
+  }
+  /** @brief A list of (placeholder, tensor pointer) pairs, as `Graph::run` took before. */
+  Feeds(const std::vector<std::pair<GraphOutput, const Tensor*>>& feeds) {
+    outputs_.reserve(feeds.size());
+    tensors_.reserve(feeds.size());
+    for (const auto& f : feeds) add(f.first, f.second != nullptr ? f.second->get() : nullptr);
+  }
+
+  /** @brief The number of feeds. */
+  size_t size() const noexcept { return outputs_.size(); }
+  /** @brief The placeholders, in order. */
+  const GraphOutput* outputs() const noexcept { return outputs_.data(); }
+  /** @brief The tensors' handles, in order. */
+  dp_tensor_t* const* tensors() const noexcept { return tensors_.data(); }
+
+ private:
+  void add(GraphOutput output, dp_tensor_t* tensor) {
+    outputs_.push_back(output);
+    tensors_.push_back(tensor);
+  }
+  std::vector<GraphOutput> outputs_;
+  std::vector<dp_tensor_t*> tensors_;
+};
 
 /**
  * @brief A graph (`dp_graph_t`): placeholders, constants, ops, variable reads and
@@ -148,7 +209,7 @@ class Graph {
   GraphOutput placeholder(const std::string& name, DType dtype, const Shape& shape) {
     static const int64_t scalar_shape = 0;  // a valid pointer for rank 0
     GraphOutput o{};
-    check(dp_graph_add_placeholder(handle_, name.c_str(), to_c(dtype),
+    check(dp_graph_add_placeholder(h("placeholder"), name.c_str(), to_c(dtype),
                                    shape.empty() ? &scalar_shape : shape.data(), shape.size(),
                                    &o));
     return o;
@@ -156,60 +217,77 @@ class Graph {
   /** @brief A placeholder of @p dtype that takes any shape. */
   GraphOutput placeholder(const std::string& name, DType dtype) {
     GraphOutput o{};
-    check(dp_graph_add_placeholder(handle_, name.c_str(), to_c(dtype), nullptr,
+    check(dp_graph_add_placeholder(h("placeholder"), name.c_str(), to_c(dtype), nullptr,
                                    DP_GRAPH_ANY_RANK, &o));
     return o;
   }
   /** @brief A constant holding @p value. */
   GraphOutput constant(const std::string& name, const Tensor& value) {
     GraphOutput o{};
-    check(dp_graph_add_constant(handle_, name.c_str(), value.get(), &o));
+    check(dp_graph_add_constant(h("constant"), name.c_str(), value.get(), &o));
     return o;
   }
   /**
    * @brief A node running @p op on @p inputs, on @p device or, when it is empty, where
    *        placement puts it now; returns its outputs (`Op::num_outputs()` of them).
+   * @param attrs the attributes, or `nullptr` for none (overloads take them by reference, or
+   *        only a device: `g.op(rt, "n", op, {x}, attrs)`, `g.op(rt, "n", op, {x}, gpu)`).
    * @throws Error `DP_INVALID_ARGUMENT` naming the node for inputs the op refuses (where their
    *         shapes are known), a taken name, outputs of another graph.
    */
   std::vector<GraphOutput> op(const Runtime& rt, const std::string& name, const Op& op,
-                              const std::vector<GraphOutput>& inputs,
-                              const Attrs* attrs = nullptr, const Device& device = Device()) {
-    detail::OutputRoom<GraphOutput> out(op);
-    size_t n = 0;
-    check(dp_graph_add_op(handle_, rt.get(), name.c_str(), op.get(), inputs.data(), inputs.size(),
-                          attrs != nullptr ? attrs->get() : nullptr, device.get(), out.data(), out.size(), &n));
-    return std::vector<GraphOutput>(out.data(), out.data() + n);
+                              const std::vector<GraphOutput>& inputs, const Attrs* attrs = nullptr,
+                              const Device& device = Device()) {
+    return add_op(rt, name, op, inputs, detail::attrs_handle(attrs, "Graph::op"), device);
+  }
+  /** @brief op() with attributes by reference. */
+  std::vector<GraphOutput> op(const Runtime& rt, const std::string& name, const Op& op,
+                              const std::vector<GraphOutput>& inputs, const Attrs& attrs,
+                              const Device& device = Device()) {
+    return add_op(rt, name, op, inputs, detail::attrs_handle(&attrs, "Graph::op"), device);
+  }
+  /** @brief op() without attributes, on @p device. */
+  std::vector<GraphOutput> op(const Runtime& rt, const std::string& name, const Op& op,
+                              const std::vector<GraphOutput>& inputs, const Device& device) {
+    return add_op(rt, name, op, inputs, nullptr, device);
   }
   /** @brief op() for ops with one output. */
   GraphOutput op1(const Runtime& rt, const std::string& name, const Op& op,
                   const std::vector<GraphOutput>& inputs, const Attrs* attrs = nullptr,
                   const Device& device = Device()) {
-    std::vector<GraphOutput> r = this->op(rt, name, op, inputs, attrs, device);
-    if (r.size() != 1) throw Error(DP_INVALID_ARGUMENT, op.name() + " does not have exactly one output");
-    return r.front();
+    return one(op, this->op(rt, name, op, inputs, attrs, device));
+  }
+  /** @brief op1() with attributes by reference. */
+  GraphOutput op1(const Runtime& rt, const std::string& name, const Op& op,
+                  const std::vector<GraphOutput>& inputs, const Attrs& attrs, const Device& device = Device()) {
+    return one(op, this->op(rt, name, op, inputs, attrs, device));
+  }
+  /** @brief op1() without attributes, on @p device. */
+  GraphOutput op1(const Runtime& rt, const std::string& name, const Op& op,
+                  const std::vector<GraphOutput>& inputs, const Device& device) {
+    return one(op, this->op(rt, name, op, inputs, device));
   }
   /** @brief A read of @p variable (its value as the run starts). */
   GraphOutput read(const std::string& name, const Variable& variable) {
     GraphOutput o{};
-    check(dp_graph_add_read(handle_, name.c_str(), variable.get(), &o));
+    check(dp_graph_add_read(h("read"), name.c_str(), variable.get(), &o));
     return o;
   }
   /** @brief An assignment of @p value to @p variable; its output is the value assigned. */
   GraphOutput assign(const std::string& name, const Variable& variable, GraphOutput value) {
     GraphOutput o{};
-    check(dp_graph_add_assign(handle_, name.c_str(), variable.get(), value, &o));
+    check(dp_graph_add_assign(h("assign"), name.c_str(), variable.get(), value, &o));
     return o;
   }
   /** @brief Output @p index of the node named @p name. @throws Error `DP_NOT_FOUND`. */
   GraphOutput find(const std::string& name, size_t index = 0) const {
     GraphOutput o{};
-    check(dp_graph_find(handle_, name.c_str(), index, &o));
+    check(dp_graph_find(h("find"), name.c_str(), index, &o));
     return o;
   }
   /** @brief The name of the node @p output belongs to (`dp_graph_node_name()`). */
   std::string node_name(GraphOutput output) const {
-    const char* n = dp_graph_node_name(handle_, output);
+    const char* n = dp_graph_node_name(h("node_name"), output);
     if (n == nullptr) throw Error::from_last_error(DP_INVALID_ARGUMENT);
     return n;
   }
@@ -221,7 +299,7 @@ class Graph {
     dp_dtype_t dtype = 0;
     size_t rank = 0;
     Shape shape(DP_MAX_RANK);
-    check(dp_graph_output_spec(handle_, output, &dtype, shape.data(), shape.size(), &rank));
+    check(dp_graph_output_spec(h("partial_spec"), output, &dtype, shape.data(), shape.size(), &rank));
     GraphSpec out;
     if (dtype != 0) out.dtype = static_cast<DType>(dtype);
     if (rank != DP_GRAPH_ANY_RANK) {
@@ -242,34 +320,26 @@ class Graph {
   /** @brief How many nodes the graph has. */
   size_t node_count() const {
     size_t n = 0;
-    check(dp_graph_node_count(handle_, &n));
+    check(dp_graph_node_count(h("node_count"), &n));
     return n;
   }
 
   /**
-   * @brief Runs what @p fetches need with @p feeds (placeholder, tensor) and returns the
-   *        fetched tensors (`dp_graph_run()`).
-   * @param soft_placement `DP_SOFT_PLACEMENT_DEFAULT`, `_OFF` (strict) or `_ON`.
+   * @brief Runs what @p fetches need with @p feeds (placeholder, tensor: `{{x, batch}}` or
+   *        `{{x, &batch}}`, see `Feeds`) and returns the fetched tensors (`dp_graph_run()`).
+   * @param soft_placement `SoftPlacement::Default`, `Off` (strict) or `On` (or
+   *        `DP_SOFT_PLACEMENT_*`).
    * @throws Error naming the node, its op and device when one fails; nothing is assigned then.
    */
-  std::vector<Tensor> run(const Runtime& rt,
-                          const std::vector<std::pair<GraphOutput, const Tensor*>>& feeds,
-                          const std::vector<GraphOutput>& fetches,
-                          int32_t soft_placement = DP_SOFT_PLACEMENT_DEFAULT) const {
-    std::vector<GraphOutput> feed_outputs;
-    std::vector<dp_tensor_t*> feed_tensors;
-    feed_outputs.reserve(feeds.size());
-    feed_tensors.reserve(feeds.size());
-    for (const auto& f : feeds) {
-      feed_outputs.push_back(f.first);
-      feed_tensors.push_back(f.second != nullptr ? f.second->get() : nullptr);
-    }
+  std::vector<Tensor> run(const Runtime& rt, const Feeds& feeds, const std::vector<GraphOutput>& fetches,
+                          int32_t soft_placement = SoftPlacement::Default) const {
+    dp_graph_t* graph = h("run");
     dp_graph_run_options_t o;
     dp_graph_run_options_init(&o, sizeof o);
     o.soft_placement = soft_placement;
     std::vector<dp_tensor_t*> results(fetches.size(), nullptr);
-    check(dp_graph_run(handle_, rt.get(), feed_outputs.data(), feed_tensors.data(), feeds.size(),
-                       fetches.data(), fetches.size(), &o, results.data()));
+    check(dp_graph_run(graph, rt.get(), feeds.outputs(), feeds.tensors(), feeds.size(), fetches.data(),
+                       fetches.size(), &o, results.data()));
     std::vector<Tensor> out;
     out.reserve(results.size());
     for (dp_tensor_t* t : results) out.push_back(Tensor::adopt(t));
@@ -277,13 +347,28 @@ class Graph {
   }
 
  private:
+  dp_graph_t* h(const char* method) const { return detail::live(handle_, "Graph", method); }
+  std::vector<GraphOutput> add_op(const Runtime& rt, const std::string& name, const Op& op,
+                                  const std::vector<GraphOutput>& inputs, const dp_attrs_t* attrs,
+                                  const Device& device) {
+    dp_graph_t* graph = h("op");
+    detail::OutputRoom<GraphOutput> out(op);
+    size_t n = 0;
+    check(dp_graph_add_op(graph, rt.get(), name.c_str(), op.get(), inputs.data(), inputs.size(), attrs,
+                          device.get(), out.data(), out.size(), &n));
+    return std::vector<GraphOutput>(out.data(), out.data() + n);
+  }
+  static GraphOutput one(const Op& op, const std::vector<GraphOutput>& outputs) {
+    if (outputs.size() != 1) throw Error(DP_INVALID_ARGUMENT, op.name() + " does not have exactly one output");
+    return outputs.front();
+  }
   dp_graph_t* handle_ = nullptr;
 };
 
 inline Variable Runtime::variable(const std::string& name, const Tensor& initial,
                                   const Device& device) const {
   dp_variable_t* v = nullptr;
-  check(dp_variable_create(handle_, name.c_str(), initial.get(), device.get(), &v));
+  check(dp_variable_create(h("variable"), name.c_str(), initial.get(), device.get(), &v));
   return Variable::adopt(v);
 }
 
