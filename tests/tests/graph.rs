@@ -203,7 +203,7 @@ fn a_dynamic_batch_is_carried_through_the_graph_and_mistakes_refused_early() {
         .op(&rt, "h", &op("MatMul"), &[x, wc], &none, None)
         .unwrap()[0];
     let hb = g.op(&rt, "hb", &op("Add"), &[h, bc], &none, None).unwrap()[0];
-    let p = g.op(&rt, "p", &op("Softmax"), &[hb], &none, None).unwrap()[0];
+    let p = g.op1(&rt, "p", &op("Softmax"), &[hb], &none, None).unwrap();
     let sum = Attrs::new().with("axes", vec![1i64]);
     let s = g.op(&rt, "s", &op("ReduceSum"), &[p], &sum, None).unwrap()[0];
     let all = g
@@ -295,6 +295,14 @@ fn a_dynamic_batch_is_carried_through_the_graph_and_mistakes_refused_early() {
             decomposition: None,
         })
         .unwrap();
+    // op1 is for ops with one output: refused here, the graph as it was.
+    let nodes = g.node_count();
+    let e = g.op1(&rt, "k1", &coded, &[x], &none, None).unwrap_err();
+    assert_eq!(
+        e.message,
+        "graph node 'k1' (test.Coded): op1 returns one output, but the op has 2; use op"
+    );
+    assert_eq!(g.node_count(), nodes);
     let k = g.op(&rt, "k", &coded, &[x], &none, None).unwrap();
     assert_eq!(
         g.partial_spec(k[0]).unwrap(),

@@ -220,6 +220,30 @@ impl Graph {
         )
     }
 
+    /// [`Graph::op`] for an op with one output (every basis op): returns it.
+    /// `INVALID_ARGUMENT` for an op with several outputs (use [`Graph::op`]); the graph is left
+    /// as it was.
+    pub fn op1(
+        &mut self,
+        rt: &Runtime,
+        name: &str,
+        op: &OpHandle,
+        inputs: &[NodeOutput],
+        attrs: &Attrs,
+        device: Option<&Arc<Device>>,
+    ) -> Result<NodeOutput> {
+        let n = op.def().outputs.len();
+        if n != 1 {
+            return Err(Error::invalid_argument(format!(
+                "graph node '{name}' ({}): op1 returns one output, but the op has {n}; use op",
+                op.name()
+            )));
+        }
+        let mut out = self.op(rt, name, op, inputs, attrs, device)?;
+        out.pop()
+            .ok_or_else(|| Error::internal(format!("{}: the node has no output", op.name())))
+    }
+
     /// Adds a node running `op` on `inputs` with `attrs`, on `device` or where placement puts
     /// it now (see the module documentation), and returns its outputs. `INVALID_ARGUMENT` for
     /// an output of another graph, a device or op of another runtime, a taken name, or (as
