@@ -237,8 +237,7 @@ impl Suballocator {
                 },
                 Err(e) if exact => {
                     return Err(e.context(format!(
-                        "allocating {size} bytes: reserving a {rounded}-byte region \
-                         ({} bytes in use, {} reserved)",
+                        "reserving a {rounded}-byte region ({} bytes in use, {} reserved)",
                         state.bytes_in_use, state.bytes_reserved
                     )));
                 }
@@ -1931,7 +1930,8 @@ mod tests {
             "the raw allocator's code is kept"
         );
         assert!(
-            err.message.contains("fake device refused") && err.message.contains("1000 bytes"),
+            err.message.contains("fake device refused")
+                && err.message.contains("reserving a 1024-byte region"),
             "{err}"
         );
         assert_eq!(sub.stats(), MemoryStats::default());
