@@ -788,3 +788,102 @@ fn a_kernel_bound_where_it_could_never_run_is_refused() {
         .unwrap();
     assert_eq!(y[0].to_vec::<f32>().unwrap(), [7., 7.]);
 }
+
+/// A Rust kernel borrows its input and output elements in place (`input_slice`,
+/// `output_slice`) on the CPU; the wrong element type, an index past the end and a device
+/// whose memory the host cannot read are errors.
+#[test]
+fn a_rust_kernel_reads_and_writes_cpu_tensors_in_place() {
+    use devplug_core::{Binding, DType, Error, KernelContext, KernelDef};
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let relu = |cx: &KernelContext| -> devplug_core::Result<()> {
+        // SAFETY: nothing else touches the input or the output during the call.
+        let (x, y) = unsafe { (cx.input_slice::<f32>(0)?, cx.output_slice::<f32>(0)?) };
+        for (o, v) in y.iter_mut().zip(x) {
+            *o = v.max(0.0);
+        }
+        Ok(())
+    };
+    let kernel = |device_type: &str, platform: &str| KernelDef {
+        op: "Relu".into(),
+        device_type: device_type.into(),
+        binding: Binding::Platform(platform.into()),
+        dtypes: vec![DType::F32],
+        priority: 5,
+        source: "host 'in-place'".into(),
+        func: Arc::new(relu),
+    };
+    rt.register_kernel(kernel("CPU", "HOST")).unwrap();
+    rt.register_kernel(kernel("SIM", "SIM")).unwrap();
+    let cpu = rt.find_device("CPU:0").unwrap();
+    let log = record_placements(&rt);
+    let x = f32s(&cpu, &[5], &[-2., -0.5, 0., 1.5, 3.]);
+    let y = rt
+        .run_named(
+            "Relu",
+            std::slice::from_ref(&x),
+            &Attrs::new(),
+            &on(&cpu, true),
+        )
+        .unwrap();
+    assert_eq!(y[0].to_vec::<f32>().unwrap(), [0., 0., 0., 1.5, 3.]);
+    assert!(
+        log.lock()
+            .unwrap()
+            .iter()
+            .any(|e| e.op == "Relu" && e.detail == "kernel from host 'in-place'"),
+        "{:?}",
+        log.lock().unwrap()
+    );
+    // Empty tensors give empty slices.
+    let empty = f32s(&cpu, &[0], &[]);
+    let y = rt
+        .run_named("Relu", &[empty], &Attrs::new(), &on(&cpu, true))
+        .unwrap();
+    assert_eq!(y[0].num_elements(), 0);
+
+    // SIM's memory is not the host's: the kernel's error fails the op.
+    let sim = rt.find_device("SIM:0").unwrap();
+    let e = rt
+        .run_named(
+            "Relu",
+            &[x.copy_to(&sim).unwrap()],
+            &Attrs::new(),
+            &on(&sim, true),
+        )
+        .unwrap_err();
+    assert!(
+        e.message
+            .contains("input 0 is on SIM:0, whose memory the host cannot read"),
+        "{e}"
+    );
+
+    // The wrong element type, an index past the end.
+    rt.register_kernel(KernelDef {
+        op: "Neg".into(),
+        device_type: "CPU".into(),
+        binding: Binding::Platform("HOST".into()),
+        dtypes: vec![DType::F32],
+        priority: 5,
+        source: "host 'mistaken'".into(),
+        func: Arc::new(|cx: &KernelContext| {
+            // SAFETY: as above.
+            let wrong = unsafe { cx.input_slice::<i32>(0) }.unwrap_err();
+            let past = unsafe { cx.output_slice::<f32>(1) }.unwrap_err();
+            Err(Error::invalid_argument(format!(
+                "{}; {}",
+                wrong.message, past.message
+            )))
+        }),
+    })
+    .unwrap();
+    let e = rt
+        .run_named("Neg", &[x], &Attrs::new(), &on(&cpu, true))
+        .unwrap_err();
+    assert!(
+        e.message
+            .ends_with("input 0 holds f32 elements, not i32; there is no output 1 (1 outputs)"),
+        "{e}"
+    );
+}

@@ -16,7 +16,7 @@ use parking_lot::RwLock;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::op::Attrs;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, Element, Tensor};
 
 /// Which platform's memory a kernel works on.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -56,6 +56,82 @@ pub struct KernelContext<'a> {
     pub outputs: &'a [Tensor],
     /// The op's attributes, defaults filled in.
     pub attrs: &'a Attrs,
+}
+
+impl KernelContext<'_> {
+    /// Input `i`'s elements, borrowed in place (no copy), for a kernel on a device whose
+    /// memory the host may read (the CPU's). `INVALID_ARGUMENT` when there is no input `i`,
+    /// it does not hold `T`s, its device's memory is not host-visible, or its memory is not
+    /// aligned for `T`.
+    ///
+    /// # Safety
+    /// Nothing writes the input's memory while the slice lives (dispatch writes only the
+    /// outputs; another thread or a stream writing that tensor would race with the reads).
+    /// For `bool`, every byte is 0 or 1 (as tensors devplug makes hold).
+    pub unsafe fn input_slice<T: Element>(&self, i: usize) -> Result<&[T]> {
+        let t = self.inputs.get(i).ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "there is no input {i} ({} inputs)",
+                self.inputs.len()
+            ))
+        })?;
+        let (p, n) = host_elements::<T>(t, "input", i)?;
+        // SAFETY: `p` is aligned and non-null, and the tensor's host-visible memory holds `n`
+        // initialized `T`s (host memory is zeroed or written when allocated) that stay alive
+        // while `self` borrows the tensor; no one writes them meanwhile (the caller's contract).
+        Ok(unsafe { std::slice::from_raw_parts(p, n) })
+    }
+
+    /// Output `i`'s elements, to write in place (no copy), for a kernel on a device whose
+    /// memory the host may read (the CPU's): an output is a fresh allocation no input or other
+    /// output shares. `INVALID_ARGUMENT` as for [`KernelContext::input_slice`].
+    ///
+    /// # Safety
+    /// Nothing else reads or writes the output's memory while the slice lives: not
+    /// `self.outputs[i]` (its `to_vec`, `write_slice`, a clone of it) and not a second slice
+    /// of it. For `bool`, write only `false` and `true`.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn output_slice<T: Element>(&self, i: usize) -> Result<&mut [T]> {
+        let t = self.outputs.get(i).ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "there is no output {i} ({} outputs)",
+                self.outputs.len()
+            ))
+        })?;
+        let (p, n) = host_elements::<T>(t, "output", i)?;
+        // SAFETY: as in `input_slice`; the memory is this output's alone and the caller
+        // accesses it through this slice only while it lives.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p.cast_mut(), n) })
+    }
+}
+
+/// Where tensor `t` (`what` `i` of a kernel) keeps its elements as `T`s, and how many.
+fn host_elements<T: Element>(t: &Tensor, what: &str, i: usize) -> Result<(*const T, usize)> {
+    if t.dtype() != T::DTYPE {
+        return Err(Error::invalid_argument(format!(
+            "{what} {i} holds {} elements, not {}",
+            t.dtype(),
+            T::DTYPE
+        )));
+    }
+    if !t.device().host_visible() {
+        return Err(Error::invalid_argument(format!(
+            "{what} {i} is on {}, whose memory the host cannot read",
+            t.device().qualified_name()
+        )));
+    }
+    let n = t.num_elements() as usize;
+    if n == 0 {
+        return Ok((std::ptr::NonNull::<T>::dangling().as_ptr(), 0));
+    }
+    let p = t.buffer().ptr().0 as usize as *const T;
+    if p.is_null() || !p.is_aligned() {
+        return Err(Error::invalid_argument(format!(
+            "{what} {i}'s memory at {p:?} is not aligned for {}",
+            T::DTYPE
+        )));
+    }
+    Ok((p, n))
 }
 
 /// A kernel's code.
