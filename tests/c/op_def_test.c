@@ -153,6 +153,20 @@ static void mistakes_are_named(void) {
     dp_op_t *found = NULL;
     CHECK_STATUS(dp_runtime_find_op(rt, cases[i].name, &found), DP_NOT_FOUND);
   }
+  /* A dtype the signature promises and the body cannot take: refused now, not at the first
+   * i32 run. */
+  dp_op_def_t d = scale_def();
+  d.name = "app.Exp";
+  d.type_vars = "T: {f32, i32}";
+  d.attrs = NULL;
+  d.body = "y = Exp(x)";
+  dp_op_t *op = NULL;
+  CHECK_STATUS_MSG(dp_runtime_register_op(rt, &d, &op), DP_INVALID_ARGUMENT,
+                   "type_vars: `T` allows i32, which its body cannot take");
+  CHECK(op == NULL);
+  d.type_vars = "T: {f32, f64}";
+  CHECK_OK(dp_runtime_register_op(rt, &d, &op));
+  CHECK(op != NULL);
   dp_runtime_destroy(rt);
 }
 

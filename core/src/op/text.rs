@@ -364,10 +364,58 @@ pub(crate) fn parse_op(text: &OpText, lookup: &dyn Fn(&str) -> Option<OpHandle>)
             },
         )),
     };
-    Ok(Parsed {
+    let parsed = Parsed {
         def,
         partial: Arc::new(move |cx: &PartialContext| partial_body.infer_partial(cx)),
-    })
+    };
+    check_declared_dtypes(&parsed)?;
+    Ok(parsed)
+}
+
+/// Refuses a signature that promises dtypes its body cannot take: each dtype of each type
+/// variable (the others at their first) runs through the body's statements with the inputs'
+/// shapes unknown, which fails only where no run of that dtype could succeed (`T: {f32, i32}`
+/// with `y = Exp(x)`: Exp takes no i32). Attributes are at their defaults; an op with an
+/// attribute without a default is left to its runs, which may pass any value.
+fn check_declared_dtypes(op: &Parsed) -> Result<()> {
+    let def = &op.def;
+    let none = Attrs::new();
+    let Ok(attrs) = none.complete(&def.name, &def.attrs) else {
+        return Ok(());
+    };
+    let first: Vec<DType> = def.type_vars.iter().map(|v| v.allowed[0]).collect();
+    for (vi, var) in def.type_vars.iter().enumerate() {
+        for &d in &var.allowed {
+            let bound = |name: &str| {
+                let i = def.type_vars.iter().position(|v| v.name == name)?;
+                Some(if i == vi { d } else { first[i] })
+            };
+            let inputs: Vec<PartialSpec> = def
+                .inputs
+                .iter()
+                .map(|a| PartialSpec {
+                    dtype: match &a.ty {
+                        ArgType::Fixed(f) => Some(*f),
+                        ArgType::Var(n) => bound(n),
+                        ArgType::Attr(_) => None,
+                    },
+                    shape: None,
+                })
+                .collect();
+            (op.partial)(&PartialContext {
+                op: &def.name,
+                inputs: &inputs,
+                attrs: &attrs,
+            })
+            .map_err(|e| {
+                Error::invalid_argument(format!(
+                    "op '{}': type_vars: `{}` allows {d}, which its body cannot take: {}",
+                    def.name, var.name, e.message
+                ))
+            })?;
+        }
+    }
+    Ok(())
 }
 
 fn parse_body(
@@ -700,6 +748,36 @@ mod tests {
 
     fn err(t: &OpText) -> String {
         parse(t, &basis).map(|_| ()).unwrap_err().message
+    }
+
+    /// A signature that promises a dtype its body cannot take is refused when registered,
+    /// not on the first run of that dtype; one the body takes, or one whose attributes decide
+    /// (no default), is taken.
+    #[test]
+    fn dtypes_the_body_cannot_take_are_refused_at_registration() {
+        let mut t = text("y = Exp(x)");
+        t.type_vars = "T: {f32, i32}".into();
+        t.attrs = String::new();
+        assert_eq!(
+            err(&t),
+            "op 't.Swish': type_vars: `T` allows i32, which its body cannot take: t.Swish (its \
+             body: `y = Exp(x)`): Exp: input 'x' is i32, but T must be one of f32, f64, f16, \
+             bf16"
+        );
+        t.type_vars = "T: {f32, f64, f16}".into();
+        parse(&t, &basis).unwrap();
+        // A second type variable: each of its dtypes too.
+        t.inputs = "x: T, n: U".into();
+        t.type_vars = "T: {f32}; U: {f32, i64}".into();
+        t.body = "s = Add(x, n); y = Exp(s)".into();
+        assert!(
+            err(&t).starts_with("op 't.Swish': type_vars: `U` allows i64"),
+            "{}",
+            err(&t)
+        );
+        // An attribute without a default: its runs decide.
+        t.attrs = "k: int".into();
+        parse(&t, &basis).unwrap();
     }
 
     #[test]
