@@ -391,7 +391,7 @@ impl Tensor {
         let bytes = byte_size(dtype, shape)?;
         if data.len() as u64 != bytes {
             return Err(Error::invalid_argument(format!(
-                "a {dtype} tensor of shape {shape:?} holds {bytes} bytes, but {} were given",
+                "a {dtype} tensor of shape {shape:?} holds {bytes} bytes; the data has {}",
                 data.len()
             )));
         }
@@ -431,7 +431,7 @@ impl Tensor {
         }
         if data.len() as u64 != self.num_elements() {
             return Err(Error::invalid_argument(format!(
-                "the tensor of shape {:?} holds {} elements, but {} were given",
+                "the tensor of shape {:?} holds {} elements; the slice has {}",
                 self.shape(),
                 self.num_elements(),
                 data.len()

@@ -362,7 +362,7 @@ fn tensors_are_written_from_typed_slices() {
     let e = t.write_slice(&[1f32; 3]).unwrap_err();
     assert_eq!(
         e.message,
-        "the tensor of shape [2, 2] holds 4 elements, but 3 were given"
+        "the tensor of shape [2, 2] holds 4 elements; the slice has 3"
     );
     assert_eq!(
         t.to_vec::<f32>().unwrap(),

@@ -164,7 +164,7 @@ fn len_error(what: &str, len: usize, dtype: DType, shape: &[usize]) -> Error {
     }
     match numel(what, shape).map(|n| n.checked_mul(dtype.size())) {
         Ok(Some(bytes)) => invalid(format!(
-            "{what}: a {dtype} tensor of shape {shape:?} holds {bytes} bytes, but {len} were given"
+            "{what}: a {dtype} tensor of shape {shape:?} holds {bytes} bytes; the data has {len}"
         )),
         Ok(None) => invalid(format!("{what}: shape {shape:?} has too many elements")),
         Err(e) => e,

@@ -1067,7 +1067,7 @@ mod tests {
         .unwrap_err();
         assert!(
             e.message
-                .contains("a: a f32 tensor of shape [2, 3] holds 24 bytes, but 20"),
+                .contains("a: a f32 tensor of shape [2, 3] holds 24 bytes; the data has 20"),
             "{e}"
         );
         // Dtype mismatch.

@@ -811,7 +811,7 @@ mod tests {
             shape: &[4],
         };
         let e = unary(&C, UnaryOp::Exp, short, out.view_mut()).unwrap_err();
-        assert!(e.message.contains("holds 8 bytes, but 6 were given"), "{e}");
+        assert!(e.message.contains("holds 8 bytes; the data has 6"), "{e}");
         let mut wrong_out = Tensor::zeros(DType::BF16, &[4]);
         let e = matmul(&C, a.view(), a.view(), false, false, wrong_out.view_mut()).unwrap_err();
         assert_eq!(e.code, Code::InvalidArgument, "{e}");
