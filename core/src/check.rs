@@ -788,7 +788,7 @@ fn edge_samples(op: &str, dtype: DType) -> Vec<(&'static str, Sample)> {
         inputs: vec![a, b],
         attrs: none(),
     };
-    match op {
+    let mut cases = match op {
         "Add" | "Sub" | "Mul" | "Div" | "Maximum" | "Minimum" | "Pow" | "Equal" | "NotEqual"
         | "Less" | "LessEqual" | "Greater" | "GreaterEqual" => vec![
             ("[2, 3] and [2, 3]", two(t(&[2, 3], 3.0), t(&[2, 3], 1.0))),
@@ -818,6 +818,20 @@ fn edge_samples(op: &str, dtype: DType) -> Vec<(&'static str, Sample)> {
             (
                 "batched [2, 2, 3] x [3, 4]",
                 two(t(&[2, 2, 3], 1.0), t(&[3, 4], 1.0)),
+            ),
+            (
+                "transpose_a",
+                Sample {
+                    inputs: vec![t(&[3, 2], 1.0), t(&[3, 4], 1.0)],
+                    attrs: Attrs::new().with("transpose_a", AttrValue::Bool(true)),
+                },
+            ),
+            (
+                "transpose_b",
+                Sample {
+                    inputs: vec![t(&[2, 3], 1.0), t(&[4, 3], 1.0)],
+                    attrs: Attrs::new().with("transpose_b", AttrValue::Bool(true)),
+                },
             ),
             (
                 "transpose_a and transpose_b",
@@ -937,6 +951,42 @@ fn edge_samples(op: &str, dtype: DType) -> Vec<(&'static str, Sample)> {
             ("[0, 3]", two(t(&[0, 3], 1.0), t(&[0, 3], 2.0))),
         ],
         _ => Vec::new(),
+    };
+    // The other samples hold small whole numbers, which every float dtype adds and multiplies
+    // exactly: a kernel that rounds wrongly (truncating an f16) or loses a sign passes them.
+    // Signed fractions round in every elementwise op.
+    if dtype.is_float() {
+        let f = |shape: &[i64], seed: usize| fractions(shape, seed, dtype);
+        match op {
+            "Add" | "Sub" | "Mul" | "Div" | "Maximum" | "Minimum" | "Pow" | "Equal"
+            | "NotEqual" | "Less" | "LessEqual" | "Greater" | "GreaterEqual" => {
+                cases.push(("signed fractions", two(f(&[2, 3], 0), f(&[2, 3], 1))))
+            }
+            "Neg" | "Abs" | "Relu" | "Exp" | "Log" | "Tanh" | "Sqrt" | "Rsqrt" | "Sigmoid"
+            | "Gelu" => cases.push((
+                "signed fractions",
+                Sample {
+                    inputs: vec![f(&[7], 0)],
+                    attrs: none(),
+                },
+            )),
+            _ => {}
+        }
+    }
+    cases
+}
+
+/// Signed fractions of `dtype` (none a whole number, none 0): -1.625, -1.3, … for `seed` 0.
+fn fractions(shape: &[i64], seed: usize, dtype: DType) -> Input {
+    let n = shape.iter().product::<i64>() as usize;
+    let value = |i: usize| {
+        let k = ((i * 7 + seed * 3) % 11) as f64 - 5.0;
+        k * 0.325 + 0.1 * (seed as f64 + 1.0) * if i.is_multiple_of(2) { 1.0 } else { -1.0 }
+    };
+    Input {
+        shape: shape.to_vec(),
+        values: (0..n).map(value).collect(),
+        dtype,
     }
 }
 
@@ -968,6 +1018,29 @@ fn cast(rt: &Runtime, cpu: &Arc<Device>, t: &Tensor, dtype: DType) -> Result<Ten
     out.pop()
         .ok_or_else(|| Error::internal("Cast gave no output"))
 }
+
+/// Ops whose f16 and bf16 results every correct kernel gives bit for bit (one correctly
+/// rounded operation, or none).
+const EXACT_HALF: [&str; 18] = [
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Neg",
+    "Abs",
+    "Maximum",
+    "Minimum",
+    "Relu",
+    "Select",
+    "Cast",
+    "BroadcastTo",
+    "Reshape",
+    "Transpose",
+    "Concat",
+    "Slice",
+    "Fill",
+    "Iota",
+];
 
 /// Runs `k`'s op on `dev` with `sample` of `dtype` with kernel `k` alone, and checks that the
 /// result equals the CPU device's.
@@ -1009,7 +1082,13 @@ fn run_kernel_sample(
         let w = cast(rt, &cpu, w, DType::F64)?.to_vec::<f64>()?;
         // A kernel may round differently from the CPU's (another order of a sum, a fused
         // multiply-add): a few units in the last place of the dtype.
+        // But an op that is one rounding of an exact result (an add, a product, a quotient) or
+        // no arithmetic at all is computed the same by every device that rounds to nearest:
+        // in f16 and bf16, where a wrong rounding is easy (the CPU computes through f32 and
+        // rounds once), it must agree bit for bit.
+        let exact_half = matches!(dtype, DType::F16 | DType::BF16) && EXACT_HALF.contains(&&*k.op);
         let tolerance = match dtype {
+            _ if exact_half => 0.0,
             DType::F32 => 1e-5,
             DType::F16 => 4e-3,
             DType::BF16 => 3e-2,

@@ -86,6 +86,9 @@
  *                                  (42 for an input of no elements) or 2 (-1 for a rank-0 input);
  *                                  it declines (DPP_UNIMPLEMENTED) reductions to more than
  *                                  ZOO_REDUCE_SUM_MAX_OUT elements (default and at most 1024)
+ *   ZOO_KERNEL_F16_ADD_TRUNC       ... instead, an Add (with ZOO_KERNEL_DTYPE=DPP_DTYPE_F16) of
+ *                                  tensors of one shape (others declined) that truncates each
+ *                                  sum to f16 instead of rounding it
  *   ZOO_KERNEL_ALL_DTYPES          ... for every dtype (no dtype list)
  *   ZOO_KERNEL_COPY_ABOVE          ... and, registered before it, a right kernel for the same
  *                                  op and dtypes at priority 10 that copies input 0 to output 0
@@ -915,8 +918,66 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_register(const dpp_host_api_t *host, co
 }
 
 #if (defined(ZOO_KERNEL_ZEROS) + defined(ZOO_KERNEL_COPY) + defined(ZOO_KERNEL_FAIL) + defined(ZOO_KERNEL_TEMP) + \
-     defined(ZOO_KERNEL_REDUCE_SUM)) > 1
-#error "ZOO_KERNEL_ZEROS, _COPY, _FAIL, _TEMP and _REDUCE_SUM are kernels for one registration: define one"
+     defined(ZOO_KERNEL_REDUCE_SUM) + defined(ZOO_KERNEL_F16_ADD_TRUNC)) > 1
+#error "ZOO_KERNEL_ZEROS, _COPY, _FAIL, _TEMP, _REDUCE_SUM and _F16_ADD_TRUNC are kernels for one registration: define one"
+#endif
+
+#if defined(ZOO_KERNEL_F16_ADD_TRUNC)
+/* An f16 Add of two tensors of one shape (others declined) that is right on whole numbers but
+ * truncates every sum to f16 instead of rounding it to nearest: the bug devplug check's signed
+ * fractions find. Finite values only (what the check's samples hold). */
+static float zoo_f16_to_f32(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  float mag;
+  if (exp == 0) {
+    mag = (float)man / 1024.0f / 16384.0f; /* subnormal: man * 2^-24 */
+  } else {
+    uint32_t bits = ((exp + 112) << 23) | (man << 13);
+    memcpy(&mag, &bits, sizeof mag);
+  }
+  uint32_t out;
+  memcpy(&out, &mag, sizeof out);
+  out |= sign;
+  memcpy(&mag, &out, sizeof mag);
+  return mag;
+}
+static uint16_t zoo_f32_to_f16_truncating(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  const int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+  if (exp <= 0) {
+    return sign; /* tiny: flushed (not in the check's samples) */
+  }
+  return (uint16_t)(sign | (uint16_t)(exp << 10) | (uint16_t)((x >> 13) & 0x3ff));
+}
+static dpp_status_t zoo_kernel_f16_add_trunc(const dpp_kernel_context_t *cx) {
+  zoo_device *d = cx ? zoo_dev(cx->device) : NULL;
+  if (d == NULL || cx->num_inputs != 2 || cx->num_outputs != 1) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  const dpp_tensor_t *a = &cx->inputs[0], *b = &cx->inputs[1], *o = &cx->outputs[0];
+  int same = a->rank == b->rank;
+  for (int32_t i = 0; same && i < a->rank; i++) same = a->shape[i] == b->shape[i];
+  if (!same) {
+    return zoo_fail(d, DPP_UNIMPLEMENTED, "zoo: Add: tensors of one shape only");
+  }
+  if (o->byte_size == 0) {
+    return DPP_OK;
+  }
+  ZOO_RANGE_OR_FAIL(pa, d, a->data, a->byte_size, "kernel input");
+  ZOO_RANGE_OR_FAIL(pb, d, b->data, b->byte_size, "kernel input");
+  ZOO_RANGE_OR_FAIL(po, d, o->data, o->byte_size, "kernel output");
+  for (uint64_t i = 0; i < o->byte_size / 2; i++) {
+    uint16_t x, y, z;
+    memcpy(&x, pa + 2 * i, 2);
+    memcpy(&y, pb + 2 * i, 2);
+    z = zoo_f32_to_f16_truncating(zoo_f16_to_f32(x) + zoo_f16_to_f32(y));
+    memcpy(po + 2 * i, &z, 2);
+  }
+  return DPP_OK;
+}
+#define ZOO_KERNEL_COMPUTE zoo_kernel_f16_add_trunc
 #endif
 #if defined(ZOO_KERNEL_ZEROS)
 /* A kernel with wrong results: every output is set to zero bytes. */

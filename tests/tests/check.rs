@@ -25,7 +25,8 @@ fn the_sample_plugins_conform() {
         "ok      SIM:0: kernel Add (f32) agrees with the CPU",
         "ok      SIM:1: kernel ReduceSum (i64) agrees with the CPU",
         "ok      SIM:0: kernel MatMul (f64) agrees with the CPU on edge shapes (batched [2, 2, 3] x [3, 4], \
-         transpose_a and transpose_b, k = 0: [2, 0] x [0, 3], m = 0: [0, 3] x [3, 4])",
+         transpose_a, transpose_b, transpose_a and transpose_b, k = 0: [2, 0] x [0, 3], m = 0: \
+         [0, 3] x [3, 4])",
         // Reductions of empty and rank-0 inputs.
         "ok      SIM:1: kernel ReduceSum (i32) agrees with the CPU on edge shapes (every axis, \
          axis 0 kept (keep_dims), a negative axis of a 3-D input, rank 0, [0, 3] over axis 1, \
@@ -260,8 +261,8 @@ fn a_kernel_with_wrong_results_fails_its_check() {
     assert!(
         out.contains(
             "FAILED  ZOO:0: kernel Add (f32) agrees with the CPU on edge shapes ([2, 3] and [2, 3], \
-             rank 0 and [2, 3], [2, 1] and [1, 3], [0, 3] and [3]): INTERNAL: [2, 3] and [2, 3]: \
-             output 0[0] is 0"
+             rank 0 and [2, 3], [2, 1] and [1, 3], [0, 3] and [3], signed fractions): INTERNAL: \
+             [2, 3] and [2, 3]: output 0[0] is 0"
         ),
         "{out}"
     );
@@ -304,6 +305,23 @@ fn each_of_several_kernels_for_one_op_is_checked_alone() {
         "{out}"
     );
     assert!(out.contains("2 failed: does NOT conform"), "{out}");
+}
+
+/// An f16 kernel right on whole numbers but truncating its sums instead of rounding them to
+/// nearest fails on the signed fractions, which f16 and bf16 elementwise arithmetic must give
+/// bit for bit as the CPU does.
+#[test]
+fn an_f16_kernel_that_rounds_wrongly_fails_on_signed_fractions() {
+    let (code, out) = check(&zoo_path("f16_add_truncates"), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "FAILED  ZOO:0: kernel Add (f16) agrees with the CPU on edge shapes ([2, 3] and [2, \
+             3], signed fractions): INTERNAL: signed fractions: output 0["
+        ),
+        "{out}"
+    );
+    assert!(out.contains("1 failed: does NOT conform"), "{out}");
 }
 
 /// A kernel for every dtype (ABI 1.3) is run in each dtype its op takes: Add's seven (every
