@@ -316,10 +316,33 @@ fn conflicts(existing: &[Arc<KernelDef>], defs: &[KernelDef]) -> Result<()> {
                     && k.overlaps(def)
             });
         if let Some(k) = clash {
+            let dtypes = |d: &KernelDef| {
+                if d.dtypes.is_empty() {
+                    "every dtype".to_string()
+                } else {
+                    d.dtypes
+                        .iter()
+                        .map(|t| t.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            };
+            let whose = if k.source == def.source {
+                format!("another one from {}", k.source)
+            } else {
+                format!("the one from {}", k.source)
+            };
             return Err(Error::already_exists(format!(
-                "kernel for {} on {} bound to {} with priority {} from {} conflicts with the one from {}: \
-                 same op, device type, binding, overlapping dtypes and priority; give one a different priority",
-                def.op, def.device_type, def.binding, def.priority, def.source, k.source
+                "kernel for {} on {} bound to {} with priority {} from {} ({}) conflicts with {whose} \
+                 ({}): same op, device type, binding, overlapping dtypes and priority; give one a \
+                 different priority",
+                def.op,
+                def.device_type,
+                def.binding,
+                def.priority,
+                def.source,
+                dtypes(def),
+                dtypes(k)
             )));
         }
     }
@@ -358,6 +381,21 @@ mod tests {
         assert_eq!(e.code, crate::Code::AlreadyExists);
         assert!(
             e.message.contains("plugin 'a'") && e.message.contains("plugin 'b'"),
+            "{e}"
+        );
+        // Two kernels of one source: said so, with each one's dtypes.
+        let e = r
+            .register(k(
+                Binding::Platform("SIMCUDA".into()),
+                &[DType::F32, DType::F16],
+                0,
+                "plugin 'a'",
+            ))
+            .unwrap_err();
+        assert!(
+            e.message.contains(
+                "from plugin 'a' (f32, f16) conflicts with another one from plugin 'a' (f32)"
+            ),
             "{e}"
         );
         // other dtypes, other bindings or other priorities do not conflict
