@@ -1,6 +1,6 @@
 // Runtime::kernel_choice from C++: how an op would run on a device for a dtype, asked before
 // running (a kernel of SIM's, a decomposition, soft placement to the CPU's kernel), agreeing
-// with a run's placement log; bad questions throw devplug::Error.
+// with a run's placement log; bad questions throw devplug::Error. Also Runtime::run1 by op name.
 
 #include <devplug/devplug.hpp>
 
@@ -38,6 +38,12 @@ int main() {
     devplug::Tensor x = devplug::Tensor::from_vector(sim, {2}, std::vector<float>{1, -1});
     rt.run1(rt.op("Maximum"), {x, x}, devplug::RunOptions{sim});
     CHECK(soft_placed);
+    // run1 by name, in its three forms.
+    CHECK(rt.run1("Maximum", {x, x}, devplug::RunOptions{sim}).to_vector<float>() == (std::vector<float>{1, -1}));
+    CHECK(rt.run1("Neg", {x}).device().name() == "CPU:0");
+    devplug::Attrs keep;
+    keep.set("keep_dims", true);
+    CHECK(rt.run1("ReduceSum", {x}, keep).shape() == (std::vector<int64_t>{1}));
     rt.set_placement_callback(nullptr);
 
     section("bad questions");

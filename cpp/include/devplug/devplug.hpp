@@ -2486,6 +2486,19 @@ class Runtime {
   std::vector<Tensor> run(const std::string& op_name, const Inputs& inputs, const RunOptions& options) {
     return run(op(op_name), inputs, options);
   }
+  /** @brief run1() by op name (looks the name up each time; hold an Op on hot paths). */
+  Tensor run1(const std::string& op_name, const Inputs& inputs, const Attrs* attrs = nullptr,
+              const RunOptions& options = {}) {
+    return run1(op(op_name), inputs, attrs, options);
+  }
+  /** @brief run1() by op name, attributes by reference. */
+  Tensor run1(const std::string& op_name, const Inputs& inputs, const Attrs& attrs, const RunOptions& options = {}) {
+    return run1(op(op_name), inputs, attrs, options);
+  }
+  /** @brief run1() by op name, without attributes. */
+  Tensor run1(const std::string& op_name, const Inputs& inputs, const RunOptions& options) {
+    return run1(op(op_name), inputs, options);
+  }
 
   /**
    * @brief A scope that places ops on @p device (`dp_scope_create_device()`): enter it and
