@@ -101,6 +101,7 @@
 #ifndef DEVPLUG_PLUGIN_HPP
 #define DEVPLUG_PLUGIN_HPP
 
+#include <devplug/half.hpp>
 #include <devplug/plugin.h>
 
 #include <algorithm>
