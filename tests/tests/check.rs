@@ -245,6 +245,18 @@ fn a_kernel_that_declines_every_sample_is_said_to_be_unchecked() {
         ),
         "{out}"
     );
+    // --require-compared makes that a failure, for CI.
+    let (code, out) = check(&zoo_path("kernel_declines_all"), &["--require-compared"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "0 failed: does NOT conform with --require-compared: 1 kernel check(s) compared \
+             nothing"
+        ),
+        "{out}"
+    );
+    let (code, out) = check(&zoo_path("good"), &["--require-compared"]);
+    assert_eq!(code, 0, "{out}");
 }
 
 #[test]

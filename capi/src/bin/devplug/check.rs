@@ -1,4 +1,5 @@
-//! `devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS] [--host-abi 1.N]`: a device
+//! `devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS] [--host-abi 1.N]
+//! [--require-compared]`: a device
 //! plugin's conformance (`devplug_core::check`), run in a child process of its own whose
 //! progress is read line by line, so that a plugin that crashes or hangs is reported — with the
 //! check it was in — instead of taking the tool down.
@@ -7,7 +8,9 @@
 //! minor (it promises to load into hosts of that minor), once more, in a child of its own, as a
 //! host of the plugin's declared minor (`RuntimeOptions::plugin_abi_minor`): the plugin conforms
 //! only if both passes do. `--host-abi 1.N` runs one pass, as a host of ABI 1.N. Exit status: 0
-//! when every check passed, 1 when one failed (or the plugin crashed or hung).
+//! when every check passed, 1 when one failed (or the plugin crashed or hung), and with
+//! `--require-compared` also when a kernel declined every sample of a dtype (so that a CI job
+//! does not pass a kernel the check never compared).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -33,6 +36,8 @@ pub struct CheckCommand {
     /// `--host-abi 1.N`: one pass, as a host of ABI 1.N. `None`: as the newest host, then as
     /// a host of the plugin's declared minor when that is older.
     host_abi_minor: Option<u32>,
+    /// `--require-compared`: a kernel check that compared nothing fails the run.
+    require_compared: bool,
 }
 
 impl CheckCommand {
@@ -78,6 +83,7 @@ pub fn parse(args: &[String]) -> Result<CheckCommand, String> {
     let mut options = Vec::new();
     let mut timeout = Duration::from_secs(60);
     let mut host_abi_minor = None;
+    let mut require_compared = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -90,6 +96,7 @@ pub fn parse(args: &[String]) -> Result<CheckCommand, String> {
                 timeout = Duration::from_secs(secs);
             }
             "--host-abi" => host_abi_minor = Some(host_abi(it.next())?),
+            "--require-compared" => require_compared = true,
             flag if flag.starts_with('-') => return Err(format!("unknown option '{flag}'")),
             path if plugin.is_none() => plugin = Some(path.to_string()),
             extra => return Err(format!("unexpected argument '{extra}'")),
@@ -102,6 +109,7 @@ pub fn parse(args: &[String]) -> Result<CheckCommand, String> {
         options,
         timeout,
         host_abi_minor,
+        require_compared,
     })
 }
 
@@ -218,6 +226,10 @@ pub fn supervise(cmd: &CheckCommand) -> ExitCode {
     };
     let verdict = match (failed, unchecked) {
         (0, 0) => "conforms".to_string(),
+        (0, n) if cmd.require_compared => format!(
+            "does NOT conform with --require-compared: {n} kernel check(s) compared nothing \
+             (the kernel declined every sample: see the notes)"
+        ),
         (0, n) => format!(
             "conforms, but {n} kernel check(s) compared nothing (the kernel declined every \
              sample: see the notes)"
@@ -225,7 +237,7 @@ pub fn supervise(cmd: &CheckCommand) -> ExitCode {
         _ => "does NOT conform".to_string(),
     };
     println!("devplug check: {passed} passed, {failed} failed: {verdict}{each}");
-    if failed == 0 {
+    if failed == 0 && !(cmd.require_compared && unchecked > 0) {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

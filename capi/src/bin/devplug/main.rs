@@ -1,6 +1,7 @@
 //! `devplug`, the SDK's command-line tool.
 //!
-//! - `devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS] [--host-abi 1.N]` proves a
+//! - `devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS] [--host-abi 1.N]
+//!   [--require-compared]` proves a
 //!   device plugin's conformance, as the newest host and as a host of the plugin's declared ABI
 //!   minor ([`check`]).
 //! - `devplug info [PLUGIN [-o KEY=VALUE]...]... [--no-env] [--ops]` shows what a runtime sees:
@@ -19,6 +20,7 @@ use std::process::ExitCode;
 
 const USAGE: &str =
     "usage: devplug check PLUGIN [-o KEY=VALUE]... [--timeout SECONDS] [--host-abi 1.N]
+                     [--require-compared]
        devplug info [PLUGIN [-o KEY=VALUE]...]... [--no-env] [--ops]
        devplug bench PLUGIN [-o KEY=VALUE]...
        devplug --version
@@ -32,7 +34,9 @@ const USAGE: &str =
            which hands it that minor's smaller structs; it conforms only if both passes do.
            --host-abi 1.N runs one pass, as a host of plugin ABI 1.N (1.0 to the newest).
            Each pass runs in a child process: a crash or a hang (no answer within SECONDS,
-           default 60) is reported with the check it happened in.
+           default 60) is reported with the check it happened in. --require-compared
+           fails the run when a kernel declined every sample of a dtype (a kernel check
+           that compared nothing), which otherwise only the summary says.
   info     create a runtime, load the plugins of DEVPLUG_PLUGIN_PATH (unless --no-env) and
            each PLUGIN with the options that follow it, and list the platforms, devices and
            plugins it has, and the plugins that failed to load with the reason. The plugins'
