@@ -428,7 +428,8 @@ impl Checker<'_> {
                     )));
                 }
                 result => {
-                    let result = result.map_err(|e| e.to_string());
+                    // Named by its inputs' shapes, as an edge case is by its label.
+                    let result = result.map_err(|e| e.context(shapes_of(&sample)).to_string());
                     self.ok &= result.is_ok();
                     (self.report)(Step::End(check, result));
                 }
@@ -487,6 +488,20 @@ impl Checker<'_> {
             )));
         }
         !ran.is_empty()
+    }
+}
+
+/// A sample's inputs' shapes, for a failure's message: `inputs [2, 3] and [3]` (`no inputs`).
+fn shapes_of(sample: &Sample) -> String {
+    let shapes: Vec<String> = sample
+        .inputs
+        .iter()
+        .map(|i| format!("{:?}", i.shape))
+        .collect();
+    match shapes.len() {
+        0 => "no inputs".to_string(),
+        1 => format!("input {}", shapes[0]),
+        _ => format!("inputs {}", shapes.join(" and ")),
     }
 }
 

@@ -265,7 +265,8 @@ fn a_kernel_with_wrong_results_fails_its_check() {
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains(
-            "FAILED  ZOO:0: kernel Add (f32) agrees with the CPU: INTERNAL: output 0[0] is 0, the CPU's"
+            "FAILED  ZOO:0: kernel Add (f32) agrees with the CPU: INTERNAL: inputs [2, 3] and [3]: \
+             output 0[0] is 0, the CPU's"
         ),
         "{out}"
     );
@@ -300,7 +301,7 @@ fn each_of_several_kernels_for_one_op_is_checked_alone() {
     assert!(
         out.contains(
             "FAILED  ZOO:0: kernel Reshape (f32, priority 0) agrees with the CPU: INTERNAL: \
-             output 0[0] is 0, the CPU's"
+             input [2, 3]: output 0[0] is 0, the CPU's"
         ),
         "{out}"
     );
@@ -345,7 +346,8 @@ fn a_kernel_for_every_dtype_is_checked_in_each_sampled_dtype() {
     assert_eq!(code, 1, "{out}");
     for dtype in ["f32", "f64", "i32", "i64", "u8", "f16", "bf16"] {
         let line = format!(
-            "FAILED  ZOO:0: kernel Add ({dtype}) agrees with the CPU: INTERNAL: output 0[0] is 0"
+            "FAILED  ZOO:0: kernel Add ({dtype}) agrees with the CPU: INTERNAL: inputs [2, 3] and \
+             [3]: output 0[0] is 0"
         );
         assert!(out.contains(&line), "missing {line:?}:\n{out}");
     }
@@ -385,7 +387,7 @@ fn a_plugins_own_op_is_run_and_its_kernel_compared_with_its_body() {
     assert!(
         out.contains(
             "FAILED  ZOO:0: kernel zoo.Op (f32) agrees with its decomposition on the CPU: \
-             INTERNAL: output 0[0] is 0"
+             INTERNAL: input [2, 3]: output 0[0] is 0"
         ),
         "{out}"
     );
@@ -497,7 +499,7 @@ fn a_plugin_of_an_older_minor_is_checked_as_a_host_of_that_minor_too() {
     let declared = pass(&out, "as an ABI 1.4 host (the plugin's declared minor):\n");
     assert!(
         declared.contains(&format!(
-            "FAILED  {kernel}: INTERNAL: Reshape on ZOO:0 (kernel from plugin \
+            "FAILED  {kernel}: INTERNAL: input [2, 3]: Reshape on ZOO:0 (kernel from plugin \
              'zoo_kernel_state_1_4_unchecked'): plugin 'zoo_kernel_state_1_4_unchecked': kernel \
              Reshape: zoo: compute got state 0xd0d0d0d0d0d0d0d0, which no create of this plugin \
              made (the context's struct_size is 80)"
