@@ -434,11 +434,62 @@ impl Checker<'_> {
                     (self.report)(Step::End(check, result));
                 }
             }
+            self.changed_attributes(rt, dev, k, &kernel, dtype, reference);
             if !self.edge_shapes(rt, dev, k, &kernel, dtype) && !ran {
                 (self.report)(Step::Unchecked(format!(
                     "{kernel} declined every sample: the check compared none of its results \
                      with the CPU's (test it with inputs it takes)"
                 )));
+            }
+        }
+    }
+
+    /// A plugin's own op with float attributes: kernel `k` against `reference` once more with
+    /// each float attribute away from its default (a kernel that ignores an attribute agrees
+    /// at the default). A decline is noted.
+    fn changed_attributes(
+        &mut self,
+        rt: &Runtime,
+        dev: &Arc<Device>,
+        k: &KernelDef,
+        kernel: &str,
+        dtype: DType,
+        reference: &str,
+    ) {
+        let Some(mut sample) = own_op_sample(rt, &k.op, dtype) else {
+            return;
+        };
+        let Ok(op) = rt.op(&k.op) else {
+            return;
+        };
+        let mut changed = Vec::new();
+        for a in &op.def().attrs {
+            if let Some(AttrValue::Float(x)) = a.default {
+                let v = x * 1.5 + 0.25;
+                sample.attrs.set(a.name, AttrValue::Float(v));
+                changed.push(format!("{} = {v}", a.name));
+            }
+        }
+        if changed.is_empty() {
+            return;
+        }
+        let check = format!(
+            "{kernel} agrees with {reference} with {}",
+            changed.join(", ")
+        );
+        (self.report)(Step::Begin(check.clone()));
+        match run_kernel_sample(rt, dev, k, &sample, dtype) {
+            Err(e) if e.code == crate::Code::Unimplemented => {
+                (self.report)(Step::Note(format!(
+                    "{kernel} declined {}, which the host then runs elsewhere: {}",
+                    changed.join(", "),
+                    declined_message(k, dev, &e)
+                )));
+            }
+            result => {
+                let result = result.map_err(|e| e.to_string());
+                self.ok &= result.is_ok();
+                (self.report)(Step::End(check, result));
             }
         }
     }

@@ -86,6 +86,9 @@
  *                                  (42 for an input of no elements) or 2 (-1 for a rank-0 input);
  *                                  it declines (DPP_UNIMPLEMENTED) reductions to more than
  *                                  ZOO_REDUCE_SUM_MAX_OUT elements (default and at most 1024)
+ *   ZOO_KERNEL_TRIPLE              ... instead, f32 y = 3 * x whatever the attributes (for
+ *                                  ZOO_OP_BODY "y = Mul(x, @k)" with ZOO_OP_ATTRS "k: float = 3.0")
+ *   ZOO_OP_ATTRS="..."             with ZOO_OP_BODY: the op's attributes
  *   ZOO_KERNEL_F16_ADD_TRUNC       ... instead, an Add (with ZOO_KERNEL_DTYPE=DPP_DTYPE_F16) of
  *                                  tensors of one shape (others declined) that truncates each
  *                                  sum to f16 instead of rounding it
@@ -918,8 +921,33 @@ ZOO_MAYBE_UNUSED static dpp_status_t zoo_register(const dpp_host_api_t *host, co
 }
 
 #if (defined(ZOO_KERNEL_ZEROS) + defined(ZOO_KERNEL_COPY) + defined(ZOO_KERNEL_FAIL) + defined(ZOO_KERNEL_TEMP) + \
-     defined(ZOO_KERNEL_REDUCE_SUM) + defined(ZOO_KERNEL_F16_ADD_TRUNC)) > 1
+     defined(ZOO_KERNEL_REDUCE_SUM) + defined(ZOO_KERNEL_F16_ADD_TRUNC) + defined(ZOO_KERNEL_TRIPLE)) > 1
 #error "ZOO_KERNEL_ZEROS, _COPY, _FAIL, _TEMP, _REDUCE_SUM and _F16_ADD_TRUNC are kernels for one registration: define one"
+#endif
+
+#if defined(ZOO_KERNEL_TRIPLE)
+/* f32 output 0 = 3 * input 0, whatever the op's attributes say: with ZOO_OP_BODY
+ * "y = Mul(x, @k)" and ZOO_OP_ATTRS "k: float = 3.0", right at the default only. */
+static dpp_status_t zoo_kernel_triple(const dpp_kernel_context_t *cx) {
+  zoo_device *d = cx ? zoo_dev(cx->device) : NULL;
+  if (d == NULL || cx->num_inputs != 1 || cx->num_outputs != 1 ||
+      cx->inputs[0].byte_size != cx->outputs[0].byte_size) {
+    return DPP_INVALID_ARGUMENT;
+  }
+  if (cx->outputs[0].byte_size == 0) {
+    return DPP_OK;
+  }
+  ZOO_RANGE_OR_FAIL(src, d, cx->inputs[0].data, cx->inputs[0].byte_size, "kernel input");
+  ZOO_RANGE_OR_FAIL(dst, d, cx->outputs[0].data, cx->outputs[0].byte_size, "kernel output");
+  for (uint64_t i = 0; i < cx->outputs[0].byte_size / sizeof(float); i++) {
+    float v;
+    memcpy(&v, src + i * sizeof v, sizeof v);
+    v *= 3.0f;
+    memcpy(dst + i * sizeof v, &v, sizeof v);
+  }
+  return DPP_OK;
+}
+#define ZOO_KERNEL_COMPUTE zoo_kernel_triple
 #endif
 
 #if defined(ZOO_KERNEL_F16_ADD_TRUNC)
@@ -1430,6 +1458,9 @@ static dpp_status_t zoo_register_op(const dpp_host_api_t *host) {
   op.outputs = "y: T";
   op.type_vars = "T: {f32, f64}";
   op.body = ZOO_OP_BODY;
+#if defined(ZOO_OP_ATTRS)
+  op.attrs = ZOO_OP_ATTRS;
+#endif
 #if defined(ZOO_KERNEL_LABEL)
   op.attrs = "label: string = \"zoo\"";
   dpp_status_t st = host->register_op(host->context, &op);

@@ -337,6 +337,28 @@ fn an_f16_kernel_that_rounds_wrongly_fails_on_signed_fractions() {
     assert!(out.contains("1 failed: does NOT conform"), "{out}");
 }
 
+/// A kernel for a plugin's own op is compared once more with the op's float attributes away
+/// from their defaults: one that ignores an attribute fails there.
+#[test]
+fn a_kernel_that_ignores_an_attribute_fails_with_it_changed() {
+    let (code, out) = check(&zoo_path("op_kernel_ignores_attr"), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "ok      ZOO:0: kernel zoo.Op (f32) agrees with its decomposition on the CPU\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "FAILED  ZOO:0: kernel zoo.Op (f32) agrees with its decomposition on the CPU with k = \
+             4.75: INTERNAL: output 0[0] is 3, the CPU's 4.75"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("1 failed: does NOT conform"), "{out}");
+}
+
 /// A kernel for every dtype (ABI 1.3) is run in each dtype its op takes: Add's seven (every
 /// dtype but bool), Reshape's eight; one from a plugin of ABI 1.2 takes no half dtype, so none
 /// is run.
