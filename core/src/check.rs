@@ -584,6 +584,9 @@ fn declined_message<'a>(k: &KernelDef, dev: &Device, error: &'a Error) -> &'a st
     crate::dispatch::kernel_message(&k.op, k, dev, &error.message)
 }
 
+/// Event timing (`event_elapsed_ns`): the time around a host callback that sleeps, both ways,
+/// and FAILED_PRECONDITION for an event never recorded and one still pending.
+/// `UNIMPLEMENTED` when the device does not time events.
 fn time_events(dev: &Arc<Device>) -> Result<()> {
     const SLEEP: std::time::Duration = std::time::Duration::from_millis(5);
     let s = dev.create_stream()?;
@@ -1042,7 +1045,8 @@ fn edge_samples(op: &str, dtype: DType) -> Vec<(&'static str, Sample)> {
     cases
 }
 
-/// Signed fractions of `dtype` (none a whole number, none 0): -1.625, -1.3, … for `seed` 0.
+/// Signed fractions of `dtype` (none a whole number, none 0): -1.525, 0.55, -0.55, … for
+/// `seed` 0.
 fn fractions(shape: &[i64], seed: usize, dtype: DType) -> Input {
     let n = shape.iter().product::<i64>() as usize;
     let value = |i: usize| {
