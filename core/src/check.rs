@@ -505,7 +505,10 @@ impl Checker<'_> {
         kernel: &str,
         dtype: DType,
     ) -> bool {
-        let edges = edge_samples(&k.op, dtype);
+        let mut edges = edge_samples(&k.op, dtype);
+        if edges.is_empty() {
+            edges = own_op_edges(rt, &k.op, dtype);
+        }
         if edges.is_empty() {
             return false;
         }
@@ -809,6 +812,36 @@ fn own_op_sample(rt: &Runtime, op: &str, dtype: DType) -> Option<Sample> {
         inputs,
         attrs: Attrs::new(),
     })
+}
+
+/// Edge shapes for an op a plugin defined ([`own_op_sample`]'s inputs): every input rank 0,
+/// and every input `[0, 3]` (no elements), each kept only where the op's body runs on the CPU
+/// with them (a body that needs a rank, such as a MatMul's, refuses them).
+fn own_op_edges(rt: &Runtime, op: &str, dtype: DType) -> Vec<(&'static str, Sample)> {
+    let (Some(sample), Ok(cpu), Ok(handle)) =
+        (own_op_sample(rt, op, dtype), rt.cpu_device(), rt.op(op))
+    else {
+        return Vec::new();
+    };
+    let reshaped = |shape: &[i64]| Sample {
+        inputs: sample
+            .inputs
+            .iter()
+            .map(|i| counting(shape, 1.0, i.dtype))
+            .collect(),
+        attrs: sample.attrs.clone(),
+    };
+    [("rank 0", reshaped(&[])), ("[0, 3]", reshaped(&[0, 3]))]
+        .into_iter()
+        .filter(|(_, s)| {
+            let inputs: Result<Vec<Tensor>> =
+                s.inputs.iter().map(|i| cpu_tensor(rt, &cpu, i)).collect();
+            inputs.is_ok_and(|inputs| {
+                rt.run(&handle, &inputs, &s.attrs, &strictly_on(&cpu))
+                    .is_ok()
+            })
+        })
+        .collect()
 }
 
 /// An input of `shape` holding `first`, `first + 1`, … (exact in every dtype); of bool, those

@@ -75,7 +75,17 @@ fn the_sample_plugins_conform() {
         ),
         (
             "devplug_simdml",
-            "ok      GPU:0: kernel simdml.Swish (f32) agrees with its decomposition on the CPU",
+            "ok      GPU:0: kernel simdml.Swish (f32) agrees with its decomposition on the CPU\n",
+        ),
+        (
+            "devplug_simdml",
+            "ok      GPU:0: kernel simdml.Swish (f32) agrees with its decomposition on the CPU with \
+             beta = 1.75",
+        ),
+        (
+            "devplug_simdml",
+            "ok      GPU:0: kernel simdml.Swish (f32) agrees with the CPU on edge shapes (rank 0, [0, \
+             3])",
         ),
         // The CUDA plugin conforms with a GPU (every device function and kernel) and without
         // one (it loads with no devices and unloads).
@@ -415,6 +425,14 @@ fn a_plugins_own_op_is_run_and_its_kernel_compared_with_its_body() {
     );
     assert!(
         out.contains("ok      op zoo.Op (f32): its body runs on the CPU"),
+        "{out}"
+    );
+    // Its edge shapes, from its signature: every input rank 0, every input [0, 3].
+    assert!(
+        out.contains(
+            "FAILED  ZOO:0: kernel zoo.Op (f32) agrees with the CPU on edge shapes (rank 0, [0, \
+             3]): INTERNAL: rank 0: output 0[0] is 0, the CPU's 3"
+        ),
         "{out}"
     );
 }
