@@ -12,7 +12,6 @@
 
 mod plan;
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 pub(crate) use plan::{Plan, Plans};
@@ -20,7 +19,7 @@ pub(crate) use plan::{Plan, Plans};
 use crate::device::Device;
 use crate::error::{Code, Error, Result};
 use crate::kernel::{KernelContext, KernelDef};
-use crate::op::{Attrs, Emitter, InferContext, OpHandle, Outputs, SpecRef, Specs};
+use crate::op::{Attrs, Emitter, InferContext, OpHandle, Outputs, SpecRef, TensorSpec};
 use crate::placement::Reason;
 use crate::runtime::Runtime;
 use crate::tensor::{DType, Tensor};
@@ -287,14 +286,17 @@ pub(crate) fn run_placed(
     r
 }
 
-/// The op's checks and shape function for inputs of `specs`: the dtype kernels are chosen by
-/// (the op's first type variable, else its first output's), its attributes with defaults, and
-/// its outputs' specs. `execute` runs the same steps inline.
-fn infer<'a>(
+/// The op's checks and shape function for inputs of `specs`, then `then` with their results:
+/// the dtype kernels are chosen by (the op's first type variable, else its first output's),
+/// the attributes with defaults, and the outputs' specs. A continuation rather than a returned
+/// tuple: returning the output specs moved them, ≈ 70 instructions per eager op (callgrind).
+#[inline(always)]
+fn infer<R>(
     op: &OpHandle,
     specs: &[SpecRef],
-    attrs: &'a Attrs,
-) -> Result<(Option<DType>, Cow<'a, Attrs>, Specs)> {
+    attrs: &Attrs,
+    then: impl FnOnce(Option<DType>, &Attrs, &[TensorSpec]) -> Result<R>,
+) -> Result<R> {
     let def = op.def();
     let dtype = op.0.check_inputs(specs)?;
     let attrs = attrs.complete(&def.name, &def.attrs)?;
@@ -307,7 +309,7 @@ fn infer<'a>(
         crate::op::check_specs(def, specs, &attrs, &outputs)?;
     }
     let kernel_dtype = dtype.or_else(|| outputs.first().map(|o| o.dtype));
-    Ok((kernel_dtype, attrs, outputs))
+    then(kernel_dtype, &attrs, &outputs)
 }
 
 /// Runs `op` on `device` with `kernel` alone, one of the kernels registered for the op there:
@@ -332,33 +334,34 @@ pub(crate) fn run_kernel_alone(
         )));
     }
     let specs: Vec<SpecRef> = inputs.iter().map(SpecRef::from).collect();
-    let (dtype, attrs, outputs) = infer(op, &specs, attrs)?;
-    let info = &device.platform().info;
-    if !kernel.matches(op.name(), &info.name, &info.device_type) || !kernel.accepts(dtype) {
-        return Err(Error::invalid_argument(format!(
-            "{} on {}{}: {kernel:?} is not a kernel for it",
-            op.name(),
-            device.qualified_name(),
-            dtype.map_or(String::new(), |d| format!(" for {d}"))
-        )));
-    }
-    let mut out = Outputs::new();
-    run_kernel(
-        rt,
-        op,
-        kernel,
-        device,
-        device,
-        inputs,
-        &NoCopies,
-        &attrs,
-        &outputs,
-        Reason::Explicit,
-        0,
-        &mut out,
-        None,
-    )?;
-    Ok(out)
+    infer(op, &specs, attrs, |dtype, attrs, outputs| {
+        let info = &device.platform().info;
+        if !kernel.matches(op.name(), &info.name, &info.device_type) || !kernel.accepts(dtype) {
+            return Err(Error::invalid_argument(format!(
+                "{} on {}{}: {kernel:?} is not a kernel for it",
+                op.name(),
+                device.qualified_name(),
+                dtype.map_or(String::new(), |d| format!(" for {d}"))
+            )));
+        }
+        let mut out = Outputs::new();
+        run_kernel(
+            rt,
+            op,
+            kernel,
+            device,
+            device,
+            inputs,
+            &NoCopies,
+            attrs,
+            outputs,
+            Reason::Explicit,
+            0,
+            &mut out,
+            None,
+        )?;
+        Ok(out)
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -389,92 +392,80 @@ fn execute(
         large = inputs.iter().map(SpecRef::from).collect();
         &large
     };
-    // The steps of `infer`, written out: returning its three results from a function, even
-    // one inlined, costs ≈ 70 instructions per op (callgrind; the output specs are moved).
-    let def = op.def();
-    let dtype = op.0.check_inputs(specs)?;
-    let attrs = attrs.complete(&def.name, &def.attrs)?;
-    let outputs = (def.shape_fn)(&InferContext {
-        op: &def.name,
-        inputs: specs,
-        attrs: &attrs,
-    })?;
-    if op.0.check_specs {
-        crate::op::check_specs(def, specs, &attrs, &outputs)?;
-    }
-    let kernel_dtype = dtype.or_else(|| outputs.first().map(|o| o.dtype));
-    let key = key(op, device, kernel_dtype);
-    let generation = rt.kernels().generation();
-    let compute = || compute_plan(rt, op, device, kernel_dtype);
-    // What the fallback steps after a declining kernel need (used only then).
-    let asked = Request {
-        inputs,
-        attrs: &attrs,
-        outputs: &outputs,
-        soft,
-        reason,
-        depth,
-    };
-    rt.plans()
-        .with(key, generation, compute, |plan| match plan {
-            Plan::Native(k) => {
-                let start = out.len();
-                let r = run_kernel(
-                    rt, op, k, device, device, inputs, copies, &attrs, &outputs, reason, depth,
-                    out, None,
-                );
-                match r {
-                    Err(e) if e.code == Code::Unimplemented => {
-                        out.truncate(start);
-                        declined(rt, op, k, device, copies, &asked, kernel_dtype, e, out)
+    infer(op, specs, attrs, |kernel_dtype, attrs, outputs| {
+        let key = key(op, device, kernel_dtype);
+        let generation = rt.kernels().generation();
+        let compute = || compute_plan(rt, op, device, kernel_dtype);
+        // What the fallback steps after a declining kernel need (used only then).
+        let asked = Request {
+            inputs,
+            attrs,
+            outputs,
+            soft,
+            reason,
+            depth,
+        };
+        rt.plans()
+            .with(key, generation, compute, |plan| match plan {
+                Plan::Native(k) => {
+                    let start = out.len();
+                    let r = run_kernel(
+                        rt, op, k, device, device, inputs, copies, attrs, outputs, reason, depth,
+                        out, None,
+                    );
+                    match r {
+                        Err(e) if e.code == Code::Unimplemented => {
+                            out.truncate(start);
+                            declined(rt, op, k, device, copies, &asked, kernel_dtype, e, out)
+                        }
+                        r => r,
                     }
-                    r => r,
                 }
-            }
-            Plan::Decompose => decompose(
-                rt, op, device, inputs, copies, &attrs, &outputs, soft, reason, depth, out, None,
-            ),
-            Plan::SoftPlace(k) if soft => {
-                let cpu = rt.cpu_device()?;
-                let start = out.len();
-                let r = run_kernel(
-                    rt,
-                    op,
-                    k,
-                    &cpu,
-                    device,
-                    inputs,
-                    copies,
-                    &attrs,
-                    &outputs,
-                    Reason::SoftPlaced,
-                    depth,
-                    out,
-                    None,
-                );
-                match r {
-                    Err(e) if e.code == Code::Unimplemented => {
-                        out.truncate(start);
-                        soft_placed_declined(
-                            rt,
-                            op,
-                            k,
-                            &cpu,
-                            device,
-                            copies,
-                            &asked,
-                            kernel_dtype,
-                            e,
-                            out,
-                        )
+                Plan::Decompose => decompose(
+                    rt, op, device, inputs, copies, attrs, outputs, soft, reason, depth, out, None,
+                ),
+                Plan::SoftPlace(k) if soft => {
+                    let cpu = rt.cpu_device()?;
+                    let start = out.len();
+                    let r = run_kernel(
+                        rt,
+                        op,
+                        k,
+                        &cpu,
+                        device,
+                        inputs,
+                        copies,
+                        attrs,
+                        outputs,
+                        Reason::SoftPlaced,
+                        depth,
+                        out,
+                        None,
+                    );
+                    match r {
+                        Err(e) if e.code == Code::Unimplemented => {
+                            out.truncate(start);
+                            soft_placed_declined(
+                                rt,
+                                op,
+                                k,
+                                &cpu,
+                                device,
+                                copies,
+                                &asked,
+                                kernel_dtype,
+                                e,
+                                out,
+                            )
+                        }
+                        r => r,
                     }
-                    r => r,
                 }
-            }
-            Plan::SoftPlace(_) | Plan::Missing => {
-                Err(no_kernel(rt, op, device, kernel_dtype, soft))
-            }
-        })
+                Plan::SoftPlace(_) | Plan::Missing => {
+                    Err(no_kernel(rt, op, device, kernel_dtype, soft))
+                }
+            })
+    })
 }
 
 /// Runs `op` as its decomposition on `device` (the plan found no kernel there), logging and
