@@ -491,6 +491,15 @@ impl Tensor {
         self.bytes
     }
 
+    /// Where the contents start in host memory; `None` when the device's memory is not
+    /// host-visible (the host may not dereference its addresses). For the CPU kernels and
+    /// [`KernelContext`](crate::KernelContext)'s slices, which check length and alignment.
+    pub(crate) fn host_ptr(&self) -> Option<*mut u8> {
+        self.device()
+            .host_visible()
+            .then(|| self.buffer.ptr().0 as usize as *mut u8)
+    }
+
     /// The device the tensor lives on.
     pub fn device(&self) -> &Arc<Device> {
         self.buffer.device()

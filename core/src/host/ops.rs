@@ -14,37 +14,36 @@ use crate::op::basis;
 use crate::runtime::Runtime;
 use crate::tensor::{DType, Tensor};
 
-fn host_bytes(t: &Tensor) -> Result<&[u8]> {
-    if !t.device().host_visible() {
-        return Err(Error::internal(format!(
-            "a CPU kernel got a tensor on {}",
+/// A CPU kernel's tensor `t` (`what`: input or output) in host memory, and its byte size.
+fn host_memory(t: &Tensor, what: &str) -> Result<(*mut u8, usize)> {
+    let p = t.host_ptr().ok_or_else(|| {
+        Error::internal(format!(
+            "a CPU kernel got an {what} on {}",
             t.device().name()
-        )));
-    }
-    let len = t.byte_size() as usize;
+        ))
+    })?;
+    Ok((p, t.byte_size() as usize))
+}
+
+fn host_bytes(t: &Tensor) -> Result<&[u8]> {
+    let (p, len) = host_memory(t, "input")?;
     if len == 0 {
         return Ok(&[]);
     }
     // SAFETY: the tensor's buffer is host memory (host-visible platform), alive while `t` is
     // borrowed, and at least `byte_size` bytes long.
-    Ok(unsafe { std::slice::from_raw_parts(t.buffer().ptr().0 as *const u8, len) })
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
 
 #[allow(clippy::mut_from_ref)]
 fn host_bytes_mut(t: &Tensor) -> Result<&mut [u8]> {
-    if !t.device().host_visible() {
-        return Err(Error::internal(format!(
-            "a CPU kernel got an output on {}",
-            t.device().name()
-        )));
-    }
-    let len = t.byte_size() as usize;
+    let (p, len) = host_memory(t, "output")?;
     if len == 0 {
         return Ok(&mut []);
     }
     // SAFETY: outputs are fresh allocations made by dispatch for this kernel call only: host
     // memory, alive while `t` is borrowed, not aliased by any input or other output.
-    Ok(unsafe { std::slice::from_raw_parts_mut(t.buffer().ptr().0 as *mut u8, len) })
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
 }
 
 /// Runs `f` with views of the first `N` inputs and the first output (no allocation).

@@ -114,17 +114,17 @@ fn host_elements<T: Element>(t: &Tensor, what: &str, i: usize) -> Result<(*const
             T::DTYPE
         )));
     }
-    if !t.device().host_visible() {
-        return Err(Error::invalid_argument(format!(
+    let p = t.host_ptr().ok_or_else(|| {
+        Error::invalid_argument(format!(
             "{what} {i} is on {}, whose memory the host cannot read",
             t.device().qualified_name()
-        )));
-    }
+        ))
+    })?;
     let n = t.num_elements() as usize;
     if n == 0 {
         return Ok((std::ptr::NonNull::<T>::dangling().as_ptr(), 0));
     }
-    let p = t.buffer().ptr().0 as usize as *const T;
+    let p = p.cast_const().cast::<T>();
     if p.is_null() || !p.is_aligned() {
         return Err(Error::invalid_argument(format!(
             "{what} {i}'s memory at {p:?} is not aligned for {}",
