@@ -30,11 +30,7 @@ static void on_placement(const dp_placement_event_t *e, void *user_data) {
 
 int main(void) {
   SECTION("a kernel that declines: the rest of the fallback order, logged");
-  dp_runtime_options_t ro;
-  dp_runtime_options_init(&ro, sizeof ro);
-  ro.discover_plugins = 0;
-  dp_runtime_t *rt = NULL;
-  DP_TEST_MUST(dp_runtime_create(&ro, &rt));
+  dp_runtime_t *rt = dp_test_runtime(1, 0);
   DP_TEST_MUST(dp_runtime_load_plugin(rt, ZOO, NULL, 0));
   seen_t seen = {0, 0};
   CHECK_OK(dp_runtime_set_placement_callback(rt, on_placement, &seen, NULL));

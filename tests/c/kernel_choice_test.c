@@ -28,11 +28,7 @@ static dp_kernel_choice_t choice_of(dp_runtime_t *rt, const char *name, dp_devic
 
 int main(void) {
   SECTION("dp_op_kernel_choice");
-  dp_runtime_options_t ro;
-  dp_runtime_options_init(&ro, sizeof ro);
-  ro.discover_plugins = 0;
-  dp_runtime_t *rt = NULL;
-  DP_TEST_MUST(dp_runtime_create(&ro, &rt));
+  dp_runtime_t *rt = dp_test_runtime(1, 0);
   DP_TEST_MUST(dp_runtime_load_plugin(rt, SIM, NULL, 0));
   dp_device_t *sim = NULL, *cpu = NULL;
   DP_TEST_MUST(dp_runtime_find_device(rt, "SIM:0", &sim));
@@ -96,8 +92,7 @@ int main(void) {
   CHECK_STATUS_MSG(dp_op_kernel_choice(NULL, add, sim, DP_DTYPE_F32, &c), DP_INVALID_ARGUMENT, "runtime");
   CHECK_STATUS_MSG(dp_op_kernel_choice(rt, add, sim, DP_DTYPE_F32, NULL), DP_INVALID_ARGUMENT, "out_choice");
   CHECK(c.kind == 42);
-  dp_runtime_t *other = NULL;
-  DP_TEST_MUST(dp_runtime_create(&ro, &other));
+  dp_runtime_t *other = dp_test_runtime(1, 0);
   dp_device_t *other_cpu = NULL;
   DP_TEST_MUST(dp_runtime_find_device(other, "CPU:0", &other_cpu));
   CHECK_STATUS_MSG(dp_op_kernel_choice(rt, add, other_cpu, DP_DTYPE_F32, &c), DP_INVALID_ARGUMENT,
