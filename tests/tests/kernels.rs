@@ -543,6 +543,22 @@ fn a_kernel_that_declines_is_followed_by_the_rest_of_the_fallback_order() {
         [7.],
         "the picky kernel first"
     );
+    // An input from elsewhere is copied to SIM once, however many of its kernels decline it
+    // (and the decomposition after a decline takes the same copy).
+    let cpu = rt.find_device("CPU:0").unwrap();
+    let from_cpu = f32s(&cpu, &[3], &[-1., 4., 9.]);
+    for (op, want) in [("Sqrt", [9f32, 9., 9.]), ("Relu", [0., 4., 9.])] {
+        log.lock().unwrap().clear();
+        let y = run(op, &from_cpu, false).unwrap();
+        assert_eq!(y[0].to_vec::<f32>().unwrap(), want, "{op}");
+        let l = log.lock().unwrap().clone();
+        let copied: Vec<_> = l
+            .iter()
+            .filter(|e| e.op == op && e.reason == Reason::InputCopied)
+            .collect();
+        assert_eq!(copied.len(), 1, "{op}: {l:?}");
+        assert_eq!(copied[0].detail, "input copied from HOST:0", "{op}");
+    }
 
     // Soft placement to the CPU layers its kernels too: a picky CPU kernel above the built-in
     // Exp (SIM has neither an Exp kernel nor a decomposition for it).
