@@ -444,9 +444,9 @@ impl Checker<'_> {
         }
     }
 
-    /// A plugin's own op with float attributes: kernel `k` against `reference` once more with
-    /// each float attribute away from its default (a kernel that ignores an attribute agrees
-    /// at the default). A decline is noted.
+    /// A plugin's own op with attributes: kernel `k` against `reference` once more for each of
+    /// [`attribute_changes`] the op's body takes on the CPU (a kernel that ignores an attribute
+    /// agrees at the default). A decline is noted.
     fn changed_attributes(
         &mut self,
         rt: &Runtime,
@@ -456,40 +456,41 @@ impl Checker<'_> {
         dtype: DType,
         reference: &str,
     ) {
-        let Some(mut sample) = own_op_sample(rt, &k.op, dtype) else {
+        let (Some(mut sample), Ok(op), Ok(cpu)) = (
+            own_op_sample(rt, &k.op, dtype),
+            rt.op(&k.op),
+            rt.cpu_device(),
+        ) else {
             return;
         };
-        let Ok(op) = rt.op(&k.op) else {
+        let Ok(on_cpu) = sample
+            .inputs
+            .iter()
+            .map(|i| cpu_tensor(rt, &cpu, i))
+            .collect::<Result<Vec<_>>>()
+        else {
             return;
         };
-        let mut changed = Vec::new();
-        for a in &op.def().attrs {
-            if let Some(AttrValue::Float(x)) = a.default {
-                let v = x * 1.5 + 0.25;
-                sample.attrs.set(a.name, AttrValue::Float(v));
-                changed.push(format!("{} = {v}", a.name));
+        for (changed, attrs) in attribute_changes(&op.def().attrs) {
+            // An int or bool the body cannot take (an axis out of range) is no test.
+            if rt.run(&op, &on_cpu, &attrs, &strictly_on(&cpu)).is_err() {
+                continue;
             }
-        }
-        if changed.is_empty() {
-            return;
-        }
-        let check = format!(
-            "{kernel} agrees with {reference} with {}",
-            changed.join(", ")
-        );
-        (self.report)(Step::Begin(check.clone()));
-        match run_kernel_sample(rt, dev, k, &sample, dtype) {
-            Err(e) if e.code == crate::Code::Unimplemented => {
-                (self.report)(Step::Note(format!(
-                    "{kernel} declined {}, which the host then runs elsewhere: {}",
-                    changed.join(", "),
-                    declined_message(k, dev, &e)
-                )));
-            }
-            result => {
-                let result = result.map_err(|e| e.to_string());
-                self.ok &= result.is_ok();
-                (self.report)(Step::End(check, result));
+            let check = format!("{kernel} agrees with {reference} with {changed}");
+            (self.report)(Step::Begin(check.clone()));
+            sample.attrs = attrs;
+            match run_kernel_sample(rt, dev, k, &sample, dtype) {
+                Err(e) if e.code == crate::Code::Unimplemented => {
+                    (self.report)(Step::Note(format!(
+                        "{kernel} declined {changed}, which the host then runs elsewhere: {}",
+                        declined_message(k, dev, &e)
+                    )));
+                }
+                result => {
+                    let result = result.map_err(|e| e.to_string());
+                    self.ok &= result.is_ok();
+                    (self.report)(Step::End(check, result));
+                }
             }
         }
     }
@@ -814,6 +815,48 @@ fn own_op_sample(rt: &Runtime, op: &str, dtype: DType) -> Option<Sample> {
     })
 }
 
+/// The attributes an own op's kernel is compared with again, each with what it changes
+/// (`k = 4`): every float attribute away from its default at once (`x * 1.5 + 0.25`); each int
+/// attribute alone one above its default, and one below it (the body may take only one of
+/// them: an axis); each bool attribute alone the other way. Other attributes (lists, dtypes,
+/// strings) keep their defaults.
+fn attribute_changes(defs: &[crate::op::AttrDef]) -> Vec<(String, Attrs)> {
+    let mut changes = Vec::new();
+    let mut floats = (Vec::new(), Attrs::new());
+    for a in defs {
+        if let Some(AttrValue::Float(x)) = a.default {
+            let v = x * 1.5 + 0.25;
+            floats.1.set(a.name, AttrValue::Float(v));
+            floats.0.push(format!("{} = {v}", a.name));
+        }
+    }
+    if !floats.0.is_empty() {
+        changes.push((floats.0.join(", "), floats.1));
+    }
+    for a in defs {
+        let values = match a.default {
+            Some(AttrValue::Int(x)) => vec![
+                AttrValue::Int(x.saturating_add(1)),
+                AttrValue::Int(x.saturating_sub(1)),
+            ],
+            Some(AttrValue::Bool(b)) => vec![AttrValue::Bool(!b)],
+            _ => continue,
+        };
+        for v in values {
+            let shown = match &v {
+                AttrValue::Int(i) => i.to_string(),
+                AttrValue::Bool(b) => b.to_string(),
+                _ => unreachable!("ints and bools only"),
+            };
+            changes.push((
+                format!("{} = {shown}", a.name),
+                Attrs::new().with(a.name, v),
+            ));
+        }
+    }
+    changes
+}
+
 /// Edge shapes for an op a plugin defined ([`own_op_sample`]'s inputs): every input rank 0,
 /// and every input `[0, 3]` (no elements), each kept only where the op's body runs on the CPU
 /// with them (a body that needs a rank, such as a MatMul's, refuses them).
@@ -1122,9 +1165,9 @@ fn cast(rt: &Runtime, cpu: &Arc<Device>, t: &Tensor, dtype: DType) -> Result<Ten
         .ok_or_else(|| Error::internal("Cast gave no output"))
 }
 
-/// Ops whose f16 and bf16 results every correct kernel gives bit for bit (one correctly
-/// rounded operation, or none).
-const EXACT_HALF: [&str; 18] = [
+/// Ops whose results every correct kernel gives bit for bit (one correctly rounded
+/// operation, or none): in every dtype but for `Div` in f32 and f64 ([`exact`]).
+const EXACT: [&str; 18] = [
     "Add",
     "Sub",
     "Mul",
@@ -1144,6 +1187,17 @@ const EXACT_HALF: [&str; 18] = [
     "Fill",
     "Iota",
 ];
+
+/// Whether every correct kernel computes `op` in `dtype` as the CPU does, bit for bit: an op
+/// of [`EXACT`], one rounding of an exact result (an add, a product, a quotient) or no
+/// arithmetic at all, is computed the same by every device that rounds to nearest, ties to
+/// even (in f16 and bf16 the CPU computes through f32 and rounds once, as a correct half unit
+/// does). Except a quotient in f32 and f64: accelerators commonly divide by a refined
+/// reciprocal, within an ulp, and CUDA's fast-math division is no bug in a plugin.
+fn exact(op: &str, dtype: DType) -> bool {
+    let float_div = op == "Div" && matches!(dtype, DType::F32 | DType::F64);
+    EXACT.contains(&op) && !float_div
+}
 
 /// Runs `k`'s op on `dev` with `sample` of `dtype` with kernel `k` alone, and checks that the
 /// result equals the CPU device's.
@@ -1184,14 +1238,10 @@ fn run_kernel_sample(
         let g = cast(rt, &cpu, &g.copy_to(&cpu)?, DType::F64)?.to_vec::<f64>()?;
         let w = cast(rt, &cpu, w, DType::F64)?.to_vec::<f64>()?;
         // A kernel may round differently from the CPU's (another order of a sum, a fused
-        // multiply-add): a few units in the last place of the dtype.
-        // But an op that is one rounding of an exact result (an add, a product, a quotient) or
-        // no arithmetic at all is computed the same by every device that rounds to nearest:
-        // in f16 and bf16, where a wrong rounding is easy (the CPU computes through f32 and
-        // rounds once), it must agree bit for bit.
-        let exact_half = matches!(dtype, DType::F16 | DType::BF16) && EXACT_HALF.contains(&&*k.op);
+        // multiply-add): a few units in the last place of the dtype. But not in an op that
+        // is one rounding of an exact result or no arithmetic at all ([`exact`]).
         let tolerance = match dtype {
-            _ if exact_half => 0.0,
+            _ if exact(&k.op, dtype) => 0.0,
             DType::F32 => 1e-5,
             DType::F16 => 4e-3,
             DType::BF16 => 3e-2,
@@ -1216,6 +1266,43 @@ mod tests {
     fn uses(sample: &Sample, dtype: DType) -> bool {
         sample.inputs.iter().any(|i| i.dtype == dtype)
             || matches!(sample.attrs.get("dtype"), Some(AttrValue::DType(d)) if *d == dtype)
+    }
+
+    /// An own op's attributes are changed for another comparison: the floats together, each
+    /// int up and down alone, each bool flipped alone; lists, dtypes and strings never.
+    #[test]
+    fn attribute_changes_cover_floats_ints_and_bools() {
+        use crate::op::{AttrDef, AttrType};
+        let def = |name, ty, default| AttrDef {
+            name,
+            ty,
+            default: Some(default),
+        };
+        let defs = [
+            def("beta", AttrType::Float, AttrValue::Float(1.0)),
+            def("k", AttrType::Int, AttrValue::Int(-1)),
+            def("keep", AttrType::Bool, AttrValue::Bool(false)),
+            def("alpha", AttrType::Float, AttrValue::Float(0.0)),
+            def("axes", AttrType::Ints, AttrValue::Ints(vec![0])),
+            def("dtype", AttrType::DType, AttrValue::DType(DType::F32)),
+        ];
+        let changes = attribute_changes(&defs);
+        let labels: Vec<&str> = changes.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "beta = 1.75, alpha = 0.25",
+                "k = 0",
+                "k = -2",
+                "keep = true"
+            ]
+        );
+        assert_eq!(changes[0].1.get("beta"), Some(&AttrValue::Float(1.75)));
+        assert_eq!(changes[0].1.get("k"), None, "ints keep their default");
+        assert_eq!(changes[2].1.get("k"), Some(&AttrValue::Int(-2)));
+        assert_eq!(changes[3].1.get("keep"), Some(&AttrValue::Bool(true)));
+        assert_eq!(changes[3].1.get("beta"), None, "one change at a time");
+        assert!(attribute_changes(&defs[4..]).is_empty());
     }
 
     /// Every basis op and composite has a sample for every dtype it takes, and every sample is a

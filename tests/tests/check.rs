@@ -347,6 +347,22 @@ fn an_f16_kernel_that_rounds_wrongly_fails_on_signed_fractions() {
     assert!(out.contains("1 failed: does NOT conform"), "{out}");
 }
 
+/// ... and so must f32 results of those ops: an f32 Add that truncates its sums (one ulp off,
+/// within any tolerance) fails too.
+#[test]
+fn an_f32_kernel_that_rounds_wrongly_fails_too() {
+    let (code, out) = check(&zoo_path("f32_add_truncates"), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "FAILED  ZOO:0: kernel Add (f32) agrees with the CPU on edge shapes ([2, 3] and [2, \
+             3], signed fractions): INTERNAL: signed fractions: output 0["
+        ),
+        "{out}"
+    );
+    assert!(out.contains("1 failed: does NOT conform"), "{out}");
+}
+
 /// A kernel for a plugin's own op is compared once more with the op's float attributes away
 /// from their defaults: one that ignores an attribute fails there.
 #[test]
@@ -367,6 +383,21 @@ fn a_kernel_that_ignores_an_attribute_fails_with_it_changed() {
         "{out}"
     );
     assert!(out.contains("1 failed: does NOT conform"), "{out}");
+}
+
+/// ... and with each int attribute one above and one below its default.
+#[test]
+fn a_kernel_that_ignores_an_int_attribute_fails_with_it_changed() {
+    let (code, out) = check(&zoo_path("op_kernel_ignores_int_attr"), &[]);
+    assert_eq!(code, 1, "{out}");
+    for (k, want) in [(4, 4), (2, 2)] {
+        let line = format!(
+            "FAILED  ZOO:0: kernel zoo.Op (f32) agrees with its decomposition on the CPU with k = \
+             {k}: INTERNAL: output 0[0] is 3, the CPU's {want}"
+        );
+        assert!(out.contains(&line), "{line}\n{out}");
+    }
+    assert!(out.contains("2 failed: does NOT conform"), "{out}");
 }
 
 /// A kernel for every dtype (ABI 1.3) is run in each dtype its op takes: Add's seven (every
