@@ -14,7 +14,7 @@ use crate::runtime::{
     dp_device_t, dp_runtime_t, kept_device_handle, optional_device, runtime_obj, DevicePtr,
     RuntimeObj,
 };
-use crate::status::{bad_arg, dp_status_t, guard, guard_value};
+use crate::status::{bad_arg, dp_status_t, guard, guard_value, guard_void};
 use crate::tensor::{dp_dtype_t, dp_tensor_t, dtype, tensor, TensorObj};
 
 /// The `rank` of [`dp_graph_add_placeholder`] for a placeholder that takes any shape
@@ -232,7 +232,7 @@ pub unsafe extern "C" fn dp_graph_create(out_graph: *mut *mut dp_graph_t) -> dp_
 #[no_mangle]
 pub unsafe extern "C" fn dp_graph_destroy(graph: *mut dp_graph_t) {
     // SAFETY: the caller's contract.
-    guard("dp_graph_destroy", || unsafe {
+    guard_void("dp_graph_destroy", || unsafe {
         handle::destroy(graph, "graph")
     });
 }
@@ -706,7 +706,7 @@ pub unsafe extern "C" fn dp_variable_create(
 #[no_mangle]
 pub unsafe extern "C" fn dp_variable_retain(variable: *mut dp_variable_t) {
     // SAFETY: the caller's contract.
-    guard("dp_variable_retain", || unsafe {
+    guard_void("dp_variable_retain", || unsafe {
         handle::retain(variable, "variable")
     });
 }
@@ -718,7 +718,7 @@ pub unsafe extern "C" fn dp_variable_retain(variable: *mut dp_variable_t) {
 #[no_mangle]
 pub unsafe extern "C" fn dp_variable_release(variable: *mut dp_variable_t) {
     // SAFETY: the caller's contract.
-    guard("dp_variable_release", || unsafe {
+    guard_void("dp_variable_release", || unsafe {
         handle::release(variable, "variable")
     });
 }

@@ -7,7 +7,7 @@ use devplug_core::Buffer;
 
 use crate::handle::{self, check_out, get, handle, write_out};
 use crate::runtime::{device, dp_device_t, kept_device_handle, DevicePtr};
-use crate::status::{dp_status_t, guard, guard_value};
+use crate::status::{dp_status_t, guard, guard_value, guard_void};
 
 #[doc(hidden)]
 pub struct BufferObj {
@@ -64,7 +64,7 @@ pub unsafe extern "C" fn dp_buffer_allocate(
 #[no_mangle]
 pub unsafe extern "C" fn dp_buffer_retain(buffer: *mut dp_buffer_t) {
     // SAFETY: the caller's contract.
-    guard("dp_buffer_retain", || unsafe {
+    guard_void("dp_buffer_retain", || unsafe {
         handle::retain(buffer, "buffer")
     });
 }
@@ -76,7 +76,7 @@ pub unsafe extern "C" fn dp_buffer_retain(buffer: *mut dp_buffer_t) {
 #[no_mangle]
 pub unsafe extern "C" fn dp_buffer_release(buffer: *mut dp_buffer_t) {
     // SAFETY: the caller's contract.
-    guard("dp_buffer_release", || unsafe {
+    guard_void("dp_buffer_release", || unsafe {
         handle::release(buffer, "buffer")
     });
 }

@@ -9,7 +9,7 @@ use devplug_core::{AttrValue, Attrs, Error, OpHandle, PlacementEvent, Reason, Te
 use crate::handle::{self, check_out, get, handle, write_out};
 use crate::host_fn::HostFn;
 use crate::runtime::{dp_device_t, dp_runtime_t, optional_device, runtime_obj, DevicePtr};
-use crate::status::{bad_arg, dp_status_t, guard, guard_value};
+use crate::status::{bad_arg, dp_status_t, guard, guard_value, guard_void};
 use crate::tensor::{dp_tensor_t, dtype, tensor, TensorObj};
 
 #[doc(hidden)]
@@ -190,7 +190,7 @@ pub unsafe extern "C" fn dp_attrs_create(out_attrs: *mut *mut dp_attrs_t) -> dp_
 #[no_mangle]
 pub unsafe extern "C" fn dp_attrs_destroy(attrs: *mut dp_attrs_t) {
     // SAFETY: the caller's contract.
-    guard("dp_attrs_destroy", || unsafe {
+    guard_void("dp_attrs_destroy", || unsafe {
         handle::destroy(attrs, "attrs")
     });
 }

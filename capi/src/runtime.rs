@@ -8,7 +8,7 @@ use parking_lot::RwLock;
 use devplug_core::{Device, Error, Runtime, RuntimeOptions};
 
 use crate::handle::{self, check_out, cstring, get, handle, write_out};
-use crate::status::{bad_arg, dp_status_t, guard, guard_value};
+use crate::status::{bad_arg, dp_status_t, guard, guard_value, guard_void};
 use crate::stream::{default_stream_handle, destroy_default_stream_handle, dp_stream_t};
 
 /// Options of [`dp_runtime_create`]. Initialize with [`dp_runtime_options_init`], then change
@@ -320,7 +320,7 @@ pub unsafe extern "C" fn dp_runtime_create(
 /// `runtime` is NULL or a runtime handle no other thread is using.
 #[no_mangle]
 pub unsafe extern "C" fn dp_runtime_destroy(runtime: *mut dp_runtime_t) {
-    guard("dp_runtime_destroy", || {
+    guard_void("dp_runtime_destroy", || {
         // SAFETY: the caller's contract.
         let (devices, ops): (Vec<DevicePtr>, Vec<OpPtr>) =
             match unsafe { handle::get(runtime, "runtime") } {

@@ -12,7 +12,7 @@ use crate::handle::{self, check_out, get, handle, write_out};
 use crate::host_fn::HostFn;
 use crate::op::dp_drop_fn;
 use crate::runtime::{device, dp_device_t, dp_runtime_t, runtime_obj};
-use crate::status::{bad_arg, dp_status_t, guard, DP_OK};
+use crate::status::{bad_arg, dp_status_t, guard, guard_void, DP_OK};
 
 /// An op computing outputs from inputs: every eager op and graph op node.
 pub const DP_OP_KIND_COMPUTE: i32 = 0;
@@ -272,7 +272,7 @@ pub unsafe extern "C" fn dp_scope_exit(scope: *mut dp_scope_t) -> dp_status_t {
 /// `scope` is NULL or a scope handle no other thread is using.
 #[no_mangle]
 pub unsafe extern "C" fn dp_scope_destroy(scope: *mut dp_scope_t) {
-    guard("dp_scope_destroy", || {
+    guard_void("dp_scope_destroy", || {
         if scope.is_null() {
             return Ok(());
         }

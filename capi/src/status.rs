@@ -82,6 +82,16 @@ pub(crate) fn guard(function: &str, body: impl FnOnce() -> Result<()>) -> dp_sta
     }
 }
 
+/// [`guard`] for exports that return nothing (releases, destroys): no caller sees a status,
+/// so an error (a double release, a handle of another kind) is also logged as a warning, where
+/// the host's log shows its bug; the thread's last error is set as for any call.
+pub(crate) fn guard_void(function: &str, body: impl FnOnce() -> Result<()>) {
+    if guard(function, body) != DP_OK {
+        let message = LAST_ERROR.with(|m| m.borrow().to_string_lossy().into_owned());
+        devplug_core::log::warn(&format!("{message} (the call did nothing)"));
+    }
+}
+
 /// Like [`guard`] for exports that return a value instead of a status; `invalid` is what
 /// they return on failure.
 pub(crate) fn guard_value<T>(function: &str, invalid: T, body: impl FnOnce() -> Result<T>) -> T {

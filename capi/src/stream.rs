@@ -7,7 +7,7 @@ use devplug_core::{Code, Error, Event, EventStatus, Stream};
 use crate::handle::{self, check_out, get, handle, write_out};
 use crate::memory::{buffer, dp_buffer_t};
 use crate::runtime::{device, dp_device_t, kept_device_handle, DevicePtr};
-use crate::status::{bad_arg, dp_status_t, guard, guard_value};
+use crate::status::{bad_arg, dp_status_t, guard, guard_value, guard_void};
 
 #[doc(hidden)]
 pub struct StreamObj {
@@ -95,7 +95,7 @@ pub unsafe extern "C" fn dp_stream_create(
 /// `stream` is NULL or a stream handle no other thread is using.
 #[no_mangle]
 pub unsafe extern "C" fn dp_stream_destroy(stream: *mut dp_stream_t) {
-    guard("dp_stream_destroy", || {
+    guard_void("dp_stream_destroy", || {
         if stream.is_null() {
             return Ok(());
         }
@@ -443,7 +443,7 @@ pub unsafe extern "C" fn dp_event_create(
 #[no_mangle]
 pub unsafe extern "C" fn dp_event_destroy(event: *mut dp_event_t) {
     // SAFETY: the caller's contract.
-    guard("dp_event_destroy", || unsafe {
+    guard_void("dp_event_destroy", || unsafe {
         handle::destroy(event, "event")
     });
 }

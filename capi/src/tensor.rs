@@ -8,7 +8,7 @@ use devplug_core::{DType, Tensor};
 use crate::handle::{self, check_out, get, handle, write_out};
 use crate::memory::{dp_buffer_t, BufferObj};
 use crate::runtime::{device, dp_device_t, kept_device_handle, DevicePtr};
-use crate::status::{bad_arg, dp_status_t, guard, guard_value};
+use crate::status::{bad_arg, dp_status_t, guard, guard_value, guard_void};
 
 /// An element type: one of the `DP_DTYPE_*` values.
 pub type dp_dtype_t = i32;
@@ -155,7 +155,7 @@ pub unsafe extern "C" fn dp_tensor_create(
 #[no_mangle]
 pub unsafe extern "C" fn dp_tensor_retain(tensor: *mut dp_tensor_t) {
     // SAFETY: the caller's contract.
-    guard("dp_tensor_retain", || unsafe {
+    guard_void("dp_tensor_retain", || unsafe {
         handle::retain(tensor, "tensor")
     });
 }
@@ -167,7 +167,7 @@ pub unsafe extern "C" fn dp_tensor_retain(tensor: *mut dp_tensor_t) {
 #[no_mangle]
 pub unsafe extern "C" fn dp_tensor_release(tensor: *mut dp_tensor_t) {
     // SAFETY: the caller's contract.
-    guard("dp_tensor_release", || unsafe {
+    guard_void("dp_tensor_release", || unsafe {
         handle::release(tensor, "tensor")
     });
 }

@@ -82,11 +82,27 @@ pub struct PlacementLog {
 
 impl Default for PlacementLog {
     fn default() -> Self {
-        let to_stderr = std::env::var("DEVPLUG_LOG_PLACEMENT").is_ok_and(|v| v == "1");
+        let to_stderr = std::env::var("DEVPLUG_LOG_PLACEMENT").is_ok_and(|v| env_switch(&v));
         PlacementLog {
             enabled: AtomicBool::new(to_stderr),
             to_stderr,
             callback: RwLock::new(None),
+        }
+    }
+}
+
+/// A switch's value from the environment: on for `1`, `true`, `yes`, `on` (any case), off for
+/// `0`, `false`, `no`, `off` and empty; anything else is off, with a warning naming it.
+fn env_switch(value: &str) -> bool {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => true,
+        "" | "0" | "false" | "no" | "off" => false,
+        _ => {
+            crate::log::warn(&format!(
+                "DEVPLUG_LOG_PLACEMENT={value:?} is not a switch (1, true, yes or on; 0, false, \
+                 no or off): the placement log stays off"
+            ));
+            false
         }
     }
 }
@@ -169,5 +185,20 @@ impl Inside {
 impl Drop for Inside {
     fn drop(&mut self) {
         INSIDE.with_borrow_mut(|v| v.retain(|&k| k != self.0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::env_switch;
+
+    #[test]
+    fn the_environment_switch_takes_the_usual_spellings() {
+        for on in ["1", "true", "TRUE", "yes", "On", " 1 "] {
+            assert!(env_switch(on), "{on:?}");
+        }
+        for off in ["", "0", "false", "no", "OFF", "2", "enable"] {
+            assert!(!env_switch(off), "{off:?}");
+        }
     }
 }

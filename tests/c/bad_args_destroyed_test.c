@@ -3,9 +3,29 @@
  * so this is defined and detected). A device is "destroyed" when its runtime is.
  * Expected: DP_INVALID_ARGUMENT naming the parameter, no out-parameter written, no crash;
  * value-returning functions give their invalid value; a second destroy/release, or a retain, of
- * a destroyed handle is a no-op (and does not bring the object back). Each check gets a freshly
- * destroyed handle. Ends with a good round trip. */
+ * a destroyed handle is a no-op (and does not bring the object back), logged as a warning
+ * since the function returns no status. Each check gets a freshly destroyed handle. Ends with a
+ * good round trip. */
 #include "dp_test.h"
+
+/* The warnings of void functions that did nothing (a double release), the last one kept. */
+static int nothing_warnings = 0;
+static char last_nothing[512];
+static void on_log(const dp_log_record_t *r, void *user) {
+    (void)user;
+    if (r->level == DP_LOG_WARN && strstr(r->message, "(the call did nothing)") != NULL) {
+        DP_TEST_ATOMIC_INC(nothing_warnings);
+        snprintf(last_nothing, sizeof last_nothing, "%s", r->message);
+    }
+}
+
+/* Checks that the void call just made logged one warning naming `function` and `what`. */
+static void check_warned(int before, const char *function, const char *what) {
+    CHECKF(nothing_warnings == before + 1, "%s: %d warning(s) logged, expected 1", function,
+           nothing_warnings - before);
+    CHECKF(strstr(last_nothing, function) != NULL && strstr(last_nothing, what) != NULL,
+           "%s: the warning was \"%s\"", function, last_nothing);
+}
 
 static int callback_runs = 0;
 static void count_cb(void *user_data) {
@@ -253,7 +273,11 @@ static void test_buffer(dp_test_fixture *fx) {
     b = dead_buffer(fx->d0);
     CHECK_STATUS_MSG(dp_stream_memset(fx->s0, b, 0, 1, 8), DP_INVALID_ARGUMENT, "dst");
     b = dead_buffer(fx->d0);
-    dp_buffer_release(b); /* double release: no-op */
+    {
+        const int before = nothing_warnings;
+        dp_buffer_release(b); /* double release: no-op, and a warning */
+        check_warned(before, "dp_buffer_release", "is a destroyed or released dp_buffer_t");
+    }
     b = dead_buffer(fx->d0);
     dp_buffer_retain(b); /* must not resurrect it */
     CHECK(dp_buffer_size(b) == 0);
@@ -290,9 +314,17 @@ static void test_tensor(dp_test_fixture *fx) {
     CHECK_STATUS_MSG(dp_tensor_buffer(t, &b), DP_INVALID_ARGUMENT, "tensor");
     CHECK_UNTOUCHED(dp_buffer_t, b);
     t = dead_tensor(fx->d0);
-    dp_tensor_release(t); /* double release: no-op */
+    {
+        const int before = nothing_warnings;
+        dp_tensor_release(t); /* double release: no-op, and a warning */
+        check_warned(before, "dp_tensor_release", "is a destroyed or released dp_tensor_t");
+    }
     t = dead_tensor(fx->d0);
-    dp_tensor_retain(t); /* must not resurrect it */
+    {
+        const int before = nothing_warnings;
+        dp_tensor_retain(t); /* must not resurrect it */
+        check_warned(before, "dp_tensor_retain", "`tensor`");
+    }
     CHECK(dp_tensor_dtype(t) == 0);
 }
 
@@ -300,6 +332,7 @@ int main(void) {
     dp_test_fixture fx;
     dp_runtime_t *marker;
     dp_test_watchdog(120);
+    CHECK_OK(dp_log_set_callback(on_log, NULL, NULL));
     marker = dp_test_runtime(1, 0);
     dp_test_set_marker_runtime(marker);
     dp_test_fixture_setup(&fx);
@@ -322,5 +355,6 @@ int main(void) {
     dp_test_fixture_teardown(&fx);
     dp_test_set_marker_runtime(NULL);
     dp_runtime_destroy(marker);
+    CHECK_OK(dp_log_set_callback(NULL, NULL, NULL));
     return DP_TEST_SUMMARY();
 }

@@ -2085,6 +2085,13 @@ dp_status_t dp_runtime_trace_stop(dp_runtime_t *runtime, const char *path, size_
 uint32_t dp_version(void);
 
 /**
+ * 1 when this library serves a program compiled against header version `major.minor` (pass
+ * `DP_VERSION_MAJOR, DP_VERSION_MINOR`), else 0: the same major and a minor at least the
+ * header's; while the major is 0, when a new minor may change the API, the same minor.
+ */
+int dp_version_compatible(uint32_t major, uint32_t minor);
+
+/**
  * The library version as a static string, e.g. `"0.1.0"`.
  */
 const char *dp_version_string(void);

@@ -211,11 +211,7 @@ constexpr AbiVersion header_abi_version() noexcept {
  *        and a minor at least the header's (while the major is 0, the minors must be equal).
  */
 inline bool version_compatible() noexcept {
-  const Version lib = version();
-  constexpr Version hdr = header_version();
-  if (lib.major != hdr.major) return false;
-  if (hdr.major == 0) return lib.minor == hdr.minor;
-  return lib.minor >= hdr.minor;
+  return dp_version_compatible(DP_VERSION_MAJOR, DP_VERSION_MINOR) != 0;
 }
 
 // ------------------------------------------------------------------------------------------
