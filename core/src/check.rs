@@ -1099,7 +1099,7 @@ fn edge_samples(op: &str, dtype: DType) -> Vec<(&'static str, Sample)> {
     };
     // The other samples hold small whole numbers, which every float dtype adds and multiplies
     // exactly: a kernel that rounds wrongly (truncating an f16) or loses a sign passes them.
-    // Signed fractions round in every elementwise op.
+    // Signed fractions round in every elementwise op; halfway cases tell how.
     if dtype.is_float() {
         let f = |shape: &[i64], seed: usize| fractions(shape, seed, dtype);
         match op {
@@ -1117,8 +1117,54 @@ fn edge_samples(op: &str, dtype: DType) -> Vec<(&'static str, Sample)> {
             )),
             _ => {}
         }
+        cases.extend(ties(op, dtype).map(|s| ("halfway cases", s)));
     }
     cases
+}
+
+/// Sums, differences and products exactly halfway between two neighbours in `dtype`, for
+/// `Add`, `Sub` and `Mul`: each rounds to the even neighbour (its last bit 0), which is the one
+/// nearer zero for the first and third sums and differences and for every product, so that
+/// rounding halfway cases away from zero gets them wrong, and truncating gets the others wrong.
+/// The inputs are exact in `dtype`; `None` for other ops and for dtypes that do not round.
+fn ties(op: &str, dtype: DType) -> Option<Sample> {
+    // The bits after the point: a unit in the last place of 1 is 2^-bits.
+    let bits = match dtype {
+        DType::F16 => 10,
+        DType::BF16 => 7,
+        DType::F32 => 23,
+        DType::F64 => 52,
+        _ => return None,
+    };
+    let ulp = 2f64.powi(-bits);
+    let half = ulp / 2.0;
+    // 1 + half: even below (1); 1 + 3 half: even above; the same negated; 1 + ulp + half:
+    // even above. Sub subtracts the negated addends.
+    let (x, y) = match op {
+        "Add" => (
+            vec![1.0, 1.0, -1.0, 1.0 + ulp],
+            vec![half, 3.0 * half, -half, half],
+        ),
+        "Sub" => (
+            vec![1.0, 1.0, -1.0, 1.0 + ulp],
+            vec![-half, -3.0 * half, half, -half],
+        ),
+        // (1 + 2^-2)(1 + 2^-(bits-1)) = 1 + 2^-2 + 2^-(bits-1) + half: even below.
+        "Mul" => {
+            let (a, b) = (1.25, 1.0 + 2f64.powi(1 - bits));
+            (vec![a, -a, a, -a], vec![b, b, -b, -b])
+        }
+        _ => return None,
+    };
+    let input = |values: Vec<f64>| Input {
+        shape: vec![values.len() as i64],
+        values,
+        dtype,
+    };
+    Some(Sample {
+        inputs: vec![input(x), input(y)],
+        attrs: Attrs::new(),
+    })
 }
 
 /// Signed fractions of `dtype` (none a whole number, none 0): -1.525, 0.55, -0.55, … for
@@ -1266,6 +1312,51 @@ mod tests {
     fn uses(sample: &Sample, dtype: DType) -> bool {
         sample.inputs.iter().any(|i| i.dtype == dtype)
             || matches!(sample.attrs.get("dtype"), Some(AttrValue::DType(d)) if *d == dtype)
+    }
+
+    /// The halfway cases are halfway, and the CPU rounds them to even: the first and third
+    /// sums and differences and every product to the neighbour nearer zero, the others away
+    /// from it.
+    #[test]
+    fn halfway_cases_round_to_even_on_the_cpu() {
+        let rt = Runtime::new(RuntimeOptions {
+            discover_from_env: false,
+            ..Default::default()
+        })
+        .unwrap();
+        let cpu = rt.cpu_device().unwrap();
+        for (dtype, bits) in [
+            (DType::F16, 10),
+            (DType::BF16, 7),
+            (DType::F32, 23),
+            (DType::F64, 52),
+        ] {
+            let ulp = 2f64.powi(-bits);
+            for op in ["Add", "Sub", "Mul"] {
+                let s = ties(op, dtype).unwrap();
+                let inputs: Vec<Tensor> = s
+                    .inputs
+                    .iter()
+                    .map(|i| cpu_tensor(&rt, &cpu, i).unwrap())
+                    .collect();
+                let y = rt
+                    .run(&rt.op(op).unwrap(), &inputs, &s.attrs, &strictly_on(&cpu))
+                    .unwrap();
+                let got = cast(&rt, &cpu, &y[0], DType::F64)
+                    .unwrap()
+                    .to_vec::<f64>()
+                    .unwrap();
+                let want = match op {
+                    "Mul" => {
+                        let down = 1.25 + 2f64.powi(1 - bits);
+                        vec![down, -down, -down, down]
+                    }
+                    _ => vec![1.0, 1.0 + 2.0 * ulp, -1.0, 1.0 + 2.0 * ulp],
+                };
+                assert_eq!(got, want, "{op} {dtype:?}");
+            }
+        }
+        assert!(ties("Div", DType::F32).is_none() && ties("Add", DType::I32).is_none());
     }
 
     /// An own op's attributes are changed for another comparison: the floats together, each

@@ -91,7 +91,9 @@
  *   ZOO_OP_ATTRS="..."             with ZOO_OP_BODY: the op's attributes
  *   ZOO_KERNEL_ADD_TRUNC           ... instead, an Add (with ZOO_KERNEL_DTYPE=DPP_DTYPE_F16 or
  *                                  DPP_DTYPE_F32) of tensors of one shape (others declined)
- *                                  that truncates each sum to the dtype instead of rounding it
+ *                                  that truncates each sum to the dtype instead of rounding it;
+ *                                  f16 with ZOO_ADD_TIES_AWAY: rounds to nearest, but halfway
+ *                                  cases away from zero
  *   ZOO_KERNEL_ALL_DTYPES          ... for every dtype (no dtype list)
  *   ZOO_KERNEL_COPY_ABOVE          ... and, registered before it, a right kernel for the same
  *                                  op and dtypes at priority 10 that copies input 0 to output 0
@@ -972,6 +974,11 @@ static float zoo_f16_to_f32(uint16_t h) {
 static uint16_t zoo_f32_to_f16_truncating(float f) {
   uint32_t x;
   memcpy(&x, &f, sizeof x);
+#if defined(ZOO_ADD_TIES_AWAY)
+  /* Half a unit of f16's last place added to the magnitude, then truncated: to nearest, but
+   * halfway cases away from zero instead of to even. */
+  x += 0x1000u;
+#endif
   const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
   const int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
   if (exp <= 0) {

@@ -284,7 +284,8 @@ fn a_kernel_with_wrong_results_fails_its_check() {
     assert!(
         out.contains(
             "FAILED  ZOO:0: kernel Add (f32) agrees with the CPU on edge shapes ([2, 3] and [2, 3], \
-             rank 0 and [2, 3], [2, 1] and [1, 3], [0, 3] and [3], signed fractions): INTERNAL: \
+             rank 0 and [2, 3], [2, 1] and [1, 3], [0, 3] and [3], signed fractions, halfway \
+             cases): INTERNAL: \
              [2, 3] and [2, 3]: output 0[0] is 0"
         ),
         "{out}"
@@ -340,7 +341,7 @@ fn an_f16_kernel_that_rounds_wrongly_fails_on_signed_fractions() {
     assert!(
         out.contains(
             "FAILED  ZOO:0: kernel Add (f16) agrees with the CPU on edge shapes ([2, 3] and [2, \
-             3], signed fractions): INTERNAL: signed fractions: output 0["
+             3], signed fractions, halfway cases): INTERNAL: signed fractions: output 0["
         ),
         "{out}"
     );
@@ -356,7 +357,24 @@ fn an_f32_kernel_that_rounds_wrongly_fails_too() {
     assert!(
         out.contains(
             "FAILED  ZOO:0: kernel Add (f32) agrees with the CPU on edge shapes ([2, 3] and [2, \
-             3], signed fractions): INTERNAL: signed fractions: output 0["
+             3], signed fractions, halfway cases): INTERNAL: signed fractions: output 0["
+        ),
+        "{out}"
+    );
+    assert!(out.contains("1 failed: does NOT conform"), "{out}");
+}
+
+/// An f16 Add that rounds to nearest but halfway cases away from zero (not to even) is right on
+/// every signed fraction; the halfway cases find it.
+#[test]
+fn an_f16_kernel_that_rounds_ties_away_fails_on_halfway_cases() {
+    let (code, out) = check(&zoo_path("f16_add_ties_away"), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "FAILED  ZOO:0: kernel Add (f16) agrees with the CPU on edge shapes ([2, 3] and [2, \
+             3], signed fractions, halfway cases): INTERNAL: halfway cases: output 0[0] is \
+             1.0009765625, the CPU's 1"
         ),
         "{out}"
     );
