@@ -364,6 +364,21 @@ fn an_f32_kernel_that_rounds_wrongly_fails_too() {
     assert!(out.contains("1 failed: does NOT conform"), "{out}");
 }
 
+/// A device of little memory conforms too: the allocation checks fit a quarter of it, and
+/// the host's allocator gives back what it keeps before the check that calls the plugin's
+/// `allocate` directly (before, a SIM of 4 MiB failed there, out of memory).
+#[test]
+fn a_device_of_little_memory_conforms() {
+    for memory in ["memory=4194304", "memory=1048576"] {
+        let (code, out) = check(&plugin_path("devplug_sim"), &["-o", memory]);
+        assert_eq!(code, 0, "{memory}:\n{out}");
+        assert!(
+            out.contains("ok      SIM:0: allocate returns 256-byte aligned addresses"),
+            "{out}"
+        );
+    }
+}
+
 /// An f16 Add that rounds to nearest but halfway cases away from zero (not to even) is right on
 /// every signed fraction; the halfway cases find it.
 #[test]
