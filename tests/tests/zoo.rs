@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use devplug_core::{
-    Attrs, Code, DevicePtr, Error, EventStatus, PluginFailure, RunOptions, Runtime, RuntimeOptions,
-    Tensor,
+    Attrs, Code, DevicePtr, Error, EventStatus, PluginFailure, Reason, RunOptions, Runtime,
+    RuntimeOptions, Tensor,
 };
 use devplug_tests::{runtime, zoo_path, TempDir, ZooReshape};
 
@@ -736,7 +736,8 @@ fn a_status_a_call_should_not_return_is_mapped_and_its_message_kept() {
 
 /// A kernel whose `create` (ABI 1.5) fails: the run fails with the plugin's code and message,
 /// naming the kernel's create, and nothing is kept — the next run asks `create` again (the
-/// plugin's destroy, which aborts if called, never is); the runtime goes on.
+/// plugin's destroy, which aborts if called, never is); the runtime goes on. Its code being
+/// `UNIMPLEMENTED`, that is a decline: in strict mode the run's error, else soft placement.
 #[test]
 fn a_kernel_whose_create_fails_fails_the_run_each_time() {
     let z = ZooReshape::load("kernel_create_fails");
@@ -769,6 +770,27 @@ fn a_kernel_whose_create_fails_fails_the_run_each_time() {
         )
         .unwrap();
     assert_eq!(y.shape(), &[2, 2]);
+    // `UNIMPLEMENTED` from create is a decline, as from compute: without strict mode, the op
+    // is soft-placed to the CPU, and the placement log says why.
+    let log = devplug_tests::record_placements(&z.rt);
+    let y =
+        z.rt.run1(
+            &z.reshape,
+            std::slice::from_ref(&z.x),
+            &z.attrs,
+            &RunOptions::on(&z.zoo),
+        )
+        .unwrap();
+    assert_eq!(y.device().name(), "CPU:0");
+    assert_eq!(y.to_vec::<f32>().unwrap(), [1., 2., 3., 4.]);
+    let l = log.lock().unwrap().clone();
+    assert!(
+        l.iter().any(|e| e.reason == Reason::SoftPlaced
+            && e.detail.contains("declined (")
+            && e.detail
+                .contains("kernel Reshape: create: zoo: no state for Reshape with 1 input(s)")),
+        "{l:?}"
+    );
 }
 
 /// A plugin of ABI 1.4 loads into this host with its kernel struct of 1.4's size: the host reads

@@ -106,7 +106,8 @@ fn binary<T: Elem>(plan: &Broadcast<2>, x: &[u8], y: &[u8], z: &mut [u8]) {
 /// `Add`: z = x + y, broadcasting.
 fn add(cx: &KernelContext<'_, RsimDevice>) -> Result<()> {
     let dev = cx.device();
-    let bad = |m: String| dev.err(Error::invalid_argument(format!("Add: {m}")));
+    // The host names the op (`kernel Add: `) before the message; the device is named here.
+    let bad = |m: String| dev.err(Error::invalid_argument(m));
     cx.check_arity(2, 1)?;
     let (x, y, z) = (cx.input(0)?, cx.input(1)?, cx.output(0)?);
     let dtype = x.dtype();
@@ -120,8 +121,7 @@ fn add(cx: &KernelContext<'_, RsimDevice>) -> Result<()> {
     }
     // The output must be the broadcast of the inputs; the SDK's messages ("shapes [2, 3] and
     // [2] cannot be broadcast together", "the output has shape …, not the broadcast shape …").
-    let plan = Broadcast::exact(z.shape(), [x.shape(), y.shape()])
-        .map_err(|e| dev.err(e.context("Add")))?;
+    let plan = Broadcast::exact(z.shape(), [x.shape(), y.shape()]).map_err(|e| dev.err(e))?;
     for (name, t) in [("x", x), ("y", y), ("z", z)] {
         check_size(&bad, name, &t)?;
         dev.check(t.addr(), t.byte_size())?;
@@ -365,7 +365,7 @@ fn cast_create(args: &CreateArgs<'_, RsimDevice>) -> Result<CastState> {
 /// `Cast`: y = x converted to the state's dtype, elementwise, on the stream.
 fn cast(cx: &KernelContext<'_, RsimDevice>, state: &CastState) -> Result<()> {
     let dev = cx.device();
-    let bad = |m: String| dev.err(Error::invalid_argument(format!("Cast: {m}")));
+    let bad = |m: String| dev.err(Error::invalid_argument(m));
     cx.check_arity(1, 1)?;
     let (x, y) = (cx.input(0)?, cx.output(0)?);
     if x.dtype() != state.from || y.dtype() != state.to {

@@ -466,12 +466,12 @@ fn add_checks_its_arguments_with_messages() {
     assert_eq!(err.code(), Status::InvalidArgument);
     assert_eq!(
         err.message(),
-        "kernel Add: RSIM:0: Add: shapes [2, 3] and [2] cannot be broadcast together"
+        "kernel Add: RSIM:0: shapes [2, 3] and [2] cannot be broadcast together"
     );
     let err = run(&[x.clone(), x.clone()], std::slice::from_ref(&y));
     assert_eq!(
         err.message(),
-        "kernel Add: RSIM:0: Add: the output has shape [2], not the broadcast shape [2, 3]"
+        "kernel Add: RSIM:0: the output has shape [2], not the broadcast shape [2, 3]"
     );
     let err = run(
         &[
@@ -485,7 +485,7 @@ fn add_checks_its_arguments_with_messages() {
     );
     assert_eq!(
         err.message(),
-        "kernel Add: RSIM:0: Add: dtypes f32 + i64 -> f32: RSIM adds f32, i64 or f16 tensors of one dtype"
+        "kernel Add: RSIM:0: dtypes f32 + i64 -> f32: RSIM adds f32, i64 or f16 tensors of one dtype"
     );
     let err = run(std::slice::from_ref(&x), std::slice::from_ref(&z));
     assert_eq!(
@@ -605,7 +605,7 @@ fn cast_converts_with_one_state_per_dtype_pair() {
         .expect_err("shapes");
     assert_eq!(
         err.message(),
-        "kernel Cast: RSIM:0: Cast: the output has shape [4], not the input's [2, 2]"
+        "kernel Cast: RSIM:0: the output has shape [4], not the input's [2, 2]"
     );
     let err = s
         .run_kernel(

@@ -88,6 +88,24 @@ impl Host {
         Ok(self.option_parse(key)?.unwrap_or(default))
     }
 
+    /// Load option `key` as a switch: `false` when absent; `true` for `1`, `true`, `yes` or
+    /// `on` and `false` for `0`, `false`, `no` or `off` (any case), as the sample plugins'
+    /// switches (`-o no_suballocator=1`); anything else is an `InvalidArgument` naming the
+    /// option. (`option_or::<bool>` takes only `true` and `false`.)
+    pub fn option_flag(&self, key: &str) -> Result<bool> {
+        let Some(value) = self.option(key) else {
+            return Ok(false);
+        };
+        match value.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" => Ok(false),
+            _ => Err(Error::invalid_argument(format!(
+                "load option `{key}`: invalid value {value:?}: a switch takes 1, true, yes or \
+                 on, or 0, false, no or off"
+            ))),
+        }
+    }
+
     /// Writes a log line through the host.
     pub fn log(&self, level: LogLevel, message: impl fmt::Display) {
         self.shared.log(level, &message.to_string());

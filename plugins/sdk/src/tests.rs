@@ -75,8 +75,8 @@ fn init(host: &Host) -> Result<()> {
             .unwrap_or_else(|| TEST_PLATFORM.to_owned()),
         devices: host.option_or("devices", 2)?,
         callback_mode: host.option("callback_mode").unwrap_or_default(),
-        timing: host.option("timing").is_some(),
-        misalign: host.option("misalign").is_some(),
+        timing: host.option_flag("timing")?,
+        misalign: host.option_flag("misalign")?,
         probe: Arc::clone(&probe),
         logger: host.logger(),
     };
@@ -1000,6 +1000,37 @@ fn registration_reads_the_load_options() {
     assert_eq!(p[0].vendor.as_deref(), Some("devplug tests"));
     assert_eq!(p[0].version, None);
     assert_eq!(p[0].device_count, 3);
+}
+
+#[test]
+fn a_switch_takes_the_usual_spellings_and_refuses_others() {
+    for (value, on) in [
+        ("1", true),
+        ("Yes", true),
+        ("on", true),
+        ("0", false),
+        ("off", false),
+    ] {
+        let tag = format!("switch_{value}");
+        let host = TestHost::new()
+            .with_option("tag", &tag)
+            .with_option("timing", value);
+        let plugin = host.load(devplug_plugin_entry).expect("load");
+        let dev = plugin.create_device(TEST_PLATFORM, 0).expect("device");
+        // A device that times its events offers event_elapsed_ns.
+        let timed = dev.executor().event_elapsed_ns.is_some();
+        assert_eq!(timed, on, "timing={value}");
+    }
+    let host = TestHost::new()
+        .with_option("tag", "switch_bad")
+        .with_option("timing", "2");
+    let err = host.load(devplug_plugin_entry).expect_err("refused");
+    assert_eq!(err.code(), Status::InvalidArgument);
+    assert!(
+        err.message()
+            .contains("load option `timing`: invalid value \"2\": a switch takes 1, true"),
+        "{err}"
+    );
 }
 
 #[test]
