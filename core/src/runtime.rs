@@ -370,9 +370,15 @@ impl Runtime {
         let op_type_var = |op: &str| match ops.iter().find(|p| p.def.name == op) {
             Some(p) => Ok(type_var(&p.def)),
             None => self.ops.find(op).map(|h| type_var(h.def())).map_err(|e| {
+                let hint = if op.contains('.') {
+                    " (an op of the plugin's own needs its register_op call in init)"
+                } else {
+                    ""
+                };
                 e.context(format!(
-                    "plugin '{}' registered a kernel for an unknown op",
-                    loaded.name
+                    "plugin '{}' ({}) registered a kernel for an unknown op{hint}",
+                    loaded.name,
+                    path.display()
                 ))
             }),
         };

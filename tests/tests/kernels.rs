@@ -580,7 +580,7 @@ fn a_kernel_that_declines_is_followed_by_the_rest_of_the_fallback_order() {
     assert!(
         l.iter().any(|e| e.reason == Reason::SoftPlaced
             && e.detail
-                == "no kernel or decomposition on SIM:0; the kernel from host 'picky-cpu' on \
+                == "no f32 kernel or decomposition on SIM:0; the kernel from host 'picky-cpu' on \
                     HOST:0 declined (one element only); kernel from built-in on the CPU"),
         "{l:?}"
     );
@@ -589,6 +589,16 @@ fn a_kernel_that_declines_is_followed_by_the_rest_of_the_fallback_order() {
         y[0].to_vec::<f32>().unwrap(),
         [7.],
         "the picky CPU kernel first"
+    );
+    // Without any decline, the log names the dtype SIM has no kernel for.
+    log.lock().unwrap().clear();
+    run("Neg", &three, false).unwrap();
+    let l = log.lock().unwrap().clone();
+    assert!(
+        l.iter().any(|e| e.reason == Reason::SoftPlaced
+            && e.detail
+                == "no f32 kernel or decomposition on SIM:0; kernel from built-in on the CPU"),
+        "{l:?}"
     );
 }
 

@@ -390,6 +390,11 @@ refused! {
     kernel_dtype_its_own_op_does_not_take: "op_kernel_dtype_not_of_op" => InvalidArgument
         ["kernel zoo.Op on ZOO: dpp_kernel_t.dtypes[0] is i32, which op zoo.Op does not take \
           (its type variable T takes f32, f64)"];
+    // a kernel for an op of its own that it never registered: the plugin's file, and the hint
+    kernel_for_an_unregistered_own_op: "kernel_unregistered_op" => NotFound
+        ["plugin 'zoo_kernel_unregistered_op' (", "libzoo_kernel_unregistered_op.so) registered \
+          a kernel for an unknown op (an op of the plugin's own needs its register_op call in \
+          init)", "zoo.Gelu2"];
 }
 
 #[test]

@@ -435,6 +435,11 @@ fn execute(
                 ),
                 Plan::SoftPlace(k) if soft => {
                     let cpu = rt.cpu_device()?;
+                    // What the log says of the device (only while it is on).
+                    let why = rt
+                        .placement()
+                        .enabled()
+                        .then(|| not_on(kernel_dtype, device));
                     with_inputs_on(rt, op, &cpu, inputs, copies, |there| {
                         let start = out.len();
                         let r = run_kernel(
@@ -449,7 +454,7 @@ fn execute(
                             Reason::SoftPlaced,
                             depth,
                             out,
-                            None,
+                            why.as_deref(),
                         );
                         match r {
                             Err(e) if e.code == Code::Unimplemented => {
@@ -722,8 +727,8 @@ fn soft_placed_declined(
         return Err(error);
     };
     let why = format!(
-        "no kernel or decomposition on {}; {}",
-        placed.qualified_name(),
+        "{}; {}",
+        not_on(dtype, placed),
         decline_reason(op, kernel, cpu, &error)
     );
     run_layered(
@@ -938,8 +943,8 @@ fn run_kernel(
     rt.placement()
         .note(op.name(), device, reason, || match (reason, declined) {
             (Reason::SoftPlaced, None) => format!(
-                "no kernel or decomposition on {}; kernel from {} on the CPU",
-                placed.qualified_name(),
+                "{}; kernel from {} on the CPU",
+                not_on(None, placed),
                 kernel.source
             ),
             (Reason::SoftPlaced, Some(why)) => {
@@ -990,6 +995,16 @@ fn copy_inputs(
             });
         t.copy_to(device)
     })
+}
+
+/// Why an op was soft-placed away from `placed`, for the log: `no f32 kernel or decomposition
+/// on SIM:0` (the dtype kernels are chosen by, where the op has one).
+fn not_on(dtype: Option<DType>, placed: &Device) -> String {
+    let dtype = dtype.map_or(String::new(), |d| format!("{d} "));
+    format!(
+        "no {dtype}kernel or decomposition on {}",
+        placed.qualified_name()
+    )
 }
 
 /// `inputs` for a run on `device`: those there as they are, the others from `copies` when it
