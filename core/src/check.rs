@@ -1252,8 +1252,41 @@ fn exact(op: &str, dtype: DType) -> bool {
     EXACT.contains(&op) && !float_div
 }
 
+/// How many bytes follow each output of a kernel `devplug check` runs, and what they hold.
+const GUARD_BYTES: u64 = 256;
+const GUARD_VALUE: u8 = 0xA5;
+
+/// An output tensor on `dev` whose buffer holds [`GUARD_BYTES`] more bytes of [`GUARD_VALUE`]
+/// after its contents ([`check_guard`] reads them after the kernel).
+fn guarded_output(dev: &Arc<Device>, dtype: DType, shape: &[i64]) -> Result<Tensor> {
+    let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
+    let bytes = elements
+        .and_then(|n| n.checked_mul(dtype.size() as u64))
+        .ok_or_else(|| Error::invalid_argument(format!("output shape {shape:?} is too large")))?;
+    let buffer = dev.allocate(bytes + GUARD_BYTES)?;
+    buffer.write(bytes, &[GUARD_VALUE; GUARD_BYTES as usize])?;
+    Tensor::from_buffer(buffer, dtype, shape)
+}
+
+/// The guard bytes after a [`guarded_output`]'s contents are as they were made.
+fn check_guard(t: &Tensor) -> Result<()> {
+    let mut guard = [0u8; GUARD_BYTES as usize];
+    t.buffer().read(t.byte_size(), &mut guard)?;
+    let changed = guard.iter().filter(|&&b| b != GUARD_VALUE).count();
+    match guard.iter().position(|&b| b != GUARD_VALUE) {
+        None => Ok(()),
+        Some(at) => Err(Error::internal(format!(
+            "the kernel wrote past the end of the output: {changed} of the {GUARD_BYTES} bytes \
+             after its {} changed, the first at byte offset {}",
+            t.byte_size(),
+            t.byte_size() + at as u64
+        ))),
+    }
+}
+
 /// Runs `k`'s op on `dev` with `sample` of `dtype` with kernel `k` alone, and checks that the
-/// result equals the CPU device's.
+/// result equals the CPU device's, that nothing was written past the outputs (a guard after
+/// each), and that the inputs are unchanged.
 fn run_kernel_sample(
     rt: &Runtime,
     dev: &Arc<Device>,
@@ -1273,8 +1306,33 @@ fn run_kernel_sample(
         .map(|t| t.copy_to(dev))
         .collect::<Result<_>>()?;
     // This kernel alone: not the plugin's other kernels for the op (one above it by priority
-    // would take the inputs first), nor any fallback after it declined.
-    let got = crate::dispatch::run_kernel_alone(rt, &op, k, dev, &on_dev, &sample.attrs)?;
+    // would take the inputs first), nor any fallback after it declined. Each output is
+    // followed by guard bytes in its buffer, where nothing may write.
+    let got =
+        crate::dispatch::run_kernel_alone(rt, &op, k, dev, &on_dev, &sample.attrs, &|d, s| {
+            guarded_output(dev, d, s)
+        })?;
+    dev.synchronize()?;
+    for (i, t) in got.iter().enumerate() {
+        check_guard(t)
+            .map_err(|e| e.context(format!("output {i} ({} {:?})", t.dtype(), t.shape())))?;
+    }
+    for (i, (d, c)) in on_dev.iter().zip(&on_cpu).enumerate() {
+        let (mut now, mut given) = (
+            vec![0u8; d.byte_size() as usize],
+            vec![0u8; c.byte_size() as usize],
+        );
+        d.read_bytes(&mut now)?;
+        c.read_bytes(&mut given)?;
+        expect(
+            now == given,
+            &format!(
+                "the kernel changed its input {i} ({} {:?}): inputs are read-only",
+                d.dtype(),
+                d.shape()
+            ),
+        )?;
+    }
     let want = rt.run(&op, &on_cpu, &sample.attrs, &strictly_on(&cpu))?;
     expect(got.len() == want.len(), "a different number of outputs")?;
     for (i, (g, w)) in got.iter().zip(want.iter()).enumerate() {

@@ -95,6 +95,8 @@
  *                                  f16 with ZOO_ADD_TIES_AWAY: rounds to nearest, but halfway
  *                                  cases away from zero
  *   ZOO_KERNEL_ALL_DTYPES          ... for every dtype (no dtype list)
+ *   ZOO_COPY_OVERRUN=n             ZOO_KERNEL_COPY's kernel also writes n bytes past its output
+ *   ZOO_COPY_CLOBBERS_INPUT        ZOO_KERNEL_COPY's kernel also zeroes its input
  *   ZOO_KERNEL_COPY_ABOVE          ... and, registered before it, a right kernel for the same
  *                                  op and dtypes at priority 10 that copies input 0 to output 0
  *                                  (Reshape): the one dispatch runs, the other one below it
@@ -1148,7 +1150,11 @@ static dpp_status_t zoo_kernel_reduce_sum(const dpp_kernel_context_t *cx) {
 #endif
 
 #if defined(ZOO_KERNEL_COPY) || defined(ZOO_KERNEL_COPY_ABOVE)
-/* A right kernel for an op that keeps its input's bytes (Reshape): output 0 is input 0. */
+#ifndef ZOO_COPY_OVERRUN
+#define ZOO_COPY_OVERRUN 0
+#endif
+/* A right kernel for an op that keeps its input's bytes (Reshape): output 0 is input 0 (but
+ * for ZOO_COPY_OVERRUN and ZOO_COPY_CLOBBERS_INPUT). */
 static dpp_status_t zoo_kernel_copy(const dpp_kernel_context_t *cx) {
   zoo_device *d = cx ? zoo_dev(cx->device) : NULL;
   if (d == NULL || cx->num_inputs != 1 || cx->num_outputs != 1 ||
@@ -1156,8 +1162,15 @@ static dpp_status_t zoo_kernel_copy(const dpp_kernel_context_t *cx) {
     return DPP_INVALID_ARGUMENT;
   }
   ZOO_RANGE_OR_FAIL(src, d, cx->inputs[0].data, cx->inputs[0].byte_size, "kernel input");
-  ZOO_RANGE_OR_FAIL(dst, d, cx->outputs[0].data, cx->outputs[0].byte_size, "kernel output");
+  ZOO_RANGE_OR_FAIL(dst, d, cx->outputs[0].data, cx->outputs[0].byte_size + ZOO_COPY_OVERRUN,
+                    "kernel output");
   memcpy(dst, src, (size_t)cx->outputs[0].byte_size);
+#if ZOO_COPY_OVERRUN > 0
+  memset(dst + cx->outputs[0].byte_size, 0x5A, ZOO_COPY_OVERRUN); /* past the output: a bug */
+#endif
+#if defined(ZOO_COPY_CLOBBERS_INPUT)
+  memset(src, 0, (size_t)cx->inputs[0].byte_size); /* its input overwritten: a bug */
+#endif
   return DPP_OK;
 }
 #endif

@@ -379,6 +379,33 @@ fn a_device_of_little_memory_conforms() {
     }
 }
 
+/// A kernel that writes past the end of its output corrupts whatever the host placed after it
+/// (device memory is carved out of large regions, so no sanitizer sees it): the check puts
+/// guard bytes after each output and fails a kernel that changed them. One that writes into
+/// its input fails too.
+#[test]
+fn a_kernel_that_writes_past_its_output_or_into_its_input_fails() {
+    let (code, out) = check(&zoo_path("kernel_writes_past_output"), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "FAILED  ZOO:0: kernel Reshape (f32) agrees with the CPU: INTERNAL: input [2, 3]: \
+             output 0 (f32 [3, 2]): the kernel wrote past the end of the output: 16 of the 256 \
+             bytes after its 24 changed, the first at byte offset 24"
+        ),
+        "{out}"
+    );
+    let (code, out) = check(&zoo_path("kernel_writes_its_input"), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(
+            "FAILED  ZOO:0: kernel Reshape (f32) agrees with the CPU: INTERNAL: input [2, 3]: \
+             the kernel changed its input 0 (f32 [2, 3]): inputs are read-only"
+        ),
+        "{out}"
+    );
+}
+
 /// An f16 Add that rounds to nearest but halfway cases away from zero (not to even) is right on
 /// every signed fraction; the halfway cases find it.
 #[test]

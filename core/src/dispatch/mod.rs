@@ -315,9 +315,11 @@ fn infer<R>(
 /// Runs `op` on `device` with `kernel` alone, one of the kernels registered for the op there:
 /// no other kernel, decomposition or soft placement, so a kernel that declines the inputs
 /// fails the run with its own `UNIMPLEMENTED` error (in the context `run_kernel` gives every
-/// kernel error; [`kernel_message`] takes it off). Inputs elsewhere are copied to `device`.
-/// `devplug check` tests each kernel of a plugin this way, also one below another of the
-/// plugin's kernels for the same op, which dispatch runs only where the one above declines.
+/// kernel error; [`kernel_message`] takes it off). Inputs elsewhere are copied to `device`; each
+/// output is what `output(dtype, shape)` makes (a tensor on `device`: `devplug check` puts
+/// guard bytes after each). Nothing is logged or traced. `devplug check` tests each kernel of
+/// a plugin this way, also one below another of the plugin's kernels for the same op, which
+/// dispatch runs only where the one above declines.
 pub(crate) fn run_kernel_alone(
     rt: &Runtime,
     op: &OpHandle,
@@ -325,6 +327,7 @@ pub(crate) fn run_kernel_alone(
     device: &Arc<Device>,
     inputs: &[Tensor],
     attrs: &Attrs,
+    output: &dyn Fn(DType, &[i64]) -> Result<Tensor>,
 ) -> Result<Outputs> {
     if !rt.owns_op(op) || !rt.owns(device) {
         return Err(Error::invalid_argument(format!(
@@ -344,24 +347,20 @@ pub(crate) fn run_kernel_alone(
                 dtype.map_or(String::new(), |d| format!(" for {d}"))
             )));
         }
-        let mut out = Outputs::new();
         with_inputs_on(rt, op, device, inputs, &NoCopies, |there| {
-            run_kernel(
-                rt,
-                op,
-                kernel,
+            let mut out = Outputs::new();
+            for (i, o) in outputs.iter().enumerate() {
+                out.push(output(o.dtype, &o.shape).map_err(|e| output_error(op, i, e))?);
+            }
+            (kernel.func)(&KernelContext {
                 device,
-                device,
-                there,
+                inputs: there,
+                outputs: &out,
                 attrs,
-                outputs,
-                Reason::Explicit,
-                0,
-                &mut out,
-                None,
-            )
-        })?;
-        Ok(out)
+            })
+            .map_err(|e| e.context(kernel_context(op.name(), kernel, device)))?;
+            Ok(out)
+        })
     })
 }
 
