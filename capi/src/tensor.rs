@@ -359,6 +359,74 @@ pub unsafe extern "C" fn dp_tensor_buffer(
     })
 }
 
+/// Makes a tensor of `dtype` and `shape[0..rank]` over `buffer`'s memory, from its start, and
+/// writes it, with a reference the caller releases, into `*out_tensor`: no copy; the tensor
+/// and the buffer share the memory (the tensor holds a reference to the buffer). The buffer
+/// must hold at least the tensor's byte size (`DP_INVALID_ARGUMENT` otherwise); it may hold
+/// more. The tensor lives on the buffer's device.
+///
+/// # Safety
+/// `buffer` is a buffer handle; `shape` holds `rank` values; `out_tensor` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_tensor_from_buffer(
+    buffer: *mut dp_buffer_t,
+    dtype: dp_dtype_t,
+    shape: *const i64,
+    rank: usize,
+    out_tensor: *mut *mut dp_tensor_t,
+) -> dp_status_t {
+    guard("dp_tensor_from_buffer", || {
+        // SAFETY: the caller's contract.
+        let b = unsafe { handle::get::<dp_buffer_t>(buffer, "buffer")? };
+        let dt = self::dtype(dtype, "dtype")?;
+        // SAFETY: the caller's contract.
+        let sh = unsafe { self::shape(shape, rank)? };
+        check_out(out_tensor, "out_tensor")?;
+        let t = Tensor::from_buffer(b.buffer.clone(), dt, sh)?;
+        let h = handle::new::<dp_tensor_t>(TensorObj {
+            tensor: t,
+            device: b.device,
+        });
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_tensor, "out_tensor", h) }
+    })
+}
+
+/// Writes the host address of the tensor's elements (its `dp_tensor_byte_size` bytes,
+/// row-major) into `*out_data`, when its device's memory is host memory (the CPU device, a
+/// plugin platform with `host_visible`): read and write the elements there, without a copy.
+/// `DP_FAILED_PRECONDITION` for a device whose memory the host cannot touch (read such a
+/// tensor with `dp_tensor_read`, or copy it to a CPU device first); nothing is written then.
+///
+/// The address stays valid while a reference to the tensor, or to its buffer, lives. What you
+/// write changes the tensor for every holder: retained references, a graph that holds it as a
+/// constant. An op's output on a device that runs its work on streams (a plugin's host-visible
+/// device) may still be being written when `dp_op_run` returns: `dp_device_synchronize` first.
+/// The CPU device's ops are done when they return.
+///
+/// # Safety
+/// `tensor` is a tensor handle; `out_data` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dp_tensor_data(
+    tensor: *const dp_tensor_t,
+    out_data: *mut *mut c_void,
+) -> dp_status_t {
+    guard("dp_tensor_data", || {
+        // SAFETY: the caller's contract.
+        let t = unsafe { self::tensor(tensor, "tensor")? };
+        check_out(out_data, "out_data")?;
+        let ptr = t.tensor.host_ptr().ok_or_else(|| {
+            devplug_core::Error::failed_precondition(format!(
+                "the tensor is on {}, whose memory the host cannot touch: read it with \
+                 dp_tensor_read, or copy it to a CPU device first",
+                t.tensor.device().qualified_name()
+            ))
+        })?;
+        // SAFETY: the caller's contract.
+        unsafe { write_out(out_data, "out_data", ptr.cast::<c_void>()) }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

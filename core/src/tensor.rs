@@ -491,10 +491,18 @@ impl Tensor {
         self.bytes
     }
 
-    /// Where the contents start in host memory; `None` when the device's memory is not
-    /// host-visible (the host may not dereference its addresses). For the CPU kernels and
-    /// [`KernelContext`](crate::KernelContext)'s slices, which check length and alignment.
-    pub(crate) fn host_ptr(&self) -> Option<*mut u8> {
+    /// Where the contents start in host memory, [`Tensor::byte_size`] bytes; `None` when the
+    /// device's memory is not host-visible (the host may not dereference its addresses: read
+    /// such a tensor with [`Tensor::read_bytes`], or copy it to the CPU).
+    ///
+    /// A host reads and writes the elements there without a copy (C's `dp_tensor_data`): the
+    /// address is valid while a reference to the tensor (or its buffer) lives; what is written
+    /// there changes the tensor for every holder (clones, graphs that hold it as a constant);
+    /// and a device that runs its work on streams (a plugin's host-visible device) may still
+    /// be writing an op's output: synchronize it first. The CPU device's ops are done when
+    /// they return. Dereferencing the pointer is `unsafe`, as for any raw pointer. The CPU
+    /// kernels and [`KernelContext`](crate::KernelContext)'s slices use it too.
+    pub fn host_ptr(&self) -> Option<*mut u8> {
         self.device()
             .host_visible()
             .then(|| self.buffer.ptr().0 as usize as *mut u8)

@@ -315,6 +315,20 @@ static void test_tensor(dp_test_fixture *fx) {
     CHECK_UNTOUCHED(dp_buffer_t, b);
     t = dead_tensor(fx->d0);
     {
+        void *p = SENTINEL(void);
+        CHECK_STATUS_MSG(dp_tensor_data(t, &p), DP_INVALID_ARGUMENT, "tensor");
+        CHECK(p == SENTINEL(void));
+    }
+    {
+        static const int64_t shape[1] = {2};
+        b = dead_buffer(fx->d0);
+        CHECK_STATUS_MSG(dp_tensor_from_buffer(b, DP_DTYPE_F32, shape, 1, &c), DP_INVALID_ARGUMENT,
+                         "buffer");
+        CHECK_UNTOUCHED(dp_tensor_t, c);
+        b = SENTINEL(dp_buffer_t);
+    }
+    t = dead_tensor(fx->d0);
+    {
         const int before = nothing_warnings;
         dp_tensor_release(t); /* double release: no-op, and a warning */
         check_warned(before, "dp_tensor_release", "is a destroyed or released dp_tensor_t");

@@ -213,6 +213,15 @@ static void test_tensor(dp_test_fixture *fx) {
     CHECK_UNTOUCHED(dp_tensor_t, c);
     CHECK_STATUS_MSG(dp_tensor_buffer(b_as_t, &b), DP_INVALID_ARGUMENT, "tensor");
     CHECK_UNTOUCHED(dp_buffer_t, b);
+    {
+        void *p = SENTINEL(void);
+        static const int64_t shape[1] = {2};
+        CHECK_STATUS_MSG(dp_tensor_data(b_as_t, &p), DP_INVALID_ARGUMENT, "tensor");
+        CHECK(p == SENTINEL(void));
+        CHECK_STATUS_MSG(dp_tensor_from_buffer(AS(dp_buffer_t, fx->t0), DP_DTYPE_F32, shape, 1, &c),
+                         DP_INVALID_ARGUMENT, "buffer");
+        CHECK_UNTOUCHED(dp_tensor_t, c);
+    }
 }
 
 static void test_refcounts_untouched(dp_test_fixture *fx) {

@@ -219,6 +219,100 @@ static void test_buffer_is_storage(dp_device_t *d0) {
     dp_tensor_release(c);
 }
 
+/* dp_tensor_data: the elements of a CPU tensor in place (reads and writes without a copy; an
+ * op's output is done when dp_op_run returns); refused for SIM's memory, which the host cannot
+ * touch. dp_tensor_from_buffer: a tensor over a buffer's memory, sharing it; a buffer too small
+ * is refused. Bad arguments write nothing. */
+static void test_data_in_place(dp_runtime_t *rt, dp_device_t *d0) {
+    static const int64_t shape[2] = {2, 2}, big[1] = {5};
+    dp_tensor_t *x = NULL, *y = NULL, *s = NULL, *v = NULL;
+    dp_tensor_t *outs[1] = {NULL};
+    dp_buffer_t *b = NULL;
+    dp_device_t *sim = NULL;
+    dp_op_t *add = NULL;
+    float *px = NULL, *py = NULL;
+    void *p = SENTINEL(void);
+    float w[4] = {0, 0, 0, 0};
+    size_t n_out = 0;
+    SECTION("dp_tensor_data and dp_tensor_from_buffer");
+    CHECK_OK(dp_tensor_create(d0, DP_DTYPE_F32, shape, 2, NULL, 0, &x));
+    if (!x) return;
+    CHECK_OK(dp_tensor_data(x, (void **)&px));
+    CHECK(px != NULL);
+    if (!px) return;
+    px[0] = 1.5f, px[1] = 2.5f, px[2] = -3.f, px[3] = 4.f; /* written in place */
+    CHECK_OK(dp_tensor_read(x, w, sizeof w));
+    CHECK(w[0] == 1.5f && w[2] == -3.f && w[3] == 4.f);
+    CHECK_OK(dp_runtime_find_op(rt, "Add", &add));
+    {
+        dp_tensor_t *const in[2] = {x, x};
+        dp_run_options_t o;
+        dp_run_options_init(&o, sizeof o);
+        o.device = d0;
+        CHECK_OK(dp_op_run(rt, add, in, 2, NULL, &o, outs, 1, &n_out));
+    }
+    y = outs[0];
+    CHECK(n_out == 1 && y != NULL);
+    if (y) {
+        CHECK_OK(dp_tensor_data(y, (void **)&py));
+        CHECK(py != NULL && py[0] == 3.f && py[2] == -6.f && py[3] == 8.f);
+    }
+    /* Bad arguments. */
+    CHECK_STATUS_MSG(dp_tensor_data(NULL, &p), DP_INVALID_ARGUMENT, "tensor");
+    CHECK_STATUS_MSG(dp_tensor_data(x, NULL), DP_INVALID_ARGUMENT, "out_data");
+    CHECK(p == SENTINEL(void));
+    /* SIM's memory is not the host's. */
+    if (dp_runtime_load_plugin(rt, DEVPLUG_TEST_PLUGIN_DIR "/libdevplug_sim.so", NULL, 0) == DP_OK &&
+        dp_runtime_find_device(rt, "SIM:0", &sim) == DP_OK) {
+        CHECK_OK(dp_tensor_copy_to(x, sim, &s));
+        CHECK_STATUS_MSG(dp_tensor_data(s, &p), DP_FAILED_PRECONDITION,
+                         "the tensor is on SIM:0, whose memory the host cannot touch");
+        CHECK(p == SENTINEL(void));
+    } else {
+        CHECKF(0, "SIM did not load: %s", dp_last_error_message());
+    }
+    /* A tensor over a buffer shares its memory; the buffer may be larger. */
+    CHECK_OK(dp_buffer_allocate(d0, 4 * sizeof(float) + 8, &b));
+    if (b) {
+        static const float four[4] = {9.f, 8.f, 7.f, 6.f};
+        CHECK_OK(dp_buffer_write(b, 0, four, sizeof four));
+        CHECK_OK(dp_tensor_from_buffer(b, DP_DTYPE_F32, shape, 2, &v));
+        if (v) {
+            CHECK(dp_tensor_byte_size(v) == sizeof four);
+            CHECK(dp_tensor_device(v) == d0);
+            CHECK_OK(dp_tensor_read(v, w, sizeof w));
+            CHECK(w[0] == 9.f && w[3] == 6.f);
+            CHECK_OK(dp_tensor_data(v, &p));
+            ((float *)p)[1] = 0.5f; /* the buffer sees it */
+            CHECK_OK(dp_buffer_read(b, 0, w, sizeof w));
+            CHECK(w[1] == 0.5f);
+        }
+        {
+            dp_tensor_t *none = SENTINEL(dp_tensor_t);
+            CHECK_STATUS_MSG(dp_tensor_from_buffer(b, DP_DTYPE_F64, big, 1, &none),
+                             DP_INVALID_ARGUMENT, "needs 40 bytes; the buffer has 24");
+            CHECK_STATUS_MSG(dp_tensor_from_buffer(NULL, DP_DTYPE_F32, shape, 2, &none),
+                             DP_INVALID_ARGUMENT, "buffer");
+            CHECK_STATUS_MSG(dp_tensor_from_buffer(b, 99, shape, 2, &none), DP_INVALID_ARGUMENT,
+                             "dtype");
+            CHECK_STATUS_MSG(dp_tensor_from_buffer(b, DP_DTYPE_F32, NULL, 2, &none),
+                             DP_INVALID_ARGUMENT, "shape");
+            CHECK_STATUS_MSG(dp_tensor_from_buffer(b, DP_DTYPE_F32, shape, 2, NULL),
+                             DP_INVALID_ARGUMENT, "out_tensor");
+            CHECK(none == SENTINEL(dp_tensor_t));
+        }
+        dp_buffer_release(b); /* the tensor keeps the memory */
+        if (v) {
+            CHECK_OK(dp_tensor_read(v, w, sizeof w));
+            CHECK(w[0] == 9.f && w[1] == 0.5f);
+        }
+    }
+    dp_tensor_release(v);
+    dp_tensor_release(s);
+    dp_tensor_release(y);
+    dp_tensor_release(x);
+}
+
 /* A tensor, a buffer, a created stream and a variable outlive their runtime: they can still be
  * used, but their device handles went with the runtime, so asking for the device gives NULL (or
  * DP_FAILED_PRECONDITION) and says why (not a dead handle that a later device handle could take
@@ -331,6 +425,7 @@ int main(void) {
     test_max_rank_and_large(d0, d1);
     test_buffer_is_storage(d0);
     test_retain_release(d1);
+    test_data_in_place(rt, d0);
     {
         dp_memory_stats_t s;
         memset(&s, 0, sizeof s);

@@ -139,6 +139,8 @@ void stream_event_tensor(devplug::Runtime& rt) {
   REFUSED("Tensor", "to_vector", t.to_vector<float>());
   REFUSED("Tensor", "copy_to", t.copy_to(cpu));
   REFUSED("Tensor", "buffer", t.buffer());
+  REFUSED("Tensor", "data", t.data());
+  REFUSED("Tensor", "data", t.data<float>());
 
   const devplug::Op op;
   CHECK(op.num_outputs() == 0);

@@ -490,6 +490,23 @@ void test_tensors(const Runtime& rt) {
   CHECK_ERROR(f.to_vector<bool>(), DP_INVALID_ARGUMENT);
   CHECK_ERROR(z.to_vector<int32_t>(), DP_INVALID_ARGUMENT);
 
+  // the elements in place (CPU memory is host memory), and a tensor over a buffer
+  Tensor m = Tensor::zeros(d0, DType::F32, {2, 2});
+  float* pm = m.data<float>();
+  pm[0] = 1.5f;
+  pm[3] = -2.0f;
+  CHECK_EQ(m.to_vector<float>(), std::vector<float>({1.5f, 0.0f, 0.0f, -2.0f}));
+  CHECK(m.data() == static_cast<void*>(pm));
+  CHECK_ERROR(m.data<int32_t>(), DP_INVALID_ARGUMENT);
+  devplug::Buffer storage = d0.allocate(4 * sizeof(int32_t) + 4);
+  const int32_t four[4] = {4, 3, 2, 1};
+  storage.write(static_cast<const void*>(four), sizeof(four));
+  const Tensor over = Tensor::from_buffer(storage, DType::I32, {2, 2});
+  CHECK_EQ(over.to_vector<int32_t>(), std::vector<int32_t>({4, 3, 2, 1}));
+  over.data<int32_t>()[0] = 40;
+  CHECK_EQ(storage.read_vector<int32_t>(1), std::vector<int32_t>({40}));
+  CHECK_ERROR(Tensor::from_buffer(storage, DType::F64, {3}), DP_INVALID_ARGUMENT);
+
   // shared handles: a copy is the same tensor and keeps it alive
   Tensor a = Tensor::from_vector<int32_t>(d0, {2}, {5, 6});
   Tensor b = a;

@@ -886,3 +886,33 @@ fn an_attribute_out_of_range_is_refused_alike_on_every_device() {
         assert_eq!(y.to_vec::<f32>().unwrap(), vec![0.5f32; 6]);
     }
 }
+
+/// `Tensor::host_ptr`: a CPU tensor's elements are in host memory, where a host reads and
+/// writes them without a copy; SIM's memory is not, and has no host address.
+#[test]
+fn only_host_memory_has_a_host_address() {
+    let rt = runtime();
+    rt.load_plugin(plugin_path("devplug_sim"), &[]).unwrap();
+    let cpu = rt.find_device("CPU:0").unwrap();
+    let sim = rt.find_device("SIM:0").unwrap();
+    let x = Tensor::from_slice(&cpu, &[3], &[1f32, 2., 3.]).unwrap();
+    let p = x
+        .host_ptr()
+        .expect("CPU memory is host memory")
+        .cast::<f32>();
+    // SAFETY: three f32 elements at an aligned address, held by `x`; nothing else uses them.
+    unsafe { *p.add(1) = 20.0 };
+    assert_eq!(x.to_vec::<f32>().unwrap(), [1., 20., 3.]);
+    let y = rt
+        .run_named(
+            "Add",
+            &[x.clone(), x.clone()],
+            &Attrs::new(),
+            &RunOptions::on(&cpu),
+        )
+        .unwrap();
+    let q = y[0].host_ptr().unwrap().cast::<f32>();
+    // SAFETY: the output's three elements; the CPU's ops are done when they return.
+    assert_eq!(unsafe { std::slice::from_raw_parts(q, 3) }, [2., 40., 6.]);
+    assert!(x.copy_to(&sim).unwrap().host_ptr().is_none());
+}

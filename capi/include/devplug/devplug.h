@@ -2051,6 +2051,40 @@ dp_status_t dp_tensor_copy_to(const dp_tensor_t *tensor,
 dp_status_t dp_tensor_buffer(const dp_tensor_t *tensor, dp_buffer_t **out_buffer);
 
 /**
+ * Makes a tensor of `dtype` and `shape[0..rank]` over `buffer`'s memory, from its start, and
+ * writes it, with a reference the caller releases, into `*out_tensor`: no copy; the tensor
+ * and the buffer share the memory (the tensor holds a reference to the buffer). The buffer
+ * must hold at least the tensor's byte size (`DP_INVALID_ARGUMENT` otherwise); it may hold
+ * more. The tensor lives on the buffer's device.
+ *
+ * # Safety
+ * `buffer` is a buffer handle; `shape` holds `rank` values; `out_tensor` is writable.
+ */
+dp_status_t dp_tensor_from_buffer(dp_buffer_t *buffer,
+                                  dp_dtype_t dtype,
+                                  const int64_t *shape,
+                                  size_t rank,
+                                  dp_tensor_t **out_tensor);
+
+/**
+ * Writes the host address of the tensor's elements (its `dp_tensor_byte_size` bytes,
+ * row-major) into `*out_data`, when its device's memory is host memory (the CPU device, a
+ * plugin platform with `host_visible`): read and write the elements there, without a copy.
+ * `DP_FAILED_PRECONDITION` for a device whose memory the host cannot touch (read such a
+ * tensor with `dp_tensor_read`, or copy it to a CPU device first); nothing is written then.
+ *
+ * The address stays valid while a reference to the tensor, or to its buffer, lives. What you
+ * write changes the tensor for every holder: retained references, a graph that holds it as a
+ * constant. An op's output on a device that runs its work on streams (a plugin's host-visible
+ * device) may still be being written when `dp_op_run` returns: `dp_device_synchronize` first.
+ * The CPU device's ops are done when they return.
+ *
+ * # Safety
+ * `tensor` is a tensor handle; `out_data` is writable.
+ */
+dp_status_t dp_tensor_data(const dp_tensor_t *tensor, void **out_data);
+
+/**
  * Starts a trace of what dispatch runs: from now on, every kernel launch and every
  * decomposition on any thread is recorded as a span (op, device, reason, kernel source, host
  * thread, host-side start and duration; on an asynchronous device a kernel's span is its

@@ -1386,6 +1386,47 @@ class Tensor {
     return Buffer::adopt(b);
   }
 
+  /**
+   * @brief A tensor over @p buffer's memory, from its start, sharing it: no copy
+   *        (`dp_tensor_from_buffer()`). The buffer may be larger than the tensor.
+   * @throws Error `DP_INVALID_ARGUMENT` when the buffer is smaller than the tensor.
+   */
+  static Tensor from_buffer(const Buffer& buffer, DType dtype, const Shape& shape) {
+    static const int64_t scalar_shape = 0;  // a valid pointer for rank 0
+    dp_tensor_t* t = nullptr;
+    check(dp_tensor_from_buffer(buffer.get(), to_c(dtype),
+                                shape.empty() ? &scalar_shape : shape.data(), shape.size(), &t));
+    return Tensor(t);
+  }
+
+  /**
+   * @brief The host address of the elements (`dp_tensor_data()`), for a tensor on a device
+   *        whose memory is host memory (the CPU): read and write them in place, valid while
+   *        the tensor lives. Writes change it for every holder; on a device that runs its
+   *        work on streams, synchronize before reading an op's output.
+   * @throws Error `DP_FAILED_PRECONDITION` for memory the host cannot touch.
+   */
+  void* data() const {
+    void* p = nullptr;
+    check(dp_tensor_data(h("data"), &p));
+    return p;
+  }
+
+  /**
+   * @brief `data()` as `T*`.
+   * @throws Error `DP_INVALID_ARGUMENT` when `dtype_of<T>()` is not the tensor's dtype.
+   */
+  template <class T>
+  T* data() const {
+    constexpr DType want = dtype_of<T>();
+    const DType have = static_cast<DType>(dp_tensor_dtype(h("data")));
+    if (have != want) {
+      throw Error(DP_INVALID_ARGUMENT, std::string("tensor has dtype ") + dtype_name(have) +
+                                           ", not " + dtype_name(want));
+    }
+    return static_cast<T*>(data());
+  }
+
  private:
   explicit Tensor(dp_tensor_t* handle) noexcept : handle_(handle) {}
   dp_tensor_t* h(const char* method) const { return detail::live(handle_, "Tensor", method); }
