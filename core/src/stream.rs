@@ -651,12 +651,22 @@ impl Event {
         traced(&self.device, "synchronize event", SpanKind::Wait, 0, || {
             self.device.executor().event_synchronize(self.raw())
         })?;
-        match self.outcome.lock().failure() {
-            Some(e) => Err(e.context(format!(
+        if let Some(e) = self.outcome.lock().failure() {
+            return Err(e.context(format!(
                 "an event of {}: work on its stream before the record failed",
                 self.device.name()
+            )));
+        }
+        // A platform may report its stream's failure through the event's status alone (its
+        // `event_synchronize` returning once the event is reached, failed or not): what
+        // `status` says must be what this says.
+        match self.device.executor().event_status(self.raw())? {
+            EventStatus::Error => Err(Error::internal(format!(
+                "an event of {}: its stream failed before reaching it (the platform marks the \
+                 event failed; synchronizing the stream reports the failure)",
+                self.device.name()
             ))),
-            None => Ok(()),
+            _ => Ok(()),
         }
     }
 }

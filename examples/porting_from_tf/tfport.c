@@ -313,7 +313,7 @@ static dpp_status_t tfp_create_device(void *platform_data, int32_t ordinal, dpp_
   se->stream_wait_event = tfp_stream_wait_event;
   se->event_synchronize = tfp_event_synchronize;
   se->synchronize_all = tfp_synchronize_all;
-  /* event_elapsed_ns (SP_TimerFns) stays NULL: see docs/porting.md, "Timers" */
+  /* event_elapsed_ns (SP_TimerFns) stays NULL: see the end of docs/porting.md §5 */
 
   /* The host allocated *device and set struct_size and ordinal; we fill the rest. */
   device->device_data = d;           /* SP_Device.device_handle */

@@ -2950,7 +2950,7 @@ static bool sim_reduce_params_read(const sim_device *d, const char *fn, const vo
 
 /* The launch's ReduceSum state, or NULL when the host passed none (older than ABI 1.5). */
 static const sim_reduce_params *sim_reduce_state(const dpp_kernel_context_t *cx) {
-  if (cx->struct_size < DPP_KERNEL_CONTEXT_STRUCT_SIZE || !cx->state) {
+  if (cx->struct_size < DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_5 || !cx->state) {
     return NULL;
   }
   const sim_reduce_params *p = (const sim_reduce_params *)cx->state;

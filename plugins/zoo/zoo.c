@@ -71,6 +71,8 @@
  *                                  what the CPU device's does, the plugin benchmark's measure
  *                                  of the ABI boundary alone (not a fault)
  *   ZOO_HANG_IN_SYNCHRONIZE        synchronize_stream never returns
+ *   ZOO_EVENTS_FAILED              event_status reports every event DPP_EVENT_ERROR (its stream
+ *                                  failed), while event_synchronize returns DPP_OK
  *   ZOO_DROP_HOST_CALLBACKS        host_callback returns DPP_OK and never calls the function
  *   ZOO_KERNEL_ZEROS               registers a kernel for ZOO_KERNEL_OP (default "Add"; ZOO,
  *                                  f32) that writes zeros: wrong results for `devplug check`
@@ -678,7 +680,11 @@ static dpp_status_t zoo_event_status(void *device, void *event, int32_t *out_sta
   if (out_status == NULL) {
     return DPP_INVALID_ARGUMENT;
   }
+#if defined(ZOO_EVENTS_FAILED)
+  *out_status = DPP_EVENT_ERROR; /* as if its stream had failed; event_synchronize says DPP_OK */
+#else
   *out_status = DPP_EVENT_COMPLETE;
+#endif
   return DPP_OK;
 }
 
@@ -1344,7 +1350,7 @@ static dpp_status_t zoo_kernel_stateful(const dpp_kernel_context_t *cx) {
 #if defined(ZOO_KERNEL_STATE_UNCHECKED)
   const bool has_state = true; /* the fault: struct_size not checked */
 #else
-  const bool has_state = cx->struct_size >= DPP_KERNEL_CONTEXT_STRUCT_SIZE;
+  const bool has_state = cx->struct_size >= DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_5;
 #endif
   const void *state = has_state ? cx->state : NULL;
   const bool known = has_state && zoo_kernel_state_known(d, state);

@@ -644,6 +644,11 @@ static void test_op_errors(fx_t *f) {
     CHECK_UNTOUCHED(dp_op_t, op);
     CHECK_STATUS_MSG(dp_runtime_find_op(f->rt, "vendor.Missing", &op), DP_NOT_FOUND, "vendor.Missing");
     CHECK_UNTOUCHED(dp_op_t, op);
+    /* Another framework's name, another case: the error says which op is meant. */
+    CHECK_STATUS_MSG(dp_runtime_find_op(f->rt, "AddV2", &op), DP_NOT_FOUND,
+                     "unknown op 'AddV2' (devplug's name: Add");
+    CHECK_STATUS_MSG(dp_runtime_find_op(f->rt, "matmul", &op), DP_NOT_FOUND, "did you mean 'MatMul'?");
+    CHECK_UNTOUCHED(dp_op_t, op);
     STILL_WORKS(f);
 
     SECTION("wrong arity");

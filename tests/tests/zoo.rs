@@ -697,9 +697,9 @@ fn a_memset_checked_against_the_arena_only_writes_and_refuses_outside_it() {
     }
 }
 
-/// A plugin call that returns a status it should not (RELIABILITY.md): an unknown value or a
-/// negative one becomes INTERNAL, saying which value came back; a known code passes through as
-/// that code. The plugin's message is kept either way, and the device and the runtime go on.
+/// A plugin call that returns a status it should not (RELIABILITY.md): an unknown value, a
+/// negative one or DPP_ABI_MISMATCH becomes INTERNAL, saying which value came back; a known
+/// code passes through as that code. The plugin's message is kept either way, and the device and the runtime go on.
 #[test]
 fn a_status_a_call_should_not_return_is_mapped_and_its_message_kept() {
     for (variant, code, note) in [
@@ -714,6 +714,11 @@ fn a_status_a_call_should_not_return_is_mapped_and_its_message_kept() {
             Some("(the plugin returned the unknown status -7)"),
         ),
         ("memset_status_already_exists", Code::AlreadyExists, None),
+        (
+            "memset_status_abi_mismatch",
+            Code::Internal,
+            Some("(the plugin returned DPP_ABI_MISMATCH, a status of the host's version checks)"),
+        ),
     ] {
         let rt = runtime();
         rt.load_plugin(zoo_path(variant), &[]).unwrap();
@@ -737,6 +742,27 @@ fn a_status_a_call_should_not_return_is_mapped_and_its_message_kept() {
         b.write(0, &[7u8; 64]).unwrap();
         assert_eq!(read_all(&b), vec![7u8; 64]);
     }
+}
+
+/// A platform may report its stream's failure through `event_status` alone, its
+/// `event_synchronize` returning `DPP_OK` once the event is reached: synchronizing the event
+/// then fails as its status says, instead of reporting a failed event reached.
+#[test]
+fn an_event_the_platform_marks_failed_does_not_synchronize_as_reached() {
+    let rt = runtime();
+    rt.load_plugin(zoo_path("events_failed"), &[]).unwrap();
+    let zoo = rt.find_device("ZOO:0").unwrap();
+    let q = zoo.create_stream().unwrap();
+    let ev = zoo.create_event().unwrap();
+    ev.record(&q).unwrap();
+    assert_eq!(ev.status().unwrap(), EventStatus::Error);
+    let e = ev.synchronize().unwrap_err();
+    assert_eq!(e.code, Code::Internal, "{e}");
+    assert!(
+        e.message
+            .contains("an event of ZOO:0: its stream failed before reaching it"),
+        "{e}"
+    );
 }
 
 /// A kernel whose `create` (ABI 1.5) fails: the run fails with the plugin's code and message,

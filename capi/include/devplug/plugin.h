@@ -154,7 +154,14 @@
 #define DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1 80
 
 /**
- * Size of `dpp_kernel_context_t` in ABI 1.5 (`state`).
+ * Size of `dpp_kernel_context_t` in ABI 1.5, the first with `state`: read `state` when
+ * `struct_size` is at least this (not [`DPP_KERNEL_CONTEXT_STRUCT_SIZE`], which grows with
+ * the header).
+ */
+#define DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_5 88
+
+/**
+ * Size of `dpp_kernel_context_t` in this header's ABI (`state`).
  */
 #define DPP_KERNEL_CONTEXT_STRUCT_SIZE 88
 
@@ -255,7 +262,7 @@ typedef struct dpp_tensor_t {
  */
 typedef struct dpp_kernel_context_t {
   /**
-   * `DPP_KERNEL_CONTEXT_STRUCT_SIZE` or more from a 1.5 host; a 1.1 to 1.4 host passes
+   * `DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_5` or more from a 1.5 host; a 1.1 to 1.4 host passes
    * `DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1` (80: no `state`).
    */
   size_t struct_size;
@@ -300,7 +307,7 @@ typedef struct dpp_kernel_context_t {
    */
   void *kernel_data;
   /**
-   * (1.5; read it when `struct_size >= DPP_KERNEL_CONTEXT_STRUCT_SIZE`) What the kernel's
+   * (1.5; read it when `struct_size >= DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_5`) What the kernel's
    * `create` stored for this device, these input dtypes and these attributes; NULL when
    * the kernel has no `create` or its `create` stored NULL (or left `*out_state` alone).
    */
@@ -603,7 +610,10 @@ typedef struct dpp_stream_executor_t {
    */
   dpp_status_t (*stream_wait_event)(void *device, void *stream, void *event);
   /**
-   * Required. Blocks until `event` is reached.
+   * Required. Blocks until `event` is reached. When its stream failed before reaching it,
+   * return that failure (status and `set_error`), as `event_status` reports
+   * `DPP_EVENT_ERROR` for it; the host also asks `event_status` after a `DPP_OK`, so an
+   * event marked failed is never reported reached.
    */
   dpp_status_t (*event_synchronize)(void *device, void *event);
   /**

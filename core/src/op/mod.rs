@@ -580,14 +580,15 @@ impl OpRegistry {
         Ok(h)
     }
 
-    /// The op named `name` (case-sensitive); `NOT_FOUND` when there is none.
+    /// The op named `name` (case-sensitive); `NOT_FOUND` when there is none, suggesting the
+    /// op meant where the name is another case of one, or another framework's name for one
+    /// (TensorFlow's `Sum`, `AddV2`, `BatchMatMulV2`; ONNX's and PyTorch's spellings).
     pub fn find(&self, name: &str) -> Result<OpHandle> {
-        self.ops
-            .read()
-            .by_name
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Error::not_found(format!("unknown op '{name}'")))
+        let ops = self.ops.read();
+        match ops.by_name.get(name) {
+            Some(h) => Ok(h.clone()),
+            None => Err(unknown_op(name, &ops.sorted)),
+        }
     }
 
     /// The names of all ops, sorted.
@@ -892,9 +893,110 @@ pub(crate) fn declared_dtype(
     }
 }
 
+/// The `NOT_FOUND` error for an op named `name`, which none of `ops` is, with a hint where one
+/// is likely meant.
+#[cold]
+fn unknown_op(name: &str, ops: &[OpHandle]) -> Error {
+    let same_letters = ops
+        .iter()
+        .find(|o| o.name().eq_ignore_ascii_case(name))
+        .map(|o| format!("'{}'", o.name()));
+    // Other frameworks' names for basis ops (where a name is another op here, both).
+    let other = match name {
+        "Sum" => Some("ReduceSum (a reduction) or AddN (of several tensors)"),
+        "Max" => Some("ReduceMax (a reduction) or Maximum (elementwise)"),
+        "Min" => Some("ReduceMin (a reduction) or Minimum (elementwise)"),
+        "Mean" => Some("ReduceMean"),
+        "AddV2" | "BiasAdd" => Some("Add (it broadcasts)"),
+        "Subtract" => Some("Sub"),
+        "Multiply" => Some("Mul"),
+        "RealDiv" | "Divide" => Some("Div"),
+        "Negative" => Some("Neg"),
+        "BatchMatMul" | "BatchMatMulV2" | "BatchMatMulV3" | "Bmm" | "Mm" => {
+            Some("MatMul (it batches, with transpose_a and transpose_b)")
+        }
+        "ConcatV2" | "Cat" => Some("Concat"),
+        "SelectV2" | "Where" => Some("Select"),
+        "Range" | "Arange" => Some("Iota"),
+        "ExpandDims" | "Squeeze" | "Unsqueeze" | "View" | "Flatten" => Some("Reshape"),
+        "Expand" => Some("BroadcastTo"),
+        "Permute" => Some("Transpose"),
+        _ => None,
+    };
+    let hint = match (same_letters, other) {
+        (Some(op), _) => format!(" (did you mean {op}? op names are case-sensitive)"),
+        (None, Some(ops)) => format!(" (devplug's name: {ops})"),
+        (None, None) => String::new(),
+    };
+    Error::not_found(format!("unknown op '{name}'{hint}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An unknown op's error suggests the op meant: another case of a name, another
+    /// framework's name; every op a hint names exists; an unknown name gets no hint.
+    #[test]
+    fn unknown_ops_suggest_the_op_meant() {
+        let rt = crate::Runtime::new(crate::RuntimeOptions {
+            discover_from_env: false,
+            ..Default::default()
+        })
+        .unwrap();
+        let message = |name: &str| rt.op(name).unwrap_err().message;
+        assert_eq!(
+            message("add"),
+            "unknown op 'add' (did you mean 'Add'? op names are case-sensitive)"
+        );
+        assert_eq!(
+            message("Sum"),
+            "unknown op 'Sum' (devplug's name: ReduceSum (a reduction) or AddN (of several \
+             tensors))"
+        );
+        assert_eq!(message("Frobnicate"), "unknown op 'Frobnicate'");
+        let all = rt.ops().names();
+        for name in [
+            "Sum",
+            "Max",
+            "Min",
+            "Mean",
+            "AddV2",
+            "BiasAdd",
+            "Subtract",
+            "Multiply",
+            "RealDiv",
+            "Divide",
+            "Negative",
+            "BatchMatMulV2",
+            "Bmm",
+            "ConcatV2",
+            "SelectV2",
+            "Where",
+            "Range",
+            "ExpandDims",
+            "Squeeze",
+            "Expand",
+            "Permute",
+        ] {
+            let m = message(name);
+            let hint = m
+                .split("devplug's name: ")
+                .nth(1)
+                .unwrap_or_else(|| panic!("{m}"));
+            let named = hint.split(|c: char| !c.is_ascii_alphanumeric());
+            let ops: Vec<&str> = named.filter(|w| all.iter().any(|o| o == w)).collect();
+            assert!(!ops.is_empty(), "{name}: {m}");
+            let first = hint
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .next()
+                .unwrap();
+            assert!(
+                all.iter().any(|o| o == first),
+                "{name}: '{first}' is no op: {m}"
+            );
+        }
+    }
 
     /// The precomputed rules accept exactly what the explaining path accepts, with the same
     /// dtype, for every basis op and every dtype combination of up to three inputs.

@@ -52,6 +52,13 @@ fn plugin_error(
             Code::Internal,
             format!(" (the plugin returned the unknown status {status})"),
         ),
+        // A version disagreement is the host's to find when it loads a plugin, not an
+        // outcome of a device call.
+        Some(Code::AbiMismatch) => (
+            Code::Internal,
+            " (the plugin returned DPP_ABI_MISMATCH, a status of the host's version checks)"
+                .to_string(),
+        ),
         Some(c) => (c, String::new()),
     };
     let message = message.unwrap_or_else(|| "no message given".into());

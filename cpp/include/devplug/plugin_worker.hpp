@@ -25,7 +25,8 @@
  *   (the same table as plugin.hpp's entry points).
  * - worker::WorkerEvent (a devplug::plugin::Event): a marker in a stream, re-recordable (the
  *   latest record counts); it reports EventStatus::Error when its stream reached it while in
- *   error, and it is timed (the instant the stream reached it) for Device::event_elapsed_ns().
+ *   error (and its synchronize() throws that error), and it is timed (the instant the stream
+ *   reached it) for Device::event_elapsed_ns().
  * - worker::WorkerStreams: the streams of one device, for Device::synchronize_all().
  *
  * With them each stream and event function of Device is one line; you write memory, the
@@ -360,10 +361,19 @@ class WorkerEvent : public Event {
 
   /**
    * @brief Device::event_synchronize(): blocks until the event, as recorded now, is reached
-   *        (at once when never recorded). Returns normally also when its stream had failed:
-   *        the error is the stream's to report (status() and error() tell it).
+   *        (at once when never recorded).
+   * @throws Error the stream's error when the stream failed before reaching it, as the ABI
+   *         asks: its code, and its message after "the stream failed before reaching the
+   *         event: " (error() gives it as it was); the stream still reports it too, once, from
+   *         its own synchronize().
    */
-  void synchronize() const { state_->wait_for(state_->latest()); }
+  void synchronize() const {
+    state_->wait_for(state_->latest());
+    if (std::optional<Error> why = error()) {
+      throw Error(why->code(),
+                  "the stream failed before reaching the event: " + std::string(why->message()));
+    }
+  }
 
   /**
    * @brief The stream's error when it reached the latest record (its code and message), or

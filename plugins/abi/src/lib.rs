@@ -288,7 +288,7 @@ pub struct dpp_tensor_t {
 /// (1.1) What a kernel's `compute` gets. Filled by the host; valid during the call.
 #[repr(C)]
 pub struct dpp_kernel_context_t {
-    /// `DPP_KERNEL_CONTEXT_STRUCT_SIZE` or more from a 1.5 host; a 1.1 to 1.4 host passes
+    /// `DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_5` or more from a 1.5 host; a 1.1 to 1.4 host passes
     /// `DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1` (80: no `state`).
     pub struct_size: usize,
     /// Reserved; NULL.
@@ -313,7 +313,7 @@ pub struct dpp_kernel_context_t {
     pub attrs: *const c_void,
     /// `dpp_kernel_t::kernel_data`.
     pub kernel_data: *mut c_void,
-    /// (1.5; read it when `struct_size >= DPP_KERNEL_CONTEXT_STRUCT_SIZE`) What the kernel's
+    /// (1.5; read it when `struct_size >= DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_5`) What the kernel's
     /// `create` stored for this device, these input dtypes and these attributes; NULL when
     /// the kernel has no `create` or its `create` stored NULL (or left `*out_state` alone).
     pub state: *mut c_void,
@@ -722,7 +722,10 @@ pub struct dpp_stream_executor_t {
             event: *mut c_void,
         ) -> dpp_status_t,
     >,
-    /// Required. Blocks until `event` is reached.
+    /// Required. Blocks until `event` is reached. When its stream failed before reaching it,
+    /// return that failure (status and `set_error`), as `event_status` reports
+    /// `DPP_EVENT_ERROR` for it; the host also asks `event_status` after a `DPP_OK`, so an
+    /// event marked failed is never reported reached.
     pub event_synchronize:
         Option<unsafe extern "C" fn(device: *mut c_void, event: *mut c_void) -> dpp_status_t>,
     /// Required. Blocks until all work of all streams of the device is done.
@@ -763,7 +766,11 @@ pub const DPP_OP_DEF_STRUCT_SIZE: usize = 64;
 pub const DPP_TENSOR_STRUCT_SIZE: usize = 48;
 /// Size of `dpp_kernel_context_t` in ABI 1.1 to 1.4 (no `state`).
 pub const DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_1: usize = 80;
-/// Size of `dpp_kernel_context_t` in ABI 1.5 (`state`).
+/// Size of `dpp_kernel_context_t` in ABI 1.5, the first with `state`: read `state` when
+/// `struct_size` is at least this (not [`DPP_KERNEL_CONTEXT_STRUCT_SIZE`], which grows with
+/// the header).
+pub const DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_5: usize = 88;
+/// Size of `dpp_kernel_context_t` in this header's ABI (`state`).
 pub const DPP_KERNEL_CONTEXT_STRUCT_SIZE: usize = 88;
 /// Size of `dpp_kernel_create_context_t` in ABI 1.5.
 pub const DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE: usize = 64;
@@ -819,8 +826,12 @@ mod tests {
             offset_of!(dpp_kernel_context_t, kernel_data) + 8
         );
         assert_eq!(
-            DPP_KERNEL_CONTEXT_STRUCT_SIZE,
+            DPP_KERNEL_CONTEXT_STRUCT_SIZE_1_5,
             offset_of!(dpp_kernel_context_t, state) + 8
+        );
+        assert_eq!(
+            DPP_KERNEL_CONTEXT_STRUCT_SIZE,
+            size_of::<dpp_kernel_context_t>()
         );
         assert_eq!(
             DPP_KERNEL_CREATE_CONTEXT_STRUCT_SIZE,

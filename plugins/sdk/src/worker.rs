@@ -166,7 +166,7 @@ use crate::{Error, EventStatus, HostCallback, Result};
 
 /// A job as the worker runs it: its argument says whether the stream holds an error (one
 /// not yet reported by `synchronize`).
-type Job = Box<dyn FnOnce(bool) -> Result<()> + Send>;
+type Job = Box<dyn FnOnce(Option<&Error>) -> Result<()> + Send>;
 
 #[derive(Default)]
 struct Progress {
@@ -221,10 +221,11 @@ impl Shared {
 fn run(shared: &Shared, receiver: &mpsc::Receiver<Job>) {
     // Ends when the stream is dropped (its sender with it) and the queue is empty.
     while let Ok(job) = receiver.recv() {
-        let failed = shared.progress.lock().error.is_some();
+        // The stream's error so far (cloned only while it holds one), for an event's record.
+        let failed = shared.progress.lock().error.clone();
         // A panicking job must not kill the worker (the host would wait forever for the
         // stream): it becomes the stream's error, like an Err.
-        let result = catch_unwind(AssertUnwindSafe(|| job(failed)))
+        let result = catch_unwind(AssertUnwindSafe(|| job(failed.as_ref())))
             .unwrap_or_else(|payload| Err(Error::from_panic(payload)));
         let mut p = shared.progress.lock();
         if let Err(e) = result {
@@ -374,12 +375,12 @@ impl WorkerStream {
         let generation = event.begin_record();
         let marker = event.clone();
         let result = self.submit(Box::new(move |failed| {
-            marker.reach(generation, failed, Some(Instant::now()));
+            marker.reach(generation, failed.cloned(), Some(Instant::now()));
             Ok(())
         }));
-        if result.is_err() {
+        if let Err(e) = &result {
             // Never reached by the stream: do not leave the event pending forever.
-            event.reach(generation, true, None);
+            event.reach(generation, Some(e.clone()), None);
         }
         result.map(drop)
     }
@@ -432,8 +433,8 @@ struct EventState {
     recorded: u64,
     /// Highest generation reached.
     reached: u64,
-    /// The stream held an error when it reached `reached`.
-    errored: bool,
+    /// The stream's error when it reached `reached`, if it held one.
+    error: Option<Error>,
     /// When the stream reached `reached` (`None`: not reached by a stream).
     reached_at: Option<Instant>,
 }
@@ -463,13 +464,13 @@ impl WorkerEvent {
         s.recorded
     }
 
-    /// The stream reached record `generation` (holding an error or not) at `at`.
-    fn reach(&self, generation: u64, errored: bool, at: Option<Instant>) {
+    /// The stream reached record `generation` (holding `error` or none) at `at`.
+    fn reach(&self, generation: u64, error: Option<Error>, at: Option<Instant>) {
         let mut s = self.0.state.lock();
         // Records on different streams may be reached out of order: the latest counts.
         if generation >= s.reached {
             s.reached = generation;
-            s.errored = errored;
+            s.error = error;
             s.reached_at = at;
         }
         self.0.changed.notify_all();
@@ -488,7 +489,7 @@ impl WorkerEvent {
         let s = self.0.state.lock();
         if s.reached < s.recorded {
             EventStatus::Pending
-        } else if s.errored {
+        } else if s.error.is_some() {
             EventStatus::Error
         } else {
             EventStatus::Complete
@@ -496,12 +497,24 @@ impl WorkerEvent {
     }
 
     /// [`Device::event_synchronize`](crate::Device::event_synchronize): blocks until the
-    /// event, as recorded now, is reached. Returns `Ok` also when its stream had failed (the
-    /// error is the stream's to report).
+    /// event, as recorded now, is reached. Errors: the stream's error when the stream failed
+    /// before reaching it, as the ABI asks (its code; its message after "the stream failed
+    /// before reaching the event: "); the stream still reports it too, once, from its own
+    /// `synchronize`.
     pub fn synchronize(&self) -> Result<()> {
         let generation = self.0.state.lock().recorded;
         self.wait_for(generation);
-        Ok(())
+        let s = self.0.state.lock();
+        match &s.error {
+            Some(e) if s.reached >= generation => Err(Error::new(
+                e.code(),
+                format!(
+                    "the stream failed before reaching the event: {}",
+                    e.message()
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// [`Device::event_elapsed_ns`](crate::Device::event_elapsed_ns): nanoseconds from when
@@ -526,7 +539,7 @@ impl WorkerEvent {
             "was never recorded"
         } else if s.reached < s.recorded {
             "is still pending"
-        } else if s.errored {
+        } else if s.error.is_some() {
             "was reached after its stream failed"
         } else {
             return s.reached_at.ok_or_else(|| {

@@ -112,7 +112,16 @@ fn an_event_reached_after_an_error_reports_error() {
     assert_eq!(ev.status(), EventStatus::Pending);
     assert_eq!(before.status(), EventStatus::Pending);
     release.send(()).expect("release");
-    ev.synchronize().expect("event synchronize");
+    // Reached after the error: its synchronize returns the stream's error (the ABI's rule).
+    let e = ev.synchronize().expect_err("event synchronize");
+    assert_eq!(
+        (e.code(), e.message()),
+        (
+            Status::Internal,
+            "the stream failed before reaching the event: broken"
+        )
+    );
+    before.synchronize().expect("reached before the error");
     assert_eq!(
         before.status(),
         EventStatus::Complete,
