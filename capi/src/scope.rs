@@ -280,15 +280,14 @@ pub unsafe extern "C" fn dp_scope_destroy(scope: *mut dp_scope_t) {
         let s = unsafe { get(scope, "scope")? };
         let n = s.entered.load(Ordering::Acquire);
         if n > 0 {
-            let e = Error::new(
+            // Logged (a warning) by `guard_void`, as every void call that did nothing.
+            return Err(Error::new(
                 Code::FailedPrecondition,
                 format!(
                     "the scope is still entered ({n} time(s)); exit it first — it was not \
                      destroyed"
                 ),
-            );
-            devplug_core::log::error(&format!("dp_scope_destroy: {e}"));
-            return Err(e);
+            ));
         }
         // SAFETY: the caller's contract.
         unsafe { handle::destroy(scope, "scope") }
