@@ -396,6 +396,15 @@ fn execute(
         let key = key(op, device, kernel_dtype);
         let generation = rt.kernels().generation();
         let compute = || compute_plan(rt, op, device, kernel_dtype);
+        // What the fallback steps after a declining kernel need (used only then).
+        let asked = Request {
+            inputs,
+            attrs,
+            outputs,
+            soft,
+            reason,
+            depth,
+        };
         rt.plans()
             .with(key, generation, compute, |plan| match plan {
                 Plan::Native(k) => {
@@ -415,16 +424,18 @@ fn execute(
                     match r {
                         Err(e) if e.code == Code::Unimplemented => {
                             out.truncate(start);
-                            let asked = Request {
-                                inputs,
+                            declined(
+                                rt,
+                                op,
+                                k,
+                                device,
+                                copies,
+                                &asked,
                                 there,
-                                attrs,
-                                outputs,
-                                soft,
-                                reason,
-                                depth,
-                            };
-                            declined(rt, op, k, device, copies, &asked, kernel_dtype, e, out)
+                                kernel_dtype,
+                                e,
+                                out,
+                            )
                         }
                         r => r,
                     }
@@ -458,15 +469,6 @@ fn execute(
                         match r {
                             Err(e) if e.code == Code::Unimplemented => {
                                 out.truncate(start);
-                                let asked = Request {
-                                    inputs,
-                                    there,
-                                    attrs,
-                                    outputs,
-                                    soft,
-                                    reason,
-                                    depth,
-                                };
                                 soft_placed_declined(
                                     rt,
                                     op,
@@ -474,6 +476,7 @@ fn execute(
                                     &cpu,
                                     device,
                                     &asked,
+                                    there,
                                     kernel_dtype,
                                     e,
                                     out,
@@ -599,9 +602,6 @@ fn check_decomposed(
 struct Request<'a> {
     /// The op's inputs, where the host gave them.
     inputs: &'a [Tensor],
-    /// The same inputs on the device the declining kernel ran on (copied there once for it;
-    /// the device's next kernels and its decomposition take them as they are).
-    there: &'a [Tensor],
     attrs: &'a Attrs,
     outputs: &'a [crate::op::TensorSpec],
     soft: bool,
@@ -612,7 +612,9 @@ struct Request<'a> {
 /// The native kernel on `device` declined the inputs (`UNIMPLEMENTED`, `error`): the rest of
 /// the fallback order as if it were not there — the device's next kernels for the op by
 /// priority, else the decomposition on the device, else soft placement to the CPU's kernels —
-/// the placement log saying why. Without any, the last kernel's error.
+/// the placement log saying why. Without any, the last kernel's error. `there` holds the
+/// inputs on `device`, as the kernel got them: copied there once, they are what the device's
+/// next kernels and its decomposition take (soft placement takes `step.inputs`).
 #[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
@@ -623,6 +625,7 @@ fn declined(
     device: &Arc<Device>,
     copies: &impl InputCopies,
     step: &Request,
+    there: &[Tensor],
     dtype: Option<DType>,
     error: Error,
     out: &mut Outputs,
@@ -636,7 +639,7 @@ fn declined(
                 next,
                 device,
                 device,
-                step.there,
+                there,
                 step,
                 step.reason,
                 dtype,
@@ -655,7 +658,7 @@ fn declined(
             rt,
             op,
             device,
-            step.there,
+            there,
             copies,
             step.attrs,
             step.outputs,
@@ -707,7 +710,8 @@ fn declined(
 }
 
 /// The CPU's kernel `kernel` declined an op soft-placed there from `placed` (`error`): the
-/// CPU's next kernels for the op by priority; without one that takes it, the last one's error.
+/// CPU's next kernels for the op by priority (with `there`, the inputs as the kernel got them
+/// on the CPU); without one that takes it, the last one's error.
 #[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
@@ -718,6 +722,7 @@ fn soft_placed_declined(
     cpu: &Arc<Device>,
     placed: &Arc<Device>,
     step: &Request,
+    there: &[Tensor],
     dtype: Option<DType>,
     error: Error,
     out: &mut Outputs,
@@ -736,7 +741,7 @@ fn soft_placed_declined(
         next,
         cpu,
         placed,
-        step.there,
+        there,
         step,
         Reason::SoftPlaced,
         dtype,
