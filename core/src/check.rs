@@ -1373,6 +1373,17 @@ fn run_kernel_sample(
 mod tests {
     use super::*;
 
+    /// A runtime of the CPU device alone (no plugin discovery), and its `CPU:0`.
+    fn cpu_runtime() -> (Runtime, Arc<Device>) {
+        let rt = Runtime::new(RuntimeOptions {
+            discover_from_env: false,
+            ..Default::default()
+        })
+        .unwrap();
+        let cpu = rt.cpu_device().unwrap();
+        (rt, cpu)
+    }
+
     /// True when `sample` runs its op with `dtype`: an input has it, or its `dtype` attribute.
     fn uses(sample: &Sample, dtype: DType) -> bool {
         sample.inputs.iter().any(|i| i.dtype == dtype)
@@ -1384,12 +1395,7 @@ mod tests {
     /// from it.
     #[test]
     fn halfway_cases_round_to_even_on_the_cpu() {
-        let rt = Runtime::new(RuntimeOptions {
-            discover_from_env: false,
-            ..Default::default()
-        })
-        .unwrap();
-        let cpu = rt.cpu_device().unwrap();
+        let (rt, cpu) = cpu_runtime();
         for (dtype, bits) in [
             (DType::F16, 10),
             (DType::BF16, 7),
@@ -1465,12 +1471,7 @@ mod tests {
     /// valid call of its op (attribute names, shapes, dtypes): it runs on the CPU device.
     #[test]
     fn every_sample_runs_on_the_cpu() {
-        let rt = Runtime::new(RuntimeOptions {
-            discover_from_env: false,
-            ..Default::default()
-        })
-        .unwrap();
-        let cpu = rt.cpu_device().unwrap();
+        let (rt, cpu) = cpu_runtime();
         let mut sampled = Vec::new();
         for name in rt.ops().names() {
             for dtype in SAMPLED.into_iter().filter(|&d| op_takes(&rt, &name, d)) {
