@@ -396,15 +396,6 @@ fn execute(
         let key = key(op, device, kernel_dtype);
         let generation = rt.kernels().generation();
         let compute = || compute_plan(rt, op, device, kernel_dtype);
-        // What the fallback steps after a declining kernel need (used only then).
-        let asked = Request {
-            inputs,
-            attrs,
-            outputs,
-            soft,
-            reason,
-            depth,
-        };
         rt.plans()
             .with(key, generation, compute, |plan| match plan {
                 Plan::Native(k) => {
@@ -424,18 +415,16 @@ fn execute(
                     match r {
                         Err(e) if e.code == Code::Unimplemented => {
                             out.truncate(start);
-                            declined(
-                                rt,
-                                op,
-                                k,
-                                device,
-                                copies,
-                                &asked,
+                            let asked = Request {
+                                inputs,
                                 there,
-                                kernel_dtype,
-                                e,
-                                out,
-                            )
+                                attrs,
+                                outputs,
+                                soft,
+                                reason,
+                                depth,
+                            };
+                            declined(rt, op, k, device, copies, &asked, kernel_dtype, e, out)
                         }
                         r => r,
                     }
@@ -469,6 +458,15 @@ fn execute(
                         match r {
                             Err(e) if e.code == Code::Unimplemented => {
                                 out.truncate(start);
+                                let asked = Request {
+                                    inputs,
+                                    there,
+                                    attrs,
+                                    outputs,
+                                    soft,
+                                    reason,
+                                    depth,
+                                };
                                 soft_placed_declined(
                                     rt,
                                     op,
@@ -476,7 +474,6 @@ fn execute(
                                     &cpu,
                                     device,
                                     &asked,
-                                    there,
                                     kernel_dtype,
                                     e,
                                     out,
@@ -602,6 +599,9 @@ fn check_decomposed(
 struct Request<'a> {
     /// The op's inputs, where the host gave them.
     inputs: &'a [Tensor],
+    /// The same inputs on the device the declining kernel ran on (copied there once for it;
+    /// the device's next kernels and its decomposition take them as they are).
+    there: &'a [Tensor],
     attrs: &'a Attrs,
     outputs: &'a [crate::op::TensorSpec],
     soft: bool,
@@ -612,9 +612,7 @@ struct Request<'a> {
 /// The native kernel on `device` declined the inputs (`UNIMPLEMENTED`, `error`): the rest of
 /// the fallback order as if it were not there — the device's next kernels for the op by
 /// priority, else the decomposition on the device, else soft placement to the CPU's kernels —
-/// the placement log saying why. Without any, the last kernel's error. `there` holds the
-/// inputs on `device`, as the kernel got them: copied there once, they are what the device's
-/// next kernels and its decomposition take (soft placement takes `step.inputs`).
+/// the placement log saying why. Without any, the last kernel's error.
 #[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
@@ -625,7 +623,6 @@ fn declined(
     device: &Arc<Device>,
     copies: &impl InputCopies,
     step: &Request,
-    there: &[Tensor],
     dtype: Option<DType>,
     error: Error,
     out: &mut Outputs,
@@ -639,7 +636,7 @@ fn declined(
                 next,
                 device,
                 device,
-                there,
+                step.there,
                 step,
                 step.reason,
                 dtype,
@@ -658,7 +655,7 @@ fn declined(
             rt,
             op,
             device,
-            there,
+            step.there,
             copies,
             step.attrs,
             step.outputs,
@@ -710,8 +707,7 @@ fn declined(
 }
 
 /// The CPU's kernel `kernel` declined an op soft-placed there from `placed` (`error`): the
-/// CPU's next kernels for the op by priority (with `there`, the inputs as the kernel got them
-/// on the CPU); without one that takes it, the last one's error.
+/// CPU's next kernels for the op by priority; without one that takes it, the last one's error.
 #[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
@@ -722,7 +718,6 @@ fn soft_placed_declined(
     cpu: &Arc<Device>,
     placed: &Arc<Device>,
     step: &Request,
-    there: &[Tensor],
     dtype: Option<DType>,
     error: Error,
     out: &mut Outputs,
@@ -741,7 +736,7 @@ fn soft_placed_declined(
         next,
         cpu,
         placed,
-        there,
+        step.there,
         step,
         Reason::SoftPlaced,
         dtype,
