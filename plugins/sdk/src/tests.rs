@@ -1033,6 +1033,23 @@ fn a_switch_takes_the_usual_spellings_and_refuses_others() {
     );
 }
 
+/// A test host older than the plugin's declared minor refuses it as such a host would, and
+/// says how to test the older path.
+#[test]
+fn a_test_host_older_than_the_plugin_refuses_it_and_says_what_to_do() {
+    let host = TestHost::new()
+        .with_option("tag", "older_host")
+        .with_abi_minor(0);
+    let err = host.load(devplug_plugin_entry).expect_err("refused");
+    assert_eq!(err.code(), Status::AbiMismatch);
+    assert_eq!(
+        err.message(),
+        "plugin ABI 1.1, host ABI 1.0: a 1.0 host refuses a plugin of a newer minor, as this \
+         test host does; to test your plugin with such a host, declare `abi_minor: 0,` in \
+         devplug_plugin! (a build of the plugin that loads into 1.0 hosts)"
+    );
+}
+
 #[test]
 fn an_unparsable_option_is_an_invalid_argument_naming_it() {
     let host = TestHost::new()

@@ -1048,10 +1048,25 @@ impl TestHost {
         // SAFETY: a static table of at least the ABI 1.0 size.
         let a = unsafe { &*api };
         if a.abi_major != abi::DPP_ABI_MAJOR || a.abi_minor > self.api.abi_minor {
+            // What a real host of that version does; say how to test the older path.
+            let advice = if a.abi_major == abi::DPP_ABI_MAJOR {
+                format!(
+                    ": a {}.{} host refuses a plugin of a newer minor, as this test host does; \
+                     to test your plugin with such a host, declare `abi_minor: {},` in \
+                     devplug_plugin! (a build of the plugin that loads into {}.{} hosts)",
+                    abi::DPP_ABI_MAJOR,
+                    self.api.abi_minor,
+                    self.api.abi_minor,
+                    abi::DPP_ABI_MAJOR,
+                    self.api.abi_minor
+                )
+            } else {
+                String::new()
+            };
             return Err(Error::new(
                 Status::AbiMismatch,
                 format!(
-                    "plugin ABI {}.{}, host ABI {}.{}",
+                    "plugin ABI {}.{}, host ABI {}.{}{advice}",
                     a.abi_major,
                     a.abi_minor,
                     abi::DPP_ABI_MAJOR,
@@ -1689,7 +1704,9 @@ impl<'d> TestStream<'d> {
         Ok(ticket)
     }
 
-    /// The bytes of a finished device → host copy (once).
+    /// The bytes of a finished device → host copy (once); `None` before this stream's
+    /// [`synchronize`](Self::synchronize) (an event's synchronize does not hand them over:
+    /// the test stream owns the buffer until its own synchronize), and after they were taken.
     pub fn take_read(&self, ticket: ReadTicket) -> Option<Vec<u8>> {
         self.state.lock().done.remove(&ticket)
     }
