@@ -395,101 +395,106 @@ fn execute(
     infer(op, specs, attrs, |kernel_dtype, attrs, outputs| {
         let key = key(op, device, kernel_dtype);
         let generation = rt.kernels().generation();
-        let compute = || compute_plan(rt, op, device, kernel_dtype);
-        rt.plans()
-            .with(key, generation, compute, |plan| match plan {
-                Plan::Native(k) => {
-                    // Written out rather than through `with_inputs_on`: the closure it takes
-                    // was not inlined here, ≈ 36 instructions per eager op (callgrind).
-                    let moved: Vec<Tensor>;
-                    let there = if inputs.iter().all(|t| Arc::ptr_eq(t.device(), device)) {
-                        inputs
-                    } else {
-                        moved = copy_inputs(rt, op, device, inputs, copies)?;
-                        &moved
-                    };
-                    let start = out.len();
-                    let r = run_kernel(
-                        rt, op, k, device, device, there, attrs, outputs, reason, depth, out, None,
-                    );
-                    match r {
-                        Err(e) if e.code == Code::Unimplemented => {
-                            out.truncate(start);
-                            // Built here, in the cold branch, as below: built once before
-                            // the match, the closure around it was no longer inlined, ≈ 26
-                            // instructions more per eager op (callgrind).
-                            let asked = Request {
-                                inputs,
-                                there,
-                                attrs,
-                                outputs,
-                                soft,
-                                reason,
-                                depth,
-                            };
-                            declined(rt, op, k, device, copies, &asked, kernel_dtype, e, out)
-                        }
-                        r => r,
-                    }
-                }
-                Plan::Decompose => decompose(
-                    rt, op, device, inputs, copies, attrs, outputs, soft, reason, depth, out, None,
-                ),
-                Plan::SoftPlace(k) if soft => {
-                    let cpu = rt.cpu_device()?;
-                    // What the log says of the device (only while it is on).
-                    let why = rt
-                        .placement()
-                        .enabled()
-                        .then(|| not_on(kernel_dtype, device));
-                    with_inputs_on(rt, op, &cpu, inputs, copies, |there| {
-                        let start = out.len();
-                        let r = run_kernel(
+        let plan = rt.plans().get(key, generation, || {
+            compute_plan(rt, op, device, kernel_dtype)
+        });
+        // What the fallback steps after a declining kernel need (used only then).
+        let asked = Request {
+            inputs,
+            attrs,
+            outputs,
+            soft,
+            reason,
+            depth,
+        };
+        match &*plan {
+            Plan::Native(k) => {
+                // Written out rather than through `with_inputs_on`: the closure it takes
+                // was not inlined here, ≈ 36 instructions per eager op (callgrind).
+                let moved: Vec<Tensor>;
+                let there = if inputs.iter().all(|t| Arc::ptr_eq(t.device(), device)) {
+                    inputs
+                } else {
+                    moved = copy_inputs(rt, op, device, inputs, copies)?;
+                    &moved
+                };
+                let start = out.len();
+                let r = run_kernel(
+                    rt, op, k, device, device, there, attrs, outputs, reason, depth, out, None,
+                );
+                match r {
+                    Err(e) if e.code == Code::Unimplemented => {
+                        out.truncate(start);
+                        declined(
                             rt,
                             op,
                             k,
-                            &cpu,
                             device,
+                            copies,
+                            &asked,
                             there,
-                            attrs,
-                            outputs,
-                            Reason::SoftPlaced,
-                            depth,
+                            kernel_dtype,
+                            e,
                             out,
-                            why.as_deref(),
-                        );
-                        match r {
-                            Err(e) if e.code == Code::Unimplemented => {
-                                out.truncate(start);
-                                let asked = Request {
-                                    inputs,
-                                    there,
-                                    attrs,
-                                    outputs,
-                                    soft,
-                                    reason,
-                                    depth,
-                                };
-                                soft_placed_declined(
-                                    rt,
-                                    op,
-                                    k,
-                                    &cpu,
-                                    device,
-                                    &asked,
-                                    kernel_dtype,
-                                    e,
-                                    out,
-                                )
-                            }
-                            r => r,
-                        }
-                    })
+                        )
+                    }
+                    r => r,
                 }
-                Plan::SoftPlace(_) | Plan::Missing => {
-                    Err(no_kernel(rt, op, device, kernel_dtype, soft))
-                }
-            })
+            }
+            Plan::Decompose => decompose(
+                rt, op, device, inputs, copies, attrs, outputs, soft, reason, depth, out, None,
+            ),
+            Plan::SoftPlace(k) if soft => {
+                soft_place(rt, op, k, device, copies, &asked, kernel_dtype, out)
+            }
+            Plan::SoftPlace(_) | Plan::Missing => {
+                Err(no_kernel(rt, op, device, kernel_dtype, soft))
+            }
+        }
+    })
+}
+
+/// Runs `op` placed on `device` with the CPU's kernel `kernel` (the plan found neither kernel
+/// nor decomposition on the device), its inputs copied to the CPU; a decline there goes on to
+/// the CPU's next kernels. Kept out of `execute`, whose common path is a kernel.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn soft_place(
+    rt: &Runtime,
+    op: &OpHandle,
+    kernel: &Arc<KernelDef>,
+    device: &Arc<Device>,
+    copies: &impl InputCopies,
+    step: &Request,
+    dtype: Option<DType>,
+    out: &mut Outputs,
+) -> Result<()> {
+    let cpu = rt.cpu_device()?;
+    // What the log says of the device (only while it is on).
+    let why = rt.placement().enabled().then(|| not_on(dtype, device));
+    with_inputs_on(rt, op, &cpu, step.inputs, copies, |there| {
+        let start = out.len();
+        let r = run_kernel(
+            rt,
+            op,
+            kernel,
+            &cpu,
+            device,
+            there,
+            step.attrs,
+            step.outputs,
+            Reason::SoftPlaced,
+            step.depth,
+            out,
+            why.as_deref(),
+        );
+        match r {
+            Err(e) if e.code == Code::Unimplemented => {
+                out.truncate(start);
+                soft_placed_declined(rt, op, kernel, &cpu, device, step, there, dtype, e, out)
+            }
+            r => r,
+        }
     })
 }
 
@@ -602,9 +607,6 @@ fn check_decomposed(
 struct Request<'a> {
     /// The op's inputs, where the host gave them.
     inputs: &'a [Tensor],
-    /// The same inputs on the device the declining kernel ran on (copied there once for it;
-    /// the device's next kernels and its decomposition take them as they are).
-    there: &'a [Tensor],
     attrs: &'a Attrs,
     outputs: &'a [crate::op::TensorSpec],
     soft: bool,
@@ -615,7 +617,9 @@ struct Request<'a> {
 /// The native kernel on `device` declined the inputs (`UNIMPLEMENTED`, `error`): the rest of
 /// the fallback order as if it were not there — the device's next kernels for the op by
 /// priority, else the decomposition on the device, else soft placement to the CPU's kernels —
-/// the placement log saying why. Without any, the last kernel's error.
+/// the placement log saying why. Without any, the last kernel's error. `there` holds the
+/// inputs on `device`, as the kernel got them: copied there once, they are what the device's
+/// next kernels and its decomposition take (soft placement takes `step.inputs`).
 #[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
@@ -626,6 +630,7 @@ fn declined(
     device: &Arc<Device>,
     copies: &impl InputCopies,
     step: &Request,
+    there: &[Tensor],
     dtype: Option<DType>,
     error: Error,
     out: &mut Outputs,
@@ -639,7 +644,7 @@ fn declined(
                 next,
                 device,
                 device,
-                step.there,
+                there,
                 step,
                 step.reason,
                 dtype,
@@ -658,7 +663,7 @@ fn declined(
             rt,
             op,
             device,
-            step.there,
+            there,
             copies,
             step.attrs,
             step.outputs,
@@ -710,7 +715,8 @@ fn declined(
 }
 
 /// The CPU's kernel `kernel` declined an op soft-placed there from `placed` (`error`): the
-/// CPU's next kernels for the op by priority; without one that takes it, the last one's error.
+/// CPU's next kernels for the op by priority (with `there`, the inputs as the kernel got them
+/// on the CPU); without one that takes it, the last one's error.
 #[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
@@ -721,6 +727,7 @@ fn soft_placed_declined(
     cpu: &Arc<Device>,
     placed: &Arc<Device>,
     step: &Request,
+    there: &[Tensor],
     dtype: Option<DType>,
     error: Error,
     out: &mut Outputs,
@@ -739,7 +746,7 @@ fn soft_placed_declined(
         next,
         cpu,
         placed,
-        step.there,
+        there,
         step,
         Reason::SoftPlaced,
         dtype,

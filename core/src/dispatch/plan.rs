@@ -9,6 +9,7 @@
 //! stays bounded by the table size times the (rare) kernel registrations. Keys that collide
 //! with a current entry go to a locked overflow map.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
@@ -71,16 +72,17 @@ fn slot_of(key: u64) -> usize {
 }
 
 impl Plans {
-    /// Runs `f` with the plan for `key` under registry `generation`, computing and caching it
-    /// with `compute` on a miss. On a hit nothing is locked and no reference count changes.
+    /// The plan for `key` under registry `generation`, computed with `compute` and cached on a
+    /// miss. On a hit nothing is locked, no reference count changes and nothing is copied:
+    /// the plan is borrowed from the cache (returned rather than handed to a continuation, so
+    /// that no closure stands between the caller and the plan).
     #[inline]
-    pub(crate) fn with<R>(
+    pub(crate) fn get(
         &self,
         key: u64,
         generation: u64,
         compute: impl FnOnce() -> Plan,
-        f: impl FnOnce(&Plan) -> R,
-    ) -> R {
+    ) -> Cow<'_, Plan> {
         let p = self.slots[slot_of(key)].load(Ordering::Acquire);
         if !p.is_null() {
             // SAFETY: non-null slot pointers come from `owned`, whose entries are neither
@@ -88,27 +90,21 @@ impl Plans {
             // pairs with the `Release` store that published the entry.
             let e = unsafe { &*p };
             if e.key == key && e.generation == generation {
-                return f(&e.plan);
+                return Cow::Borrowed(&e.plan);
             }
         }
-        self.miss(key, generation, compute, f)
+        Cow::Owned(self.miss(key, generation, compute))
     }
 
+    /// The plan of a key the table does not hold (a copy: running a plan may dispatch, in a
+    /// decomposition, and miss again; nothing stays locked meanwhile).
     #[cold]
-    fn miss<R>(
-        &self,
-        key: u64,
-        generation: u64,
-        compute: impl FnOnce() -> Plan,
-        f: impl FnOnce(&Plan) -> R,
-    ) -> R {
+    fn miss(&self, key: u64, generation: u64, compute: impl FnOnce() -> Plan) -> Plan {
         {
             let o = self.overflow.read();
             if o.0 == generation {
                 if let Some(p) = o.1.get(&key) {
-                    let p = p.clone();
-                    drop(o);
-                    return f(&p);
+                    return p.clone();
                 }
             }
         }
@@ -116,7 +112,7 @@ impl Plans {
         let slot = &self.slots[slot_of(key)];
         let mut owned = self.owned.lock();
         let cur = slot.load(Ordering::Acquire);
-        // SAFETY: as in `with`.
+        // SAFETY: as in `get`.
         let taken = !cur.is_null() && unsafe { (*cur).generation } == generation;
         if taken {
             // Another key of this generation holds the slot: keep this one aside.
@@ -134,10 +130,8 @@ impl Plans {
             }));
             owned.push(Owned(ptr));
             slot.store(ptr, Ordering::Release);
-            // Unlocked before `f`: running a plan may dispatch (decompositions) and miss.
-            drop(owned);
         }
-        f(&plan)
+        plan
     }
 }
 
@@ -156,16 +150,11 @@ mod tests {
 
     fn missing_count(plans: &Plans, key: u64, generation: u64) -> (bool, usize) {
         let mut computed = false;
-        let n = plans.with(
-            key,
-            generation,
-            || {
-                computed = true;
-                Plan::Missing
-            },
-            |p| usize::from(matches!(p, Plan::Missing)),
-        );
-        (computed, n)
+        let plan = plans.get(key, generation, || {
+            computed = true;
+            Plan::Missing
+        });
+        (computed, usize::from(matches!(*plan, Plan::Missing)))
     }
 
     #[test]
