@@ -74,6 +74,8 @@
  *   ZOO_EVENTS_FAILED              event_status reports every event DPP_EVENT_ERROR (its stream
  *                                  failed), while event_synchronize returns DPP_OK
  *   ZOO_DROP_HOST_CALLBACKS        host_callback returns DPP_OK and never calls the function
+ *   ZOO_HOST_CALLBACK_TWICE        host_callback calls the function twice
+ *   ZOO_HOST_CALLBACK_RUN_THEN_FAIL  host_callback calls the function, then fails
  *   ZOO_KERNEL_ZEROS               registers a kernel for ZOO_KERNEL_OP (default "Add"; ZOO,
  *                                  f32) that writes zeros: wrong results for `devplug check`
  *   ZOO_KERNEL_FAIL                ... instead, one that fails every launch
@@ -635,6 +637,15 @@ static dpp_status_t zoo_host_callback(void *device, void *stream, dpp_host_fn fu
   /* A plugin bug: OK, and the function never runs (its argument leaks). */
   (void)arg;
   return DPP_OK;
+#elif defined(ZOO_HOST_CALLBACK_TWICE)
+  /* A plugin bug: the function runs twice. */
+  func(arg);
+  func(arg);
+  return DPP_OK;
+#elif defined(ZOO_HOST_CALLBACK_RUN_THEN_FAIL)
+  /* A plugin bug: the function runs, and then the call fails (the host drops a refused one). */
+  func(arg);
+  return zoo_fail(d, DPP_UNAVAILABLE, "zoo: host_callback: refused after running it");
 #else
   func(arg);
   return DPP_OK;

@@ -744,6 +744,51 @@ fn a_status_a_call_should_not_return_is_mapped_and_its_message_kept() {
     }
 }
 
+/// A plugin that runs a host callback twice, or runs it and then refuses it (the host then
+/// drops it): the second run finds nothing and is logged, instead of running freed memory;
+/// the host's callback ran once; the runtime goes on.
+#[test]
+fn a_host_callback_run_twice_or_after_a_refusal_runs_once() {
+    use std::sync::atomic::AtomicUsize;
+    let log = devplug_tests::collect_log();
+    for (variant, message) in [
+        (
+            "host_callback_twice",
+            "that it had run already, or that its host_callback had refused: ignored",
+        ),
+        (
+            "host_callback_run_then_fail",
+            "host_callback ran the callback and then returned an error",
+        ),
+    ] {
+        let rt = runtime();
+        rt.load_plugin(zoo_path(variant), &[]).unwrap();
+        let zoo = rt.find_device("ZOO:0").unwrap();
+        let q = zoo.create_stream().unwrap();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let r = runs.clone();
+        let result = q.host_callback(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "{variant}");
+        if variant == "host_callback_run_then_fail" {
+            let e = result.unwrap_err();
+            assert_eq!(e.code, Code::Unavailable, "{variant}: {e}");
+        } else {
+            result.unwrap();
+        }
+        assert!(
+            log.lock().unwrap().iter().any(|m| m.contains(message)),
+            "{variant}: {:?}",
+            log.lock().unwrap()
+        );
+        // The runtime goes on.
+        let b = zoo.allocate(64).unwrap();
+        b.write(0, &[3u8; 64]).unwrap();
+        assert_eq!(read_all(&b), vec![3u8; 64]);
+    }
+}
+
 /// A platform may report its stream's failure through `event_status` alone, its
 /// `event_synchronize` returning `DPP_OK` once the event is reached: synchronizing the event
 /// then fails as its status says, instead of reporting a failed event reached.

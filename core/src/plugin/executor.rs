@@ -2,9 +2,12 @@
 //! [`Platform`] traits. Every call into plugin code goes through [`call`], which turns a
 //! status and the plugin's `set_error` message into an [`Error`].
 
+use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+
+use parking_lot::Mutex;
 
 use devplug_plugin_abi as abi;
 
@@ -362,12 +365,51 @@ fn handle<'a>(raw: &'a (dyn std::any::Any + Send + Sync), what: &str) -> Result<
     crate::platform::downcast::<Handle>(raw, what)
 }
 
-/// Calls back `HostFn`s the plugin runs on its stream.
+/// Host functions plugins hold (given to their `host_callback`, not run yet), by ticket. A
+/// plugin gets the ticket as the callback's argument, not a pointer to the function: one that
+/// runs a callback twice, or runs it and then returns an error (after which the host drops
+/// it), finds nothing the second time, which is logged, instead of running freed memory.
+/// Sharded by ticket, so that streams calling back at once rarely meet on a lock.
+struct PendingHostFns {
+    shards: [Mutex<HashMap<u64, HostFn>>; 16],
+    next: AtomicU64,
+}
+
+static PENDING: LazyLock<PendingHostFns> = LazyLock::new(|| PendingHostFns {
+    shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+    // 0 is never a ticket: the argument is never NULL.
+    next: AtomicU64::new(1),
+});
+
+impl PendingHostFns {
+    fn shard(&self, ticket: u64) -> &Mutex<HashMap<u64, HostFn>> {
+        &self.shards[(ticket % 16) as usize]
+    }
+
+    fn hold(&self, f: HostFn) -> u64 {
+        let ticket = self.next.fetch_add(1, Ordering::Relaxed);
+        self.shard(ticket).lock().insert(ticket, f);
+        ticket
+    }
+
+    fn take(&self, ticket: u64) -> Option<HostFn> {
+        self.shard(ticket).lock().remove(&ticket)
+    }
+}
+
+/// Calls back `HostFn`s the plugin runs on its stream (`arg`: the ticket `host_callback` gave).
 unsafe extern "C" fn run_host_fn(arg: *mut c_void) {
-    // SAFETY: `arg` is the `Box<HostFn>` given to the plugin's host_callback, called once.
-    let f = unsafe { Box::from_raw(arg as *mut HostFn) };
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
-        crate::log::error("a host callback panicked on a plugin stream");
+    match PENDING.take(arg as usize as u64) {
+        Some(f) => {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+                crate::log::error("a host callback panicked on a plugin stream");
+            }
+        }
+        None => crate::log::error(&format!(
+            "a plugin ran a host callback ({arg:p}) that it had run already, or that its \
+             host_callback had refused: ignored (each runs exactly once, and never after an \
+             error)"
+        )),
     }
 }
 
@@ -592,14 +634,26 @@ impl StreamExecutor for PluginExecutor {
     fn host_callback(&self, stream: &RawStream, func: HostFn) -> Result<()> {
         let f = required!(self.se, host_callback);
         let h = handle(stream.as_ref(), "stream")?;
-        let arg = Box::into_raw(Box::new(func)) as *mut c_void;
-        // SAFETY: the plugin calls `run_host_fn(arg)` exactly once, or not at all when it
-        // returns an error.
-        let status = unsafe { f(self.dev(), h.0, Some(run_host_fn), arg) };
+        let ticket = PENDING.hold(func);
+        // SAFETY: a stream of this device; the argument is a ticket, never dereferenced.
+        let status = unsafe {
+            f(
+                self.dev(),
+                h.0,
+                Some(run_host_fn),
+                ticket as usize as *mut c_void,
+            )
+        };
         let result = self.check("host_callback", status);
         if result.is_err() {
-            // SAFETY: the plugin refused the callback, so it will never run `arg`.
-            drop(unsafe { Box::from_raw(arg as *mut HostFn) });
+            // Refused: the plugin must not run it now; one that did already is told.
+            if PENDING.take(ticket).is_none() {
+                crate::log::error(&format!(
+                    "plugin '{}': host_callback ran the callback and then returned an error \
+                     (a refused callback must never run)",
+                    self.platform.plugin.name
+                ));
+            }
         }
         result
     }

@@ -109,6 +109,17 @@ struct KernelLaunch<'a> {
     temps: Mutex<Temps>,
 }
 
+impl KernelLaunch<'_> {
+    /// The call it served returned: a copy of the context a plugin kept and uses later is
+    /// refused by the cleared tag (unless the stack slot is a newer launch's by then, whose
+    /// record it then reaches: no crash either way).
+    fn end(&mut self) {
+        // Volatile: the record is not read again, and a plain store would be elided.
+        // SAFETY: a valid, exclusively borrowed field.
+        unsafe { std::ptr::write_volatile(&mut self.tag, 0) };
+    }
+}
+
 /// A launch's temporary memory.
 #[derive(Default)]
 struct Temps {
@@ -150,7 +161,7 @@ impl PluginKernel {
         })?;
         let codes: SmallVec<[i32; 4]> = dtypes.iter().map(|d| *d as i32).collect();
         let op = std::ffi::CString::new(self.name.as_str()).unwrap_or_default();
-        let record = KernelLaunch {
+        let mut record = KernelLaunch {
             tag: CREATE_TAG,
             attrs: cx.attrs,
             device,
@@ -169,6 +180,7 @@ impl PluginKernel {
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: the plugin's create with a context valid for the call and a writable slot.
         let status = unsafe { create(&context, &mut ptr) };
+        record.end();
         check_with(
             &self.plugin,
             || format!("kernel {}: create", self.name),
@@ -222,7 +234,7 @@ impl PluginKernel {
         // Held until compute returned; dropping the last reference destroys it in stream order.
         let state = self.state_for(cx)?;
         device.default_stream_used();
-        let launch = KernelLaunch {
+        let mut launch = KernelLaunch {
             tag: LAUNCH_TAG,
             attrs: cx.attrs,
             device,
@@ -248,6 +260,7 @@ impl PluginKernel {
             // descriptions and the shapes they point to outlive it).
             unsafe { (self.compute)(&context) }
         });
+        launch.end();
         let Temps {
             tensors: temps,
             refused,
@@ -319,8 +332,18 @@ unsafe fn lookup<'a>(
     if attrs.is_null() || name.is_null() {
         return Err(abi::DPP_INVALID_ARGUMENT);
     }
-    // SAFETY: the caller's contract: `attrs` points to the running kernel's launch.
-    let attrs = unsafe { (*(attrs as *const KernelLaunch)).attrs };
+    // SAFETY: the caller's contract: `attrs` points to the running kernel's launch (or
+    // create); anything else is refused by its tag, as far as a read can tell (the host's own
+    // context mistaken for it, a launch that ended: its tag was cleared).
+    let launch = unsafe { &*(attrs as *const KernelLaunch) };
+    if launch.tag != LAUNCH_TAG && launch.tag != CREATE_TAG {
+        crate::plugin::host::set_thread_error(
+            "attr_*: `attrs` is not the attrs of a running compute or create (pass \
+             context->attrs, during the call)",
+        );
+        return Err(abi::DPP_INVALID_ARGUMENT);
+    }
+    let attrs = launch.attrs;
     // SAFETY: a NUL-terminated name from the plugin.
     let name = unsafe { CStr::from_ptr(name) }
         .to_str()
@@ -550,5 +573,46 @@ mod tests {
             let why = crate::plugin::host::take_plugin_error().unwrap_or_default();
             assert!(why.contains("not one the host passed to compute"), "{why}");
         }
+    }
+
+    /// The `attr_*` readers take the attrs of a running launch or create only: a pointer to
+    /// other memory (the host's own context, mistaken for it) and a launch that ended are
+    /// refused, with nothing written and the reason on the thread.
+    #[test]
+    fn attribute_readers_refuse_what_is_no_running_launch() {
+        let rt = crate::Runtime::new(crate::RuntimeOptions {
+            discover_from_env: false,
+            ..Default::default()
+        })
+        .unwrap();
+        let cpu = rt.cpu_device().unwrap();
+        let attrs = Attrs::new().with("k", 3i64);
+        let mut launch = KernelLaunch {
+            tag: LAUNCH_TAG,
+            attrs: &attrs,
+            device: &cpu,
+            temps: Mutex::new(Temps::default()),
+        };
+        let read = |p: *const c_void| {
+            let mut v = -1i64;
+            // SAFETY: `p` points to readable memory; the name is a C string.
+            let status = unsafe { attr_int(p, c"k".as_ptr(), &mut v) };
+            (status, v)
+        };
+        let live = &launch as *const KernelLaunch as *const c_void;
+        assert_eq!(read(live), (abi::DPP_OK, 3));
+        let foreign = [0u64; 8];
+        assert_eq!(
+            read(foreign.as_ptr().cast()),
+            (abi::DPP_INVALID_ARGUMENT, -1)
+        );
+        let why = crate::plugin::host::take_plugin_error().unwrap_or_default();
+        assert!(
+            why.contains("not the attrs of a running compute or create"),
+            "{why}"
+        );
+        launch.end();
+        let ended = &launch as *const KernelLaunch as *const c_void;
+        assert_eq!(read(ended), (abi::DPP_INVALID_ARGUMENT, -1));
     }
 }
