@@ -29,6 +29,7 @@
  *   ZOO_IDENTITY=0                 what the exported zoo_identity() returns (hardware name,
  *                                  compute units): two libraries with the same symbol
  *   ZOO_NO_ENTRY                   exports devplug_plugin_entry_v0 instead of the entry
+ *   ZOO_ENTRY_DATA                 exports devplug_plugin_entry as data (a pointer), not a function
  *   ZOO_ENTRY_NULL                 the entry returns NULL
  *   ZOO_ABI_MAJOR=n, ZOO_ABI_MINOR=n      versions in dpp_plugin_api_t
  *   ZOO_API_STRUCT_SIZE=n          dpp_plugin_api_t.struct_size
@@ -1645,7 +1646,13 @@ static const dpp_plugin_api_t zoo_api = {
     .shutdown = zoo_shutdown,
 };
 
-#ifdef ZOO_NO_ENTRY
+#if defined(ZOO_ENTRY_DATA)
+/* Exports the entry's name as data (a pointer to the table), not as a function: what a Rust
+ * `#[no_mangle] static` gives. Called, it would execute the pointer's bytes. (The header
+ * declares the name as a function, so the variable gets it through an asm label: GCC, Clang.) */
+DPP_EXPORT extern const dpp_plugin_api_t *const zoo_entry_data __asm__("devplug_plugin_entry");
+DPP_EXPORT const dpp_plugin_api_t *const zoo_entry_data = &zoo_api;
+#elif defined(ZOO_NO_ENTRY)
 /* Exports something, but not the devplug entry point. */
 DPP_EXPORT const dpp_plugin_api_t *devplug_plugin_entry_v0(void);
 DPP_EXPORT const dpp_plugin_api_t *devplug_plugin_entry_v0(void) { return &zoo_api; }

@@ -260,6 +260,9 @@ refused! {
     entry_symbol_missing: "no_entry" => NotFound
         ["no devplug entry point", "'devplug_plugin_entry'"];
     entry_returns_null: "entry_null" => InvalidArgument ["devplug_plugin_entry() returned NULL"];
+    // the entry's name on data (a pointer, as a Rust `static` would be): never called
+    entry_symbol_is_data: "entry_data" => InvalidArgument
+        ["its 'devplug_plugin_entry' is data, not a function"];
 
     // dpp_plugin_api_t: versions
     abi_major_differs: "abi_major" => AbiMismatch

@@ -80,6 +80,16 @@ fn open(path: &Path, shown: &str) -> Result<Opened> {
     elf::check(path).map_err(|why| {
         Error::invalid_argument(format!("plugin '{shown}': cannot load the library: {why}"))
     })?;
+    // Called as a function below: data there (a Rust `static`, a C table exported under the
+    // entry's name) would be executed.
+    if elf::symbol_kind(path, abi::DPP_ENTRY_SYMBOL) == Some(elf::SymbolKind::Data) {
+        return Err(Error::invalid_argument(format!(
+            "plugin '{shown}': its '{entry}' is data, not a function: export `const \
+             dpp_plugin_api_t *{entry}(void)` returning the table (as the C++ and Rust \
+             SDKs' plugin macros do)",
+            entry = abi::DPP_ENTRY_SYMBOL
+        )));
+    }
     // SAFETY: opening a library runs its initializers; that is what loading a plugin means.
     // RTLD_LOCAL keeps its symbols out of the global namespace; RTLD_NOW finds missing
     // symbols now rather than mid-call.
