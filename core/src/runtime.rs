@@ -440,6 +440,7 @@ impl Runtime {
             defs.push(OpHandle::provisional(
                 op.def.clone(),
                 Some(op.partial.clone()),
+                op.body,
             ));
             parsed.push(op);
         }

@@ -415,3 +415,34 @@ fn ops_built_in_code_are_checked_like_text_ops() {
         [-1., 2.]
     );
 }
+
+/// Concat of inputs whose sizes along the axis add up past i64::MAX: a clear
+/// `INVALID_ARGUMENT` when run, and already when a graph node's partial shapes say so (before,
+/// the sum wrapped around to a negative dimension, or to a wrong known size).
+#[test]
+fn concat_sizes_that_overflow_are_refused() {
+    let rt = runtime();
+    let cpu = rt.find_device("CPU:0").unwrap();
+    let huge = Tensor::from_slice::<f32>(&cpu, &[0, i64::MAX], &[]).unwrap();
+    let axis1 = || Attrs::new().with("axis", 1i64);
+    let e = run(&rt, "Concat", &[huge.clone(), huge.clone()], axis1()).unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument, "{e}");
+    assert!(
+        e.message
+            .contains("the inputs' sizes along axis 1 add up to more than 9223372036854775807"),
+        "{e}"
+    );
+    let mut g = devplug_core::Graph::new();
+    let a = g
+        .placeholder("a", DType::F32, Some(&[0, i64::MAX]))
+        .unwrap();
+    let b = g.placeholder("b", DType::F32, Some(&[0, -1])).unwrap();
+    let concat = rt.op("Concat").unwrap();
+    // One size unknown: the node's output size is unknown, not refused.
+    g.op(&rt, "ab", &concat, &[a, b], &axis1(), None).unwrap();
+    let e = g
+        .op(&rt, "aa", &concat, &[a, a], &axis1(), None)
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument, "{e}");
+    assert!(e.message.contains("add up to more than"), "{e}");
+}

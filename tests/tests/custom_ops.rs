@@ -252,6 +252,71 @@ fn a_hosts_op_in_text_runs_through_its_body_on_a_plugin_device() {
     assert_eq!(rt.op("app.Bad").unwrap_err().code, Code::NotFound);
 }
 
+/// Text ops built on text ops: a chain 16 bodies deep registers and runs; the 17th is refused
+/// at registration (before, each level was a recursion of the checks, and thousands of levels
+/// overflowed the stack); a body that calls the op below three times grows as 3^depth and is
+/// refused past 10,000 expanded statements (before, registering 16 such levels took minutes).
+#[test]
+fn text_ops_nested_too_deep_or_expanding_too_far_are_refused_at_registration() {
+    use devplug_core::OpText;
+    let rt = runtime();
+    let chain = |k: usize, body: String| OpText {
+        name: format!("deep.Op{k}"),
+        inputs: "x: f32".into(),
+        outputs: "y: f32".into(),
+        body,
+        ..Default::default()
+    };
+    rt.register_op_text(&chain(1, "y = Neg(x)".into())).unwrap();
+    for k in 2..=16 {
+        rt.register_op_text(&chain(k, format!("y = deep.Op{}(x)", k - 1)))
+            .unwrap();
+    }
+    let cpu = rt.find_device("CPU:0").unwrap();
+    let x = Tensor::from_slice(&cpu, &[2], &[1f32, -2.]).unwrap();
+    let y = rt
+        .run_named("deep.Op16", &[x], &Attrs::new(), &on(&cpu, true))
+        .unwrap();
+    assert_eq!(y[0].to_vec::<f32>().unwrap(), [-1., 2.]);
+    let e = rt
+        .register_op_text(&chain(17, "y = deep.Op16(x)".into()))
+        .unwrap_err();
+    assert_eq!(e.code, Code::InvalidArgument, "{e}");
+    assert!(
+        e.message.contains(
+            "op 'deep.Op17': body: it nests ops defined by bodies 17 deep (each calling the \
+             next), more than 16"
+        ),
+        "{e}"
+    );
+
+    let fan = |k: usize, body: String| OpText {
+        name: format!("fan.Op{k}"),
+        inputs: "x: f32".into(),
+        outputs: "y: f32".into(),
+        body,
+        ..Default::default()
+    };
+    rt.register_op_text(&fan(1, "a = Neg(x); b = Neg(a); y = Neg(b)".into()))
+        .unwrap();
+    let mut refused = None;
+    for k in 2..=12 {
+        let p = k - 1;
+        let body = format!("a = fan.Op{p}(x); b = fan.Op{p}(a); y = fan.Op{p}(b)");
+        if let Err(e) = rt.register_op_text(&fan(k, body)) {
+            refused = Some((k, e));
+            break;
+        }
+    }
+    let (k, e) = refused.expect("a fan-out body is refused");
+    assert_eq!(k, 9, "3^9 = 19683 statements: {e}");
+    assert!(
+        e.message
+            .contains("it is 19683 statements, more than 10000"),
+        "{e}"
+    );
+}
+
 /// A host registering the plugin's op name while the plugin loads: one of the two wins and
 /// the other is refused whole. A load that loses registers nothing (no platform, no device,
 /// no kernel); one that wins lists the op and its kernel runs. Before the runtime held one

@@ -324,6 +324,19 @@ pub(crate) struct OpEntry {
     /// op's body; `None` for ops built in code (their outputs' shapes are known only from
     /// whole inputs).
     partial: Option<PartialRule>,
+    /// How far a text op's body reaches through the bodies of the text ops it calls (zero
+    /// for other ops).
+    pub(crate) body: BodySize,
+}
+
+/// How large a text op's body is once the bodies of the text ops it calls are expanded: its
+/// shape function, partial rule and decomposition walk all of it on every run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct BodySize {
+    /// Text op bodies nested: 1 for a body of basis ops, 0 for an op without a text body.
+    pub(crate) depth: u32,
+    /// The statements of ops without a text body, all bodies expanded.
+    pub(crate) statements: u64,
 }
 
 impl fmt::Debug for OpEntry {
@@ -458,13 +471,18 @@ impl OpEntry {
 impl OpHandle {
     /// A handle of `def` outside any registry, for checking definitions that refer to ops
     /// about to be registered together (its index is no cache key: never dispatch by it).
-    pub(crate) fn provisional(def: OpDef, partial: Option<PartialRule>) -> OpHandle {
+    pub(crate) fn provisional(
+        def: OpDef,
+        partial: Option<PartialRule>,
+        body: BodySize,
+    ) -> OpHandle {
         OpHandle(Arc::new(OpEntry {
             index: usize::MAX,
             registry: 0,
             sig: Signature::of(&def),
             check_specs: false,
             partial,
+            body,
             def,
         }))
     }
@@ -538,18 +556,18 @@ impl OpRegistry {
         } else {
             partial::basis_rule(&def.name)
         };
-        self.register_as(def, false, partial)
+        self.register_as(def, false, partial, BodySize::default())
     }
 
     /// Registers an op parsed from text, with its body's partial shape rule.
     pub(crate) fn register_text(&self, op: text::Parsed) -> Result<OpHandle> {
-        self.register_as(op.def, false, Some(op.partial))
+        self.register_as(op.def, false, Some(op.partial), op.body)
     }
 
     /// [`OpRegistry::register`] for an op whose shape function nothing vouches for (built in
     /// code by a host): dispatch checks the dtypes it gives against the signature.
     pub(crate) fn register_unchecked(&self, def: OpDef) -> Result<OpHandle> {
-        self.register_as(def, true, None)
+        self.register_as(def, true, None, BodySize::default())
     }
 
     fn register_as(
@@ -557,6 +575,7 @@ impl OpRegistry {
         def: OpDef,
         check_specs: bool,
         partial: Option<PartialRule>,
+        body: BodySize,
     ) -> Result<OpHandle> {
         validate(&def)?;
         let mut ops = self.ops.write();
@@ -572,6 +591,7 @@ impl OpRegistry {
             sig: Signature::of(&def),
             check_specs,
             partial,
+            body,
             def,
         }));
         ops.by_name.insert(h.name().to_string(), h.clone());

@@ -504,11 +504,24 @@ fn concat(cx: &PartialContext) -> Result<Shapes> {
         };
         out = merged;
     }
-    let sizes = cx.inputs.iter().try_fold(0i64, |sum, s| {
-        let d = s.shape.as_ref().map(|s| s[axis]).filter(|&d| d != -1)?;
-        sum.checked_add(d)
-    });
-    out[axis] = sizes.unwrap_or(-1);
+    // The known sizes along the axis, summed (past i64::MAX no run could succeed); the
+    // output's is that sum where every input's is known.
+    let mut all_known = true;
+    let mut sum = 0i64;
+    for s in cx.inputs {
+        match s.shape.as_ref().map(|s| s[axis]).filter(|&d| d != -1) {
+            Some(d) => {
+                sum = sum.checked_add(d).ok_or_else(|| {
+                    cx.error(format!(
+                        "the inputs' sizes along axis {axis} add up to more than {}",
+                        i64::MAX
+                    ))
+                })?
+            }
+            None => all_known = false,
+        }
+    }
+    out[axis] = if all_known { sum } else { -1 };
     one(Some(out))
 }
 

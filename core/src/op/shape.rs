@@ -389,7 +389,12 @@ pub(crate) fn concat(cx: &InferContext) -> Result<Specs> {
                 s.shape, first
             )));
         }
-        shape[axis] += s.shape[axis];
+        shape[axis] = shape[axis].checked_add(s.shape[axis]).ok_or_else(|| {
+            cx.error(format!(
+                "the inputs' sizes along axis {axis} add up to more than {}",
+                i64::MAX
+            ))
+        })?;
     }
     Ok(smallvec![TensorSpec::new(cx.inputs[0].dtype, &shape)?])
 }

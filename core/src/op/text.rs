@@ -30,8 +30,8 @@ use parking_lot::Mutex;
 use crate::error::{Error, Result};
 use crate::op::partial::{PartialContext, Shapes};
 use crate::op::{
-    ArgDef, ArgType, AttrDef, AttrType, AttrValue, Attrs, Emitter, InferContext, OpDef, OpHandle,
-    Outputs, PartialRule, PartialSpec, SpecRef, Specs, TensorSpec, TypeVar,
+    ArgDef, ArgType, AttrDef, AttrType, AttrValue, Attrs, BodySize, Emitter, InferContext, OpDef,
+    OpHandle, Outputs, PartialRule, PartialSpec, SpecRef, Specs, TensorSpec, TypeVar,
 };
 use crate::tensor::{DType, Shape, Tensor};
 
@@ -217,6 +217,48 @@ pub fn parse(text: &OpText, lookup: &dyn Fn(&str) -> Option<OpHandle>) -> Result
 pub(crate) struct Parsed {
     pub(crate) def: OpDef,
     pub(crate) partial: PartialRule,
+    pub(crate) body: BodySize,
+}
+
+/// The most text op bodies one may nest (an op whose body calls an op defined by a body, …):
+/// each level is a call deeper in every shape inference and decomposition, and dispatch runs
+/// decompositions at most 32 deep.
+const MAX_BODY_DEPTH: u32 = 16;
+/// The most statements of ops without a text body a body may expand to: its shape function
+/// walks all of them on every run (a body calling an op three times, whose body does the
+/// same, … grows as 3^depth).
+const MAX_BODY_STATEMENTS: u64 = 10_000;
+
+/// How large `body` is, all the text op bodies it calls expanded; refused beyond the limits.
+fn body_size(body: &Body, fail: &dyn Fn(&str, String) -> Error) -> Result<BodySize> {
+    let depth = 1 + body
+        .statements
+        .iter()
+        .map(|st| st.op.0.body.depth)
+        .max()
+        .unwrap_or(0);
+    let statements = body.statements.iter().fold(0u64, |n, st| {
+        n.saturating_add(st.op.0.body.statements.max(1))
+    });
+    if depth > MAX_BODY_DEPTH {
+        return Err(fail(
+            "body",
+            format!(
+                "it nests ops defined by bodies {depth} deep (each calling the next), more \
+                 than {MAX_BODY_DEPTH}: write a deeper body out in fewer ops"
+            ),
+        ));
+    }
+    if statements > MAX_BODY_STATEMENTS {
+        return Err(fail(
+            "body",
+            format!(
+                "with the bodies of the ops it calls expanded, it is {statements} statements, \
+                 more than {MAX_BODY_STATEMENTS}: every run of the op would walk them all"
+            ),
+        ));
+    }
+    Ok(BodySize { depth, statements })
 }
 
 /// [`parse`], keeping the partial shape rule.
@@ -349,6 +391,7 @@ pub(crate) fn parse_op(text: &OpText, lookup: &dyn Fn(&str) -> Option<OpHandle>)
     }
 
     let body = parse_body(text, &inputs, &outputs, &attrs, lookup, &fail)?;
+    let size = body_size(&body, &fail)?;
     let body = Arc::new(body);
     let (infer_body, run_body, partial_body) = (body.clone(), body.clone(), body);
     let def = OpDef {
@@ -367,6 +410,7 @@ pub(crate) fn parse_op(text: &OpText, lookup: &dyn Fn(&str) -> Option<OpHandle>)
     let parsed = Parsed {
         def,
         partial: Arc::new(move |cx: &PartialContext| partial_body.infer_partial(cx)),
+        body: size,
     };
     check_declared_dtypes(&parsed)?;
     Ok(parsed)
