@@ -37,3 +37,55 @@ impl<F: Copy> Drop for HostFn<F> {
         }
     }
 }
+
+/// What this thread is running of a host's callbacks: how many, nested, and the stream and
+/// device (C handles) of the innermost stream host callback.
+#[derive(Clone, Copy, Default)]
+struct Running {
+    depth: u32,
+    stream: usize,
+    device: usize,
+}
+
+thread_local! {
+    static RUNNING: std::cell::Cell<Running> = std::cell::Cell::new(Running::default());
+}
+
+/// Restores what the thread was running when a callback returns (or unwinds).
+struct Restore(Running);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        RUNNING.with(|r| r.set(self.0));
+    }
+}
+
+/// Runs `f`, a call of one of the host's callbacks (a stream's host function, when `on` names
+/// its stream and device handles; a device setter, the log or placement callback otherwise),
+/// noting that this thread is inside it: what must not happen there — destroying the runtime
+/// that runs it, waiting for the stream that runs it — is refused instead of freeing what the
+/// caller of the callback still uses, or waiting forever.
+pub(crate) fn calling<R>(on: Option<(usize, usize)>, f: impl FnOnce() -> R) -> R {
+    let before = RUNNING.with(|r| r.get());
+    let _restore = Restore(before);
+    let (stream, device) = on.unwrap_or((before.stream, before.device));
+    RUNNING.with(|r| {
+        r.set(Running {
+            depth: before.depth + 1,
+            stream,
+            device,
+        })
+    });
+    f()
+}
+
+/// Whether this thread is inside a callback of the host's that devplug runs.
+pub(crate) fn inside_callback() -> bool {
+    RUNNING.with(|r| r.get().depth > 0)
+}
+
+/// The stream and device (C handles) whose host callback this thread is running, innermost.
+pub(crate) fn running_stream() -> Option<(usize, usize)> {
+    let r = RUNNING.with(|r| r.get());
+    (r.depth > 0 && r.stream != 0).then_some((r.stream, r.device))
+}

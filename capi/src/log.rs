@@ -57,7 +57,7 @@ fn call(cb: &Callback, r: &Record) {
         message: message.as_ptr(),
     };
     // SAFETY: the host's callback with a record valid for the call.
-    unsafe { (cb.func)(&record, cb.user_data) };
+    crate::host_fn::calling(None, || unsafe { (cb.func)(&record, cb.user_data) });
 }
 
 /// Sends devplug's log (the runtime's and its plugins' messages at or above the level,

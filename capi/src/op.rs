@@ -627,7 +627,7 @@ fn call(cb: &Callback, e: &PlacementEvent) {
         reason_code: reason_code(e.reason),
     };
     // SAFETY: the host's callback with an event valid for the call.
-    unsafe { (cb.func)(&ev, cb.user_data) };
+    crate::host_fn::calling(None, || unsafe { (cb.func)(&ev, cb.user_data) });
 }
 
 /// Installs the placement-log callback (`fn` NULL removes it). The previous callback's `drop`

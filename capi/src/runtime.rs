@@ -314,13 +314,21 @@ pub unsafe extern "C" fn dp_runtime_create(
 
 /// Destroys a runtime after waiting for all its work. Its device handles become invalid;
 /// buffers, tensors and streams the host still holds stay usable until released. NULL is a
-/// no-op.
+/// no-op; so is a call from inside a callback devplug runs (a host callback, a device setter,
+/// the log or placement callback), whose caller still uses the runtime: it is logged.
 ///
 /// # Safety
 /// `runtime` is NULL or a runtime handle no other thread is using.
 #[no_mangle]
 pub unsafe extern "C" fn dp_runtime_destroy(runtime: *mut dp_runtime_t) {
     guard_void("dp_runtime_destroy", || {
+        if !runtime.is_null() && crate::host_fn::inside_callback() {
+            return Err(Error::failed_precondition(
+                "called from inside a callback devplug runs (a host callback, a device setter, \
+                 the log or placement callback), whose caller still uses the runtime: destroy \
+                 it after that call returned",
+            ));
+        }
         // SAFETY: the caller's contract.
         let (devices, ops): (Vec<DevicePtr>, Vec<OpPtr>) =
             match unsafe { handle::get(runtime, "runtime") } {
@@ -715,7 +723,14 @@ pub unsafe extern "C" fn dp_device_memory_limit(
 pub unsafe extern "C" fn dp_device_synchronize(device: *mut dp_device_t) -> dp_status_t {
     guard("dp_device_synchronize", || {
         // SAFETY: the caller's contract.
-        unsafe { self::device(device, "device")? }.synchronize()
+        let d = unsafe { self::device(device, "device")? };
+        if crate::host_fn::running_stream().is_some_and(|(_, dev)| dev == device as usize) {
+            return Err(Error::failed_precondition(
+                "called from a host callback one of the device's streams is running: waiting \
+                 for the device would never return",
+            ));
+        }
+        d.synchronize()
     })
 }
 

@@ -102,7 +102,9 @@ impl Setter {
         };
         let mut out: *mut dp_device_t = std::ptr::null_mut();
         // SAFETY: the host's setter with a query valid for the call and a writable out slot.
-        let status = unsafe { (self.func)(&query, self.user_data, &mut out) };
+        let status = crate::host_fn::calling(None, || unsafe {
+            (self.func)(&query, self.user_data, &mut out)
+        });
         if status != DP_OK {
             // The status is the error's code, so the message does not repeat it (the core
             // adds "<op>: the device setter failed"); only a value that is no code is named.

@@ -106,6 +106,10 @@ pub unsafe extern "C" fn dp_stream_destroy(stream: *mut dp_stream_t) {
         {
             return Ok(());
         }
+        refuse_inside_own_callback(
+            stream as usize,
+            "destroying it waits for its work, this callback included",
+        )?;
         // SAFETY: the caller's contract.
         unsafe { handle::destroy(stream, "stream") }
     });
@@ -180,10 +184,21 @@ pub unsafe extern "C" fn dp_stream_id(stream: *const dp_stream_t, out_id: *mut u
 pub unsafe extern "C" fn dp_stream_synchronize(stream: *mut dp_stream_t) -> dp_status_t {
     // SAFETY: the caller's contract.
     guard("dp_stream_synchronize", || {
-        unsafe { self::stream(stream, "stream")? }
-            .stream
-            .synchronize()
+        let s = unsafe { self::stream(stream, "stream")? };
+        refuse_inside_own_callback(stream as usize, "waiting for it would never return")?;
+        s.stream.synchronize()
     })
+}
+
+/// `FAILED_PRECONDITION` when this thread is running a host callback of `stream` (a C handle):
+/// what the caller was about to do to the stream (`why`) cannot be done from there.
+pub(crate) fn refuse_inside_own_callback(stream: usize, why: &str) -> devplug_core::Result<()> {
+    match crate::host_fn::running_stream() {
+        Some((s, _)) if s == stream => Err(Error::failed_precondition(format!(
+            "called from a host callback the stream is running: {why}"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Work enqueued on `stream` after this call waits until `event` is reached. The event may
@@ -256,10 +271,11 @@ pub unsafe extern "C" fn dp_stream_host_callback(
         let s = unsafe { self::stream(stream, "stream")? };
         let f = r#fn.ok_or_else(|| bad_arg("fn", "is NULL"))?;
         let data = UserData(user_data);
+        let on = Some((stream as usize, s.device.0 as usize));
         s.stream.host_callback(Box::new(move || {
             let data = data;
             // SAFETY: the host gave this function and data for exactly this call.
-            unsafe { f(data.0) }
+            crate::host_fn::calling(on, || unsafe { f(data.0) })
         }))
     })
 }
@@ -285,10 +301,11 @@ pub unsafe extern "C" fn dp_stream_host_callback_with_status(
         let s = unsafe { self::stream(stream, "stream")? };
         let f = r#fn.ok_or_else(|| bad_arg("fn", "is NULL"))?;
         let data = UserData(user_data);
+        let on = Some((stream as usize, s.device.0 as usize));
         s.stream.host_callback_with_status(move || {
             let data = data;
             // SAFETY: the host gave this function and data for exactly this call.
-            let status = unsafe { f(data.0) };
+            let status = crate::host_fn::calling(on, || unsafe { f(data.0) });
             if status == 0 {
                 return Ok(());
             }

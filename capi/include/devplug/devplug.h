@@ -1480,7 +1480,8 @@ dp_status_t dp_runtime_create(const struct dp_runtime_options_t *options,
 /**
  * Destroys a runtime after waiting for all its work. Its device handles become invalid;
  * buffers, tensors and streams the host still holds stay usable until released. NULL is a
- * no-op.
+ * no-op; so is a call from inside a callback devplug runs (a host callback, a device setter,
+ * the log or placement callback), whose caller still uses the runtime: it is logged.
  *
  * # Safety
  * `runtime` is NULL or a runtime handle no other thread is using.
