@@ -63,7 +63,11 @@ fn it_loads_into_an_abi_1_1_host() {
         .load(devplug_plugin_entry)
         .expect_err("a 1.0 host refuses it");
     assert_eq!(e.code(), Status::AbiMismatch);
-    assert_eq!(e.message(), "plugin ABI 1.1, host ABI 1.0");
+    assert!(
+        e.message()
+            .starts_with("plugin ABI 1.1, host ABI 1.0: a 1.0 host refuses"),
+        "{e}"
+    );
 }
 
 #[test]
