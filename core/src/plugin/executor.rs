@@ -399,7 +399,7 @@ impl PendingHostFns {
 
 /// Calls back `HostFn`s the plugin runs on its stream (`arg`: the ticket `host_callback` gave).
 unsafe extern "C" fn run_host_fn(arg: *mut c_void) {
-    match PENDING.take(arg as usize as u64) {
+    match PENDING.take(arg.addr() as u64) {
         Some(f) => {
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
                 crate::log::error("a host callback panicked on a plugin stream");
@@ -635,15 +635,9 @@ impl StreamExecutor for PluginExecutor {
         let f = required!(self.se, host_callback);
         let h = handle(stream.as_ref(), "stream")?;
         let ticket = PENDING.hold(func);
+        let arg = std::ptr::without_provenance_mut(ticket as usize);
         // SAFETY: a stream of this device; the argument is a ticket, never dereferenced.
-        let status = unsafe {
-            f(
-                self.dev(),
-                h.0,
-                Some(run_host_fn),
-                ticket as usize as *mut c_void,
-            )
-        };
+        let status = unsafe { f(self.dev(), h.0, Some(run_host_fn), arg) };
         let result = self.check("host_callback", status);
         if result.is_err() {
             // Refused: the plugin must not run it now; one that did already is told.
