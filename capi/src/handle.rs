@@ -449,12 +449,18 @@ pub unsafe fn c_str<'a>(ptr: *const std::ffi::c_char, arg: &str) -> Result<&'a s
 /// # Safety
 /// `ptr` is NULL or points to a struct whose first field is a `size_t` giving its size, valid
 /// for reads of that many bytes.
+#[inline]
 pub unsafe fn read_sized<T: Copy>(ptr: *const T, default: T, min: usize, arg: &str) -> Result<T> {
     if ptr.is_null() {
         return Err(bad_arg(arg, "is NULL"));
     }
     // SAFETY: the first field is a size_t (the caller's contract).
     let declared = unsafe { *(ptr as *const usize) };
+    if declared == std::mem::size_of::<T>() {
+        // This header's struct (the common case): read whole, without a call to memcpy.
+        // SAFETY: the caller's struct holds `size_of::<T>()` bytes; `T` is a plain C struct.
+        return Ok(unsafe { ptr.read_unaligned() });
+    }
     if declared < min {
         return Err(bad_arg(
             arg,

@@ -367,6 +367,7 @@ pub(crate) unsafe fn runtime_obj<'a>(
     unsafe { get(runtime, "runtime") }
 }
 
+#[inline]
 pub(crate) unsafe fn device<'a>(
     device: *const dp_device_t,
     arg: &str,
