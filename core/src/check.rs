@@ -372,11 +372,7 @@ impl Checker<'_> {
                 || {
                     let sample = own_op_sample(rt, op, dtype).expect("filtered above");
                     let cpu = rt.cpu_device()?;
-                    let inputs: Vec<Tensor> = sample
-                        .inputs
-                        .iter()
-                        .map(|i| cpu_tensor(rt, &cpu, i))
-                        .collect::<Result<_>>()?;
+                    let inputs = sample.cpu_inputs(rt, &cpu)?;
                     rt.run(&rt.op(op)?, &inputs, &sample.attrs, &strictly_on(&cpu))
                         .map(drop)
                 },
@@ -470,12 +466,7 @@ impl Checker<'_> {
         ) else {
             return;
         };
-        let Ok(on_cpu) = sample
-            .inputs
-            .iter()
-            .map(|i| cpu_tensor(rt, &cpu, i))
-            .collect::<Result<Vec<_>>>()
-        else {
+        let Ok(on_cpu) = sample.cpu_inputs(rt, &cpu) else {
             return;
         };
         for (changed, attrs) in attribute_changes(&op.def().attrs) {
@@ -678,6 +669,13 @@ struct Input {
 struct Sample {
     inputs: Vec<Input>,
     attrs: Attrs,
+}
+
+impl Sample {
+    /// The inputs as tensors on the CPU device `cpu`.
+    fn cpu_inputs(&self, rt: &Runtime, cpu: &Arc<Device>) -> Result<Vec<Tensor>> {
+        self.inputs.iter().map(|i| cpu_tensor(rt, cpu, i)).collect()
+    }
 }
 
 /// Sample inputs of `dtype` (small positive integers, exact in every dtype and valid for Log,
@@ -884,9 +882,7 @@ fn own_op_edges(rt: &Runtime, op: &str, dtype: DType) -> Vec<(&'static str, Samp
     [("rank 0", reshaped(&[])), ("[0, 3]", reshaped(&[0, 3]))]
         .into_iter()
         .filter(|(_, s)| {
-            let inputs: Result<Vec<Tensor>> =
-                s.inputs.iter().map(|i| cpu_tensor(rt, &cpu, i)).collect();
-            inputs.is_ok_and(|inputs| {
+            s.cpu_inputs(rt, &cpu).is_ok_and(|inputs| {
                 rt.run(&handle, &inputs, &s.attrs, &strictly_on(&cpu))
                     .is_ok()
             })
@@ -1259,10 +1255,7 @@ const GUARD_VALUE: u8 = 0xA5;
 /// An output tensor on `dev` whose buffer holds [`GUARD_BYTES`] more bytes of [`GUARD_VALUE`]
 /// after its contents ([`check_guard`] reads them after the kernel).
 fn guarded_output(dev: &Arc<Device>, dtype: DType, shape: &[i64]) -> Result<Tensor> {
-    let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
-    let bytes = elements
-        .and_then(|n| n.checked_mul(dtype.size() as u64))
-        .ok_or_else(|| Error::invalid_argument(format!("output shape {shape:?} is too large")))?;
+    let bytes = crate::tensor::byte_size(dtype, shape)?;
     let buffer = dev.allocate(bytes + GUARD_BYTES)?;
     buffer.write(bytes, &[GUARD_VALUE; GUARD_BYTES as usize])?;
     Tensor::from_buffer(buffer, dtype, shape)
@@ -1296,11 +1289,7 @@ fn run_kernel_sample(
 ) -> Result<()> {
     let cpu = rt.cpu_device()?;
     let op = rt.op(&k.op)?;
-    let on_cpu: Vec<Tensor> = sample
-        .inputs
-        .iter()
-        .map(|input| cpu_tensor(rt, &cpu, input))
-        .collect::<Result<_>>()?;
+    let on_cpu = sample.cpu_inputs(rt, &cpu)?;
     let on_dev: Vec<Tensor> = on_cpu
         .iter()
         .map(|t| t.copy_to(dev))

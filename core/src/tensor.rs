@@ -589,7 +589,8 @@ impl fmt::Debug for Tensor {
     }
 }
 
-fn byte_size(dtype: DType, shape: &[i64]) -> Result<u64> {
+/// The bytes a tensor of `dtype` and `shape` holds; `INVALID_ARGUMENT` past what a tensor may.
+pub(crate) fn byte_size(dtype: DType, shape: &[i64]) -> Result<u64> {
     num_elements(shape)?
         .checked_mul(dtype.size() as u64)
         .filter(|b| *b <= isize::MAX as u64)
