@@ -79,13 +79,37 @@ pub(crate) fn calling<R>(on: Option<(usize, usize)>, f: impl FnOnce() -> R) -> R
     f()
 }
 
-/// Whether this thread is inside a callback of the host's that devplug runs.
-pub(crate) fn inside_callback() -> bool {
-    RUNNING.with(|r| r.get().depth > 0)
+/// What a call from inside a callback would wait for or free, refused by [`refuse_inside`].
+pub(crate) enum Waits<'a> {
+    /// Anything: destroying the runtime, whose callback this is, whichever it is.
+    Runtime,
+    /// The stream (a C handle): synchronizing or destroying it; `why` says which.
+    Stream(usize, &'a str),
+    /// The device (a C handle): synchronizing it.
+    Device(usize),
 }
 
-/// The stream and device (C handles) whose host callback this thread is running, innermost.
-pub(crate) fn running_stream() -> Option<(usize, usize)> {
+/// `FAILED_PRECONDITION` when this thread is inside a callback devplug runs and `what` would
+/// wait for that callback to return, or free what its caller still uses.
+pub(crate) fn refuse_inside(what: Waits) -> devplug_core::Result<()> {
     let r = RUNNING.with(|r| r.get());
-    (r.depth > 0 && r.stream != 0).then_some((r.stream, r.device))
+    let in_stream = |s: usize| r.depth > 0 && r.stream != 0 && r.stream == s;
+    let why = match what {
+        Waits::Runtime if r.depth > 0 => {
+            "called from inside a callback devplug runs (a host callback, a device setter, the \
+             log or placement callback), whose caller still uses the runtime: destroy it after \
+             that call returned"
+                .to_string()
+        }
+        Waits::Stream(s, why) if in_stream(s) => {
+            format!("called from a host callback the stream is running: {why}")
+        }
+        Waits::Device(d) if r.depth > 0 && r.stream != 0 && r.device == d => {
+            "called from a host callback one of the device's streams is running: waiting for \
+             the device would never return"
+                .to_string()
+        }
+        _ => return Ok(()),
+    };
+    Err(devplug_core::Error::failed_precondition(why))
 }

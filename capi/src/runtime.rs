@@ -8,6 +8,7 @@ use parking_lot::RwLock;
 use devplug_core::{Device, Error, Runtime, RuntimeOptions};
 
 use crate::handle::{self, check_out, cstring, get, handle, write_out};
+use crate::host_fn::Waits;
 use crate::status::{bad_arg, dp_status_t, guard, guard_value, guard_void};
 use crate::stream::{default_stream_handle, destroy_default_stream_handle, dp_stream_t};
 
@@ -322,12 +323,8 @@ pub unsafe extern "C" fn dp_runtime_create(
 #[no_mangle]
 pub unsafe extern "C" fn dp_runtime_destroy(runtime: *mut dp_runtime_t) {
     guard_void("dp_runtime_destroy", || {
-        if !runtime.is_null() && crate::host_fn::inside_callback() {
-            return Err(Error::failed_precondition(
-                "called from inside a callback devplug runs (a host callback, a device setter, \
-                 the log or placement callback), whose caller still uses the runtime: destroy \
-                 it after that call returned",
-            ));
+        if !runtime.is_null() {
+            crate::host_fn::refuse_inside(Waits::Runtime)?;
         }
         // SAFETY: the caller's contract.
         let (devices, ops): (Vec<DevicePtr>, Vec<OpPtr>) =
@@ -725,12 +722,7 @@ pub unsafe extern "C" fn dp_device_synchronize(device: *mut dp_device_t) -> dp_s
     guard("dp_device_synchronize", || {
         // SAFETY: the caller's contract.
         let d = unsafe { self::device(device, "device")? };
-        if crate::host_fn::running_stream().is_some_and(|(_, dev)| dev == device as usize) {
-            return Err(Error::failed_precondition(
-                "called from a host callback one of the device's streams is running: waiting \
-                 for the device would never return",
-            ));
-        }
+        crate::host_fn::refuse_inside(Waits::Device(device as usize))?;
         d.synchronize()
     })
 }

@@ -5,6 +5,7 @@ use std::ffi::c_void;
 use devplug_core::{Code, Error, Event, EventStatus, Stream};
 
 use crate::handle::{self, check_out, get, handle, write_out};
+use crate::host_fn::Waits;
 use crate::memory::{buffer, dp_buffer_t};
 use crate::runtime::{device, dp_device_t, kept_device_handle, DevicePtr};
 use crate::status::{bad_arg, dp_status_t, guard, guard_value, guard_void};
@@ -106,10 +107,10 @@ pub unsafe extern "C" fn dp_stream_destroy(stream: *mut dp_stream_t) {
         {
             return Ok(());
         }
-        refuse_inside_own_callback(
+        crate::host_fn::refuse_inside(Waits::Stream(
             stream as usize,
             "destroying it waits for its work, this callback included",
-        )?;
+        ))?;
         // SAFETY: the caller's contract.
         unsafe { handle::destroy(stream, "stream") }
     });
@@ -182,23 +183,15 @@ pub unsafe extern "C" fn dp_stream_id(stream: *const dp_stream_t, out_id: *mut u
 /// `stream` is a stream handle.
 #[no_mangle]
 pub unsafe extern "C" fn dp_stream_synchronize(stream: *mut dp_stream_t) -> dp_status_t {
-    // SAFETY: the caller's contract.
     guard("dp_stream_synchronize", || {
+        // SAFETY: the caller's contract.
         let s = unsafe { self::stream(stream, "stream")? };
-        refuse_inside_own_callback(stream as usize, "waiting for it would never return")?;
+        crate::host_fn::refuse_inside(Waits::Stream(
+            stream as usize,
+            "waiting for it would never return",
+        ))?;
         s.stream.synchronize()
     })
-}
-
-/// `FAILED_PRECONDITION` when this thread is running a host callback of `stream` (a C handle):
-/// what the caller was about to do to the stream (`why`) cannot be done from there.
-pub(crate) fn refuse_inside_own_callback(stream: usize, why: &str) -> devplug_core::Result<()> {
-    match crate::host_fn::running_stream() {
-        Some((s, _)) if s == stream => Err(Error::failed_precondition(format!(
-            "called from a host callback the stream is running: {why}"
-        ))),
-        _ => Ok(()),
-    }
 }
 
 /// Work enqueued on `stream` after this call waits until `event` is reached. The event may
