@@ -19,6 +19,7 @@
 
 #include <devplug/devplug.hpp>
 
+#include "attrs_traits.hpp"
 #include "counting_check.hpp"
 
 #include <array>
@@ -36,17 +37,7 @@ namespace {
 
 // ---- compile time ----
 
-// Attrs::set, on an lvalue and on a temporary.
-template <class T, class = void>
-struct can_set : std::false_type {};
-template <class T>
-struct can_set<T, std::void_t<decltype(std::declval<devplug::Attrs&>().set("a", std::declval<T>()))>>
-    : std::true_type {};
-template <class T, class = void>
-struct can_set_temporary : std::false_type {};
-template <class T>
-struct can_set_temporary<T, std::void_t<decltype(std::declval<devplug::Attrs>().set("a", std::declval<T>()))>>
-    : std::true_type {};
+// Attrs::set, on an lvalue and on a temporary (attrs_traits.hpp).
 
 static_assert(can_set<long long>::value && can_set<unsigned long long>::value && can_set<size_t>::value &&
                   can_set<unsigned>::value && can_set<short>::value && can_set<int8_t>::value &&

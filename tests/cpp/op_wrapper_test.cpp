@@ -10,6 +10,7 @@
 
 #include <devplug/devplug.hpp>
 
+#include "attrs_traits.hpp"
 #include "counting_check.hpp"
 
 #include <algorithm>
@@ -30,12 +31,7 @@ namespace {
 
 // Which values `Attrs::set` takes, checked at compile time: every kind of the C API, strings
 // included (a string literal sets a string, not the bool it would convert to: checked at run
-// time below).
-template <class T, class = void>
-struct can_set : std::false_type {};
-template <class T>
-struct can_set<T, std::void_t<decltype(std::declval<devplug::Attrs&>().set("a", std::declval<T>()))>>
-    : std::true_type {};
+// time below); can_set is in attrs_traits.hpp.
 static_assert(can_set<const char*>::value && can_set<const char (&)[3]>::value && can_set<std::string>::value,
               "strings set string attributes");
 static_assert(can_set<bool>::value && can_set<int>::value && can_set<int64_t>::value &&
