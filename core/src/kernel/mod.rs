@@ -69,13 +69,7 @@ impl KernelContext<'_> {
     /// outputs; another thread or a stream writing that tensor would race with the reads).
     /// For `bool`, every byte is 0 or 1 (as tensors devplug makes hold).
     pub unsafe fn input_slice<T: Element>(&self, i: usize) -> Result<&[T]> {
-        let t = self.inputs.get(i).ok_or_else(|| {
-            Error::invalid_argument(format!(
-                "there is no input {i} ({} inputs)",
-                self.inputs.len()
-            ))
-        })?;
-        let (p, n) = host_elements::<T>(t, "input", i)?;
+        let (p, n) = host_elements::<T>(self.inputs, "input", i)?;
         // SAFETY: `p` is aligned and non-null, and the tensor's host-visible memory holds `n`
         // initialized `T`s (host memory is zeroed or written when allocated) that stay alive
         // while `self` borrows the tensor; no one writes them meanwhile (the caller's contract).
@@ -92,21 +86,26 @@ impl KernelContext<'_> {
     /// of it. For `bool`, write only `false` and `true`.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn output_slice<T: Element>(&self, i: usize) -> Result<&mut [T]> {
-        let t = self.outputs.get(i).ok_or_else(|| {
-            Error::invalid_argument(format!(
-                "there is no output {i} ({} outputs)",
-                self.outputs.len()
-            ))
-        })?;
-        let (p, n) = host_elements::<T>(t, "output", i)?;
+        let (p, n) = host_elements::<T>(self.outputs, "output", i)?;
         // SAFETY: as in `input_slice`; the memory is this output's alone and the caller
         // accesses it through this slice only while it lives.
         Ok(unsafe { std::slice::from_raw_parts_mut(p.cast_mut(), n) })
     }
 }
 
-/// Where tensor `t` (`what` `i` of a kernel) keeps its elements as `T`s, and how many.
-fn host_elements<T: Element>(t: &Tensor, what: &str, i: usize) -> Result<(*const T, usize)> {
+/// Where `tensors[i]` (the kernel's `what` `i`) keeps its elements as `T`s, and how many;
+/// `INVALID_ARGUMENT` when there is no such tensor, or it cannot be read so.
+fn host_elements<T: Element>(
+    tensors: &[Tensor],
+    what: &str,
+    i: usize,
+) -> Result<(*const T, usize)> {
+    let t = tensors.get(i).ok_or_else(|| {
+        Error::invalid_argument(format!(
+            "there is no {what} {i} ({} {what}s)",
+            tensors.len()
+        ))
+    })?;
     if t.dtype() != T::DTYPE {
         return Err(Error::invalid_argument(format!(
             "{what} {i} holds {} elements, not {}",
